@@ -1,0 +1,25 @@
+"""qops: quantized (int8) neural-network operators without PyTorch.
+
+Quantized tensors (`QTensor`), the quantized operators of PyTorch's eager mode
+(`qops.functional`), nn-style modules (`qops.nn`) and observer-driven conversion
+(`qops.quantization`), each op with a readable numpy reference and a fast OpenMP kernel.
+"""
+__version__ = "0.1.0"
+
+from qops._config import (backend, get_backend, get_num_threads, set_backend,  # noqa: F401
+                          set_num_threads, threads)
+from qops._dtypes import (QDtype, QScheme, per_channel_affine, per_channel_symmetric,  # noqa: F401
+                          per_tensor_affine, per_tensor_symmetric, qint8, qint32, quint8,
+                          per_channel_affine_float_qparams)
+from qops._qtensor import (QTensor, dequantize, is_quantized,  # noqa: F401
+                           make_per_channel_quantized_tensor, make_per_tensor_quantized_tensor,
+                           quantize_per_channel, quantize_per_tensor)
+from qops._show import show_config  # noqa: F401
+
+
+def __getattr__(name):
+    # Submodules that import the heavier layers load on first use.
+    import importlib
+    if name in ("functional", "nn", "quantization", "bench"):
+        return importlib.import_module(f"qops.{name}")
+    raise AttributeError(f"module 'qops' has no attribute {name!r}")

@@ -1,0 +1,89 @@
+"""Quantized dtypes and quantization schemes (the names mirror torch's)."""
+import numpy as np
+
+__all__ = ["QDtype", "quint8", "qint8", "qint32", "QScheme", "per_tensor_affine",
+           "per_channel_affine", "per_tensor_symmetric", "per_channel_symmetric",
+           "as_qdtype"]
+
+
+class QDtype:
+    """A quantized integer type: its storage dtype and representable range."""
+
+    __slots__ = ("name", "storage", "qmin", "qmax")
+
+    def __init__(self, name, storage, qmin, qmax):
+        self.name = name
+        self.storage = np.dtype(storage)
+        self.qmin = qmin
+        self.qmax = qmax
+
+    def __repr__(self):
+        return f"qops.{self.name}"
+
+    def __reduce__(self):
+        return (as_qdtype, (self.name,))
+
+
+quint8 = QDtype("quint8", np.uint8, 0, 255)
+qint8 = QDtype("qint8", np.int8, -128, 127)
+qint32 = QDtype("qint32", np.int32, -(2 ** 31), 2 ** 31 - 1)
+_QDTYPES = {d.name: d for d in (quint8, qint8, qint32)}
+_BY_STORAGE = {d.storage: d for d in (quint8, qint8, qint32)}
+
+
+def as_qdtype(dtype, argname="dtype"):
+    """Return the QDtype named by `dtype` (a QDtype, its name, or a torch dtype)."""
+    if isinstance(dtype, QDtype):
+        return dtype
+    name = dtype if isinstance(dtype, str) else str(dtype).replace("torch.", "")
+    if name in _QDTYPES:
+        return _QDTYPES[name]
+    raise TypeError(f"{argname} must be one of qops.quint8, qops.qint8, qops.qint32; got {dtype!r}")
+
+
+def qdtype_of_storage(storage):
+    """The QDtype whose integer storage is numpy dtype `storage`."""
+    try:
+        return _BY_STORAGE[np.dtype(storage)]
+    except KeyError:
+        raise TypeError(f"integer data must be uint8, int8 or int32; got {np.dtype(storage)}") from None
+
+
+class QScheme:
+    """A quantization scheme: per tensor or per channel, affine or symmetric."""
+
+    __slots__ = ("name", "per_channel", "symmetric")
+
+    def __init__(self, name, per_channel, symmetric):
+        self.name = name
+        self.per_channel = per_channel
+        self.symmetric = symmetric
+
+    def __repr__(self):
+        return f"qops.{self.name}"
+
+    def __reduce__(self):
+        return (_scheme, (self.name,))
+
+
+per_tensor_affine = QScheme("per_tensor_affine", False, False)
+per_channel_affine = QScheme("per_channel_affine", True, False)
+per_tensor_symmetric = QScheme("per_tensor_symmetric", False, True)
+per_channel_symmetric = QScheme("per_channel_symmetric", True, True)
+per_channel_affine_float_qparams = QScheme("per_channel_affine_float_qparams", True, False)
+_SCHEMES = {s.name: s for s in (per_tensor_affine, per_channel_affine, per_tensor_symmetric,
+                                per_channel_symmetric, per_channel_affine_float_qparams)}
+
+
+def _scheme(name):
+    return _SCHEMES[name]
+
+
+def as_qscheme(qscheme, argname="qscheme"):
+    """Return the QScheme named by `qscheme` (a QScheme, its name, or a torch qscheme)."""
+    if isinstance(qscheme, QScheme):
+        return qscheme
+    name = qscheme if isinstance(qscheme, str) else str(qscheme).replace("torch.", "")
+    if name in _SCHEMES:
+        return _SCHEMES[name]
+    raise TypeError(f"{argname} must be a qops quantization scheme; got {qscheme!r}")

@@ -1,0 +1,65 @@
+"""The compiled kernels: one module per op family, built once per instruction set.
+
+At import the widest instruction set the CPU supports is chosen (avx512 > avx2 > baseline);
+the environment variable ``QOPS_ISA`` forces one (tests run the suite on each).
+"""
+import importlib
+import os
+
+try:
+    from qops._fast import _build_info
+except ImportError as exc:  # a source checkout that was never built
+    raise ImportError("qops' compiled kernels are not built; run `pip install -e .` "
+                      "in the source tree") from exc
+
+ISAS = _build_info.ISAS
+OPENMP = _build_info.OPENMP
+DEBUG = _build_info.DEBUG
+
+_ORDER = ("avx512", "avx2", "baseline")
+
+
+def _cpu_supports():
+    cpu = importlib.import_module("qops._fast._baseline._cpu")
+    return {isa for isa in _ORDER if cpu.supports(isa)}
+
+
+def _choose():
+    supported = _cpu_supports()
+    forced = os.environ.get("QOPS_ISA")
+    if forced:
+        if forced not in ISAS:
+            raise ImportError(f"QOPS_ISA={forced!r}: this build has {', '.join(ISAS)}")
+        if forced not in supported:
+            raise ImportError(f"QOPS_ISA={forced!r}: this CPU does not support it")
+        return forced
+    for isa in _ORDER:
+        if isa in ISAS and isa in supported:
+            return isa
+    return "baseline"
+
+
+ISA = _choose()
+CPU_ISAS = tuple(i for i in _ORDER if i in _cpu_supports())
+_cpu = importlib.import_module(f"qops._fast._{ISA}._cpu")
+_loaded = {}
+_threads = [None]
+
+
+def load(family):
+    """The compiled module of op family `family` for the chosen instruction set."""
+    mod = _loaded.get(family)
+    if mod is None:
+        try:
+            mod = importlib.import_module(f"qops._fast._{ISA}.{family}")
+        except ImportError as exc:
+            raise NotImplementedError(f"qops has no compiled kernels for {family!r}") from exc
+        _loaded[family] = mod
+    return mod
+
+
+def set_threads(n):
+    """Make the OpenMP runtime use `n` threads in this Python thread's parallel regions."""
+    if _threads[0] != n:
+        _cpu.set_num_threads(n)
+        _threads[0] = n

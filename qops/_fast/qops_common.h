@@ -1,0 +1,92 @@
+/* The numeric primitives of SEMANTICS.md section 0.1, once, for every fast kernel.
+ *
+ * Compiled with -ffp-contract=off: a*b+c is two roundings unless fmaf() is written,
+ * exactly as PyTorch's kernels do it. All helpers are static inline so each ISA build
+ * vectorizes them inside the caller's loop.
+ */
+#ifndef QOPS_COMMON_H
+#define QOPS_COMMON_H
+#include <math.h>
+#include <stdint.h>
+#include <stddef.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Threads worth starting for `work` units when one thread should get at least `grain`. */
+static inline int qops_threads_for(ptrdiff_t work, ptrdiff_t grain) {
+#ifdef _OPENMP
+    ptrdiff_t n = omp_get_max_threads();
+    ptrdiff_t useful = grain > 0 ? work / grain : n;
+    if (useful < 1) useful = 1;
+    return (int)(useful < n ? useful : n);
+#else
+    (void)work; (void)grain;
+    return 1;
+#endif
+}
+
+/* Round half to even. SSE2 has no vector round instruction, so the baseline build uses the
+ * add-and-subtract-2^23 identity (exact for |x| < 2^22 under round-to-nearest); wider ISAs
+ * inline rintf as vroundps. */
+static inline float qops_rintf(float x) {
+#if defined(__SSE4_1__) || !defined(__x86_64__)
+    return rintf(x);
+#else
+    const float c = 12582912.0f; /* 1.5 * 2^23 */
+    return fabsf(x) < 4194304.0f ? (x + c) - c : rintf(x);
+#endif
+}
+
+/* Clamp to [lo, hi]; NaN becomes hi, as AVX min/max order does in PyTorch's quantize. */
+static inline float qops_clampf(float v, float lo, float hi) {
+    v = v < hi ? v : hi;
+    return v > lo ? v : lo;
+}
+
+/* Q_fma: clampQ(rint(fma(x, inv, zp))), zero point added before the single rounding. */
+static inline int32_t qops_q_fma(float x, float inv, float zpf, float qmin, float qmax) {
+    return (int32_t)qops_clampf(qops_rintf(fmaf(x, inv, zpf)), qmin, qmax);
+}
+
+/* Q_leg, 8-bit: t = x*inv, u = t + zp (two roundings), rint, clamp; NaN gives raw 0. */
+static inline int32_t qops_q_leg8(float x, float inv, float zpf, float qmin, float qmax) {
+    float t = x * inv;
+    float r = qops_rintf(t + zpf);
+    if (r != r) return 0;
+    return (int32_t)qops_clampf(r, qmin, qmax);
+}
+
+/* Q_leg, 32-bit: as above but the clamp is done in double; NaN gives INT32_MIN. */
+static inline int32_t qops_q_leg32(float x, float inv, float zpf) {
+    float t = x * inv;
+    float r = rintf(t + zpf);
+    double d = (double)r;
+    if (d != d) return INT32_MIN;
+    if (d <= -2147483648.0) return INT32_MIN;
+    if (d >= 2147483647.0) return INT32_MAX;
+    return (int32_t)d;
+}
+
+/* Q_vec: clampQ(rint(x*inv) + zp), zero point added after rounding. lo = qmin - zp and
+ * hi = qmax - zp are prepared by the caller. */
+static inline int32_t qops_q_vec(float x, float inv, int32_t zp, float lo, float hi) {
+    return (int32_t)qops_clampf(qops_rintf(x * inv), lo, hi) + zp;
+}
+
+/* D_sc: s * (q - zp). */
+static inline float qops_d_sc(int32_t q, float s, int32_t zp) {
+    return s * (float)(q - zp);
+}
+
+/* D_vec: fma(s, q, s * -zp); s_negzp = f32(s * f32(-zp)) is prepared by the caller. */
+static inline float qops_d_vec(int32_t q, float s, float s_negzp) {
+    return fmaf(s, (float)q, s_negzp);
+}
+
+/* D_pc: (q - zp) multiplied by the double scale, then rounded to float. */
+static inline float qops_d_pc(int32_t q, double scale, int32_t zp) {
+    return (float)((double)((float)q - (float)zp) * scale);
+}
+
+#endif

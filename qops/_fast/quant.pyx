@@ -1,0 +1,155 @@
+# Quantize, dequantize and requantize kernels (mirror of qops/_ref/quant.py).
+# Contract: float32 <-> uint8/int8/int32; IEEE float32 arithmetic, rint half to even; the
+# primitives of qops_common.h (Q_fma, Q_leg, D_sc, D_pc) exactly as the reference states them.
+import numpy as np
+from cython.parallel cimport prange
+from qops._fast._common cimport *
+
+DEF BLOCK = 4096          # elements per parallel chunk: whole cache lines, enough work per thread
+DEF GRAIN = 32768         # below this many elements a second thread costs more than it gives
+
+
+cdef void _q_fma_flat(const float[::1] x, q8_t[::1] out, float inv, float zpf,
+                      float qmin, float qmax) noexcept nogil:
+    cdef Py_ssize_t n = x.shape[0], nb = (n + BLOCK - 1) // BLOCK, b, i, end
+    for b in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
+        end = min((b + 1) * BLOCK, n)
+        for i in range(b * BLOCK, end):
+            out[i] = <q8_t>qops_q_fma(x[i], inv, zpf, qmin, qmax)
+
+
+cdef void _q_leg32_flat(const float[::1] x, int32_t[::1] out, float inv, float zpf) noexcept nogil:
+    cdef Py_ssize_t n = x.shape[0], nb = (n + BLOCK - 1) // BLOCK, b, i, end
+    for b in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
+        end = min((b + 1) * BLOCK, n)
+        for i in range(b * BLOCK, end):
+            out[i] = qops_q_leg32(x[i], inv, zpf)
+
+
+cdef void _q_leg_channels(const float[:, :, ::1] x, qint_t[:, :, ::1] out,
+                          const float[::1] inv, const int32_t[::1] zp,
+                          float qmin, float qmax) noexcept nogil:
+    # (outer, C, inner) view: parallel over outer*C rows, each row one channel's qparams.
+    cdef Py_ssize_t n0 = x.shape[0], nc = x.shape[1], n2 = x.shape[2], r, c, i
+    cdef float cinv, czp
+    for r in prange(n0 * nc, schedule="static",
+                    num_threads=qops_threads_for(n0 * nc * n2, GRAIN)):
+        c = r % nc
+        cinv = inv[c]
+        czp = <float>zp[c]
+        for i in range(n2):
+            if qint_t is int32_t:
+                out[r // nc, c, i] = qops_q_leg32(x[r // nc, c, i], cinv, czp)
+            else:
+                out[r // nc, c, i] = <qint_t>qops_q_leg8(x[r // nc, c, i], cinv, czp, qmin, qmax)
+
+
+cdef void _d_sc_flat(const qint_t[::1] q, float[::1] out, float s, int32_t zp) noexcept nogil:
+    cdef Py_ssize_t n = q.shape[0], nb = (n + BLOCK - 1) // BLOCK, b, i, end
+    for b in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
+        end = min((b + 1) * BLOCK, n)
+        for i in range(b * BLOCK, end):
+            out[i] = qops_d_sc(q[i], s, zp)
+
+
+cdef void _d_pc_channels(const qint_t[:, :, ::1] q, float[:, :, ::1] out, const double[::1] scales,
+                         const int32_t[::1] zp) noexcept nogil:
+    cdef Py_ssize_t n0 = q.shape[0], nc = q.shape[1], n2 = q.shape[2], r, c, i
+    for r in prange(n0 * nc, schedule="static",
+                    num_threads=qops_threads_for(n0 * nc * n2, GRAIN)):
+        c = r % nc
+        for i in range(n2):
+            out[r // nc, c, i] = qops_d_pc(q[r // nc, c, i], scales[c], zp[c])
+
+
+cdef void _requant_flat(const q8_t[::1] q, q8_t[::1] out, float s, int32_t zp, float inv,
+                        float zpf, float qmin, float qmax) noexcept nogil:
+    cdef Py_ssize_t n = q.shape[0], nb = (n + BLOCK - 1) // BLOCK, b, i, end
+    for b in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
+        end = min((b + 1) * BLOCK, n)
+        for i in range(b * BLOCK, end):
+            out[i] = <q8_t>qops_q_fma(qops_d_sc(q[i], s, zp), inv, zpf, qmin, qmax)
+
+
+def _split(shape, axis):
+    outer = int(np.prod(shape[:axis], dtype=np.int64))
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    return (outer, shape[axis], inner)
+
+
+def quantize_per_tensor(x, inv_scale, zero_point, dtype):
+    """Quantize float32 `x` with one scale: Q_fma for 8-bit types, Q_leg for int32."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty(x.shape, dtype=dtype)
+    info = np.iinfo(out.dtype)
+    flat_x, flat_out = x.reshape(-1), out.reshape(-1)
+    if out.dtype == np.uint8:
+        _q_fma_flat[uint8_t](flat_x, flat_out, inv_scale, zero_point, info.min, info.max)
+    elif out.dtype == np.int8:
+        _q_fma_flat[int8_t](flat_x, flat_out, inv_scale, zero_point, info.min, info.max)
+    else:
+        _q_leg32_flat(flat_x, flat_out, inv_scale, zero_point)
+    return out
+
+
+def quantize_per_channel(x, inv_scales, zero_points, axis, dtype):
+    """Quantize float32 `x` with one scale per index of `axis` (Q_leg)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty(x.shape, dtype=dtype)
+    info = np.iinfo(out.dtype)
+    shape3 = _split(x.shape, axis)
+    inv = np.ascontiguousarray(inv_scales, dtype=np.float32)
+    zp = np.ascontiguousarray(zero_points, dtype=np.int32)
+    if out.dtype == np.uint8:
+        _q_leg_channels[uint8_t](x.reshape(shape3), out.reshape(shape3), inv, zp, info.min, info.max)
+    elif out.dtype == np.int8:
+        _q_leg_channels[int8_t](x.reshape(shape3), out.reshape(shape3), inv, zp, info.min, info.max)
+    else:
+        _q_leg_channels[int32_t](x.reshape(shape3), out.reshape(shape3), inv, zp, info.min, info.max)
+    return out
+
+
+def dequantize_per_tensor(q, scale, zero_point):
+    """Dequantize integer `q` with one float32 scale (D_sc); float32 result."""
+    q = np.ascontiguousarray(q)
+    out = np.empty(q.shape, dtype=np.float32)
+    if q.dtype == np.uint8:
+        _d_sc_flat[uint8_t](q.reshape(-1), out.reshape(-1), scale, zero_point)
+    elif q.dtype == np.int8:
+        _d_sc_flat[int8_t](q.reshape(-1), out.reshape(-1), scale, zero_point)
+    else:
+        _d_sc_flat[int32_t](q.reshape(-1), out.reshape(-1), scale, zero_point)
+    return out
+
+
+def dequantize_per_channel(q, scales, zero_points, axis):
+    """Dequantize integer `q` per channel of `axis` with float64 scales (D_pc)."""
+    q = np.ascontiguousarray(q)
+    out = np.empty(q.shape, dtype=np.float32)
+    shape3 = _split(q.shape, axis)
+    sc = np.ascontiguousarray(scales, dtype=np.float64)
+    zp = np.ascontiguousarray(zero_points, dtype=np.int32)
+    if q.dtype == np.uint8:
+        _d_pc_channels[uint8_t](q.reshape(shape3), out.reshape(shape3), sc, zp)
+    elif q.dtype == np.int8:
+        _d_pc_channels[int8_t](q.reshape(shape3), out.reshape(shape3), sc, zp)
+    else:
+        _d_pc_channels[int32_t](q.reshape(shape3), out.reshape(shape3), sc, zp)
+    return out
+
+
+def requantize_per_tensor(q, scale, zero_point, inv_out_scale, out_zero_point, dtype):
+    """Re-express `q` with new qparams: D_sc, then quantize as quantize_per_tensor does."""
+    q = np.ascontiguousarray(q)
+    if q.dtype != np.dtype(dtype) or q.dtype == np.int32:
+        return quantize_per_tensor(dequantize_per_tensor(q, scale, zero_point),
+                                   inv_out_scale, out_zero_point, dtype)
+    out = np.empty(q.shape, dtype=dtype)
+    info = np.iinfo(out.dtype)
+    if q.dtype == np.uint8:
+        _requant_flat[uint8_t](q.reshape(-1), out.reshape(-1), scale, zero_point,
+                               inv_out_scale, out_zero_point, info.min, info.max)
+    else:
+        _requant_flat[int8_t](q.reshape(-1), out.reshape(-1), scale, zero_point,
+                              inv_out_scale, out_zero_point, info.min, info.max)
+    return out

@@ -1,0 +1,2 @@
+"""Public conv ops (see qops/_ops/__init__.py for the wrapper contract)."""
+__all__ = []

@@ -1,0 +1,28 @@
+"""Quantize-family public ops beyond those on qops itself: requantize."""
+from qops import _config
+from qops import _qparams as qp
+from qops._dtypes import as_qdtype
+from qops._ops import _check
+from qops._qtensor import QTensor
+
+__all__ = ["requantize"]
+
+
+def requantize(input, scale, zero_point, dtype=None):
+    """Re-express a per-tensor QTensor with new qparams (and dtype): quantize(dequantize(x)).
+
+    Parameters
+    ----------
+    input : per-tensor QTensor
+    scale : float > 0, the new scale
+    zero_point : int, the new zero point
+    dtype : the new dtype (default: the input's)
+    """
+    _check.qtensor(input, "input")
+    dtype = input.dtype if dtype is None else as_qdtype(dtype)
+    scale = qp.check_scale(scale)
+    zero_point = qp.check_zero_point(zero_point, dtype)
+    data = _config.impl("quant").requantize_per_tensor(
+        input._int, qp.f32(input._scale), input._zero_point, qp.inv_scale(scale), zero_point,
+        dtype.storage)
+    return QTensor._make(data, dtype, scale, zero_point)

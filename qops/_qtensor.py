@@ -1,0 +1,514 @@
+"""QTensor: an integer array with its quantization parameters (torch's quantized tensor)."""
+import numbers
+import operator
+
+import numpy as np
+
+from qops import _config
+from qops import _qparams as qp
+from qops._dtypes import (QDtype, as_qdtype, per_channel_affine, per_channel_symmetric,
+                          per_tensor_affine, per_tensor_symmetric, qdtype_of_storage, qint32)
+
+__all__ = ["QTensor", "quantize_per_tensor", "quantize_per_channel",
+           "make_per_tensor_quantized_tensor", "make_per_channel_quantized_tensor",
+           "dequantize", "is_quantized"]
+
+
+class QTensor:
+    """A quantized tensor: integer values `q` standing for `scale * (q - zero_point)`.
+
+    Build one with `quantize_per_tensor`, `quantize_per_channel` or the `make_*` functions.
+    The integer array may be a strided view; view ops return QTensors sharing it.
+    """
+
+    __slots__ = ("_int", "_dtype", "_qscheme", "_scale", "_zero_point", "_scales",
+                 "_zero_points", "_axis", "__weakref__")
+    is_quantized = True
+
+    @classmethod
+    def _make(cls, data, dtype, scale=None, zero_point=None, scales=None, zero_points=None,
+              axis=None, qscheme=None):
+        # Trusted constructor: arguments already validated by the caller.
+        t = cls.__new__(cls)
+        t._int = data
+        t._dtype = dtype
+        t._scale = scale
+        t._zero_point = zero_point
+        t._scales = scales
+        t._zero_points = zero_points
+        t._axis = axis
+        if qscheme is None:
+            qscheme = per_channel_affine if axis is not None else per_tensor_affine
+        t._qscheme = qscheme
+        return t
+
+    def _like(self, data, axis="same"):
+        """A QTensor with this one's qparams around `data` (axis moved or dropped by a view)."""
+        if self._axis is None:
+            return QTensor._make(data, self._dtype, self._scale, self._zero_point,
+                                 qscheme=self._qscheme)
+        return QTensor._make(data, self._dtype, scales=self._scales, zero_points=self._zero_points,
+                             axis=self._axis if axis == "same" else axis, qscheme=self._qscheme)
+
+    # -- attributes ------------------------------------------------------------------------
+    @property
+    def dtype(self):
+        return self._dtype
+
+    @property
+    def shape(self):
+        return self._int.shape
+
+    @property
+    def ndim(self):
+        return self._int.ndim
+
+    def dim(self):
+        return self._int.ndim
+
+    def size(self, dim=None):
+        """The shape, or the length of dimension `dim`."""
+        if dim is None:
+            return self._int.shape
+        return self._int.shape[_axis_arg(dim, self.ndim, "dim")]
+
+    def numel(self):
+        return int(self._int.size)
+
+    def stride(self):
+        """Strides in elements, as torch reports them."""
+        return tuple(s // self._int.itemsize for s in self._int.strides)
+
+    def is_contiguous(self):
+        return bool(self._int.flags.c_contiguous)
+
+    def qscheme(self):
+        return self._qscheme
+
+    def q_scale(self):
+        self._need_per_tensor("q_scale")
+        return self._scale
+
+    def q_zero_point(self):
+        self._need_per_tensor("q_zero_point")
+        return self._zero_point
+
+    def q_per_channel_scales(self):
+        self._need_per_channel("q_per_channel_scales")
+        return self._scales.copy()
+
+    def q_per_channel_zero_points(self):
+        self._need_per_channel("q_per_channel_zero_points")
+        return self._zero_points.copy()
+
+    def q_per_channel_axis(self):
+        self._need_per_channel("q_per_channel_axis")
+        return self._axis
+
+    @property
+    def is_per_channel(self):
+        return self._axis is not None
+
+    def _need_per_tensor(self, what):
+        if self._axis is not None:
+            raise TypeError(f"{what}() needs a per-tensor quantized tensor; this one is "
+                            f"{self._qscheme.name}")
+
+    def _need_per_channel(self, what):
+        if self._axis is None:
+            raise TypeError(f"{what}() needs a per-channel quantized tensor; this one is "
+                            f"{self._qscheme.name}")
+
+    # -- values ----------------------------------------------------------------------------
+    def int_repr(self):
+        """A copy of the integer values (uint8, int8 or int32 numpy array)."""
+        return self._int.copy()
+
+    def dequantize(self):
+        """The float32 values: D_sc per tensor, D_pc (double multiply) per channel."""
+        kernels = _config.impl("quant")
+        if self._axis is None:
+            return kernels.dequantize_per_tensor(self._int, qp.f32(self._scale), self._zero_point)
+        return kernels.dequantize_per_channel(self._int, self._scales,
+                                              self._zero_points.astype(np.int32), self._axis)
+
+    def numpy(self):
+        """Refuse: say which of int_repr() and dequantize() is wanted."""
+        raise TypeError("a QTensor has no single numpy value; use int_repr() for the integers "
+                        "or dequantize() for the float values")
+
+    def __array__(self, *args, **kwargs):
+        # np.asarray(qtensor) must not silently give integers or an object array.
+        self.numpy()
+
+    def equal(self, other):
+        """True if `other` has the same dtype, scheme, qparams, shape and integer values."""
+        if not isinstance(other, QTensor):
+            raise TypeError(f"equal() compares two QTensors; got {type(other).__name__}")
+        if self._dtype is not other._dtype or self._qscheme is not other._qscheme:
+            return False
+        if self.shape != other.shape:
+            return False
+        if self._axis is None:
+            if self._scale != other._scale or self._zero_point != other._zero_point:
+                return False
+        elif (self._axis != other._axis or not np.array_equal(self._scales, other._scales)
+              or not np.array_equal(self._zero_points, other._zero_points)):
+            return False
+        return bool(np.array_equal(self._int, other._int))
+
+    def clone(self):
+        """A copy that owns its integer data (contiguous)."""
+        t = self._like(np.ascontiguousarray(self._int).copy())
+        if t._axis is not None:
+            t._scales = self._scales.copy()
+            t._zero_points = self._zero_points.copy()
+        return t
+
+    def copy_(self, src):
+        """Copy `src`'s values and qparams into this tensor, in place (shapes broadcast)."""
+        if not isinstance(src, QTensor):
+            raise TypeError(f"copy_() takes a QTensor; got {type(src).__name__}")
+        if src._dtype is not self._dtype:
+            raise TypeError(f"copy_(): dtype {src._dtype.name} does not match {self._dtype.name}")
+        try:
+            np.copyto(self._int, np.broadcast_to(src._int, self.shape))
+        except ValueError:
+            raise ValueError(f"copy_(): shape {src.shape} does not broadcast to {self.shape}") from None
+        self._qscheme, self._scale, self._zero_point = src._qscheme, src._scale, src._zero_point
+        self._scales, self._zero_points, self._axis = src._scales, src._zero_points, src._axis
+        return self
+
+    def resize_(self, *shape):
+        """Give this tensor a new shape in place; new elements (if any) are zero raw values."""
+        shape = _shape_arg(shape)
+        if self._axis is not None:
+            raise TypeError("resize_() is not supported on per-channel quantized tensors")
+        n = int(np.prod(shape, dtype=np.int64))
+        flat = np.ascontiguousarray(self._int).reshape(-1)
+        if n <= flat.size:
+            data = flat[:n].copy()
+        else:
+            data = np.zeros(n, dtype=flat.dtype)
+            data[:flat.size] = flat
+        self._int = data.reshape(shape)
+        return self
+
+    # -- views -----------------------------------------------------------------------------
+    def reshape(self, *shape):
+        """The same values in a new shape (a view when the layout allows it)."""
+        shape = _shape_arg(shape)
+        try:
+            data = self._int.reshape(shape)
+        except ValueError:
+            raise ValueError(f"cannot reshape a tensor of shape {self.shape} into {shape}") from None
+        return self._like(data, axis=self._reshaped_axis(data.shape, "reshape"))
+
+    def view(self, *shape):
+        """A view with a new shape; fails when the layout would need a copy, as torch's."""
+        shape = _shape_arg(shape)
+        data = self._int.view()
+        try:
+            data.shape = np.empty(self.shape, dtype=[]).reshape(shape).shape
+        except (AttributeError, ValueError):
+            raise ValueError(f"view(): shape {shape} is not compatible with the size and strides "
+                             f"of this tensor {self.shape}; use reshape()") from None
+        return self._like(data, axis=self._reshaped_axis(data.shape, "view"))
+
+    def _reshaped_axis(self, new_shape, what):
+        if self._axis is None:
+            return "same"
+        # The channel axis survives a reshape only if it stays one whole dimension with the
+        # same number of elements before it.
+        before = int(np.prod(self.shape[:self._axis], dtype=np.int64))
+        c = self.shape[self._axis]
+        acc = 1
+        for i, n in enumerate(new_shape):
+            if acc == before and n == c:
+                return i
+            acc *= n
+        raise ValueError(f"{what}(): the channel axis {self._axis} (size {c}) of a per-channel "
+                         f"tensor must remain a dimension of its own; {self.shape} -> "
+                         f"{tuple(new_shape)} merges or splits it")
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        """Merge dimensions start_dim..end_dim into one."""
+        nd = max(self.ndim, 1)
+        s = _axis_arg(start_dim, nd, "start_dim")
+        e = _axis_arg(end_dim, nd, "end_dim")
+        if self.ndim == 0:
+            return self.reshape(1)
+        if s > e:
+            raise ValueError("flatten(): start_dim cannot come after end_dim")
+        shape = self.shape[:s] + (int(np.prod(self.shape[s:e + 1], dtype=np.int64)),) + self.shape[e + 1:]
+        return self.reshape(shape)
+
+    def _no_stride_views(self, what):
+        if self._axis is not None:
+            raise TypeError(f"{what}() is not supported on per-channel quantized tensors "
+                            f"(as in PyTorch: they cannot take new strides)")
+
+    def transpose(self, dim0, dim1):
+        """Swap two dimensions (a view)."""
+        self._no_stride_views("transpose")
+        d0, d1 = _axis_arg(dim0, self.ndim, "dim0"), _axis_arg(dim1, self.ndim, "dim1")
+        return self._like(np.swapaxes(self._int, d0, d1))
+
+    @property
+    def T(self):
+        self._no_stride_views("T")
+        return self._like(self._int.T)
+
+    def permute(self, *dims):
+        """Reorder the dimensions (a view)."""
+        self._no_stride_views("permute")
+        dims = _shape_arg(dims)
+        if sorted(_axis_arg(d, self.ndim, "dims") for d in dims) != list(range(self.ndim)):
+            raise ValueError(f"permute(): dims {dims} are not a permutation of {self.ndim} dims")
+        return self._like(np.transpose(self._int, [_axis_arg(d, self.ndim, "dims") for d in dims]))
+
+    def expand(self, *sizes):
+        """Broadcast size-1 dimensions to `sizes` (-1 keeps a size), as a read-only view."""
+        self._no_stride_views("expand")
+        sizes = _shape_arg(sizes)
+        lead = len(sizes) - self.ndim
+        if lead < 0:
+            raise ValueError(f"expand(): {len(sizes)} sizes for a tensor of {self.ndim} dims")
+        target = tuple(self.shape[i - lead] if n == -1 else n for i, n in enumerate(sizes))
+        try:
+            return self._like(np.broadcast_to(self._int, target))
+        except ValueError:
+            raise ValueError(f"expand(): cannot expand shape {self.shape} to {target}") from None
+
+    def squeeze(self, dim=None):
+        """Drop dimensions of size 1 (all, or only `dim`)."""
+        if dim is None:
+            dims = tuple(i for i, n in enumerate(self.shape) if n == 1)
+        else:
+            d = _axis_arg(dim, self.ndim, "dim")
+            dims = (d,) if self.shape[d] == 1 else ()
+        if self._axis is not None:
+            dims = tuple(d for d in dims if d != self._axis)
+            axis = self._axis - sum(d < self._axis for d in dims)
+            return self._like(np.squeeze(self._int, axis=dims), axis=axis)
+        return self._like(np.squeeze(self._int, axis=dims))
+
+    def unsqueeze(self, dim):
+        """Insert a dimension of size 1 at `dim`."""
+        d = _axis_arg(dim, self.ndim + 1, "dim")
+        axis = "same" if self._axis is None else self._axis + (d <= self._axis)
+        return self._like(np.expand_dims(self._int, d), axis=axis)
+
+    def select(self, dim, index):
+        """The slice at `index` along `dim`, with that dimension removed."""
+        d = _axis_arg(dim, self.ndim, "dim")
+        key = (slice(None),) * d + (operator.index(index),)
+        return self[key]
+
+    def __getitem__(self, key):
+        if not isinstance(key, tuple):
+            key = (key,)
+        if any(k is Ellipsis for k in key):
+            i = next(j for j, k in enumerate(key) if k is Ellipsis)
+            rest = [k for k in key if k is not Ellipsis]
+            n_used = sum(k is not None for k in rest)
+            key = key[:i] + (slice(None),) * (self.ndim - n_used) + key[i + 1:]
+        basic = all(k is None or isinstance(k, (slice, numbers.Integral)) for k in key)
+        if self._axis is None:
+            return self._like(self._int[key])
+        if not basic:
+            raise TypeError("per-channel quantized tensors take only basic indexing "
+                            "(ints, slices, None, ...)")
+        data = self._int[key]
+        src = out = 0
+        for k in key:
+            if k is None:
+                out += 1
+                continue
+            if src == self._axis:
+                if isinstance(k, slice):
+                    scales, zps = self._scales[k], self._zero_points[k]
+                    return QTensor._make(data, self._dtype, scales=scales, zero_points=zps,
+                                         axis=out, qscheme=self._qscheme)
+                c = operator.index(k)
+                c = c + self.shape[self._axis] if c < 0 else c
+                return QTensor._make(data, self._dtype, float(self._scales[c]),
+                                     int(self._zero_points[c]),
+                                     qscheme=per_tensor_symmetric if self._qscheme.symmetric
+                                     else per_tensor_affine)
+            src += 1
+            out += not isinstance(k, numbers.Integral)
+        return self._like(data, axis=out + (self._axis - src))
+
+    def contiguous(self):
+        """This tensor if its integers are C-contiguous, else a contiguous copy."""
+        if self._int.flags.c_contiguous:
+            return self
+        return self._like(np.ascontiguousarray(self._int))
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    # -- reductions and ordering (implemented in qops.functional) --------------------------
+    def max(self, dim=None, keepdim=False):
+        from qops import functional
+        return functional.max(self, dim, keepdim)
+
+    def min(self, dim=None, keepdim=False):
+        from qops import functional
+        return functional.min(self, dim, keepdim)
+
+    def mean(self, dim=None, keepdim=False):
+        from qops import functional
+        return functional.mean(self, dim, keepdim)
+
+    def sort(self, dim=-1, descending=False, stable=False):
+        from qops import functional
+        return functional.sort(self, dim, descending, stable)
+
+    def topk(self, k, dim=-1, largest=True, sorted=True):
+        from qops import functional
+        return functional.topk(self, k, dim, largest, sorted)
+
+    def __repr__(self):
+        values = np.array2string(self.dequantize(), precision=4, separator=", ", prefix="QTensor(")
+        if self._axis is None:
+            qparams = f"scale={self._scale!r}, zero_point={self._zero_point}"
+        else:
+            qparams = (f"scale={np.array2string(self._scales, separator=', ')}, "
+                       f"zero_point={np.array2string(self._zero_points, separator=', ')}, "
+                       f"axis={self._axis}")
+        return (f"QTensor({values}, size={self.shape}, dtype={self._dtype!r}, "
+                f"quantization_scheme={self._qscheme!r}, {qparams})")
+
+    def __bool__(self):
+        raise TypeError("the truth value of a QTensor is ambiguous; compare int_repr() or "
+                        "dequantize() values")
+
+
+def _shape_arg(shape):
+    if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
+        shape = tuple(shape[0])
+    try:
+        return tuple(operator.index(n) for n in shape)
+    except TypeError:
+        raise TypeError(f"shape must be integers; got {shape!r}") from None
+
+
+def _axis_arg(axis, ndim, argname="axis"):
+    """Normalize a possibly negative axis; error naming `argname` when out of range."""
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+        raise TypeError(f"{argname} must be an int; got {axis!r}")
+    axis = int(axis)
+    if not -max(ndim, 1) <= axis < max(ndim, 1):
+        raise ValueError(f"{argname}={axis} is out of range for a tensor with {ndim} dims")
+    return axis % max(ndim, 1)
+
+
+def is_quantized(t):
+    """True if `t` is a QTensor."""
+    return isinstance(t, QTensor)
+
+
+def _float_input(x, argname="input"):
+    """`x` as float32 (float64/float16 converted, as torch users do with .float())."""
+    if isinstance(x, QTensor):
+        raise TypeError(f"{argname} is already quantized; dequantize() it first")
+    a = np.asarray(x)
+    if not np.issubdtype(a.dtype, np.floating):
+        raise TypeError(f"{argname} must be a float array to quantize; got dtype {a.dtype}")
+    return a.astype(np.float32, copy=False)
+
+
+def quantize_per_tensor(input, scale, zero_point, dtype):
+    """Quantize a float array with one scale and zero point.
+
+    Parameters
+    ----------
+    input : array_like of float (float32; float16/float64 are converted to float32)
+    scale : float > 0
+    zero_point : int in the range of `dtype`
+    dtype : qops.quint8, qops.qint8 or qops.qint32
+
+    NaN becomes qmax for 8-bit types and INT32_MIN for qint32; +inf qmax; -inf qmin
+    (what PyTorch 2.13 does).
+    """
+    dtype = as_qdtype(dtype)
+    x = _float_input(input)
+    scale = qp.check_scale(scale)
+    zero_point = qp.check_zero_point(zero_point, dtype)
+    data = _config.impl("quant").quantize_per_tensor(x, qp.inv_scale(scale), zero_point,
+                                                     dtype.storage)
+    return QTensor._make(data, dtype, scale, zero_point)
+
+
+def quantize_per_channel(input, scales, zero_points, axis, dtype):
+    """Quantize a float array with one scale and zero point per index of `axis`.
+
+    Parameters
+    ----------
+    input : array_like of float
+    scales : 1-D array of float > 0, one per channel
+    zero_points : 1-D array of int in the range of `dtype`, one per channel
+    axis : int, the channel dimension
+    dtype : qops.quint8, qops.qint8 or qops.qint32
+
+    NaN becomes raw 0 for 8-bit types and INT32_MIN for qint32 (PyTorch 2.13's scalar path).
+    """
+    dtype = as_qdtype(dtype)
+    x = _float_input(input)
+    if x.ndim == 0:
+        raise ValueError("quantize_per_channel needs an input with at least one dimension")
+    axis = _axis_arg(axis, x.ndim, "axis")
+    scales, zps = qp.check_channel_qparams(scales, zero_points, dtype, x.shape[axis])
+    data = _config.impl("quant").quantize_per_channel(x, qp.inv_scales(scales),
+                                                      zps.astype(np.int32), axis, dtype.storage)
+    return QTensor._make(data, dtype, scales=scales, zero_points=zps, axis=axis)
+
+
+def _int_input(int_array, argname="input"):
+    a = np.asarray(int_array)
+    if isinstance(int_array, QTensor) or not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"{argname} must be an integer array (uint8, int8 or int32); "
+                        f"got {getattr(a, 'dtype', type(int_array))}")
+    return a, qdtype_of_storage(a.dtype)
+
+
+def make_per_tensor_quantized_tensor(input, scale, zero_point):
+    """Wrap an integer array (uint8 -> quint8, int8 -> qint8, int32 -> qint32) with qparams.
+
+    Parameters
+    ----------
+    input : integer ndarray (not copied)
+    scale : float > 0
+    zero_point : int in the dtype's range
+    """
+    data, dtype = _int_input(input)
+    return QTensor._make(data, dtype, qp.check_scale(scale),
+                         qp.check_zero_point(zero_point, dtype))
+
+
+def make_per_channel_quantized_tensor(input, scales, zero_points, axis):
+    """Wrap an integer array with per-channel qparams along `axis`.
+
+    Parameters
+    ----------
+    input : integer ndarray (not copied)
+    scales, zero_points : 1-D arrays, one entry per index of `axis`
+    axis : int
+    """
+    data, dtype = _int_input(input)
+    axis = _axis_arg(axis, data.ndim, "axis")
+    scales, zps = qp.check_channel_qparams(scales, zero_points, dtype, data.shape[axis])
+    return QTensor._make(data, dtype, scales=scales, zero_points=zps, axis=axis)
+
+
+def dequantize(t):
+    """The float32 values of QTensor `t` (or of each QTensor in a list)."""
+    if isinstance(t, (list, tuple)):
+        return [dequantize(x) for x in t]
+    if not isinstance(t, QTensor):
+        raise TypeError(f"dequantize() takes a QTensor; got {type(t).__name__}")
+    return t.dequantize()

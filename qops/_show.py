@@ -1,0 +1,46 @@
+"""qops.show_config(): what this build compiled and what it runs."""
+import platform
+import sys
+
+import numpy as np
+
+
+def config_info():
+    """A dict of the facts show_config() prints."""
+    import qops
+    from qops import _config
+    info = {"qops": qops.__version__, "python": sys.version.split()[0], "numpy": np.__version__,
+            "machine": platform.machine(), "backend": _config.get_backend(),
+            "threads": _config.get_num_threads()}
+    try:
+        from qops import _fast
+        info.update(openmp=_fast.OPENMP, isas_compiled=_fast.ISAS, isas_cpu=_fast.CPU_ISAS,
+                    isa=_fast.ISA, debug_build=_fast.DEBUG,
+                    omp_max_threads=_fast._cpu.get_max_threads())
+    except ImportError as exc:
+        info.update(fast_error=str(exc))
+    return info
+
+
+def show_config():
+    """Print the qops version, numpy version, OpenMP, threads, and the instruction sets."""
+    info = config_info()
+    rows = [("qops", info["qops"]), ("python", info["python"]), ("numpy", info["numpy"]),
+            ("machine", info["machine"]), ("backend", info["backend"]),
+            ("threads", info["threads"])]
+    if "fast_error" in info:
+        rows.append(("fast kernels", "not available: " + info["fast_error"]))
+    else:
+        rows += [("OpenMP", "on" if info["openmp"] else "off (serial kernels)"),
+                 ("ISAs compiled", ", ".join(info["isas_compiled"])),
+                 ("ISAs this CPU runs", ", ".join(info["isas_cpu"])),
+                 ("ISA in use", info["isa"] + ("  (forced by QOPS_ISA)" if _forced() else "")),
+                 ("debug build (bounds checks)", "yes" if info["debug_build"] else "no")]
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+
+
+def _forced():
+    import os
+    return bool(os.environ.get("QOPS_ISA"))
