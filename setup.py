@@ -54,7 +54,8 @@ DIRECTIVES = {
     "embedsignature": True,
     "cpow": True,
 }
-if os.environ.get("QOPS_DEBUG") == "1":
+DEBUG = os.environ.get("QOPS_DEBUG") == "1"
+if DEBUG:
     DIRECTIVES.update(boundscheck=True, wraparound=True, initializedcheck=True)
 
 
@@ -128,13 +129,10 @@ def extensions():
                 f"qops._fast._{isa}.{family}", [str(wrapper)],
                 include_dirs=[str(FAST)],
                 depends=[str(FAST / (family + ".c"))] + [str(p) for p in FAST.glob("*.h")],
+                define_macros=[("QOPS_DEBUG", "1")] if DEBUG else [],
                 extra_compile_args=COMMON_FLAGS + ISA_FLAGS[isa] + omp_compile,
                 extra_link_args=omp_link,
             ))
-    (HERE / "qops" / "_fast" / "_build_info.py").write_text(
-        "# Written by setup.py: what this build compiled.\n"
-        f"ISAS = {tuple(chosen)!r}\nOPENMP = {bool(omp_compile)!r}\n"
-        f"DEBUG = {os.environ.get('QOPS_DEBUG') == '1'!r}\nFAMILIES = {tuple(families)!r}\n")
     for isa in chosen:
         pkg = HERE / "qops" / "_fast" / f"_{isa}"
         pkg.mkdir(exist_ok=True)

@@ -22,4 +22,6 @@ def __getattr__(name):
     import importlib
     if name in ("functional", "nn", "quantization", "bench"):
         return importlib.import_module(f"qops.{name}")
+    if name in ("save", "load"):
+        return getattr(importlib.import_module("qops.nn._serialize"), name)
     raise AttributeError(f"module 'qops' has no attribute {name!r}")

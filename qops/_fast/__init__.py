@@ -6,17 +6,25 @@ the environment variable ``QOPS_ISA`` forces one (tests run the suite on each).
 import importlib
 import os
 
-try:
-    from qops._fast import _build_info
-except ImportError as exc:  # a source checkout that was never built
-    raise ImportError("qops' compiled kernels are not built; run `pip install -e .` "
-                      "in the source tree") from exc
-
-ISAS = _build_info.ISAS
-OPENMP = _build_info.OPENMP
-DEBUG = _build_info.DEBUG
-
 _ORDER = ("avx512", "avx2", "baseline")
+
+
+def _built():
+    # An ISA counts as built when its package holds the compiled _cpu module.
+    found = []
+    for isa in _ORDER:
+        try:
+            importlib.import_module(f"qops._fast._{isa}._cpu")
+            found.append(isa)
+        except ImportError:
+            pass
+    if not found:
+        raise ImportError("qops' compiled kernels are not built; run `pip install -e .` "
+                          "in the source tree")
+    return tuple(found)
+
+
+ISAS = _built()
 
 
 def _cpu_supports():
@@ -42,6 +50,8 @@ def _choose():
 ISA = _choose()
 CPU_ISAS = tuple(i for i in _ORDER if i in _cpu_supports())
 _cpu = importlib.import_module(f"qops._fast._{ISA}._cpu")
+OPENMP = _cpu.have_openmp()
+DEBUG = _cpu.debug_build()
 _loaded = {}
 _threads = [None]
 

@@ -14,6 +14,11 @@ cdef extern from *:
     #endif
         return which == 0;
     }
+    #ifdef QOPS_DEBUG
+    static const int qops_debug_build = 1;
+    #else
+    static const int qops_debug_build = 0;
+    #endif
     #ifdef _OPENMP
     #include <omp.h>
     static const int qops_have_openmp = 1;
@@ -27,6 +32,7 @@ cdef extern from *:
     """
     int qops_cpu_supports(int which) nogil
     const int qops_have_openmp
+    const int qops_debug_build
     void qops_set_threads(int n) nogil
     int qops_max_threads() nogil
 
@@ -49,3 +55,8 @@ def set_num_threads(int n):
 def get_max_threads():
     """OpenMP's default thread count (1 without OpenMP)."""
     return qops_max_threads()
+
+
+def debug_build():
+    """True if built with QOPS_DEBUG=1 (Cython bounds checks on)."""
+    return bool(qops_debug_build)
