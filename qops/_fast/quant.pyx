@@ -9,66 +9,118 @@ DEF BLOCK = 4096          # elements per parallel chunk: whole cache lines, enou
 DEF GRAIN = 32768         # below this many elements a second thread costs more than it gives
 
 
+# The loops over elements live in small functions taking raw pointers: inside a prange body,
+# memoryview fields are shared state GCC must reload after every store, which blocks
+# vectorization; function arguments are private and the loops vectorize.
+
+cdef inline void _q_fma_run(const float* x, q8_t* out, Py_ssize_t n, float inv, float zpf,
+                            float qmin, float qmax) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        out[i] = <q8_t>qops_q_fma(x[i], inv, zpf, qmin, qmax)
+
+
+cdef inline void _q_leg32_run(const float* x, int32_t* out, Py_ssize_t n, float inv,
+                              float zpf) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        out[i] = qops_q_leg32(x[i], inv, zpf)
+
+
+cdef inline void _q_leg_run(const float* x, qint_t* out, Py_ssize_t n, float inv, float zpf,
+                            float qmin, float qmax) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        if qint_t is int32_t:
+            out[i] = qops_q_leg32(x[i], inv, zpf)
+        else:
+            out[i] = <qint_t>qops_q_leg8(x[i], inv, zpf, qmin, qmax)
+
+
+cdef inline void _d_sc_run(const qint_t* q, float* out, Py_ssize_t n, float s,
+                           int32_t zp) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        out[i] = qops_d_sc(q[i], s, zp)
+
+
+cdef inline void _d_pc_run(const qint_t* q, float* out, Py_ssize_t n, double s,
+                           int32_t zp) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        out[i] = qops_d_pc(q[i], s, zp)
+
+
+cdef inline void _requant_run(const q8_t* q, q8_t* out, Py_ssize_t n, float s, int32_t zp,
+                              float inv, float zpf, float qmin, float qmax) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        out[i] = <q8_t>qops_q_fma(qops_d_sc(q[i], s, zp), inv, zpf, qmin, qmax)
+
+
 cdef void _q_fma_flat(const float[::1] x, q8_t[::1] out, float inv, float zpf,
                       float qmin, float qmax) noexcept nogil:
-    cdef Py_ssize_t n = x.shape[0], nb = (n + BLOCK - 1) // BLOCK, b, i, end
+    cdef Py_ssize_t n = x.shape[0], nb = (n + BLOCK - 1) // BLOCK, b
+    cdef const float* xp = &x[0] if n else NULL
+    cdef q8_t* op = &out[0] if n else NULL
     for b in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
-        end = min((b + 1) * BLOCK, n)
-        for i in range(b * BLOCK, end):
-            out[i] = <q8_t>qops_q_fma(x[i], inv, zpf, qmin, qmax)
+        _q_fma_run(xp + b * BLOCK, op + b * BLOCK, min(BLOCK, n - b * BLOCK), inv, zpf, qmin, qmax)
 
 
 cdef void _q_leg32_flat(const float[::1] x, int32_t[::1] out, float inv, float zpf) noexcept nogil:
-    cdef Py_ssize_t n = x.shape[0], nb = (n + BLOCK - 1) // BLOCK, b, i, end
+    cdef Py_ssize_t n = x.shape[0], nb = (n + BLOCK - 1) // BLOCK, b
+    cdef const float* xp = &x[0] if n else NULL
+    cdef int32_t* op = &out[0] if n else NULL
     for b in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
-        end = min((b + 1) * BLOCK, n)
-        for i in range(b * BLOCK, end):
-            out[i] = qops_q_leg32(x[i], inv, zpf)
+        _q_leg32_run(xp + b * BLOCK, op + b * BLOCK, min(BLOCK, n - b * BLOCK), inv, zpf)
 
 
 cdef void _q_leg_channels(const float[:, :, ::1] x, qint_t[:, :, ::1] out,
                           const float[::1] inv, const int32_t[::1] zp,
                           float qmin, float qmax) noexcept nogil:
     # (outer, C, inner) view: parallel over outer*C rows, each row one channel's qparams.
-    cdef Py_ssize_t n0 = x.shape[0], nc = x.shape[1], n2 = x.shape[2], r, c, i
-    cdef float cinv, czp
+    cdef Py_ssize_t n0 = x.shape[0], nc = x.shape[1], n2 = x.shape[2], r
+    if n0 * nc * n2 == 0:
+        return
+    cdef const float* xp = &x[0, 0, 0]
+    cdef qint_t* op = &out[0, 0, 0]
+    cdef const float* ip = &inv[0]
+    cdef const int32_t* zpp = &zp[0]
     for r in prange(n0 * nc, schedule="static",
                     num_threads=qops_threads_for(n0 * nc * n2, GRAIN)):
-        c = r % nc
-        cinv = inv[c]
-        czp = <float>zp[c]
-        for i in range(n2):
-            if qint_t is int32_t:
-                out[r // nc, c, i] = qops_q_leg32(x[r // nc, c, i], cinv, czp)
-            else:
-                out[r // nc, c, i] = <qint_t>qops_q_leg8(x[r // nc, c, i], cinv, czp, qmin, qmax)
+        _q_leg_run(xp + r * n2, op + r * n2, n2, ip[r % nc], <float>zpp[r % nc], qmin, qmax)
 
 
 cdef void _d_sc_flat(const qint_t[::1] q, float[::1] out, float s, int32_t zp) noexcept nogil:
-    cdef Py_ssize_t n = q.shape[0], nb = (n + BLOCK - 1) // BLOCK, b, i, end
+    cdef Py_ssize_t n = q.shape[0], nb = (n + BLOCK - 1) // BLOCK, b
+    cdef const qint_t* qp = &q[0] if n else NULL
+    cdef float* op = &out[0] if n else NULL
     for b in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
-        end = min((b + 1) * BLOCK, n)
-        for i in range(b * BLOCK, end):
-            out[i] = qops_d_sc(q[i], s, zp)
+        _d_sc_run(qp + b * BLOCK, op + b * BLOCK, min(BLOCK, n - b * BLOCK), s, zp)
 
 
 cdef void _d_pc_channels(const qint_t[:, :, ::1] q, float[:, :, ::1] out, const double[::1] scales,
                          const int32_t[::1] zp) noexcept nogil:
-    cdef Py_ssize_t n0 = q.shape[0], nc = q.shape[1], n2 = q.shape[2], r, c, i
+    cdef Py_ssize_t n0 = q.shape[0], nc = q.shape[1], n2 = q.shape[2], r
+    if n0 * nc * n2 == 0:
+        return
+    cdef const qint_t* qp = &q[0, 0, 0]
+    cdef float* op = &out[0, 0, 0]
+    cdef const double* sp = &scales[0]
+    cdef const int32_t* zpp = &zp[0]
     for r in prange(n0 * nc, schedule="static",
                     num_threads=qops_threads_for(n0 * nc * n2, GRAIN)):
-        c = r % nc
-        for i in range(n2):
-            out[r // nc, c, i] = qops_d_pc(q[r // nc, c, i], scales[c], zp[c])
+        _d_pc_run(qp + r * n2, op + r * n2, n2, sp[r % nc], zpp[r % nc])
 
 
 cdef void _requant_flat(const q8_t[::1] q, q8_t[::1] out, float s, int32_t zp, float inv,
                         float zpf, float qmin, float qmax) noexcept nogil:
-    cdef Py_ssize_t n = q.shape[0], nb = (n + BLOCK - 1) // BLOCK, b, i, end
+    cdef Py_ssize_t n = q.shape[0], nb = (n + BLOCK - 1) // BLOCK, b
+    cdef const q8_t* qp = &q[0] if n else NULL
+    cdef q8_t* op = &out[0] if n else NULL
     for b in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
-        end = min((b + 1) * BLOCK, n)
-        for i in range(b * BLOCK, end):
-            out[i] = <q8_t>qops_q_fma(qops_d_sc(q[i], s, zp), inv, zpf, qmin, qmax)
+        _requant_run(qp + b * BLOCK, op + b * BLOCK, min(BLOCK, n - b * BLOCK), s, zp, inv,
+                     zpf, qmin, qmax)
 
 
 def _split(shape, axis):

@@ -1,0 +1,139 @@
+"""Compare qops' fast kernels with its reference and with PyTorch, in one process.
+
+    python -m qops.bench [--ops conv2d,linear] [--family conv] [--threads 1,2] [--seconds 0.3]
+
+Prints one table row per op and benchmark case: median microseconds per call for `ref`,
+`fast` and PyTorch (when installed), then fast's speed-up over ref and over PyTorch. The
+cases and the PyTorch calls are the registry's, the same data the tests and asv use.
+"""
+import argparse
+import sys
+import time
+import warnings
+
+import qops
+from qops._registry import all_specs
+
+
+def _median_us(fn, seconds, max_single=2.0):
+    """Median time of `fn` in microseconds over repeated calls within about `seconds`."""
+    t0 = time.perf_counter()
+    fn()                                         # warm-up (and a measure of one call)
+    first = time.perf_counter() - t0
+    if first > max_single:                       # slow reference: one more call is enough
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e6
+    times = []
+    deadline = time.perf_counter() + seconds
+    while len(times) < 5 or (time.perf_counter() < deadline and len(times) < 2000):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2] * 1e6
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    warnings.filterwarnings("ignore", category=UserWarning)
+    torch.backends.quantized.engine = "x86"
+    return torch
+
+
+def _progress(i, n, label):
+    width = 30
+    done = int(width * i / max(n, 1))
+    sys.stderr.write(f"\r[{'#' * done}{'.' * (width - done)}] {i}/{n} {label[:40]:<40}")
+    sys.stderr.flush()
+    if i == n:
+        sys.stderr.write("\n")
+
+
+def run(ops=None, families=None, threads=(1,), seconds=0.3, backends=("ref", "fast", "torch"),
+        cases=None, out=sys.stdout):
+    """Time the selected registry ops; return rows (op, case, threads, {backend: us})."""
+    torch = _torch() if "torch" in backends else None
+    specs = [s for s in all_specs()
+             if (not ops or s.name in ops) and (not families or s.family in families)]
+    jobs = [(s, name, build) for s in specs for name, build in s.bench.items()
+            if not cases or name in cases]
+    rows = []
+    total = len(jobs) * len(threads)
+    step = 0
+    for spec, name, build in jobs:
+        case = build()
+        for n in threads:
+            _progress(step, total, f"{spec.name} {name} t{n}")
+            times = {}
+            with qops.threads(n):
+                for b in ("ref", "fast"):
+                    if b in backends:
+                        with qops.backend(b):
+                            call = spec.qops_call(case)
+                            times[b] = _median_us(call, seconds)
+            if torch is not None and spec.torch is not None:
+                torch.set_num_threads(n)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    times["torch"] = _median_us(spec.torch(case), seconds)
+            rows.append((spec.name, name, n, times))
+            step += 1
+    _progress(total, total, "done")
+    _print(rows, out, torch is not None)
+    return rows
+
+
+def _fmt(v):
+    if v is None:
+        return "-"
+    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
+
+
+def _ratio(a, b):
+    return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
+
+
+def _print(rows, out, have_torch):
+    head = ["op", "case", "thr", "ref us", "fast us", "torch us", "fast vs ref", "fast vs torch"]
+    table = [head]
+    for op, case, n, t in rows:
+        table.append([op, case, str(n), _fmt(t.get("ref")), _fmt(t.get("fast")),
+                      _fmt(t.get("torch")) if have_torch else "n/a",
+                      _ratio(t.get("ref"), t.get("fast")), _ratio(t.get("torch"), t.get("fast"))])
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    for j, r in enumerate(table):
+        out.write("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) + "\n")
+        if j == 0:
+            out.write("  ".join("-" * w for w in widths) + "\n")
+    out.write("(fast vs X = X's time / fast's time: above 1x means qops fast is faster)\n")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m qops.bench", description=__doc__.split("\n")[0])
+    p.add_argument("--ops", help="comma-separated op names (default: all)")
+    p.add_argument("--family", help="comma-separated op families (conv, pool, ...)")
+    p.add_argument("--cases", help="comma-separated benchmark case names")
+    p.add_argument("--threads", default="1", help="comma-separated thread counts, e.g. 1,2")
+    p.add_argument("--seconds", type=float, default=0.3, help="time budget per measurement")
+    p.add_argument("--no-ref", action="store_true", help="skip the (slow) reference backend")
+    p.add_argument("--no-torch", action="store_true", help="skip PyTorch")
+    p.add_argument("--list", action="store_true", help="list ops and cases, then exit")
+    a = p.parse_args(argv)
+    if a.list:
+        for s in all_specs():
+            print(f"{s.family:<11} {s.name:<24} {', '.join(s.bench)}")
+        return 0
+    backends = [b for b in ("ref", "fast", "torch")
+                if not (b == "ref" and a.no_ref) and not (b == "torch" and a.no_torch)]
+    split = lambda v: [x for x in v.split(",") if x] if v else None  # noqa: E731
+    run(split(a.ops), split(a.family), [int(t) for t in a.threads.split(",")], a.seconds,
+        backends, split(a.cases))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
