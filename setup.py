@@ -110,8 +110,14 @@ def extensions():
     only = os.environ.get("QOPS_BUILD_ONLY")
     if only:
         families = [f for f in families if f in only.split(",")]
+    # Regenerate the C files when the directives change (a debug build and back).
+    stamp = HERE / "build" / "cython_directives.txt"
+    stamp.parent.mkdir(exist_ok=True)
+    force = not stamp.exists() or stamp.read_text() != repr(sorted(DIRECTIVES.items()))
     c_files = cythonize([Extension(f"qops._fast.{f}", [str(FAST / f"{f}.pyx")]) for f in families],
-                        compiler_directives=DIRECTIVES, include_path=[str(FAST)], quiet=True)
+                        compiler_directives=DIRECTIVES, include_path=[str(FAST)], quiet=True,
+                        force=force)
+    stamp.write_text(repr(sorted(DIRECTIVES.items())))
     omp_compile, omp_link = openmp_flags()
     exts = []
     chosen = isas()
