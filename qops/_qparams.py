@@ -22,7 +22,9 @@ def check_scale(scale, argname="scale"):
     scale = float(scale)
     if not math.isfinite(scale) or scale <= 0.0:
         raise ValueError(f"{argname} must be finite and > 0; got {scale!r}")
-    if not math.isfinite(1.0 / float(F32(scale))) or float(F32(scale)) == 0.0:
+    with np.errstate(over="ignore", divide="ignore"):
+        inv = F32(1.0) / F32(scale)
+    if not np.isfinite(inv):
         raise ValueError(f"{argname}={scale!r} is too small for float32 (1/scale overflows)")
     return scale
 
@@ -59,7 +61,8 @@ def check_channel_qparams(scales, zero_points, dtype, length, scales_name="scale
     if not np.issubdtype(scales.dtype, np.floating) and not np.issubdtype(scales.dtype, np.integer):
         raise TypeError(f"{scales_name} must be real numbers; got dtype {scales.dtype}")
     scales = scales.astype(np.float64)
-    bad = ~np.isfinite(scales) | (scales <= 0) | (scales.astype(F32) == 0)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        bad = ~np.isfinite(scales) | (scales <= 0) | ~np.isfinite(F32(1.0) / scales.astype(F32))
     if bad.any():
         raise ValueError(f"{scales_name} must be finite and > 0; got {scales[bad][0]!r} "
                          f"at index {int(np.flatnonzero(bad)[0])}")
