@@ -110,14 +110,19 @@ def extensions():
     only = os.environ.get("QOPS_BUILD_ONLY")
     if only:
         families = [f for f in families if f in only.split(",")]
-    # Regenerate the C files when the directives change (a debug build and back).
-    stamp = HERE / "build" / "cython_directives.txt"
-    stamp.parent.mkdir(exist_ok=True)
-    force = not stamp.exists() or stamp.read_text() != repr(sorted(DIRECTIVES.items()))
-    c_files = cythonize([Extension(f"qops._fast.{f}", [str(FAST / f"{f}.pyx")]) for f in families],
-                        compiler_directives=DIRECTIVES, include_path=[str(FAST)], quiet=True,
-                        force=force)
-    stamp.write_text(repr(sorted(DIRECTIVES.items())))
+    # Regenerate a family's C file when the directives change (a debug build and back); one
+    # stamp per family, so concurrent builds of different families do not confuse each other.
+    stamps = HERE / "build" / "cython_directives"
+    stamps.mkdir(parents=True, exist_ok=True)
+    wanted = repr(sorted(DIRECTIVES.items()))
+    c_files = []
+    for f in families:
+        stamp = stamps / f"{f}.txt"
+        force = not stamp.exists() or stamp.read_text() != wanted
+        c_files += cythonize([Extension(f"qops._fast.{f}", [str(FAST / f"{f}.pyx")])],
+                             compiler_directives=DIRECTIVES, include_path=[str(FAST)], quiet=True,
+                             force=force)
+        stamp.write_text(wanted)
     omp_compile, omp_link = openmp_flags()
     exts = []
     chosen = isas()

@@ -2,6 +2,7 @@
 
     python tools/feature_table.py          # print
     python tools/feature_table.py --write  # rewrite README.md between the markers
+    python tools/feature_table.py --write --families quant,conv   # only these families
 """
 import sys
 from pathlib import Path
@@ -11,9 +12,11 @@ from qops._registry import all_specs
 BEGIN, END = "<!-- feature-table:begin -->", "<!-- feature-table:end -->"
 
 
-def table():
+def table(families=None):
     rows = ["| op | family | ref | fast | vs PyTorch 2.13 |", "|---|---|---|---|---|"]
     for s in all_specs():
+        if families and s.family not in families:
+            continue
         if s.torch is None:
             torch = f"no oracle: {s.torch_missing}"
         else:
@@ -23,7 +26,8 @@ def table():
 
 
 def main(argv):
-    text = table()
+    families = argv[argv.index("--families") + 1].split(",") if "--families" in argv else None
+    text = table(families)
     if "--write" in argv:
         readme = Path(__file__).resolve().parent.parent / "README.md"
         s = readme.read_text()

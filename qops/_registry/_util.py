@@ -93,6 +93,11 @@ def to_torch(t):
         torch.from_numpy(t._zero_points.astype(np.int64)), t._axis)
 
 
+def _c(a):
+    # np.ascontiguousarray would turn a 0-d array into 1-d.
+    return np.require(a, requirements="C")
+
+
 def canon(out):
     """A plain, comparable form of an op result: QTensors become (raw ints, qparams)."""
     try:
@@ -103,9 +108,9 @@ def canon(out):
         return tuple(canon(o) for o in out)
     if isinstance(out, QTensor):
         if out._axis is None:
-            return ("q", out.dtype.name, np.ascontiguousarray(out._int), float(out._scale),
+            return ("q", out.dtype.name, _c(out._int), float(out._scale),
                     int(out._zero_point))
-        return ("qc", out.dtype.name, np.ascontiguousarray(out._int), out._scales.astype(np.float64),
+        return ("qc", out.dtype.name, _c(out._int), out._scales.astype(np.float64),
                 out._zero_points.astype(np.int64), int(out._axis))
     if torch is not None and isinstance(out, torch.Tensor):
         if out.is_quantized:
@@ -116,7 +121,7 @@ def canon(out):
             return ("qc", name, raw, out.q_per_channel_scales().numpy().astype(np.float64),
                     out.q_per_channel_zero_points().numpy().astype(np.int64),
                     int(out.q_per_channel_axis()))
-        return np.ascontiguousarray(out.detach().numpy())
+        return _c(out.detach().numpy())
     if isinstance(out, np.ndarray) or np.isscalar(out):
         return np.asarray(out)
     return out
