@@ -1,0 +1,306 @@
+# Quantized linear and dynamic linear (mirror of qops/_ref/linear.py) on the int8 GEMM core of
+# qops_gemm.h: exact int32 accumulation, zero-point corrections from precomputed row sums of the
+# weight, the float32 output stage fused into the GEMM's store; OpenMP over output tiles.
+import numpy as np
+from cython.parallel cimport prange
+from qops._fast._common cimport *
+
+cdef extern from "qops_gemm.h" nogil:
+    ctypedef struct qops_gemm_b:
+        const int8_t *data
+        const int32_t *wsum
+        const int32_t *wzp
+        Py_ssize_t N
+        Py_ssize_t K
+    ctypedef struct qops_gemm_out:
+        int kind
+        const float *bias
+        const float *mult
+        int32_t out_zp
+        int relu
+        void *out
+        Py_ssize_t ldc
+    enum:
+        QOPS_GEMM_U8
+        QOPS_GEMM_F32
+        QOPS_GEMM_I32
+    Py_ssize_t qops_gemm_packed_size(Py_ssize_t N, Py_ssize_t K)
+    void qops_gemm_pack(const int8_t *W, Py_ssize_t ldw, Py_ssize_t N, Py_ssize_t K,
+                        int8_t *packed, int32_t *wsum)
+    void qops_gemm_mt(const uint8_t *A, Py_ssize_t lda, Py_ssize_t M, int32_t a_zp,
+                      const qops_gemm_b *B, const qops_gemm_out *out, int nthreads)
+
+DEF GRAIN = 262144        # multiply-adds per thread below which a second thread costs more
+DEF QBLOCK = 4096         # elements per parallel chunk when quantizing the dynamic input
+
+# Largest K whose exact accumulator fits in int32 for any zero points: |x - x_zp| <= 255 and
+# |w - w_zp| <= 255, and 33025 * 255 * 255 < 2**31. Longer rows are split into chunks of this
+# many columns whose int32 results are summed in int64.
+K_CHUNK = 33025
+
+
+def _aligned_empty(n, dtype):
+    # 64-byte aligned storage: one packed weight group row is a whole number of cache lines.
+    dt = np.dtype(dtype)
+    raw = np.empty(n * dt.itemsize + 64, np.uint8)
+    off = (-raw.ctypes.data) % 64
+    return raw[off:off + n * dt.itemsize].view(dt)
+
+
+cdef class PackedWeight:
+    """An int8 weight (N x K) in the GEMM core's layout, with its row sums and zero points."""
+    cdef readonly Py_ssize_t N, K
+    cdef readonly list chunks          # (k0, k1, packed int8 array, row sums int32 array)
+    cdef readonly object wzp           # int32 (N,), or None when every zero point is 0
+
+    def __reduce__(self):
+        raise TypeError("PackedWeight is a per-process cache; pickle the weight instead")
+
+
+def pack_linear(weight, weight_zero_points):
+    """Prepare an int8 weight for repeated products: pack it for the GEMM core."""
+    cdef const int8_t[:, ::1] w = np.ascontiguousarray(weight, dtype=np.int8)
+    cdef int8_t[::1] buf
+    cdef int32_t[::1] sums
+    cdef Py_ssize_t N = w.shape[0], K = w.shape[1], k0, k1
+    cdef PackedWeight p = PackedWeight()
+    p.N, p.K, p.chunks = N, K, []
+    for k0 in range(0, max(K, 1), K_CHUNK):
+        k1 = min(k0 + K_CHUNK, K)
+        packed = _aligned_empty(qops_gemm_packed_size(N, k1 - k0), np.int8)
+        wsum = np.zeros(N, np.int32)
+        buf, sums = packed, wsum
+        if N > 0 and k1 > k0:
+            with nogil:
+                qops_gemm_pack(&w[0, k0], K, N, k1 - k0, &buf[0], &sums[0])
+        p.chunks.append((k0, k1, packed, wsum))
+    wzp = np.ascontiguousarray(weight_zero_points, dtype=np.int32)
+    p.wzp = wzp if np.any(wzp) else None
+    return p
+
+
+cdef void _gemm(const uint8_t[:, ::1] x, int32_t x_zp, PackedWeight p, Py_ssize_t c,
+                int kind, const float *bias, const float *mult, int32_t out_zp, int relu,
+                void *out, Py_ssize_t ldc) except *:
+    cdef qops_gemm_b b
+    cdef qops_gemm_out o
+    cdef const int8_t[::1] data
+    cdef const int32_t[::1] wsum
+    cdef const int32_t[::1] wzp
+    cdef Py_ssize_t M = x.shape[0], k0, k1
+    k0, k1, packed, sums = p.chunks[c]
+    data, wsum = packed, sums
+    b.data = &data[0]
+    b.wsum = &wsum[0] if p.N > 0 else NULL
+    b.wzp = NULL
+    if p.wzp is not None:
+        wzp = p.wzp
+        b.wzp = &wzp[0]
+    b.N, b.K = p.N, k1 - k0
+    o.kind, o.bias, o.mult, o.out_zp = kind, bias, mult, out_zp
+    o.relu, o.out, o.ldc = relu, out, ldc
+    cdef int nt = qops_threads_for(M * p.N * max(k1 - k0, 1), GRAIN)
+    if M == 0 or p.N == 0:
+        return
+    with nogil:
+        qops_gemm_mt(&x[0, 0] if k1 > k0 else <const uint8_t *>&data[0], x.shape[1], M, x_zp,
+                     &b, &o, nt)
+    # k0 is applied by the caller through the row offset of x (see _acc64)
+
+
+cdef object _acc64(const uint8_t[:, ::1] x, int32_t x_zp, PackedWeight p):
+    # Rows longer than K_CHUNK: exact int32 products per chunk, summed in int64.
+    cdef Py_ssize_t M = x.shape[0], c
+    acc = np.zeros((M, p.N), np.int64)
+    part = np.empty((M, p.N), np.int32)
+    cdef int32_t[:, ::1] pv = part
+    for c in range(len(p.chunks)):
+        k0, k1 = p.chunks[c][0], p.chunks[c][1]
+        xs = np.ascontiguousarray(np.asarray(x)[:, k0:k1])
+        _gemm(xs, x_zp, p, c, QOPS_GEMM_I32, NULL, NULL, 0, 0, &pv[0, 0] if M and p.N else NULL,
+              p.N)
+        acc += part
+    return acc
+
+
+cdef void _finish_u8(const int64_t[:, ::1] acc, const float *bias, const float[::1] mult,
+                     int32_t zp, int relu, uint8_t[:, ::1] out) noexcept nogil:
+    cdef Py_ssize_t M = acc.shape[0], N = acc.shape[1], m, n
+    cdef float lo = <float>((zp if relu else 0) - zp), hi = <float>(255 - zp), y, z
+    for m in prange(M, schedule="static", num_threads=qops_threads_for(M * N, 65536)):
+        for n in range(N):
+            y = <float>acc[m, n]
+            if bias != NULL:
+                y = y + bias[n]
+            z = y * mult[n]
+            z = z if z > lo else lo
+            z = z if z < hi else hi
+            out[m, n] = <uint8_t>(<int32_t>qops_rintf(z) + zp)
+
+
+cdef void _finish_f32(const int64_t[:, ::1] acc, const float *bias, const float[::1] mult,
+                      int relu, float[:, ::1] out) noexcept nogil:
+    cdef Py_ssize_t M = acc.shape[0], N = acc.shape[1], m, n
+    cdef float r
+    for m in prange(M, schedule="static", num_threads=qops_threads_for(M * N, 65536)):
+        for n in range(N):
+            r = fmaf(<float>acc[m, n], mult[n], bias[n] if bias != NULL else 0.0)
+            if relu and not (r > 0):
+                r = 0
+            out[m, n] = r
+
+
+cdef extern from "<math.h>" nogil:
+    float fmaf(float, float, float)
+
+
+def linear(x, x_zero_point, packed, bias_term, multiplier, out_zero_point, relu):
+    """Quantized linear: int32 accumulation, float bias term, requantization to quint8."""
+    cdef const uint8_t[:, ::1] xv = np.ascontiguousarray(x, dtype=np.uint8)
+    cdef PackedWeight p = packed
+    cdef const float[::1] mult = np.ascontiguousarray(multiplier, dtype=np.float32)
+    cdef const float[::1] bt
+    cdef const float *bptr = NULL
+    cdef Py_ssize_t M = xv.shape[0]
+    out = np.empty((M, p.N), np.uint8)
+    cdef uint8_t[:, ::1] ov = out
+    if bias_term is not None and p.N > 0:
+        bt = np.ascontiguousarray(bias_term, dtype=np.float32)
+        bptr = &bt[0]
+    if M == 0 or p.N == 0:
+        return out
+    if len(p.chunks) == 1:
+        _gemm(xv, x_zero_point, p, 0, QOPS_GEMM_U8, bptr, &mult[0], out_zero_point,
+              1 if relu else 0, &ov[0, 0], p.N)
+    else:
+        _finish_u8(_acc64(xv, x_zero_point, p), bptr, mult, out_zero_point, 1 if relu else 0, ov)
+    return out
+
+
+cdef void _quantize_rows(const float[:, ::1] x, uint8_t[:, ::1] out, float inv,
+                         float zpf) noexcept nogil:
+    cdef Py_ssize_t n = x.shape[0] * x.shape[1], nb = (n + QBLOCK - 1) // QBLOCK, b, i, end
+    cdef const float *xp = &x[0, 0]
+    cdef uint8_t *op = &out[0, 0]
+    for b in prange(nb, schedule="static", num_threads=qops_threads_for(n, 65536)):
+        end = min((b + 1) * QBLOCK, n)
+        for i in range(b * QBLOCK, end):
+            op[i] = <uint8_t>qops_q_fma(xp[i], inv, zpf, 0.0, 255.0)
+
+
+cdef extern from *:
+    """
+    /* min and max of a float run, NaN flagged apart. Written with intrinsics: a plain
+     * a < b ? a : b reduction does not vectorize without fast-math (it is not associative
+     * under NaN). */
+    #if defined(__SSE2__)
+    #include <immintrin.h>
+    #endif
+    static void qops_lin_minmax(const float *x, ptrdiff_t n, float *lo, float *hi, int *nan) {
+        ptrdiff_t i = 0;
+        float mn = x[0], mx = x[0];
+        int bad = 0;
+    #if defined(__AVX512F__)
+        if (n >= 16) {
+            __m512 vmn = _mm512_set1_ps(x[0]), vmx = vmn;
+            __mmask16 un = 0;
+            for (; i + 16 <= n; i += 16) {
+                __m512 v = _mm512_loadu_ps(x + i);
+                vmn = _mm512_min_ps(vmn, v);
+                vmx = _mm512_max_ps(vmx, v);
+                un |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+            }
+            mn = _mm512_reduce_min_ps(vmn);
+            mx = _mm512_reduce_max_ps(vmx);
+            bad = un != 0;
+        }
+    #elif defined(__SSE2__)
+        if (n >= 4) {
+            __m128 vmn = _mm_set1_ps(x[0]), vmx = vmn, un = _mm_setzero_ps();
+            float a[4], b[4];
+            for (; i + 4 <= n; i += 4) {
+                __m128 v = _mm_loadu_ps(x + i);
+                vmn = _mm_min_ps(vmn, v);
+                vmx = _mm_max_ps(vmx, v);
+                un = _mm_or_ps(un, _mm_cmpunord_ps(v, v));
+            }
+            _mm_storeu_ps(a, vmn);
+            _mm_storeu_ps(b, vmx);
+            for (int j = 0; j < 4; j++) {
+                mn = a[j] < mn ? a[j] : mn;
+                mx = b[j] > mx ? b[j] : mx;
+            }
+            bad = _mm_movemask_ps(un) != 0;
+        }
+    #endif
+        for (; i < n; i++) {
+            float v = x[i];
+            mn = v < mn ? v : mn;
+            mx = v > mx ? v : mx;
+            bad |= v != v;
+        }
+        *lo = mn; *hi = mx; *nan = bad;
+    }
+    """
+    void qops_lin_minmax(const float *x, Py_ssize_t n, float *lo, float *hi, int *nan) nogil
+
+
+DEF MAXBLOCKS = 64
+
+
+def minmax(x):
+    """The min and max of float32 `x` (NaN if it holds one), as Python floats."""
+    cdef const float[::1] xv = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+    cdef Py_ssize_t n = xv.shape[0], nb, b, step
+    cdef int nt = qops_threads_for(n, 65536)
+    cdef float lo[MAXBLOCKS]
+    cdef float hi[MAXBLOCKS]
+    cdef int nan[MAXBLOCKS]
+    cdef float mn, mx
+    cdef int bad = 0
+    nb = min(nt * 4, MAXBLOCKS) if nt > 1 else 1
+    step = (n + nb - 1) // nb
+    with nogil:
+        # Each block reduces privately; the blocks are combined after (no shared accumulator).
+        for b in prange(nb, schedule="static", num_threads=nt):
+            if b * step < n:
+                qops_lin_minmax(&xv[b * step], min(step, n - b * step), &lo[b], &hi[b], &nan[b])
+            else:
+                lo[b] = xv[0]
+                hi[b] = xv[0]
+                nan[b] = 0
+        mn, mx = lo[0], hi[0]
+        for b in range(nb):
+            mn = lo[b] if lo[b] < mn else mn
+            mx = hi[b] if hi[b] > mx else mx
+            bad = bad | nan[b]
+    if bad:
+        return float("nan"), float("nan")
+    return mn, mx
+
+
+def linear_dynamic(x, x_inv_scale, x_zero_point, packed, multiplier, bias, relu):
+    """Dynamic linear: quantize float32 `x` (Q_fma), int32 accumulation, float32 output."""
+    cdef const float[:, ::1] xv = np.ascontiguousarray(x, dtype=np.float32)
+    cdef PackedWeight p = packed
+    cdef const float[::1] mult = np.ascontiguousarray(multiplier, dtype=np.float32)
+    cdef const float[::1] bv
+    cdef const float *bptr = NULL
+    cdef Py_ssize_t M = xv.shape[0]
+    out = np.empty((M, p.N), np.float32)
+    cdef float[:, ::1] ov = out
+    if bias is not None and p.N > 0:
+        bv = np.ascontiguousarray(bias, dtype=np.float32)
+        bptr = &bv[0]
+    if M == 0 or p.N == 0:
+        return out
+    xq = np.empty((M, xv.shape[1]), np.uint8)
+    cdef uint8_t[:, ::1] xqv = xq
+    if xv.shape[1] > 0:
+        _quantize_rows(xv, xqv, x_inv_scale, x_zero_point)
+    if len(p.chunks) == 1:
+        _gemm(xqv, x_zero_point, p, 0, QOPS_GEMM_F32, bptr, &mult[0], 0, 1 if relu else 0,
+              &ov[0, 0], p.N)
+    else:
+        _finish_f32(_acc64(xqv, x_zero_point, p), bptr, mult, 1 if relu else 0, ov)
+    return out

@@ -1,0 +1,245 @@
+"""Linear family: what the registry's generic tests cannot see (errors, prepacking, overflow,
+activation qparams of dynamic linear)."""
+import numpy as np
+import pytest
+
+import qops
+from qops import functional as F
+from qops._ops.linear import choose_dynamic_qparams
+from qops._registry import _util as u
+
+BACKENDS = ["ref", "fast"]
+
+
+def _x(r, shape, zp=128, scale=0.05):
+    data = r.integers(0, 256, shape).astype(np.uint8)
+    return qops.make_per_tensor_quantized_tensor(data, scale, zp)
+
+
+def _w(r, n, k, zp=0, scale=0.01):
+    data = r.integers(-128, 128, (n, k)).astype(np.int8)
+    return qops.make_per_tensor_quantized_tensor(data, scale, zp)
+
+
+@pytest.fixture
+def xwb():
+    r = u.rng(40)
+    return _x(r, (3, 8)), _w(r, 5, 8), r.normal(0, 1, 5).astype(np.float32)
+
+
+# -- errors -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_static_errors(xwb, backend):
+    x, w, b = xwb
+    r = u.rng(41)
+    with qops.backend(backend):
+        with pytest.raises(TypeError, match="input"):
+            F.linear(x._int, w, b)
+        with pytest.raises(TypeError, match="input must have dtype quint8"):
+            F.linear(qops.make_per_tensor_quantized_tensor(x._int.astype(np.int8), 0.1, 0), w, b)
+        with pytest.raises(TypeError, match="weight must have dtype qint8"):
+            F.linear(x, qops.make_per_tensor_quantized_tensor(w._int.view(np.uint8), 0.1, 0), b)
+        with pytest.raises(TypeError, match="weight"):
+            F.linear(x, w._int, b)
+        with pytest.raises(ValueError, match="weight must have 2 dims"):
+            F.linear(x, qops.make_per_tensor_quantized_tensor(w._int[None], 0.1, 0), b)
+        w_ax1 = qops.make_per_channel_quantized_tensor(w._int, np.full(8, 0.1), np.zeros(8, int), 1)
+        with pytest.raises(ValueError, match="axis 0"):
+            F.linear(x, w_ax1, b)
+        with pytest.raises(ValueError, match="in_features=8"):
+            F.linear(_x(r, (3, 7)), w, b)
+        with pytest.raises(ValueError, match="at least 2 dimensions"):
+            F.linear(_x(r, (8,)), w, b)
+        with pytest.raises(ValueError, match=r"bias must have shape \(5,\)"):
+            F.linear(x, w, b[:4])
+        with pytest.raises(TypeError, match="bias must be a float array"):
+            F.linear(x, w, np.arange(5))
+        with pytest.raises(TypeError, match="bias must be a float array"):
+            F.linear(x, w, qops.quantize_per_tensor(b, 0.1, 0, qops.qint8))
+        with pytest.raises(ValueError, match="bias must be finite"):
+            F.linear(x, w, np.array([1, 2, np.nan, 0, 0], np.float32))
+        with pytest.raises(ValueError, match="scale"):
+            F.linear(x, w, b, scale=0.0, zero_point=3)
+        with pytest.raises(ValueError, match="zero_point=256"):
+            F.linear(x, w, b, scale=0.1, zero_point=256)
+        with pytest.raises(ValueError, match="bias must be None"):
+            F.linear(x, F.prepack_linear(w, b), b)
+        with pytest.raises(TypeError, match="input must be per-tensor"):
+            F.linear(qops.make_per_channel_quantized_tensor(x._int, np.full(3, 0.1),
+                                                            np.zeros(3, int), 0), w, b)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dynamic_errors(xwb, backend):
+    x, w, b = xwb
+    xf = np.ones((3, 8), np.float32)
+    with qops.backend(backend):
+        with pytest.raises(TypeError, match="input must be a float array"):
+            F.linear_dynamic(x, w, b)
+        with pytest.raises(TypeError, match="input must be a float array"):
+            F.linear_dynamic(np.ones((3, 8), np.int32), w, b)
+        with pytest.raises(ValueError, match="input must be finite"):
+            F.linear_dynamic(np.full((3, 8), np.nan, np.float32), w, b)
+        with pytest.raises(ValueError, match="in_features=8"):
+            F.linear_dynamic(np.ones((3, 9), np.float32), w, b)
+        with pytest.raises(ValueError, match="at least 2 dimensions"):
+            F.linear_dynamic(np.ones(8, np.float32), w, b)
+        with pytest.raises(TypeError, match="reduce_range"):
+            F.linear_dynamic(xf, w, b, reduce_range="yes")
+        with pytest.raises(ValueError, match="bias must be None"):
+            F.linear_relu_dynamic(xf, F.prepack_linear(w), b)
+
+
+# -- prepacking ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prepacked_equals_unpacked_and_packs_once(backend):
+    r = u.rng(42)
+    x = _x(r, (2, 3, 40), zp=77)
+    wq = qops.make_per_channel_quantized_tensor(r.integers(-128, 128, (24, 40)).astype(np.int8),
+                                                r.uniform(0.001, 0.01, 24),
+                                                r.integers(-3, 4, 24), 0)
+    b = r.normal(0, 1, 24).astype(np.float32)
+    xf = r.normal(0, 1, (5, 40)).astype(np.float32)
+    packed = F.prepack_linear(wq, b)
+    assert packed.weight() is wq
+    np.testing.assert_array_equal(packed.bias(), b)
+    with qops.backend(backend):
+        for fn, kw in ((F.linear, dict(scale=0.3, zero_point=100)), (F.linear_relu, {})):
+            want = fn(x, wq, b, **kw)
+            for _ in range(3):
+                got = fn(x, packed, None, **kw)
+                np.testing.assert_array_equal(got._int, want._int)
+                assert (got.q_scale(), got.q_zero_point()) == (want.q_scale(), want.q_zero_point())
+                assert got.shape == (2, 3, 24)
+        for fn in (F.linear_dynamic, F.linear_relu_dynamic):
+            want = fn(xf, wq, b)
+            for _ in range(3):
+                np.testing.assert_array_equal(fn(xf, packed), want)
+    assert len(packed._packs) == 1, "repeated calls must reuse one packing per backend"
+
+
+def test_leading_dims_flatten():
+    r = u.rng(43)
+    x = _x(r, (2, 3, 4, 16), zp=3)
+    w = _w(r, 7, 16, zp=-2)
+    out = F.linear(x, w, None, 0.5, 10)
+    flat = F.linear(qops.make_per_tensor_quantized_tensor(x._int.reshape(-1, 16), 0.05, 3), w,
+                    None, 0.5, 10)
+    np.testing.assert_array_equal(out._int.reshape(-1, 7), flat._int)
+    assert out.shape == (2, 3, 4, 7)
+
+
+def test_empty_batch():
+    r = u.rng(44)
+    w = _w(r, 6, 8)
+    for backend in BACKENDS:
+        with qops.backend(backend):
+            assert F.linear(_x(r, (0, 8)), w).shape == (0, 6)
+            assert F.linear_dynamic(np.zeros((2, 0, 8), np.float32), w).shape == (2, 0, 6)
+
+
+# -- accumulator overflow -------------------------------------------------------------------
+
+def _exact_linear(xq, xzp, wq, wzp, bterm, mult, ozp):
+    # float64 is exact here: every partial sum is an integer below 2**53
+    acc = (xq.astype(np.float64) - xzp) @ (wq.astype(np.float64) - wzp).T
+    y = acc.astype(np.float32) + bterm
+    return np.clip(np.rint(y * mult) + ozp, 0, 255).astype(np.uint8), acc
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_accumulator_beyond_int32_is_exact(backend):
+    # K * 255 * 255 > 2**31 - 1: the exact sums leave int32 (fbgemm would wrap); qops sums
+    # chunks of K in int64 and never wraps.
+    k = 40000
+    xq = np.full((2, k), 255, np.uint8)
+    xq[1, ::3] = 0
+    wq = np.full((3, k), -128, np.int8)
+    wq[1] = 127
+    wq[2, ::2] = 127
+    x = qops.make_per_tensor_quantized_tensor(xq, 1.0, 0)
+    w = qops.make_per_tensor_quantized_tensor(wq, 1.0, 127)
+    out_scale = 2.0 ** 25
+    with qops.backend(backend):
+        out = F.linear(x, w, None, out_scale, 128)
+        dyn = F.linear_dynamic(xq.astype(np.float32), w, None, reduce_range=False)
+    want, acc = _exact_linear(xq, 0, wq, 127, np.float32(0), np.float32(1.0 / out_scale), 128)
+    assert np.abs(acc).max() > 2**31, "the test must leave int32"
+    np.testing.assert_array_equal(out._int, want)
+    assert len(set(out._int.ravel().tolist())) > 2, "not vacuous"
+    # dynamic: x in [0, 255] quantizes with scale 1, zero point 0: exact integers again
+    np.testing.assert_array_equal(dyn, acc.astype(np.float32))
+
+
+def test_long_rows_fast_equals_ref():
+    r = u.rng(45)
+    k = 33025 * 2 + 7                      # three chunks, the last one short
+    x = _x(r, (3, k), zp=200, scale=0.01)
+    w = qops.make_per_channel_quantized_tensor(r.integers(-128, 128, (5, k)).astype(np.int8),
+                                               r.uniform(0.001, 0.002, 5), r.integers(-9, 9, 5), 0)
+    b = r.normal(0, 1, 5).astype(np.float32)
+    xf = r.normal(0, 1, (3, k)).astype(np.float32)
+    res = {}
+    for backend in BACKENDS:
+        with qops.backend(backend):
+            res[backend] = (F.linear_relu(x, w, b, 0.5, 100)._int, F.linear_dynamic(xf, w, b))
+    np.testing.assert_array_equal(res["fast"][0], res["ref"][0])
+    np.testing.assert_array_equal(res["fast"][1], res["ref"][1])
+
+
+# -- dynamic activation qparams -------------------------------------------------------------
+
+def test_dynamic_qparams_match_torch(torch):
+    r = u.rng(46)
+    for mag in (1e-8, 1e-5, 3e-4, 1.0, 1e3, 1e30):
+        for _ in range(40):
+            a = (r.normal(0, mag, int(r.integers(1, 5))) * r.choice([1, -1, 0])).astype(np.float32)
+            if r.random() < 0.3:
+                a = np.abs(a)
+            for rr in (False, True):
+                ts, tz = torch._choose_qparams_per_tensor(torch.from_numpy(a), rr)
+                s, z = choose_dynamic_qparams(a.min(), a.max(), rr)
+                assert (np.float32(ts), tz) == (np.float32(s), z), (a, rr)
+
+
+def test_dynamic_qparams_examples():
+    # SEMANTICS.md section 3: [-1, 2, 3] -> (4/255, 64); reduce_range -> (4/127, 32)
+    assert choose_dynamic_qparams(-1.0, 3.0, False) == (float(np.float32(4 / 255)), 64)
+    assert choose_dynamic_qparams(-1.0, 3.0, True) == (float(np.float32(4 / 127)), 32)
+    assert choose_dynamic_qparams(0.0, 0.0, True) == (float(np.float32(0.1)), 0)
+
+
+# -- threads on shapes big enough to split (the registry cases are too small to) -------------
+
+def test_threaded_tiles_equal_ref():
+    r = u.rng(47)
+    x = _x(r, (200, 130), zp=31)                      # 3 row blocks x 3 column panels
+    w = qops.make_per_channel_quantized_tensor(r.integers(-128, 128, (150, 130)).astype(np.int8),
+                                               r.uniform(0.001, 0.01, 150),
+                                               r.integers(-4, 5, 150), 0)
+    b = r.normal(0, 5, 150).astype(np.float32)
+    xf = r.normal(0, 1, (200, 700)).astype(np.float32)   # minmax over several blocks
+    wd = _w(r, 50, 700, zp=3)
+    with qops.backend("ref"):
+        want = F.linear(x, w, b, 2.0, 128)._int, F.linear_relu_dynamic(xf, wd, b[:50])
+    for threads in (1, 2):
+        with qops.backend("fast"), qops.threads(threads):
+            got = F.linear(x, w, b, 2.0, 128)._int, F.linear_relu_dynamic(xf, wd, b[:50])
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    assert 0.05 < np.mean(want[0] == 128) < 0.95 or len(np.unique(want[0])) > 20
+
+
+def test_packed_linear_pickles_without_its_cache():
+    import copy
+    import pickle
+    r = u.rng(48)
+    x, w = _x(r, (2, 8)), _w(r, 3, 8, zp=1)
+    packed = F.prepack_linear(w, np.ones(3, np.float32))
+    want = F.linear(x, packed)._int
+    for clone in (pickle.loads(pickle.dumps(packed)), copy.deepcopy(packed)):
+        assert clone._packs == {}
+        np.testing.assert_array_equal(F.linear(x, clone)._int, want)
+        np.testing.assert_array_equal(clone.bias(), packed.bias())
