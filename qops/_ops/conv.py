@@ -1,2 +1,290 @@
-"""Public conv ops (see qops/_ops/__init__.py for the wrapper contract)."""
-__all__ = []
+"""Public conv ops: conv1d/2d/3d and their fused relu variants, with prepacked weights.
+
+Names and arguments follow torch.ao.nn.quantized.functional. Every call runs as a 3-D
+convolution (conv1d and conv2d get unit leading spatial dimensions).
+"""
+import numbers
+
+import numpy as np
+
+from qops import _config
+from qops import _qparams as qp
+from qops._dtypes import as_qdtype, qint8, quint8
+from qops._ops import _check
+from qops._qtensor import QTensor
+
+__all__ = ["conv1d", "conv2d", "conv3d", "conv1d_relu", "conv2d_relu", "conv3d_relu",
+           "prepack_conv1d", "prepack_conv2d", "prepack_conv3d", "PackedConv"]
+
+F32 = np.float32
+PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
+_NP_PAD = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+INT32_MAX = 2**31 - 1
+
+
+class PackedConv:
+    """A conv weight with its bias and parameters, packed once per backend for repeated calls.
+
+    Attributes: `stride`, `padding`, `dilation` (tuples), `groups`, `padding_mode`, `ndim`
+    (1, 2 or 3 spatial dims); `weight()` and `bias()` return what was packed.
+    """
+
+    def __init__(self, ndim, weight, bias, stride, padding, dilation, groups, padding_mode):
+        name = f"prepack_conv{ndim}d"
+        _check.qtensor(weight, "weight", dtypes=[qint8], per_tensor=False, ndims=(ndim + 2,))
+        if weight._axis is not None and weight._axis != 0:
+            raise ValueError(f"weight must be per-channel along axis 0 (output channels); "
+                             f"got axis {weight._axis}")
+        self.ndim = ndim
+        self.stride = _check.int_tuple(stride, ndim, "stride", minimum=1)
+        self.padding = _check.int_tuple(padding, ndim, "padding", minimum=0)
+        self.dilation = _check.int_tuple(dilation, ndim, "dilation", minimum=1)
+        self.groups = _check.integer(groups, "groups", minimum=1)
+        if padding_mode not in PADDING_MODES:
+            raise ValueError(f"padding_mode must be one of {PADDING_MODES}; got {padding_mode!r}")
+        self.padding_mode = padding_mode
+        o, cg = weight.shape[:2]
+        if o == 0 or cg == 0 or min(weight.shape[2:]) == 0:
+            raise ValueError(f"{name}: weight must have no zero-sized dims; got shape {weight.shape}")
+        if o % self.groups:
+            raise ValueError(f"groups={self.groups} must divide the weight's output channels ({o})")
+        if bias is not None:
+            bias = _check.float_array(bias, "bias")
+            if bias.shape != (o,):
+                raise ValueError(f"bias must have shape ({o},) (the weight's output channels); "
+                                 f"got {bias.shape}")
+            bias = bias.copy()
+        self._weight = weight
+        self._bias = bias
+        w5 = np.ascontiguousarray(weight._int).reshape((o, cg) + (1,) * (3 - ndim) + weight.shape[2:])
+        self._w5 = w5
+        if weight._axis is None:
+            self._w_zps = np.full(o, weight._zero_point, dtype=np.int32)
+        else:
+            self._w_zps = weight._zero_points.astype(np.int32)
+        self._packs = {}
+        self._requant_cache = None
+        # accumulator bound: K * max|x - x_zp| * max|w - w_zp|, the x part known per call
+        wz = self._w_zps.astype(np.int64)
+        self._k = int(np.prod(w5.shape[1:], dtype=np.int64))
+        self._wmax = int(max(np.max(wz + 128), np.max(127 - wz)))
+
+    @property
+    def in_channels(self):
+        return self._weight.shape[1] * self.groups
+
+    @property
+    def out_channels(self):
+        return self._weight.shape[0]
+
+    def weight(self):
+        """The quantized weight this pack was made from."""
+        return self._weight
+
+    def bias(self):
+        """The float32 bias (or None)."""
+        return None if self._bias is None else self._bias.copy()
+
+    def _kernel_pack(self, kernels):
+        # One pack per backend module: the fast pack is its own blocked layout.
+        key = id(kernels)
+        pack = self._packs.get(key)
+        if pack is None:
+            pack = kernels.pack_weight(self._w5, self._w_zps, self.groups)
+            self._packs[key] = (kernels, pack)
+        else:
+            pack = pack[1]
+        return pack
+
+    def _requant(self, x_scale, out_scale):
+        """(bias_term, multiplier) float32 per output channel, as SEMANTICS.md section 8."""
+        key = (x_scale, out_scale)
+        cached = self._requant_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        value = self._requant_compute(x_scale, out_scale)
+        self._requant_cache = (key, value)
+        return value
+
+    def _requant_compute(self, x_scale, out_scale):
+        w = self._weight
+        xs = F32(x_scale)
+        if w._axis is None:
+            atws = xs * F32(w._scale)
+            if self._bias is None:
+                bterm = np.zeros(self.out_channels, F32)
+            else:
+                # per-tensor: the reciprocal is computed in double, then one float multiply
+                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                    inv = F32(1.0 / float(atws)) if float(atws) != 0.0 else F32(np.inf)
+                    bterm = (self._bias * inv).astype(F32)
+            atws = np.full(self.out_channels, atws, F32)
+        else:
+            atws = (xs * w._scales.astype(F32)).astype(F32)
+            if self._bias is None:
+                bterm = np.zeros(self.out_channels, F32)
+            else:
+                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                    bterm = (self._bias / atws).astype(F32)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            mult = (atws / F32(out_scale)).astype(F32)
+        return bterm, mult
+
+    def __repr__(self):
+        return (f"PackedConv(conv{self.ndim}d, weight={tuple(self._weight.shape)}, "
+                f"bias={self._bias is not None}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, groups={self.groups}, padding_mode={self.padding_mode!r})")
+
+
+def _prepack(ndim, weight, bias, stride, padding, dilation, groups, padding_mode):
+    return PackedConv(ndim, weight, bias, stride, padding, dilation, groups, padding_mode)
+
+
+def prepack_conv1d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
+                   padding_mode="zeros"):
+    """Pack a conv1d weight (and bias and parameters) once for repeated `conv1d` calls.
+
+    Parameters
+    ----------
+    weight : qint8 QTensor (O, C/groups, K), per-tensor or per-channel along axis 0
+    bias : float32 array (O,) or None
+    stride, padding, dilation : int or 1 int
+    groups : int
+    padding_mode : 'zeros', 'reflect', 'replicate' or 'circular'
+    """
+    return _prepack(1, weight, bias, stride, padding, dilation, groups, padding_mode)
+
+
+def prepack_conv2d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
+                   padding_mode="zeros"):
+    """Pack a conv2d weight (and bias and parameters) once for repeated `conv2d` calls.
+
+    Parameters
+    ----------
+    weight : qint8 QTensor (O, C/groups, KH, KW), per-tensor or per-channel along axis 0
+    bias : float32 array (O,) or None
+    stride, padding, dilation : int or 2 ints
+    groups : int
+    padding_mode : 'zeros', 'reflect', 'replicate' or 'circular'
+    """
+    return _prepack(2, weight, bias, stride, padding, dilation, groups, padding_mode)
+
+
+def prepack_conv3d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
+                   padding_mode="zeros"):
+    """Pack a conv3d weight (and bias and parameters) once for repeated `conv3d` calls.
+
+    Parameters
+    ----------
+    weight : qint8 QTensor (O, C/groups, KD, KH, KW), per-tensor or per-channel along axis 0
+    bias : float32 array (O,) or None
+    stride, padding, dilation : int or 3 ints
+    groups : int
+    padding_mode : 'zeros', 'reflect', 'replicate' or 'circular'
+    """
+    return _prepack(3, weight, bias, stride, padding, dilation, groups, padding_mode)
+
+
+def _acc_bound(pack, x_zp):
+    """The largest |accumulator| the zero points allow (exact in Python ints)."""
+    return pack._k * max(x_zp, 255 - x_zp) * pack._wmax
+
+
+def _conv(ndim, relu, input, weight, bias, stride, padding, dilation, groups, padding_mode,
+          scale, zero_point, dtype):
+    name = f"conv{ndim}d" + ("_relu" if relu else "")
+    _check.qtensor(input, "input", dtypes=[quint8], ndims=(ndim + 2,))
+    if as_qdtype(dtype) is not quint8:
+        raise TypeError(f"{name}: dtype must be quint8; got {as_qdtype(dtype).name}")
+    if isinstance(weight, PackedConv):
+        pack = weight
+        if pack.ndim != ndim:
+            raise ValueError(f"{name}: weight was packed by prepack_conv{pack.ndim}d")
+    else:
+        pack = PackedConv(ndim, weight, bias, stride, padding, dilation, groups, padding_mode)
+    scale = qp.check_scale(scale)
+    zero_point = qp.check_zero_point(zero_point, quint8)
+    x = input._int
+    c = x.shape[1]
+    if c % pack.groups:
+        raise ValueError(f"{name}: groups={pack.groups} must divide the input channels ({c})")
+    if c != pack.in_channels:
+        raise ValueError(f"{name}: input has {c} channels but weight expects "
+                         f"{pack.in_channels} (in_channels/groups={pack._weight.shape[1]} x "
+                         f"groups={pack.groups})")
+    x_zp = int(input._zero_point)
+    pad = pack.padding
+    if pack.padding_mode != "zeros" and any(pad):
+        # as PyTorch's modules: pad the raw quantized input, then convolve without padding
+        spatial = x.shape[2:]
+        if pack.padding_mode == "reflect":
+            for p, s, d in zip(pad, spatial, "DHW"[3 - ndim:]):
+                if p >= s:
+                    raise ValueError(f"{name}: reflect padding {p} must be smaller than the "
+                                     f"input size {s}")
+        if pack.padding_mode == "circular":
+            for p, s in zip(pad, spatial):
+                if p > s:
+                    raise ValueError(f"{name}: circular padding {p} must not exceed the input "
+                                     f"size {s}")
+        x = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in pad], mode=_NP_PAD[pack.padding_mode])
+        pad = (0,) * ndim
+    lead = (1,) * (3 - ndim)
+    x5 = x.reshape(x.shape[:2] + lead + x.shape[2:])
+    stride3, pad3, dil3 = lead + pack.stride, (0,) * (3 - ndim) + tuple(pad), lead + pack.dilation
+    kernel = pack._w5.shape[2:]
+    out_sizes = []
+    for i in range(3):
+        padded = x5.shape[2 + i] + 2 * pad3[i]
+        span = dil3[i] * (kernel[i] - 1) + 1
+        if span > padded:
+            raise ValueError(f"{name}: kernel size (with dilation) {span} is larger than the "
+                             f"padded input size {padded}")
+        out_sizes.append((padded - span) // stride3[i] + 1)
+    if _acc_bound(pack, x_zp) > INT32_MAX:
+        raise ValueError(f"{name}: in_channels/groups x kernel size = "
+                         f"{int(np.prod(pack._w5.shape[1:]))} is too large: the int32 "
+                         f"accumulator could overflow with these zero points")
+    o = pack.out_channels
+    out_shape = (x.shape[0], o) + tuple(out_sizes[3 - ndim:])
+    if x.shape[0] == 0:
+        return QTensor._make(np.zeros(out_shape, np.uint8), quint8, scale, zero_point)
+    bterm, mult = pack._requant(input._scale, scale)
+    kernels = _config.impl("conv")
+    out = kernels.conv(x5, pack._kernel_pack(kernels), x_zp, bterm, mult, zero_point, bool(relu),
+                       stride3, pad3, dil3, pack.groups)
+    return QTensor._make(out.reshape(out_shape), quint8, scale, zero_point)
+
+
+_DOC = """Quantized {n}-D convolution{relu} of a quint8 input with a qint8 weight.
+
+    Parameters
+    ----------
+    input : quint8 QTensor (N, C{dims}), per-tensor
+    weight : qint8 QTensor (O, C/groups{kdims}), per-tensor or per-channel along axis 0, or a
+        PackedConv from prepack_conv{n}d (then bias and the conv parameters come from it)
+    bias : float32 array (O,) or None
+    stride, dilation : int or {n} ints, >= 1
+    padding : int or {n} ints, >= 0
+    groups : int dividing C and O
+    padding_mode : 'zeros', 'reflect', 'replicate' or 'circular' (the last three pad the raw
+        input, then convolve with padding 0)
+    scale, zero_point : output quantization parameters
+    dtype : quint8
+    """
+
+
+def _make(ndim, relu):
+    def op(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
+           padding_mode="zeros", scale=1.0, zero_point=0, dtype=quint8):
+        return _conv(ndim, relu, input, weight, bias, stride, padding, dilation, groups,
+                     padding_mode, scale, zero_point, dtype)
+    dims = ", ".join("DHW"[3 - ndim:])
+    op.__name__ = op.__qualname__ = f"conv{ndim}d" + ("_relu" if relu else "")
+    op.__doc__ = _DOC.format(n=ndim, relu=" fused with relu" if relu else "",
+                             dims=", " + dims, kdims=", " + ", ".join("K" + d for d in dims.split(", ")))
+    return op
+
+
+conv1d, conv2d, conv3d = _make(1, False), _make(2, False), _make(3, False)
+conv1d_relu, conv2d_relu, conv3d_relu = _make(1, True), _make(2, True), _make(3, True)

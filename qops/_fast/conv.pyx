@@ -1,0 +1,254 @@
+# Quantized convolution kernels (mirror of qops/_ref/conv.py).
+# Contract: uint8 input x int8 weight, exact int32 accumulation, float32 bias term and
+# requantization of SEMANTICS.md section 8, uint8 output. The input is copied once into padded
+# "planes" (qops_conv.h: output pixels of a row in the vector lanes, 4 input channels per pixel),
+# the micro-kernels (AMX, AVX-512 VNNI or portable C) write the NCDHW output directly.
+import numpy as np
+from cython.parallel cimport prange, threadid
+from qops._fast._common cimport *
+
+DEF GRAIN = 1 << 20       # multiply-adds below which a second thread costs more than it gives
+
+
+cdef extern from "qops_conv.h" nogil:
+    ctypedef struct qconv_fill_args:
+        const uint8_t *x
+        Py_ssize_t sn, sc, sd, sh, sw_x
+        Py_ssize_t D, H, W
+        Py_ssize_t pd, ph, pw
+        Py_ssize_t Dp, Hp, sw, Wq, ilv
+        Py_ssize_t NG, C4, Cg
+        int dw
+        int xz
+        uint8_t *xq
+        Py_ssize_t group_bytes, img_bytes, row_bytes, c4_stride
+        uint8_t *scratch
+        Py_ssize_t scratch_bytes
+    ctypedef struct qconv_args:
+        const uint8_t *xq
+        Py_ssize_t img_bytes, group_bytes, row_bytes, c4_stride
+        Py_ssize_t Hp, sw, Wq, ilv
+        Py_ssize_t OD, OH, OW
+        Py_ssize_t sd, sh
+        int ntaps
+        const Py_ssize_t *toff
+        int G, Cg, C4, Og, O
+        const int32_t *wv
+        const int8_t *wa
+        int Kc, nch, nob
+        const int32_t *kzw
+        const int32_t *wz
+        const uint8_t *gany
+        const int32_t *wd
+        const int32_t *wdsum
+        const float *bterm
+        const float *mult
+        int32_t xz, ozp, lo
+        uint8_t *out
+    void qconv_fill_rows(const qconv_fill_args *f, int tid, Py_ssize_t r0, Py_ssize_t r1)
+    void qconv_grouped(const qconv_args *a, int mode, Py_ssize_t n, Py_ssize_t od, Py_ssize_t oh0,
+                       Py_ssize_t oh1, Py_ssize_t ow0, Py_ssize_t ow1)
+    void qconv_dw(const qconv_args *a, int mode, Py_ssize_t n, Py_ssize_t od, Py_ssize_t oh,
+                  Py_ssize_t ow0, Py_ssize_t ow1)
+    int qconv_amx_available()
+    int qconv_best_mode()
+    int QCONV_PIX
+
+
+_AMX = bool(qconv_amx_available())
+_MODE = [2 if _AMX else qconv_best_mode()]
+_AMX_MIN_KC = [16]
+
+
+def _set_mode(mode):
+    """Choose the kernel tier (tests): 'amx', 'vnni' or 'portable'; returns the previous one."""
+    names = {"portable": 0, "vnni": 1, "amx": 2}
+    prev = {v: k for k, v in names.items()}[_MODE[0]]
+    m = names[mode]
+    if m == 2 and not _AMX:
+        m = qconv_best_mode()
+    _MODE[0] = min(m, qconv_best_mode()) if m < 2 else m
+    return prev
+
+
+def _wrap32(v):
+    """int64 values reduced modulo 2**32 into int32 (the wrapping arithmetic of the kernels)."""
+    return ((np.asarray(v, np.int64) + 2**31) % 2**32 - 2**31).astype(np.int32)
+
+
+def pack_weight(w, w_zero_points, groups):
+    """Pack an int8 weight (O, C/groups, KD, KH, KW) into the layouts of the kernels.
+
+    Depthwise (one input and one output channel per group): taps four to an int32 [C][taps/4]
+    for vpdpbusd, and (w - w_zp) as int32 [C][taps] for the portable kernel. Otherwise:
+    C/groups rounded up to 4 (to 64 past 64 when AMX runs), four weights per int32
+    [O][taps][C4] for vpdpbusd, and 16 x (4*C4 chunk) tiles per 16 output channels for AMX.
+    Both carry the zero-point constants per output channel (K*w_zp - sum w, w_zp).
+    """
+    w = np.asarray(w, dtype=np.int8)
+    wz = np.asarray(w_zero_points, dtype=np.int64)
+    o, cg = w.shape[:2]
+    kernel = tuple(int(k) for k in w.shape[2:])
+    ntaps = int(np.prod(kernel))
+    wf = w.reshape(o, cg, ntaps).astype(np.int64)
+    if cg == 1 and o == groups:
+        wd = (wf[:, 0, :] - wz[:, None]).astype(np.int32)
+        nq = (ntaps + 3) // 4
+        quads = np.zeros((o, nq * 4), np.int8)
+        quads[:, :ntaps] = w.reshape(o, ntaps)
+        return {"kind": "dw", "kernel": kernel, "O": o, "Cg": 1, "wd": wd,
+                "wdsum": wd.sum(axis=1, dtype=np.int64).astype(np.int32),
+                "wv": quads.view(np.int32).reshape(o, nq),
+                "kzw": _wrap32(ntaps * wz - wf.sum(axis=(1, 2))), "wz": wz.astype(np.int32),
+                "gany": (wz != 0).astype(np.uint8)}
+    og = o // groups
+    cg4 = (cg + 3) // 4 * 4
+    if _AMX and cg4 > 64:
+        cg4 = (cg4 + 63) // 64 * 64
+    kc = min(cg4, 64)
+    nch = cg4 // kc
+    nob = (og + 15) // 16
+    wpad = np.zeros((o, ntaps, cg4), np.int8)
+    wpad[:, :, :cg] = w.reshape(o, cg, ntaps).transpose(0, 2, 1)
+    wv = np.ascontiguousarray(wpad).view(np.int32).reshape(o, ntaps, cg4 // 4)
+    packed = {"kind": "grouped", "kernel": kernel, "O": o, "Cg": cg, "C4": cg4 // 4, "Og": og,
+              "Kc": kc, "nch": nch, "nob": nob, "wv": wv,
+              "kzw": _wrap32(cg * ntaps * wz - wf.sum(axis=(1, 2))), "wz": wz.astype(np.int32),
+              "gany": (wz.reshape(groups, og) != 0).any(axis=1).astype(np.uint8)}
+    if _AMX:
+        blk = np.zeros((groups, nob * 16, ntaps, cg4), np.int8)
+        blk[:, :og] = wpad.reshape(groups, og, ntaps, cg4)
+        wa = blk.reshape(groups, nob, 16, ntaps, nch, kc).transpose(0, 1, 3, 4, 2, 5)
+        packed["wa"] = np.ascontiguousarray(wa).reshape(-1)
+    return packed
+
+
+cdef void _fill(qconv_fill_args *f, Py_ssize_t rows, int nthreads) noexcept nogil:
+    cdef Py_ssize_t chunk = 8, nch = (rows + 7) // 8, i
+    for i in prange(nch, schedule="static", num_threads=nthreads):
+        qconv_fill_rows(f, threadid(), i * chunk, min(i * chunk + chunk, rows))
+
+
+cdef void _run(qconv_args *a, bint dw, int mode, Py_ssize_t n, Py_ssize_t rows, int nthreads) noexcept nogil:
+    # work item: `rows` output rows x up to QCONV_PIX pixels of one depth slice of one image
+    cdef Py_ssize_t nwc = (a.OW + QCONV_PIX - 1) // QCONV_PIX
+    cdef Py_ssize_t nrg = (a.OH + rows - 1) // rows
+    cdef Py_ssize_t items = n * a.OD * nrg * nwc, i, r, b, od, oh, ow0, ow1
+    for i in prange(items, schedule="static", num_threads=nthreads):
+        r = i // nwc
+        ow0 = (i % nwc) * QCONV_PIX
+        ow1 = min(ow0 + QCONV_PIX, a.OW)
+        oh = (r % nrg) * rows
+        od = (r // nrg) % a.OD
+        b = r // (nrg * a.OD)
+        if dw:
+            qconv_dw(a, mode, b, od, oh, ow0, ow1)
+        else:
+            qconv_grouped(a, mode, b, od, oh, min(oh + rows, a.OH), ow0, ow1)
+
+
+def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
+         stride, padding, dilation, groups):
+    """Quantized 3-D convolution with requantized uint8 output (NCDHW)."""
+    cdef qconv_fill_args f
+    cdef qconv_args a
+    x = np.asarray(x)
+    n, c, d, h, wdt = x.shape
+    kd, kh, kw = packed["kernel"]
+    o = packed["O"]
+    dw = packed["kind"] == "dw"
+    mode = _MODE[0] if not dw else min(_MODE[0], 1)
+    pd, ph, pw = padding
+    sd, sh, sw = stride
+    dd, dh, dwl = dilation
+    dp, hp, wp_ = d + 2 * pd, h + 2 * ph, wdt + 2 * pw
+    od = (dp - dd * (kd - 1) - 1) // sd + 1
+    oh = (hp - dh * (kh - 1) - 1) // sh + 1
+    ow = (wp_ - dwl * (kw - 1) - 1) // sw + 1
+    ilv = 1 if dw else 4
+    c4 = 1 if dw else packed["C4"]
+    ng = c if dw else groups
+    wq = -(-wp_ // sw)
+    c4_stride = sw * wq * ilv
+    row_bytes = c4 * c4_stride
+    group_bytes = dp * hp * row_bytes
+    img_bytes = ng * group_bytes
+    # slack past the end for the whole-vector reads of the last pixel block (never stored)
+    xq = np.empty(n * img_bytes + 4096, np.uint8)
+    cdef const uint8_t[:, :, :, :, :] xv = x
+    cdef uint8_t[::1] xq_v = xq
+    f.x = &xv[0, 0, 0, 0, 0]
+    f.sn, f.sc, f.sd, f.sh, f.sw_x = x.strides
+    f.D, f.H, f.W = d, h, wdt
+    f.pd, f.ph, f.pw = pd, ph, pw
+    f.Dp, f.Hp, f.sw, f.Wq, f.ilv = dp, hp, sw, wq, ilv
+    f.NG, f.C4, f.Cg = ng, c4, packed["Cg"]
+    f.dw = dw
+    f.xz = x_zero_point
+    f.xq = &xq_v[0]
+    f.group_bytes, f.img_bytes, f.row_bytes, f.c4_stride = group_bytes, img_bytes, row_bytes, c4_stride
+    rows = n * ng * dp * hp
+    fill_threads = qops_threads_for(n * img_bytes, 1 << 16)
+    f.scratch_bytes = 6 * sw * wq + 64
+    scratch = np.empty(fill_threads * f.scratch_bytes, np.uint8)
+    cdef uint8_t[::1] scratch_v = scratch
+    f.scratch = &scratch_v[0]
+    _fill(&f, rows, fill_threads)
+
+    taps = np.array([(i * dd * hp + j * dh) * row_bytes + (k * dwl) % sw * wq * ilv + (k * dwl) // sw * ilv
+                     for i in range(kd) for j in range(kh) for k in range(kw)], dtype=np.intp)
+    out = np.empty((n, o, od, oh, ow), np.uint8)
+    cdef const Py_ssize_t[::1] toff_v = taps
+    cdef const float[::1] bt_v = np.ascontiguousarray(bias_term, np.float32)
+    cdef const float[::1] mu_v = np.ascontiguousarray(multiplier, np.float32)
+    cdef uint8_t[::1] out_v = out.reshape(-1)
+    cdef const int32_t[::1] i32_a, i32_b, i32_c
+    cdef const int8_t[::1] i8_a
+    cdef const uint8_t[::1] u8_a
+    a.xq = &xq_v[0]
+    a.img_bytes, a.group_bytes, a.row_bytes, a.c4_stride = img_bytes, group_bytes, row_bytes, c4_stride
+    a.Hp, a.sw, a.Wq, a.ilv = hp, sw, wq, ilv
+    a.OD, a.OH, a.OW = od, oh, ow
+    a.sd, a.sh = sd, sh
+    a.ntaps = len(taps)
+    a.toff = &toff_v[0]
+    a.G, a.O = groups, o
+    a.bterm = &bt_v[0]
+    a.mult = &mu_v[0]
+    a.xz = x_zero_point
+    a.ozp = out_zero_point
+    a.lo = out_zero_point if relu else 0
+    a.out = &out_v[0]
+    cdef const int32_t[::1] i32_d, i32_e
+    i32_a = packed["wv"].reshape(-1)
+    i32_b = packed["kzw"]
+    i32_c = packed["wz"]
+    u8_a = packed["gany"]
+    a.wv = &i32_a[0]
+    a.kzw = &i32_b[0]
+    a.wz = &i32_c[0]
+    a.gany = &u8_a[0]
+    if dw:
+        i32_d = packed["wd"].reshape(-1)
+        i32_e = packed["wdsum"]
+        a.wd = &i32_d[0]
+        a.wdsum = &i32_e[0]
+    else:
+        a.Cg, a.C4, a.Og = packed["Cg"], c4, packed["Og"]
+        a.Kc, a.nch, a.nob = packed["Kc"], packed["nch"], packed["nob"]
+        if mode == 2:
+            # AMX tiles pay off from 16 input channels per group; fewer go to VNNI
+            if "wa" not in packed or packed["Kc"] < _AMX_MIN_KC[0]:
+                mode = qconv_best_mode()
+            else:
+                i8_a = packed["wa"]
+                a.wa = &i8_a[0]
+    cdef Py_ssize_t macs = n * od * oh * ow * o * packed["Cg"] * len(taps)
+    nthreads = qops_threads_for(macs, GRAIN)
+    rows_per_item = 1
+    if mode == 2:
+        # several rows per item let the AMX kernel reuse each weight block from L1, as long
+        # as every thread still gets a few items
+        rows_per_item = max(1, min(4, (n * od * oh) // (4 * nthreads)))
+    _run(&a, dw, mode, n, rows_per_item, nthreads)
+    return out

@@ -1,0 +1,584 @@
+/* Quantized convolution kernels: uint8 input x int8 weight -> exact int32 -> requantized uint8.
+ *
+ * Layout ("planes"). The input is copied once into padded planes with the output pixels of a
+ * row in the vector lanes, so the output comes out NCDHW directly:
+ *   grouped conv:  [n][group][Dp][Hp][c4][sw][Wq][4]   four input channels interleaved per pixel
+ *   depthwise:     [n][c][Dp][Hp][sw][Wq]
+ * (the channel quads of one padded row sit together, so a 16-quad AMX tile is one small block).
+ * Each padded row is split into `sw` phases (column j of phase f holds padded column j*sw + f),
+ * so the pixels a kernel tap reads for consecutive outputs are consecutive in memory for every
+ * stride. Padding holds the input zero point (a padded tap adds exactly 0 after the zero-point
+ * correction); channel slots past C/groups hold 0 and meet zero weights.
+ *
+ * Accumulation is Sum x*w over raw values in wrapping int32, then the zero-point terms, also
+ * wrapping:  acc = Sum x*w - wz*Sum x + xz*(K*wz - Sum w). The caller guarantees the true
+ * accumulator fits int32, so the wrapped result is exact. Requantization, the same in every
+ * path (SEMANTICS.md section 8):
+ *   y = f32(f32(acc) + bterm);  out = clamp(rint(f32(y * mult)), lo - ozp, 255 - ozp) + ozp
+ *
+ * Kernels: AMX (tdpbsud, weights as the signed operand, 16x16 output tiles) where the CPU and
+ * kernel allow it, AVX-512 VNNI (vpdpbusd, 16 pixels per vector), portable C otherwise.
+ */
+#ifndef QOPS_CONV_H
+#define QOPS_CONV_H
+#include <stdint.h>
+#include <stddef.h>
+#include <string.h>
+#include "qops_common.h"
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#include <immintrin.h>
+#define QCONV_VNNI 1
+#if defined(__linux__) && defined(__x86_64__) && defined(__GNUC__) && __GNUC__ >= 11
+#include <cpuid.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#define QCONV_AMX 1
+#endif
+#endif
+
+#define QCONV_PIX 64        /* output pixels of a row per work item */
+
+/* ---------------------------------------------------------------------------------------- */
+/* Building the planes                                                                       */
+
+typedef struct {
+    const uint8_t *x;
+    ptrdiff_t sn, sc, sd, sh, sw_x;        /* input strides in bytes (any sign) */
+    ptrdiff_t D, H, W;
+    ptrdiff_t pd, ph, pw;
+    ptrdiff_t Dp, Hp, sw, Wq, ilv;         /* ilv: 4 (grouped) or 1 (depthwise) */
+    ptrdiff_t NG, C4, Cg;                  /* groups per image (channels if depthwise); quads per group */
+    int dw;
+    int xz;
+    uint8_t *xq;
+    ptrdiff_t group_bytes, img_bytes, row_bytes, c4_stride;
+    uint8_t *scratch;                      /* per thread: scratch_bytes = 6 * sw * Wq + 64 */
+    ptrdiff_t scratch_bytes;
+} qconv_fill_args;
+
+static inline void qconv_interleave4(const uint8_t *a, const uint8_t *b, const uint8_t *c,
+                                     const uint8_t *d, uint8_t *dst, ptrdiff_t len) {
+    ptrdiff_t j = 0;
+#if defined(__SSE2__)
+    for (; j + 16 <= len; j += 16) {
+        __m128i va = _mm_loadu_si128((const __m128i *)(a + j)), vb = _mm_loadu_si128((const __m128i *)(b + j));
+        __m128i vc = _mm_loadu_si128((const __m128i *)(c + j)), vd = _mm_loadu_si128((const __m128i *)(d + j));
+        __m128i ab0 = _mm_unpacklo_epi8(va, vb), ab1 = _mm_unpackhi_epi8(va, vb);
+        __m128i cd0 = _mm_unpacklo_epi8(vc, vd), cd1 = _mm_unpackhi_epi8(vc, vd);
+        _mm_storeu_si128((__m128i *)(dst + 4 * j), _mm_unpacklo_epi16(ab0, cd0));
+        _mm_storeu_si128((__m128i *)(dst + 4 * j + 16), _mm_unpackhi_epi16(ab0, cd0));
+        _mm_storeu_si128((__m128i *)(dst + 4 * j + 32), _mm_unpacklo_epi16(ab1, cd1));
+        _mm_storeu_si128((__m128i *)(dst + 4 * j + 48), _mm_unpackhi_epi16(ab1, cd1));
+    }
+#endif
+    for (; j < len; j++) {
+        dst[4 * j] = a[j]; dst[4 * j + 1] = b[j]; dst[4 * j + 2] = c[j]; dst[4 * j + 3] = d[j];
+    }
+}
+
+/* One padded input row of one channel, split into sw phases of Wq columns: dst[f*Wq + j]. */
+static inline void qconv_phase_row(const qconv_fill_args *f, const uint8_t *src, uint8_t *pr,
+                                   uint8_t *dst) {
+    const ptrdiff_t len = f->sw * f->Wq;
+    uint8_t *row = f->sw == 1 ? dst : pr;
+    ptrdiff_t pw = f->pw < len ? f->pw : len;
+    ptrdiff_t wn = f->W < len - pw ? f->W : len - pw;
+    memset(row, f->xz, (size_t)pw);
+    if (f->sw_x == 1) {
+        memcpy(row + pw, src, (size_t)wn);
+    } else {
+        for (ptrdiff_t j = 0; j < wn; j++) row[pw + j] = src[j * f->sw_x];
+    }
+    memset(row + pw + wn, f->xz, (size_t)(len - pw - wn));
+    if (f->sw == 1) return;
+    const ptrdiff_t wq = f->Wq;
+    ptrdiff_t j = 0;
+    if (f->sw == 2) {
+#if defined(__SSE2__)
+        const __m128i m = _mm_set1_epi16(0x00ff);
+        for (; j + 16 <= wq; j += 16) {
+            __m128i v0 = _mm_loadu_si128((const __m128i *)(pr + 2 * j));
+            __m128i v1 = _mm_loadu_si128((const __m128i *)(pr + 2 * j + 16));
+            _mm_storeu_si128((__m128i *)(dst + j),
+                             _mm_packus_epi16(_mm_and_si128(v0, m), _mm_and_si128(v1, m)));
+            _mm_storeu_si128((__m128i *)(dst + wq + j),
+                             _mm_packus_epi16(_mm_srli_epi16(v0, 8), _mm_srli_epi16(v1, 8)));
+        }
+#endif
+        for (; j < wq; j++) { dst[j] = pr[2 * j]; dst[wq + j] = pr[2 * j + 1]; }
+        return;
+    }
+    for (ptrdiff_t ph = 0; ph < f->sw; ph++)
+        for (j = 0; j < wq; j++) dst[ph * wq + j] = pr[j * f->sw + ph];
+}
+
+/* Build padded rows [r0, r1) (row index over n, group, padded depth, padded height) with the
+ * scratch space of thread `tid`. */
+static void qconv_fill_rows(const qconv_fill_args *f, int tid, ptrdiff_t r0, ptrdiff_t r1) {
+    const ptrdiff_t len = f->sw * f->Wq;
+    uint8_t *scratch = f->scratch + (ptrdiff_t)tid * f->scratch_bytes;
+    uint8_t *pr = scratch, *lane[4], *zeros = scratch + 5 * len;
+    for (int i = 0; i < 4; i++) lane[i] = scratch + (i + 1) * len;
+    memset(zeros, 0, (size_t)len);
+    const ptrdiff_t per_group = f->Dp * f->Hp, per_img = f->NG * per_group;
+    /* the fast path interleaves four source rows straight into place */
+    const int direct = f->ilv == 4 && f->sw == 1 && f->sw_x == 1;
+    for (ptrdiff_t r = r0; r < r1; r++) {
+        ptrdiff_t n = r / per_img, rem = r - n * per_img;
+        ptrdiff_t g = rem / per_group, dh = rem - g * per_group;
+        ptrdiff_t dpi = dh / f->Hp, hpi = dh - dpi * f->Hp;
+        uint8_t *row = f->xq + n * f->img_bytes + g * f->group_bytes + dh * f->row_bytes;
+        int inside = dpi >= f->pd && dpi < f->pd + f->D && hpi >= f->ph && hpi < f->ph + f->H;
+        const uint8_t *src0 = f->x + n * f->sn + (dpi - f->pd) * f->sd + (hpi - f->ph) * f->sh;
+        if (f->dw) {
+            if (inside) qconv_phase_row(f, src0 + g * f->sc, pr, row);
+            else memset(row, f->xz, (size_t)len);
+            continue;
+        }
+        for (ptrdiff_t c4 = 0; c4 < f->C4; c4++) {
+            uint8_t *dst = row + c4 * f->c4_stride;
+            int nreal = (int)(f->Cg - 4 * c4);
+            nreal = nreal < 0 ? 0 : nreal > 4 ? 4 : nreal;
+            if (!inside || nreal == 0) {
+                uint8_t v[4];
+                for (int i = 0; i < 4; i++) v[i] = (i < nreal && inside) ? 0 : (i < nreal ? (uint8_t)f->xz : 0);
+                uint32_t word;
+                memcpy(&word, v, 4);
+                for (ptrdiff_t j = 0; j < len; j++) memcpy(dst + 4 * j, &word, 4);
+                continue;
+            }
+            const uint8_t *src[4];
+            for (int i = 0; i < 4; i++) {
+                ptrdiff_t c = g * f->Cg + 4 * c4 + i;
+                if (i >= nreal) {
+                    src[i] = zeros;
+                } else if (direct) {
+                    src[i] = src0 + c * f->sc;
+                } else {
+                    qconv_phase_row(f, src0 + c * f->sc, pr, lane[i]);
+                    src[i] = lane[i];
+                }
+            }
+            if (direct) {
+                /* borders: zero point in real lanes, 0 in the padding lanes */
+                uint8_t v[4];
+                for (int i = 0; i < 4; i++) v[i] = i < nreal ? (uint8_t)f->xz : 0;
+                uint32_t word;
+                memcpy(&word, v, 4);
+                ptrdiff_t pw = f->pw < len ? f->pw : len, wn = f->W < len - pw ? f->W : len - pw;
+                for (ptrdiff_t j = 0; j < pw; j++) memcpy(dst + 4 * j, &word, 4);
+                qconv_interleave4(src[0], src[1], src[2], src[3], dst + 4 * pw, wn);
+                for (ptrdiff_t j = pw + wn; j < len; j++) memcpy(dst + 4 * j, &word, 4);
+            } else {
+                qconv_interleave4(src[0], src[1], src[2], src[3], dst, len);
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Convolution                                                                               */
+
+typedef struct {
+    const uint8_t *xq;
+    ptrdiff_t img_bytes, group_bytes, row_bytes, c4_stride;
+    ptrdiff_t Hp, sw, Wq, ilv;
+    ptrdiff_t OD, OH, OW;
+    ptrdiff_t sd, sh;
+    int ntaps;
+    const ptrdiff_t *toff;          /* byte offset of each tap inside a group */
+    int G, Cg, C4, Og, O;
+    const int32_t *wv;              /* grouped, 4 weights per int32: [G][Og][ntaps][C4] */
+    const int8_t *wa;               /* grouped, AMX tiles: [G][nob][ntaps][nch][16][Kc] */
+    int Kc, nch, nob;
+    const int32_t *kzw;             /* [O] K*wz - Sum w (wrapping): times xz gives the constant */
+    const int32_t *wz;              /* [O] */
+    const uint8_t *gany;            /* [G] any non-zero weight zero point in the group */
+    const int32_t *wd;              /* depthwise: [C][ntaps] of w - wz */
+    const int32_t *wdsum;           /* depthwise: [C] tap sums of w - wz */
+    const float *bterm, *mult;      /* [O] */
+    int32_t xz, ozp, lo;
+    uint8_t *out;                   /* NCDHW contiguous */
+} qconv_args;
+
+static inline ptrdiff_t qconv_pix_offset(const qconv_args *a, ptrdiff_t od, ptrdiff_t oh, ptrdiff_t ow) {
+    return (od * a->sd * a->Hp + oh * a->sh) * a->row_bytes + ow * a->ilv;
+}
+
+static inline uint8_t *qconv_out_row(const qconv_args *a, ptrdiff_t n, ptrdiff_t o, ptrdiff_t od,
+                                     ptrdiff_t oh) {
+    return a->out + (((n * a->O + o) * a->OD + od) * a->OH + oh) * a->OW;
+}
+
+static inline uint8_t qconv_requant1(uint32_t acc, float bterm, float mult, int32_t ozp, float lo,
+                                     float hi) {
+    float y = (float)(int32_t)acc + bterm;
+    return (uint8_t)qops_q_vec(y, mult, ozp, lo, hi);
+}
+
+/* Portable kernels: the same arithmetic, 16 pixels at a time, loops GCC can vectorize. */
+static void qconv_grouped_portable(const qconv_args *a, ptrdiff_t n, ptrdiff_t od, ptrdiff_t oh,
+                                   ptrdiff_t ow0, ptrdiff_t ow1) {
+    const float lo = (float)(a->lo - a->ozp), hi = (float)(255 - a->ozp);
+    const uint8_t *ximg = a->xq + n * a->img_bytes;
+    for (ptrdiff_t ow = ow0; ow < ow1; ow += 16) {
+        int nv = (int)(ow1 - ow < 16 ? ow1 - ow : 16);
+        ptrdiff_t pix = qconv_pix_offset(a, od, oh, ow);
+        for (int g = 0; g < a->G; g++) {
+            const uint8_t *gbase = ximg + (ptrdiff_t)g * a->group_bytes + pix;
+            uint32_t S[16] = {0};
+            if (a->gany[g])
+                for (int t = 0; t < a->ntaps; t++)
+                    for (int c4 = 0; c4 < a->C4; c4++) {
+                        const uint8_t *x = gbase + c4 * a->c4_stride + a->toff[t];
+                        for (int p = 0; p < 16; p++) S[p] += (uint32_t)x[4 * p] + x[4 * p + 1] + x[4 * p + 2] + x[4 * p + 3];
+                    }
+            for (int oo = 0; oo < a->Og; oo++) {
+                ptrdiff_t o = (ptrdiff_t)g * a->Og + oo;
+                uint32_t acc[16] = {0};
+                const int32_t *w = a->wv + o * a->ntaps * a->C4;
+                for (int t = 0; t < a->ntaps; t++)
+                    for (int c4 = 0; c4 < a->C4; c4++) {
+                        const uint8_t *x = gbase + c4 * a->c4_stride + a->toff[t];
+                        int32_t w4 = w[t * a->C4 + c4];
+                        int32_t w0 = (int8_t)(w4 & 0xff), w1 = (int8_t)((w4 >> 8) & 0xff);
+                        int32_t w2 = (int8_t)((w4 >> 16) & 0xff), w3 = (int8_t)((w4 >> 24) & 0xff);
+                        for (int p = 0; p < 16; p++)
+                            acc[p] += (uint32_t)(x[4 * p] * w0 + x[4 * p + 1] * w1 + x[4 * p + 2] * w2 + x[4 * p + 3] * w3);
+                    }
+                uint32_t corr = (uint32_t)a->xz * (uint32_t)a->kzw[o];
+                uint8_t *dst = qconv_out_row(a, n, o, od, oh) + ow;
+                for (int p = 0; p < nv; p++)
+                    dst[p] = qconv_requant1(acc[p] + corr - (uint32_t)a->wz[o] * S[p], a->bterm[o],
+                                            a->mult[o], a->ozp, lo, hi);
+            }
+        }
+    }
+}
+
+static void qconv_dw_portable(const qconv_args *a, ptrdiff_t n, ptrdiff_t od, ptrdiff_t oh,
+                              ptrdiff_t ow0, ptrdiff_t ow1) {
+    const float lo = (float)(a->lo - a->ozp), hi = (float)(255 - a->ozp);
+    const uint8_t *ximg = a->xq + n * a->img_bytes;
+    for (ptrdiff_t c = 0; c < a->O; c++) {
+        const uint8_t *plane = ximg + c * a->group_bytes;
+        const int32_t *w = a->wd + c * a->ntaps;
+        uint32_t init = (uint32_t)(-a->xz) * (uint32_t)a->wdsum[c];
+        for (ptrdiff_t ow = ow0; ow < ow1; ow += 16) {
+            int nv = (int)(ow1 - ow < 16 ? ow1 - ow : 16);
+            const uint8_t *base = plane + qconv_pix_offset(a, od, oh, ow);
+            uint32_t acc[16];
+            for (int p = 0; p < 16; p++) acc[p] = init;
+            for (int t = 0; t < a->ntaps; t++) {
+                const uint8_t *x = base + a->toff[t];
+                int32_t wt = w[t];
+                for (int p = 0; p < 16; p++) acc[p] += (uint32_t)((int32_t)x[p] * wt);
+            }
+            uint8_t *dst = qconv_out_row(a, n, c, od, oh) + ow;
+            for (int p = 0; p < nv; p++)
+                dst[p] = qconv_requant1(acc[p], a->bterm[c], a->mult[c], a->ozp, lo, hi);
+        }
+    }
+}
+
+#ifdef QCONV_VNNI
+/* Requantize 16 accumulators (16 pixels of one output channel) and store the first nv. */
+static inline __attribute__((always_inline)) void
+qconv_store16(__m512i acc, __m512 bterm, __m512 mult, __m512 lo, __m512 hi, __m512i ozp,
+              uint8_t *o, int nv) {
+    __m512 y = _mm512_add_ps(_mm512_cvtepi32_ps(acc), bterm);
+    /* clamping to the integer bounds before rounding equals rounding first; min first: NaN
+     * becomes hi, as qops_clampf; the conversion rounds half to even (default MXCSR) */
+    __m512 r = _mm512_max_ps(_mm512_min_ps(_mm512_mul_ps(y, mult), hi), lo);
+    __m512i v = _mm512_add_epi32(_mm512_cvt_roundps_epi32(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), ozp);
+    __mmask16 m = nv >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1);
+    _mm_mask_storeu_epi8(o, m, _mm512_cvtepi32_epi8(v));
+}
+
+/* Window sums of 4 pixel vectors (only when a weight zero point is non-zero). */
+static inline void qconv_window_sums(const qconv_args *a, const uint8_t *gbase, __m512i S[4]) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int v = 0; v < 4; v++) S[v] = _mm512_setzero_si512();
+    for (int t = 0; t < a->ntaps; t++)
+        for (int c4 = 0; c4 < a->C4; c4++) {
+            const uint8_t *x = gbase + c4 * a->c4_stride + a->toff[t];
+            for (int v = 0; v < 4; v++)
+                S[v] = _mm512_dpbusd_epi32(S[v], _mm512_loadu_si512((const void *)(x + 64 * v)), ones);
+        }
+}
+
+/* Requantize and store R output channels x V pixel vectors. */
+static inline __attribute__((always_inline)) void
+qconv_finish(const qconv_args *a, __m512i acc[6][4], const ptrdiff_t *oc, int R, int V, int g,
+             const __m512i S[4], ptrdiff_t n, ptrdiff_t od, ptrdiff_t oh, ptrdiff_t ow, int nv) {
+    const __m512 lo = _mm512_set1_ps((float)(a->lo - a->ozp)), hi = _mm512_set1_ps((float)(255 - a->ozp));
+    const __m512i ozp = _mm512_set1_epi32(a->ozp);
+    for (int r = 0; r < R; r++) {
+        ptrdiff_t o = oc[r];
+        __m512i corr = _mm512_set1_epi32((int32_t)((uint32_t)a->xz * (uint32_t)a->kzw[o]));
+        __m512 bt = _mm512_set1_ps(a->bterm[o]), mu = _mm512_set1_ps(a->mult[o]);
+        uint8_t *dst = qconv_out_row(a, n, o, od, oh) + ow;
+        for (int v = 0; v < V; v++) {
+            int left = nv - 16 * v;
+            if (left <= 0) break;
+            __m512i s = _mm512_add_epi32(acc[r][v], corr);
+            if (a->gany[g]) s = _mm512_sub_epi32(s, _mm512_mullo_epi32(_mm512_set1_epi32(a->wz[o]), S[v]));
+            qconv_store16(s, bt, mu, lo, hi, ozp, dst + 16 * v, left);
+        }
+    }
+}
+
+/* R output channels x V vectors of 16 pixels, all accumulators in registers. */
+static inline __attribute__((always_inline)) void
+qconv_block_vnni(const qconv_args *a, const uint8_t *gbase, const ptrdiff_t *oc, const int R,
+                 const int V, __m512i acc[6][4]) {
+    const int32_t *w[6];
+    for (int r = 0; r < R; r++) {
+        w[r] = a->wv + oc[r] * a->ntaps * a->C4;
+        for (int v = 0; v < V; v++) acc[r][v] = _mm512_setzero_si512();
+    }
+    for (int t = 0; t < a->ntaps; t++) {
+        const uint8_t *xt = gbase + a->toff[t];
+        for (int c4 = 0; c4 < a->C4; c4++) {
+            const uint8_t *x = xt + c4 * a->c4_stride;
+            __m512i xv[4];
+            for (int v = 0; v < V; v++) xv[v] = _mm512_loadu_si512((const void *)(x + 64 * v));
+            for (int r = 0; r < R; r++) {
+                __m512i wb = _mm512_set1_epi32(w[r][t * a->C4 + c4]);
+                for (int v = 0; v < V; v++) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], xv[v], wb);
+            }
+        }
+    }
+}
+
+static void qconv_grouped_vnni(const qconv_args *a, ptrdiff_t n, ptrdiff_t od, ptrdiff_t oh,
+                               ptrdiff_t ow0, ptrdiff_t ow1) {
+    const uint8_t *ximg = a->xq + n * a->img_bytes;
+    const int nv = (int)(ow1 - ow0);
+    const ptrdiff_t pix = qconv_pix_offset(a, od, oh, ow0);
+    for (int g = 0; g < a->G; g++) {
+        const uint8_t *gbase = ximg + (ptrdiff_t)g * a->group_bytes + pix;
+        __m512i S[4];
+        if (a->gany[g]) qconv_window_sums(a, gbase, S);
+        for (int o0 = 0; o0 < a->Og; o0 += 6) {
+            /* channels past the group's end repeat its last one (computed, never stored) */
+            ptrdiff_t oc[6];
+            int R = a->Og - o0 < 6 ? a->Og - o0 : 6;
+            for (int r = 0; r < 6; r++) oc[r] = (ptrdiff_t)g * a->Og + o0 + (r < R ? r : R - 1);
+            __m512i acc[6][4];
+            if (nv <= 16) {
+                qconv_block_vnni(a, gbase, oc, 6, 1, acc);
+                qconv_finish(a, acc, oc, R, 1, g, S, n, od, oh, ow0, nv);
+            } else {
+                qconv_block_vnni(a, gbase, oc, 6, 4, acc);
+                qconv_finish(a, acc, oc, R, 4, g, S, n, od, oh, ow0, nv);
+            }
+        }
+    }
+}
+
+/* 4x4 transpose of the 128-bit lanes of four vectors. */
+static inline __attribute__((always_inline)) void qconv_lanes4x4(__m512i v[4]) {
+    __m512i t0 = _mm512_shuffle_i32x4(v[0], v[1], 0x44), t1 = _mm512_shuffle_i32x4(v[0], v[1], 0xEE);
+    __m512i t2 = _mm512_shuffle_i32x4(v[2], v[3], 0x44), t3 = _mm512_shuffle_i32x4(v[2], v[3], 0xEE);
+    v[0] = _mm512_shuffle_i32x4(t0, t2, 0x88);
+    v[1] = _mm512_shuffle_i32x4(t0, t2, 0xDD);
+    v[2] = _mm512_shuffle_i32x4(t1, t3, 0x88);
+    v[3] = _mm512_shuffle_i32x4(t1, t3, 0xDD);
+}
+
+/* Depthwise: taps go four at a time into vpdpbusd. The bytes of four taps are interleaved per
+ * pixel with two rounds of unpacks; that leaves vector j holding pixels 16L+4j..16L+4j+3 in
+ * lane L, undone by one lane transpose before requantizing. */
+static void qconv_dw_vnni(const qconv_args *a, ptrdiff_t n, ptrdiff_t od, ptrdiff_t oh,
+                          ptrdiff_t ow0, ptrdiff_t ow1) {
+    const __m512 lo = _mm512_set1_ps((float)(a->lo - a->ozp)), hi = _mm512_set1_ps((float)(255 - a->ozp));
+    const __m512i ozp = _mm512_set1_epi32(a->ozp);
+    const uint8_t *ximg = a->xq + n * a->img_bytes;
+    const ptrdiff_t pix = qconv_pix_offset(a, od, oh, ow0);
+    const int nv = (int)(ow1 - ow0);
+    const int nq = (a->ntaps + 3) / 4;
+    for (ptrdiff_t c = 0; c < a->O; c++) {
+        const uint8_t *base = ximg + c * a->group_bytes + pix;
+        const int32_t *wq = a->wv + c * nq;
+        const int sums = a->gany[c];
+        __m512i acc[4], S[4];
+        for (int j = 0; j < 4; j++) { acc[j] = _mm512_setzero_si512(); S[j] = _mm512_setzero_si512(); }
+        for (int q = 0; q < nq; q++) {
+            __m512i x[4];
+            for (int i = 0; i < 4; i++) {
+                int t = 4 * q + i < a->ntaps ? 4 * q + i : a->ntaps - 1;   /* weight 0 past the end */
+                x[i] = _mm512_loadu_si512((const void *)(base + a->toff[t]));
+            }
+            __m512i ab0 = _mm512_unpacklo_epi8(x[0], x[1]), ab1 = _mm512_unpackhi_epi8(x[0], x[1]);
+            __m512i cd0 = _mm512_unpacklo_epi8(x[2], x[3]), cd1 = _mm512_unpackhi_epi8(x[2], x[3]);
+            __m512i X[4] = {_mm512_unpacklo_epi16(ab0, cd0), _mm512_unpackhi_epi16(ab0, cd0),
+                            _mm512_unpacklo_epi16(ab1, cd1), _mm512_unpackhi_epi16(ab1, cd1)};
+            __m512i w = _mm512_set1_epi32(wq[q]);
+            for (int j = 0; j < 4; j++) acc[j] = _mm512_dpbusd_epi32(acc[j], X[j], w);
+            if (sums) {
+                int nt = a->ntaps - 4 * q;
+                uint32_t ones = nt >= 4 ? 0x01010101u : nt == 3 ? 0x010101u : nt == 2 ? 0x0101u : 0x01u;
+                __m512i on = _mm512_set1_epi32((int32_t)ones);
+                for (int j = 0; j < 4; j++) S[j] = _mm512_dpbusd_epi32(S[j], X[j], on);
+            }
+        }
+        qconv_lanes4x4(acc);
+        __m512i corr = _mm512_set1_epi32((int32_t)((uint32_t)a->xz * (uint32_t)a->kzw[c]));
+        if (sums) qconv_lanes4x4(S);
+        __m512i wz = _mm512_set1_epi32(a->wz[c]);
+        __m512 bt = _mm512_set1_ps(a->bterm[c]), mu = _mm512_set1_ps(a->mult[c]);
+        uint8_t *dst = qconv_out_row(a, n, c, od, oh) + ow0;
+        for (int v = 0; v < 4; v++) {
+            if (16 * v >= nv) break;
+            __m512i s = _mm512_add_epi32(acc[v], corr);
+            if (sums) s = _mm512_sub_epi32(s, _mm512_mullo_epi32(wz, S[v]));
+            qconv_store16(s, bt, mu, lo, hi, ozp, dst + 16 * v, nv - 16 * v);
+        }
+    }
+}
+#endif /* QCONV_VNNI */
+
+#ifdef QCONV_AMX
+typedef struct {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} qconv_tilecfg;
+
+/* 1 when this CPU has AMX-INT8 and the kernel let this process use the tile registers. */
+static int qconv_amx_init(void) {
+    unsigned int eax, ebx, ecx, edx;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return 0;
+    if (!((edx >> 24) & 1) || !((edx >> 25) & 1)) return 0;
+    /* ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA (18) */
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+}
+
+/* Tiles: C 0-3 (oc block b x pixel tile p -> 2b+p), A 4-5 (oc blocks), B 6-7 (pixel tiles). */
+__attribute__((target("amx-tile,amx-int8"))) static void
+qconv_grouped_amx(const qconv_args *a, ptrdiff_t n, ptrdiff_t od, ptrdiff_t oh0, ptrdiff_t oh1,
+                  ptrdiff_t ow0, ptrdiff_t ow1) {
+    qconv_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 4; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
+    for (int i = 4; i < 6; i++) { cfg.rows[i] = 16; cfg.colsb[i] = (uint16_t)a->Kc; }
+    for (int i = 6; i < 8; i++) { cfg.rows[i] = (uint8_t)(a->Kc / 4); cfg.colsb[i] = 64; }
+    _tile_loadconfig(&cfg);
+    int32_t buf[16 * 16] __attribute__((aligned(64)));
+    const __m512 lo = _mm512_set1_ps((float)(a->lo - a->ozp)), hi = _mm512_set1_ps((float)(255 - a->ozp));
+    const __m512i ozp = _mm512_set1_epi32(a->ozp);
+    const uint8_t *ximg = a->xq + n * a->img_bytes;
+    const ptrdiff_t wblk = (ptrdiff_t)a->ntaps * a->nch * 16 * a->Kc;   /* bytes per oc block */
+    const ptrdiff_t pstride = a->c4_stride;
+    /* output channel blocks outermost: one block pair's weights stay in L1 over several rows */
+    for (int g = 0; g < a->G; g++)
+    for (int ob = 0; ob < a->nob; ob += 2)
+    for (ptrdiff_t oh = oh0; oh < oh1; oh++)
+    for (ptrdiff_t ow = ow0; ow < ow1; ow += 32) {
+        const int nv = (int)(ow1 - ow < 32 ? ow1 - ow : 32);
+        const ptrdiff_t pix = qconv_pix_offset(a, od, oh, ow);
+        {
+            const uint8_t *gbase = ximg + (ptrdiff_t)g * a->group_bytes + pix;
+            __m512i S[4];
+            if (a->gany[g]) qconv_window_sums(a, gbase, S);
+            {
+                const int two = ob + 1 < a->nob;
+                const int8_t *w0 = a->wa + ((ptrdiff_t)g * a->nob + ob) * wblk;
+                const int8_t *w1 = w0 + wblk;
+                _tile_zero(0); _tile_zero(1);
+                if (two) { _tile_zero(2); _tile_zero(3); }
+                for (int t = 0; t < a->ntaps; t++) {
+                    const uint8_t *xt = gbase + a->toff[t];
+                    for (int k = 0; k < a->nch; k++) {
+                        const uint8_t *xk = xt + (ptrdiff_t)k * 16 * pstride;
+                        _tile_loadd(6, xk, pstride);
+                        _tile_loadd(7, xk + 64, pstride);
+                        _tile_loadd(4, w0, a->Kc);
+                        _tile_dpbsud(0, 4, 6);
+                        _tile_dpbsud(1, 4, 7);
+                        if (two) {
+                            _tile_loadd(5, w1, a->Kc);
+                            _tile_dpbsud(2, 5, 6);
+                            _tile_dpbsud(3, 5, 7);
+                            w1 += 16 * a->Kc;
+                        }
+                        w0 += 16 * a->Kc;
+                    }
+                }
+                for (int b = 0; b < 1 + two; b++) {
+                    for (int p = 0; p < 2; p++) {
+                        if (16 * p >= nv) break;
+                        switch (2 * b + p) {
+                        case 0: _tile_stored(0, buf, 64); break;
+                        case 1: _tile_stored(1, buf, 64); break;
+                        case 2: _tile_stored(2, buf, 64); break;
+                        default: _tile_stored(3, buf, 64); break;
+                        }
+                        int rows = a->Og - (ob + b) * 16;
+                        if (rows > 16) rows = 16;
+                        for (int m = 0; m < rows; m++) {
+                            ptrdiff_t o = (ptrdiff_t)g * a->Og + (ob + b) * 16 + m;
+                            __m512i s = _mm512_add_epi32(_mm512_load_si512((const void *)(buf + 16 * m)),
+                                _mm512_set1_epi32((int32_t)((uint32_t)a->xz * (uint32_t)a->kzw[o])));
+                            if (a->gany[g])
+                                s = _mm512_sub_epi32(s, _mm512_mullo_epi32(_mm512_set1_epi32(a->wz[o]), S[p]));
+                            qconv_store16(s, _mm512_set1_ps(a->bterm[o]), _mm512_set1_ps(a->mult[o]), lo, hi,
+                                          ozp, qconv_out_row(a, n, o, od, oh) + ow + 16 * p, nv - 16 * p);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    _tile_release();
+}
+#endif /* QCONV_AMX */
+
+static int qconv_amx_available(void) {
+#ifdef QCONV_AMX
+    return qconv_amx_init();
+#else
+    return 0;
+#endif
+}
+
+/* mode: 0 portable, 1 VNNI, 2 AMX (falls back to what this build has). */
+/* Output rows [oh0, oh1), pixels [ow0, ow1) of depth slice od of image n. */
+static inline void qconv_grouped(const qconv_args *a, int mode, ptrdiff_t n, ptrdiff_t od, ptrdiff_t oh0,
+                                 ptrdiff_t oh1, ptrdiff_t ow0, ptrdiff_t ow1) {
+#ifdef QCONV_AMX
+    if (mode == 2) { qconv_grouped_amx(a, n, od, oh0, oh1, ow0, ow1); return; }
+#endif
+    for (ptrdiff_t oh = oh0; oh < oh1; oh++) {
+#ifdef QCONV_VNNI
+        if (mode >= 1) { qconv_grouped_vnni(a, n, od, oh, ow0, ow1); continue; }
+#endif
+        (void)mode;
+        qconv_grouped_portable(a, n, od, oh, ow0, ow1);
+    }
+}
+
+static inline void qconv_dw(const qconv_args *a, int mode, ptrdiff_t n, ptrdiff_t od, ptrdiff_t oh,
+                            ptrdiff_t ow0, ptrdiff_t ow1) {
+#ifdef QCONV_VNNI
+    if (mode >= 1) { qconv_dw_vnni(a, n, od, oh, ow0, ow1); return; }
+#endif
+    (void)mode;
+    qconv_dw_portable(a, n, od, oh, ow0, ow1);
+}
+
+static inline int qconv_best_mode(void) {
+#ifdef QCONV_VNNI
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+#endif

@@ -1,0 +1,234 @@
+"""Conv family tests the registry cannot see: errors, prepacking, overflow, padding modes."""
+import numpy as np
+import pytest
+
+import qops
+from qops import functional as F
+from qops._registry import _util as u
+
+from conftest import torch_or_skip
+
+
+def _x(shape, zp=100, seed=0):
+    return u.random_qtensor(u.rng(seed), shape, qops.quint8, scale=0.05, zero_point=zp)
+
+
+def _w(shape, zp=0, seed=1, per_channel=False):
+    r = u.rng(seed)
+    raw = r.integers(-128, 128, size=shape).astype(np.int8)
+    if per_channel:
+        return qops.make_per_channel_quantized_tensor(raw, r.uniform(0.005, 0.01, shape[0]),
+                                                      np.full(shape[0], zp), 0)
+    return qops.make_per_tensor_quantized_tensor(raw, 0.01, zp)
+
+
+@pytest.fixture(params=["ref", "fast"])
+def backend(request):
+    with qops.backend(request.param):
+        yield request.param
+
+
+def test_output_shapes_and_batch0(backend):
+    x = _x((0, 4, 9, 9))
+    out = F.conv2d(x, _w((8, 2, 3, 3)), None, stride=2, padding=1, groups=2, scale=0.5, zero_point=3)
+    assert out.shape == (0, 8, 5, 5) and out.q_scale() == 0.5 and out.q_zero_point() == 3
+    assert F.conv1d(_x((2, 3, 10)), _w((5, 3, 4)), dilation=2, scale=1.0).shape == (2, 5, 4)
+    assert F.conv3d(_x((1, 2, 3, 4, 5)), _w((3, 2, 3, 4, 5)), scale=1.0).shape == (1, 3, 1, 1, 1)
+
+
+def test_prepacked_equals_unpacked_and_never_repacks(backend, monkeypatch):
+    x = _x((2, 6, 8, 7))
+    w = _w((10, 3, 3, 2), per_channel=True)
+    b = np.linspace(-3, 3, 10).astype(np.float32)
+    args = dict(stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2)
+    direct = F.conv2d_relu(x, w, b, scale=0.3, zero_point=90, **args)
+    pk = F.prepack_conv2d(w, b, **args)
+    assert pk.weight() is w and np.array_equal(pk.bias(), b)
+    assert pk.stride == (2, 1) and pk.padding == (1, 2) and pk.dilation == (1, 2) and pk.groups == 2
+    first = F.conv2d_relu(x, pk, scale=0.3, zero_point=90)
+    np.testing.assert_array_equal(first._int, direct._int)
+    kernels = qops._config.impl("conv")
+    calls = []
+    real = kernels.pack_weight
+    monkeypatch.setattr(kernels, "pack_weight", lambda *a: calls.append(1) or real(*a))
+    for _ in range(3):
+        again = F.conv2d_relu(x, pk, scale=0.3, zero_point=90)
+        np.testing.assert_array_equal(again._int, direct._int)
+    assert calls == [], "a prepacked weight was packed again"
+    assert int(direct._int.min()) >= 90
+
+
+def test_relu_is_clamp_at_zero_point(backend):
+    x, w = _x((1, 4, 6, 6)), _w((5, 4, 3, 3))
+    plain = F.conv2d(x, w, None, padding=1, scale=0.2, zero_point=128)._int
+    fused = F.conv2d_relu(x, w, None, padding=1, scale=0.2, zero_point=128)._int
+    np.testing.assert_array_equal(fused, np.maximum(plain, 128))
+
+
+@pytest.mark.parametrize("mode,np_mode", [("reflect", "reflect"), ("replicate", "edge"),
+                                          ("circular", "wrap")])
+def test_padding_modes_pad_the_raw_input(backend, mode, np_mode):
+    x, w = _x((1, 3, 5, 6)), _w((4, 3, 3, 3))
+    got = F.conv2d(x, w, None, padding=(1, 2), padding_mode=mode, scale=0.4, zero_point=7)
+    raw = np.pad(x._int, [(0, 0), (0, 0), (1, 1), (2, 2)], mode=np_mode)
+    xp = qops.make_per_tensor_quantized_tensor(raw, x.q_scale(), x.q_zero_point())
+    want = F.conv2d(xp, w, None, scale=0.4, zero_point=7)
+    np.testing.assert_array_equal(got._int, want._int)
+
+
+def test_reflect_matches_torch_module():
+    torch = torch_or_skip()
+    x, w = _x((1, 3, 6, 7)), _w((4, 3, 3, 3))
+    b = np.arange(4, dtype=np.float32)
+    m = torch.ao.nn.quantized.Conv2d(3, 4, 3, padding=2, padding_mode="reflect")
+    m.set_weight_bias(u.to_torch(w), torch.from_numpy(b))
+    m.scale, m.zero_point = 0.4, 7
+    prev = torch.backends.quantized.engine
+    torch.backends.quantized.engine = "fbgemm"
+    try:
+        theirs = m(u.to_torch(x)).int_repr().numpy()
+    finally:
+        torch.backends.quantized.engine = prev
+    ours = F.conv2d(x, w, b, padding=2, padding_mode="reflect", scale=0.4, zero_point=7)
+    np.testing.assert_array_equal(np.ascontiguousarray(ours._int), theirs)
+
+
+def test_depthwise_over_100_groups_is_exact(backend):
+    # PyTorch's x86 engine sends > 100 groups to fbgemm's int16 depthwise kernel; qops stays exact
+    x, w = _x((1, 144, 6, 6), zp=3), _w((144, 1, 3, 3), per_channel=True)
+    got = F.conv2d(x, w, None, padding=1, groups=144, scale=0.05, zero_point=128)
+    with qops.backend("ref"):
+        ref = F.conv2d(x, w, None, padding=1, groups=144, scale=0.05, zero_point=128)
+    np.testing.assert_array_equal(np.ascontiguousarray(got._int), ref._int)
+    # exact integer check of one output against the formula
+    xi = x._int.astype(np.int64) - 3
+    acc = int((xi[0, 5, 0:2, 0:2] * w._int[5, 0, 1:3, 1:3].astype(np.int64)).sum())
+    atws = np.float32(np.float32(x.q_scale()) * np.float32(w.q_per_channel_scales()[5]))
+    m = np.float32(atws / np.float32(0.05))
+    want = min(max(int(np.rint(np.float32(np.float32(acc) * m))) + 128, 0), 255)
+    assert int(got._int[0, 5, 0, 0]) == want
+
+
+def test_accumulator_overflow_raises(backend):
+    # K = 8192 * 9 taps: 255 * 128 * K exceeds int32, so the sum could wrap
+    x = _x((1, 8192, 3, 3), zp=0)
+    w = _w((1, 8192, 3, 3))
+    with pytest.raises(ValueError, match="accumulator could overflow"):
+        F.conv2d(x, w, None, scale=1.0)
+    # the largest K that is safe for these zero points runs, and exactly
+    k = (2**31 - 1) // (255 * 128)
+    x = _x((1, k, 1, 1), zp=0, seed=3)
+    raw = np.full((1, k, 1, 1), 255, np.uint8)
+    x = qops.make_per_tensor_quantized_tensor(raw, 1.0, 0)
+    w = qops.make_per_tensor_quantized_tensor(np.full((1, k, 1, 1), -128, np.int8), 1.0, 0)
+    out = F.conv2d(x, w, np.array([0.0], np.float32), scale=2.0**30, zero_point=200)
+    # acc = -255*128*k, exactly; scale 2^30 maps it to -2 steps
+    assert int(out._int.reshape(-1)[0]) == 200 + int(np.rint(np.float32(-255 * 128 * k) / 2**30))
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda x, w: F.conv2d(qops.make_per_tensor_quantized_tensor(x._int.view(np.int8), 0.1, 0), w),
+     "input must have dtype quint8"),
+    (lambda x, w: F.conv2d(x, qops.make_per_tensor_quantized_tensor(w._int.view(np.uint8), 0.1, 0)),
+     "weight must have dtype qint8"),
+    (lambda x, w: F.conv2d(x, _w((4, 3, 3, 3))), "input has 4 channels but weight expects 3"),
+    (lambda x, w: F.conv2d(x, _w((6, 2, 3, 3)), groups=4), "groups=4 must divide"),
+    (lambda x, w: F.conv2d(x, w, groups=3), "groups=3 must divide"),
+    (lambda x, w: F.conv2d(x, w, stride=0), "stride must be >= 1"),
+    (lambda x, w: F.conv2d(x, w, dilation=(1, 0)), "dilation must be >= 1"),
+    (lambda x, w: F.conv2d(x, w, padding=-1), "padding must be >= 0"),
+    (lambda x, w: F.conv2d(x, w, padding=(1, 2, 3)), "padding must be an int or 2 ints"),
+    (lambda x, w: F.conv2d(x, _w((4, 4, 9, 3))), "kernel size .* larger than the padded input"),
+    (lambda x, w: F.conv2d(x, w, dilation=5), "kernel size .* larger than the padded input"),
+    (lambda x, w: F.conv2d(x, w, np.zeros(3, np.float32)), r"bias must have shape \(4,\)"),
+    (lambda x, w: F.conv2d(x, w, np.zeros(4, np.int32)), "bias must be a float array"),
+    (lambda x, w: F.conv2d(x, w, padding_mode="mirror"), "padding_mode must be one of"),
+    (lambda x, w: F.conv2d(x, w, padding=6, padding_mode="reflect"), "reflect padding 6"),
+    (lambda x, w: F.conv2d(x, w, scale=0.0), "scale must be finite and > 0"),
+    (lambda x, w: F.conv2d(x, w, zero_point=256), "zero_point=256 is outside"),
+    (lambda x, w: F.conv2d(x, w, dtype=qops.qint8), "dtype must be quint8"),
+    (lambda x, w: F.conv1d(x, w), "input must have 3 dims"),
+    (lambda x, w: F.conv3d(x._int, w), "input must be a quantized tensor"),
+    (lambda x, w: F.conv2d(x, F.prepack_conv1d(_w((4, 4, 3)))), "packed by prepack_conv1d"),
+    (lambda x, w: F.conv2d(x, qops.quantize_per_channel(
+        np.ones((4, 4, 3, 3), np.float32), np.ones(4), np.zeros(4, int), 1, qops.qint8)),
+     "per-channel along axis 0"),
+])
+def test_bad_input_errors(backend, call, match):
+    x, w = _x((1, 4, 6, 6)), _w((4, 4, 3, 3))
+    with pytest.raises((TypeError, ValueError), match=match):
+        call(x, w)
+
+
+def test_fast_output_feeds_next_conv():
+    # fast returns channels-last data behind an NCHW view; chaining must see the same values
+    x, w1, w2 = _x((1, 8, 7, 7)), _w((16, 8, 3, 3)), _w((8, 16, 1, 1), seed=4)
+    outs = []
+    for be in ("ref", "fast"):
+        with qops.backend(be):
+            y = F.conv2d(x, w1, None, padding=1, scale=2.0, zero_point=100)
+            outs.append(np.ascontiguousarray(F.conv2d(y, w2, None, scale=20.0, zero_point=100)._int))
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("tier", ["portable", "vnni", "amx"])
+def test_every_kernel_tier_equals_ref(tier):
+    # the fast module picks its best tier (AMX > VNNI > portable); check the others too
+    from qops import _fast
+    from qops._registry import get_spec
+    kernels = _fast.load("conv")
+    previous = kernels._set_mode(tier)
+    try:
+        for name in ("conv1d", "conv2d", "conv3d_relu"):
+            spec = get_spec(name)
+            for case in spec.cases():
+                outs = []
+                for be in ("ref", "fast"):
+                    with qops.backend(be):
+                        outs.append(u.canon(spec.qops_call(case)()))
+                u.assert_same(outs[1], outs[0], f"{name} {case.label} ({tier})")
+    finally:
+        kernels._set_mode(previous)
+
+
+@pytest.mark.parametrize("tier", ["portable", "vnni", "amx"])
+@pytest.mark.parametrize("cfg", [
+    dict(c=70, o=20, k=3, stride=1, padding=1, groups=1, wzp=3),      # 70 channels: 2 AMX chunks
+    dict(c=64, o=48, k=3, stride=2, padding=1, groups=2, wzp=0),      # odd number of 16-blocks
+    dict(c=32, o=33, k=1, stride=1, padding=0, groups=1, wzp=-5),
+    dict(c=96, o=96, k=3, stride=1, padding=2, groups=96, wzp=2),     # depthwise, dilation below
+    dict(c=16, o=16, k=5, stride=3, padding=2, groups=1, wzp=0),
+])
+def test_wide_channels_every_tier(tier, cfg):
+    from qops import _fast
+    kernels = _fast.load("conv")
+    r = u.rng(9)
+    x = u.random_qtensor(r, (2, cfg["c"], 9, 37), qops.quint8, scale=0.03, zero_point=77)
+    w = _w((cfg["o"], cfg["c"] // cfg["groups"], cfg["k"], cfg["k"]), zp=cfg["wzp"], seed=5)
+    b = r.normal(0, 3, cfg["o"]).astype(np.float32)
+    args = dict(stride=cfg["stride"], padding=cfg["padding"], groups=cfg["groups"],
+                dilation=2 if cfg["groups"] > 1 else 1,
+                scale=float(np.sqrt(cfg["c"] // cfg["groups"] * cfg["k"] ** 2) * 74 * 74 * 0.03 * 0.01 / 40),
+                zero_point=120)
+    with qops.backend("ref"):
+        want = F.conv2d(x, w, b, **args)._int
+    previous = kernels._set_mode(tier)
+    try:
+        pk = F.prepack_conv2d(w, b, args["stride"], args["padding"], args["dilation"], args["groups"])
+        got = F.conv2d(x, pk, scale=args["scale"], zero_point=120)._int
+    finally:
+        kernels._set_mode(previous)
+    np.testing.assert_array_equal(got, want)
+    assert 0.02 < np.mean(want == 120) < 0.5 or np.std(want) > 5
+
+
+def test_nonfinite_bias_fast_equals_ref():
+    # a NaN or infinite bias saturates (NaN to 255, as the clamp order of qops_clampf)
+    x, w = _x((1, 4, 5, 5)), _w((4, 4, 3, 3))
+    b = np.array([np.nan, np.inf, -np.inf, 1e38], np.float32)
+    outs = []
+    for be in ("ref", "fast"):
+        with qops.backend(be):
+            outs.append(F.conv2d(x, w, b, padding=1, scale=0.1, zero_point=9)._int)
+    np.testing.assert_array_equal(outs[1], outs[0])
+    assert (outs[0][0, 0] == 255).all() and (outs[0][0, 1] == 255).all() and (outs[0][0, 2] == 0).all()
