@@ -1,2 +1,234 @@
-"""Public norm ops (see qops/_ops/__init__.py for the wrapper contract)."""
-__all__ = []
+"""Public norm ops: batch_norm (+relu), layer_norm, group_norm, instance_norm.
+
+Arguments and arithmetic follow torch.ops.quantized.{batch_norm, layer_norm, group_norm,
+instance_norm} (PyTorch 2.13 x86, SEMANTICS.md section 13); the output qparams are explicit.
+"""
+import math
+import numbers
+
+import numpy as np
+
+from qops import _config
+from qops import _qparams as qp
+from qops._ops import _check
+from qops._qtensor import QTensor
+
+__all__ = ["batch_norm", "batch_norm_relu", "layer_norm", "group_norm", "instance_norm"]
+
+F32 = np.float32
+_DTYPES = ("quint8", "qint8")
+
+
+def _eps(eps):
+    eps = _check.real(eps, "eps")
+    if not math.isfinite(eps) or eps <= 0.0:
+        raise ValueError(f"eps must be finite and > 0; got {eps!r}")
+    return eps
+
+
+def _param(v, argname, shape):
+    """An optional float parameter as a contiguous float32 array of `shape` (None stays None)."""
+    if v is None:
+        return None
+    if isinstance(v, QTensor):
+        raise TypeError(f"{argname} must be a float array, not a QTensor")
+    a = np.asarray(v)
+    if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)) \
+            or a.dtype == np.bool_:
+        raise TypeError(f"{argname} must be a float array; got dtype {a.dtype}")
+    if a.shape != tuple(shape):
+        raise ValueError(f"{argname} must have shape {tuple(shape)}; got {a.shape}")
+    return np.ascontiguousarray(a, dtype=F32)
+
+
+def _out_qparams(output_scale, output_zero_point, dtype):
+    scale = qp.check_scale(output_scale, "output_scale")
+    zp = qp.check_zero_point(output_zero_point, dtype, "output_zero_point")
+    return scale, zp
+
+
+def _rows3(data, axis):
+    """`data` as a C-contiguous (outer, size[axis], inner) array (a copy only if needed)."""
+    shape = data.shape
+    outer = int(np.prod(shape[:axis], dtype=np.int64))
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    return np.ascontiguousarray(data).reshape(outer, shape[axis], inner)
+
+
+def _batch_norm_affine(running_mean, running_var, weight, bias, eps, in_scale, out_scale):
+    """Per-channel (alpha, beta) of the fused batch norm affine, as PyTorch prepares them.
+
+    inv_sigma = f32(1.0 / f64(sqrtf(f32(var + f32(eps))))),
+    alpha = f32(f64(f32(inv_sigma * w)) * (in_s / out_s)),
+    beta = f32(f64(f32(b - f32(f32(mean * inv_sigma) * w))) / out_s).
+    """
+    c = running_mean.shape[0]
+    w = np.ones(c, F32) if weight is None else weight
+    b = np.zeros(c, F32) if bias is None else bias
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        sd = np.sqrt(running_var + F32(eps)).astype(F32)
+        inv_sigma = (1.0 / sd.astype(np.float64)).astype(F32)
+        alpha = ((inv_sigma * w).astype(np.float64) * (in_scale / out_scale)).astype(F32)
+        beta = ((b - (running_mean * inv_sigma) * w).astype(np.float64) / out_scale).astype(F32)
+    return np.ascontiguousarray(alpha), np.ascontiguousarray(beta)
+
+
+def _batch_norm(input, running_mean, running_var, weight, bias, eps, output_scale,
+                output_zero_point, relu):
+    _check.qtensor(input, "input", dtypes=_DTYPES, ndims=(2, 3, 4, 5))
+    c = input.shape[1]
+    running_mean = _param(running_mean, "running_mean", (c,))
+    running_var = _param(running_var, "running_var", (c,))
+    if running_mean is None or running_var is None:
+        raise TypeError("running_mean and running_var are required (quantized batch norm "
+                        "uses the running statistics)")
+    if (running_var < 0).any() or not np.isfinite(running_var).all():
+        raise ValueError("running_var must be finite and >= 0")
+    weight = _param(weight, "weight", (c,))
+    bias = _param(bias, "bias", (c,))
+    eps = _eps(eps)
+    scale, zp = _out_qparams(output_scale, output_zero_point, input.dtype)
+    alpha, beta = _batch_norm_affine(running_mean, running_var, weight, bias, eps,
+                                     float(input._scale), scale)
+    x3 = _rows3(input._int, 1)
+    out = _config.impl("norm").batch_norm(x3, alpha, beta, input._zero_point, zp, relu)
+    return QTensor._make(out.reshape(input.shape), input.dtype, scale, zp)
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, eps=1e-5,
+               output_scale=1.0, output_zero_point=0):
+    """Quantized batch norm (inference) over channel dim 1 of a 2-D to 5-D tensor.
+
+    Arithmetic of torch.ops.quantized.batch_norm: a per-channel fused affine
+    fma(alpha_c, q - zp, beta_c) rounded half to even, plus the output zero point.
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8) of shape (N, C, ...), 2 to 5 dims
+    running_mean : float array (C,)
+    running_var : float array (C,), >= 0
+    weight : float array (C,) or None (ones)
+    bias : float array (C,) or None (zeros)
+    eps : float > 0, added to the variance
+    output_scale : float > 0
+    output_zero_point : int in the dtype's range
+    """
+    return _batch_norm(input, running_mean, running_var, weight, bias, eps, output_scale,
+                       output_zero_point, False)
+
+
+def batch_norm_relu(input, running_mean, running_var, weight=None, bias=None, eps=1e-5,
+                    output_scale=1.0, output_zero_point=0):
+    """Quantized batch norm fused with relu (torch.ops.quantized.batch_norm_relu).
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8) of shape (N, C, ...), 2 to 5 dims
+    running_mean : float array (C,)
+    running_var : float array (C,), >= 0
+    weight : float array (C,) or None (ones)
+    bias : float array (C,) or None (zeros)
+    eps : float > 0, added to the variance
+    output_scale : float > 0
+    output_zero_point : int in the dtype's range
+    """
+    return _batch_norm(input, running_mean, running_var, weight, bias, eps, output_scale,
+                       output_zero_point, True)
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, output_scale=1.0,
+               output_zero_point=0):
+    """Quantized layer norm over the trailing `normalized_shape` dims (torch.ops.quantized.layer_norm).
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8)
+    normalized_shape : int or sequence of ints, equal to the trailing dims of input
+    weight : float array of shape normalized_shape, or None (ones)
+    bias : float array of shape normalized_shape, or None (zeros)
+    eps : float > 0, added to the variance
+    output_scale : float > 0
+    output_zero_point : int in the dtype's range
+    """
+    _check.qtensor(input, "input", dtypes=_DTYPES)
+    if isinstance(normalized_shape, (numbers.Integral, np.integer)) and \
+            not isinstance(normalized_shape, bool):
+        normalized_shape = (int(normalized_shape),)
+    if not isinstance(normalized_shape, (list, tuple, np.ndarray)):
+        raise TypeError(f"normalized_shape must be an int or a sequence of ints; "
+                        f"got {normalized_shape!r}")
+    ns = tuple(_check.integer(n, "normalized_shape", 0) for n in normalized_shape)
+    if len(ns) == 0:
+        raise ValueError("normalized_shape must have at least one dim")
+    if len(ns) > input.ndim or tuple(input.shape[input.ndim - len(ns):]) != ns:
+        raise ValueError(f"normalized_shape {list(ns)} does not match the trailing dims of "
+                         f"input of shape {tuple(input.shape)}")
+    weight = _param(weight, "weight", ns)
+    bias = _param(bias, "bias", ns)
+    eps = _eps(eps)
+    scale, zp = _out_qparams(output_scale, output_zero_point, input.dtype)
+    n = int(np.prod(ns, dtype=np.int64))
+    m = int(np.prod(input.shape[:input.ndim - len(ns)], dtype=np.int64))
+    out_shape = tuple(input.shape)
+    if m * n == 0:
+        return QTensor._make(np.empty(out_shape, input._int.dtype), input.dtype, scale, zp)
+    x2 = np.ascontiguousarray(input._int).reshape(m, n)
+    out = _config.impl("norm").layer_norm(
+        x2, None if weight is None else weight.reshape(n), None if bias is None else bias.reshape(n),
+        qp.f32(input._scale), input._zero_point, eps, qp.inv_scale(scale), zp)
+    return QTensor._make(out.reshape(out_shape), input.dtype, scale, zp)
+
+
+def _group_norm(input, num_groups, weight, bias, eps, output_scale, output_zero_point):
+    c = input.shape[1]
+    weight = _param(weight, "weight", (c,))
+    bias = _param(bias, "bias", (c,))
+    eps = _eps(eps)
+    scale, zp = _out_qparams(output_scale, output_zero_point, input.dtype)
+    if input.numel() == 0:
+        return QTensor._make(np.empty(input.shape, input._int.dtype), input.dtype, scale, zp)
+    x3 = _rows3(input._int, 1)
+    out = _config.impl("norm").group_norm(x3, num_groups, weight, bias, qp.f32(input._scale),
+                                          input._zero_point, eps, qp.inv_scale(scale), zp)
+    return QTensor._make(out.reshape(input.shape), input.dtype, scale, zp)
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, output_scale=1.0,
+               output_zero_point=0):
+    """Quantized group norm over channel groups of dim 1 (torch.ops.quantized.group_norm).
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8) of shape (N, C, ...), at least 3 dims
+    num_groups : int > 0 dividing C
+    weight : float array (C,) or None (ones)
+    bias : float array (C,) or None (zeros)
+    eps : float > 0, added to the variance
+    output_scale : float > 0
+    output_zero_point : int in the dtype's range
+    """
+    _check.qtensor(input, "input", dtypes=_DTYPES, min_ndim=3)
+    num_groups = _check.integer(num_groups, "num_groups", 1)
+    c = input.shape[1]
+    if c % num_groups:
+        raise ValueError(f"num_groups={num_groups} must divide the number of channels {c}")
+    return _group_norm(input, num_groups, weight, bias, eps, output_scale, output_zero_point)
+
+
+def instance_norm(input, weight=None, bias=None, eps=1e-5, output_scale=1.0,
+                  output_zero_point=0):
+    """Quantized instance norm: group norm with one group per channel (3-D to 5-D input).
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8) of shape (N, C, ...), 3 to 5 dims
+    weight : float array (C,) or None (ones)
+    bias : float array (C,) or None (zeros)
+    eps : float > 0, added to the variance
+    output_scale : float > 0
+    output_zero_point : int in the dtype's range
+    """
+    _check.qtensor(input, "input", dtypes=_DTYPES, ndims=(3, 4, 5))
+    if input.shape[1] == 0:
+        raise ValueError("input must have at least one channel (dim 1 > 0)")
+    return _group_norm(input, input.shape[1], weight, bias, eps, output_scale, output_zero_point)

@@ -1,0 +1,310 @@
+# Normalization kernels (mirror of qops/_ref/norm.py).
+# Contract: uint8/int8 in and out; exact integer statistics (int64);
+# float32 affine steps in PyTorch's order (fmaf exactly where it fuses); Q_vec requantization.
+import numpy as np
+from cython.parallel cimport prange
+from libc.math cimport sqrt, fmaf
+from qops._fast._common cimport *
+
+cdef extern from *:
+    """
+    #if defined(__AVX2__)
+    #include <immintrin.h>
+    #endif
+    /* out[i] = lut[x[i]]: a channel's whole affine + requantize is a function of the raw byte.
+     * With AVX512-VBMI (avx512 build, checked at run time) two vpermi2b cover the table's
+     * halves for 64 bytes at once and the byte's top bit picks one; else a byte loop.
+     * (The same lookup as the activation family's; one shared header would serve both.) */
+    #if defined(__AVX512BW__)
+    __attribute__((target("avx512f,avx512bw,avx512vbmi,bmi2")))
+    static void qops_norm_lut_vbmi(const uint8_t *x, uint8_t *out, ptrdiff_t n, const uint8_t *lut) {
+        const __m512i t0 = _mm512_loadu_si512((const void *)lut);
+        const __m512i t1 = _mm512_loadu_si512((const void *)(lut + 64));
+        const __m512i t2 = _mm512_loadu_si512((const void *)(lut + 128));
+        const __m512i t3 = _mm512_loadu_si512((const void *)(lut + 192));
+        ptrdiff_t i = 0;
+        for (; i + 64 <= n; i += 64) {
+            __m512i v = _mm512_loadu_si512((const void *)(x + i));
+            __m512i lo = _mm512_permutex2var_epi8(t0, v, t1);
+            __m512i hi = _mm512_permutex2var_epi8(t2, v, t3);
+            _mm512_storeu_si512((void *)(out + i), _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi));
+        }
+        if (i < n) {
+            __mmask64 m = _bzhi_u64(~0ULL, (unsigned)(n - i));
+            __m512i v = _mm512_maskz_loadu_epi8(m, x + i);
+            __m512i lo = _mm512_permutex2var_epi8(t0, v, t1);
+            __m512i hi = _mm512_permutex2var_epi8(t2, v, t3);
+            _mm512_mask_storeu_epi8(out + i, m, _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi));
+        }
+    }
+    static int qops_norm_have_vbmi(void) {
+        static int have = -1;
+        if (have < 0) {
+            __builtin_cpu_init();
+            have = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw")
+                   && __builtin_cpu_supports("bmi2");
+        }
+        return have;
+    }
+    #else
+    static int qops_norm_have_vbmi(void) { return 0; }
+    static void qops_norm_lut_vbmi(const uint8_t *x, uint8_t *out, ptrdiff_t n, const uint8_t *lut) {
+        for (ptrdiff_t i = 0; i < n; i++) out[i] = lut[x[i]];
+    }
+    #endif
+
+    /* Exact sums of u = byte ^ flip and of u^2 over p[0:n]. Vector: psadbw sums bytes into
+     * 64-bit lanes; pmaddwd squares zero-extended 16-bit pairs into 32-bit lanes, flushed to
+     * 64 bits every 4096 steps (each lane gains <= 2 * 2 * 255^2 per step: no overflow). */
+    static void qops_norm_sums(const uint8_t *p, ptrdiff_t n, uint8_t flip, int64_t *s_out,
+                               int64_t *ss_out) {
+        int64_t s = 0, ss = 0;
+        ptrdiff_t i = 0;
+    #if defined(__AVX512BW__)
+        const __m512i f = _mm512_set1_epi8((char)flip), z = _mm512_setzero_si512();
+        while (i + 64 <= n) {
+            ptrdiff_t end = (n - i) / 64 > 4096 ? i + 64 * 4096 : n;
+            __m512i vs = z, vss = z;
+            for (; i + 64 <= end; i += 64) {
+                __m512i v = _mm512_xor_si512(_mm512_loadu_si512((const void *)(p + i)), f);
+                vs = _mm512_add_epi64(vs, _mm512_sad_epu8(v, z));
+                __m512i lo = _mm512_unpacklo_epi8(v, z), hi = _mm512_unpackhi_epi8(v, z);
+                vss = _mm512_add_epi32(vss, _mm512_add_epi32(_mm512_madd_epi16(lo, lo),
+                                                             _mm512_madd_epi16(hi, hi)));
+            }
+            s += _mm512_reduce_add_epi64(vs);
+            ss += _mm512_reduce_add_epi64(_mm512_add_epi64(
+                _mm512_cvtepu32_epi64(_mm512_castsi512_si256(vss)),
+                _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(vss, 1))));
+        }
+    #elif defined(__AVX2__)
+        const __m256i f = _mm256_set1_epi8((char)flip), z = _mm256_setzero_si256();
+        while (i + 32 <= n) {
+            ptrdiff_t end = (n - i) / 32 > 4096 ? i + 32 * 4096 : n;
+            __m256i vs = z, vss = z;
+            for (; i + 32 <= end; i += 32) {
+                __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + i)), f);
+                vs = _mm256_add_epi64(vs, _mm256_sad_epu8(v, z));
+                __m256i lo = _mm256_unpacklo_epi8(v, z), hi = _mm256_unpackhi_epi8(v, z);
+                vss = _mm256_add_epi32(vss, _mm256_add_epi32(_mm256_madd_epi16(lo, lo),
+                                                             _mm256_madd_epi16(hi, hi)));
+            }
+            int64_t t[4];
+            _mm256_storeu_si256((__m256i *)t, vs);
+            s += t[0] + t[1] + t[2] + t[3];
+            uint32_t q[8];
+            _mm256_storeu_si256((__m256i *)q, vss);
+            for (int j = 0; j < 8; j++) ss += q[j];
+        }
+    #endif
+        for (; i < n; i++) {
+            int32_t v = (uint8_t)(p[i] ^ flip);
+            s += v;
+            ss += v * v;
+        }
+        *s_out = s;
+        *ss_out = ss;
+    }
+    """
+    int qops_norm_have_vbmi() nogil
+    void qops_norm_sums(const uint8_t* p, Py_ssize_t n, uint8_t flip, int64_t* s_out,
+                        int64_t* ss_out) nogil
+    void qops_norm_lut_vbmi(const uint8_t* x, uint8_t* out, Py_ssize_t n, const uint8_t* lut) nogil
+
+DEF GRAIN = 16384         # elements per thread below which a second thread costs more than it gives
+DEF LUT_MIN = 512         # a 256-entry table pays for itself on rows at least this long
+
+
+cdef inline bint _use_lut(Py_ssize_t length) noexcept nogil:
+    # Only where the lookup is vectorized: a byte loop is no faster than the float loop.
+    return length >= LUT_MIN and qops_norm_have_vbmi()
+
+
+cdef void _affine_row(const q8_t* x, q8_t* out, Py_ssize_t n, float a, float b, int32_t zp,
+                     int32_t ozp, float lo, float hi) noexcept nogil:
+    # Plain pointers (not memoryview fields, which byte stores could alias) so GCC vectorizes.
+    cdef Py_ssize_t i
+    for i in range(n):
+        out[i] = <q8_t>qops_q_vec(fmaf(a, <float>(<int32_t>x[i] - zp), b), 1.0, ozp, lo, hi)
+
+
+cdef void _affine_lut(q8_t dummy, uint8_t* lut, float a, float b, int32_t zp, int32_t ozp,
+                     float lo, float hi) noexcept nogil:
+    # lut[byte] = the result for raw value (q8_t)byte: the same formula as _affine_row.
+    # (`dummy`, a value of the element type, only selects the fused-type specialization.)
+    cdef int u
+    for u in range(256):
+        lut[u] = <uint8_t><q8_t>qops_q_vec(fmaf(a, <float>(<int32_t>(<q8_t>u) - zp), b), 1.0, ozp,
+                                            lo, hi)
+
+
+cdef void _batch_norm_rows(const q8_t[:, :, ::1] x, q8_t[:, :, ::1] out, const float[::1] alpha,
+                           const float[::1] beta, int32_t zp, int32_t ozp, float lo,
+                           float hi, uint8_t[:, ::1] luts) noexcept nogil:
+    # One (batch, channel) row per iteration: alpha/beta are constants of the inner loop. Long
+    # rows use per-channel tables built once (luts[c]) before the parallel loop.
+    cdef Py_ssize_t nb = x.shape[0], nc = x.shape[1], length = x.shape[2], r, c
+    cdef bint lut = _use_lut(length) and nb * length >= 2 * 256
+    if lut:
+        for c in range(nc):
+            _affine_lut(x[0, 0, 0], &luts[c, 0], alpha[c], beta[c], zp, ozp, lo, hi)
+    for r in prange(nb * nc, schedule="static", num_threads=qops_threads_for(nb * nc * length, GRAIN)):
+        c = r % nc
+        if lut:
+            qops_norm_lut_vbmi(<const uint8_t*>&x[r // nc, c, 0], <uint8_t*>&out[r // nc, c, 0],
+                               length, &luts[c, 0])
+        else:
+            _affine_row(&x[r // nc, c, 0], &out[r // nc, c, 0], length, alpha[c], beta[c], zp,
+                        ozp, lo, hi)
+
+
+def batch_norm(x, alpha, beta, zero_point, output_zero_point, relu):
+    """Per-channel fused affine: out = Q_vec(fma(alpha_c, f32(q - zp), beta_c)), optional relu."""
+    x = np.ascontiguousarray(x)
+    out = np.empty(x.shape, dtype=x.dtype)
+    info = np.iinfo(x.dtype)
+    # relu clamps below at the output zero point: fold it into Q_vec's lower bound.
+    lo = (0 if relu else info.min - output_zero_point)
+    hi = info.max - output_zero_point
+    a = np.ascontiguousarray(alpha, dtype=np.float32)
+    b = np.ascontiguousarray(beta, dtype=np.float32)
+    if x.size == 0:
+        return out
+    luts = np.empty((x.shape[1], 256), np.uint8)
+    if x.dtype == np.uint8:
+        _batch_norm_rows[uint8_t](x, out, a, b, zero_point, output_zero_point, lo, hi, luts)
+    else:
+        _batch_norm_rows[int8_t](x, out, a, b, zero_point, output_zero_point, lo, hi, luts)
+    return out
+
+
+cdef inline void _stats(const q8_t* p, Py_ssize_t n, int32_t zp, float xs, double eps,
+                        float* mean_out, float* r_out) noexcept nogil:
+    # Exact integer S and SS, then the float32/double steps of SEMANTICS.md section 13.
+    cdef int64_t s, ss, su, ssu
+    cdef float m1, var, nf = <float>n
+    if q8_t is uint8_t:
+        qops_norm_sums(<const uint8_t*>p, n, 0, &s, &ss)
+    else:
+        # bytes ^ 0x80 are u = q + 128: S = Su - 128 n, SS = SSu - 256 Su + 16384 n (exact)
+        qops_norm_sums(<const uint8_t*>p, n, 0x80, &su, &ssu)
+        s = su - 128 * n
+        ss = ssu - 256 * su + 16384 * n
+    m1 = <float>s / nf
+    mean_out[0] = m1 - <float>zp
+    var = <float>ss / nf - m1 * m1
+    if not (var > 0.0):
+        var = 0.0
+    r_out[0] = <float>(<double>xs / sqrt(<double>(var * xs * xs) + eps))
+
+
+cdef void _layer_norm_row(const q8_t* x, q8_t* out, Py_ssize_t n, const float* w,
+                          const float* b, float mean, float r, int32_t zp, float inv,
+                          int32_t ozp, float lo, float hi) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        out[i] = <q8_t>qops_q_vec(((<float>(<int32_t>x[i] - zp) - mean) * r) * w[i] + b[i],
+                                  inv, ozp, lo, hi)
+
+
+cdef void _layer_norm_rows(const q8_t[:, ::1] x, q8_t[:, ::1] out, const float[::1] w,
+                           const float[::1] b, float xs, int32_t zp, double eps, float inv,
+                           int32_t ozp, float lo, float hi) noexcept nogil:
+    cdef Py_ssize_t m = x.shape[0], n = x.shape[1], row
+    cdef float mean, r
+    for row in prange(m, schedule="static", num_threads=qops_threads_for(m * n, GRAIN)):
+        mean = 0.0      # assigned in the loop body so each thread has its own copy
+        r = 0.0
+        _stats(&x[row, 0], n, zp, xs, eps, &mean, &r)
+        _layer_norm_row(&x[row, 0], &out[row, 0], n, &w[0], &b[0], mean, r, zp, inv, ozp, lo, hi)
+
+
+def layer_norm(x, weight, bias, scale, zero_point, eps, inv_output_scale, output_zero_point):
+    """Normalize each row of `x` over its last axis, then an elementwise affine (Q_vec)."""
+    x = np.ascontiguousarray(x)
+    out = np.empty(x.shape, dtype=x.dtype)
+    n = x.shape[1]
+    info = np.iinfo(x.dtype)
+    # A missing weight/bias is 1/0: multiplying by 1 and adding +0 leave the float32 value
+    # (up to the sign of zero, which rint and the zero point erase), so one kernel serves both.
+    w = np.ones(n, np.float32) if weight is None else np.ascontiguousarray(weight, np.float32)
+    b = np.zeros(n, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32)
+    lo = info.min - output_zero_point
+    hi = info.max - output_zero_point
+    if x.size == 0:
+        return out
+    if x.dtype == np.uint8:
+        _layer_norm_rows[uint8_t](x, out, w, b, scale, zero_point, eps, inv_output_scale,
+                                  output_zero_point, lo, hi)
+    else:
+        _layer_norm_rows[int8_t](x, out, w, b, scale, zero_point, eps, inv_output_scale,
+                                 output_zero_point, lo, hi)
+    return out
+
+
+cdef void _group_norm_row(const q8_t* x, q8_t* out, Py_ssize_t n, float mean, float g,
+                          float b, int32_t zp, float inv, int32_t ozp, float lo,
+                          float hi) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        out[i] = <q8_t>qops_q_vec((<float>(<int32_t>x[i] - zp) - mean) * g + b, inv, ozp, lo, hi)
+
+
+cdef void _group_norm_group(const q8_t* x, q8_t* out, Py_ssize_t cpg, Py_ssize_t length,
+                            const float* w, const float* b, float xs, int32_t zp, double eps,
+                            float inv, int32_t ozp, float lo, float hi, bint lut) noexcept nogil:
+    # One (batch, group): statistics over its cpg * length contiguous elements, then each
+    # channel's affine, through a 256-entry table (on this thread's stack) for long channels.
+    cdef float mean = 0.0, r = 0.0, g
+    cdef uint8_t table[256]
+    cdef Py_ssize_t c
+    cdef int u
+    _stats(x, cpg * length, zp, xs, eps, &mean, &r)
+    for c in range(cpg):
+        g = r * w[c]
+        if lut:
+            for u in range(256):
+                table[u] = <uint8_t><q8_t>qops_q_vec((<float>(<int32_t>(<q8_t>u) - zp) - mean) * g + b[c],
+                                                     inv, ozp, lo, hi)
+            qops_norm_lut_vbmi(<const uint8_t*>(x + c * length), <uint8_t*>(out + c * length),
+                               length, table)
+        else:
+            _group_norm_row(x + c * length, out + c * length, length, mean, g, b[c], zp, inv,
+                            ozp, lo, hi)
+
+
+cdef void _group_norm_groups(const q8_t[:, :, ::1] x, q8_t[:, :, ::1] out, Py_ssize_t groups,
+                             const float[::1] w, const float[::1] b, float xs, int32_t zp,
+                             double eps, float inv, int32_t ozp, float lo,
+                             float hi) noexcept nogil:
+    # One (batch, group) per iteration: its channels are contiguous (cpg * length elements).
+    cdef Py_ssize_t nb = x.shape[0], nc = x.shape[1], length = x.shape[2]
+    cdef Py_ssize_t cpg = nc // groups, g, c0
+    cdef bint lut = _use_lut(length)
+    for g in prange(nb * groups, schedule="static",
+                    num_threads=qops_threads_for(nb * nc * length, GRAIN)):
+        c0 = (g % groups) * cpg
+        _group_norm_group(&x[g // groups, c0, 0], &out[g // groups, c0, 0], cpg, length, &w[c0],
+                          &b[c0], xs, zp, eps, inv, ozp, lo, hi, lut)
+
+
+def group_norm(x, num_groups, weight, bias, scale, zero_point, eps, inv_output_scale,
+               output_zero_point):
+    """Normalize each (batch, group) of `x`, then a per-channel affine folded into r (Q_vec)."""
+    x = np.ascontiguousarray(x)
+    out = np.empty(x.shape, dtype=x.dtype)
+    c = x.shape[1]
+    info = np.iinfo(x.dtype)
+    w = np.ones(c, np.float32) if weight is None else np.ascontiguousarray(weight, np.float32)
+    b = np.zeros(c, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32)
+    lo = info.min - output_zero_point
+    hi = info.max - output_zero_point
+    if x.size == 0:
+        return out
+    if x.dtype == np.uint8:
+        _group_norm_groups[uint8_t](x, out, num_groups, w, b, scale, zero_point, eps,
+                                    inv_output_scale, output_zero_point, lo, hi)
+    else:
+        _group_norm_groups[int8_t](x, out, num_groups, w, b, scale, zero_point, eps,
+                                   inv_output_scale, output_zero_point, lo, hi)
+    return out

@@ -1,0 +1,116 @@
+"""Normalization layers on raw 8-bit values: batch norm (+relu), layer, group and instance norm.
+
+Contract: uint8/int8 in, same dtype out with explicit output qparams. Statistics are exact
+integer sums (int64); every float step is IEEE float32 as SEMANTICS.md section 13 states it,
+except the two double steps it names (the reciprocal std of batch norm and the
+x_scale / sqrt(var + eps) of the group statistics). Requantization is Q_vec (rint, then + zp).
+"""
+import numpy as np
+
+from qops._ref.quant import fma_f32, q_vec
+
+F32 = np.float32
+
+
+def _limits(dtype):
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def batch_norm(x, alpha, beta, zero_point, output_zero_point, relu):
+    """Per-channel fused affine: out = Q_vec(fma(alpha_c, f32(q - zp), beta_c)), optional relu.
+
+    Parameters
+    ----------
+    x : uint8/int8 ndarray of shape (N, C, L) (spatial dims flattened into L)
+    alpha : float32 ndarray (C,), f32(f32(inv_sigma*w) * in_s/out_s)
+    beta : float32 ndarray (C,), (b - mean*inv_sigma*w) / out_s
+    zero_point : int, the input zero point
+    output_zero_point : int
+    relu : bool, clamp the result below at output_zero_point
+    """
+    qmin, qmax = _limits(x.dtype)
+    k = (x.astype(np.int64) - zero_point).astype(F32)
+    y = fma_f32(np.asarray(alpha, F32)[None, :, None], k, np.asarray(beta, F32)[None, :, None])
+    out = q_vec(y, 1.0, output_zero_point, qmin, qmax)
+    if relu:
+        out = np.maximum(out, output_zero_point)
+    return out.astype(x.dtype)
+
+
+def _group_stats(x2, zero_point, scale, eps):
+    """Per row of `x2` (M, N): (mean, r) in units of the input scale, both float32.
+
+    mean = f32(f32(S)/N) - zp, var = max(f32(SS)/N - m'^2, 0) in float32,
+    r = f32(x_s / sqrt(f64(var*x_s*x_s) + eps)), the division and sqrt in double.
+    """
+    n = F32(x2.shape[1])
+    v = x2.astype(np.int64)
+    s = v.sum(axis=1)
+    ss = (v * v).sum(axis=1)
+    m1 = s.astype(F32) / n
+    mean = m1 - F32(zero_point)
+    var = np.maximum(ss.astype(F32) / n - m1 * m1, F32(0))
+    xs = F32(scale)
+    var_s = (var * xs * xs).astype(np.float64)
+    r = (np.float64(xs) / np.sqrt(var_s + eps)).astype(F32)
+    return mean.astype(F32), r
+
+
+def layer_norm(x, weight, bias, scale, zero_point, eps, inv_output_scale, output_zero_point):
+    """Normalize each row of `x` over its last axis, then an elementwise affine.
+
+    y = f32(f32(f32((q - zp) - mean) * r) * w_i) + b_i ; out = Q_vec(y).
+
+    Parameters
+    ----------
+    x : uint8/int8 ndarray (M, N), one normalized group per row
+    weight : float32 ndarray (N,) or None (1)
+    bias : float32 ndarray (N,) or None (0)
+    scale : float, the float32 input scale
+    zero_point : int, the input zero point
+    eps : float, added to the variance in double
+    inv_output_scale : float, f32(1.0f / f32(output_scale))
+    output_zero_point : int
+    """
+    qmin, qmax = _limits(x.dtype)
+    mean, r = _group_stats(x, zero_point, scale, eps)
+    k = (x.astype(np.int64) - zero_point).astype(F32)
+    y = (k - mean[:, None]) * r[:, None]
+    if weight is not None:
+        y = y * np.asarray(weight, F32)[None, :]
+    if bias is not None:
+        y = y + np.asarray(bias, F32)[None, :]
+    return q_vec(y, inv_output_scale, output_zero_point, qmin, qmax).astype(x.dtype)
+
+
+def group_norm(x, num_groups, weight, bias, scale, zero_point, eps, inv_output_scale,
+               output_zero_point):
+    """Normalize each (batch, group) of `x`, then a per-channel affine folded into r.
+
+    g_c = f32(r * w_c) ; y = f32(f32((q - zp) - mean) * g_c) + b_c ; out = Q_vec(y).
+
+    Parameters
+    ----------
+    x : uint8/int8 ndarray (B, C, L), spatial dims flattened into L
+    num_groups : int, dividing C
+    weight, bias : float32 ndarrays (C,) or None (1 and 0)
+    scale, zero_point : the input's float32 scale and zero point
+    eps : float, added to the variance in double
+    inv_output_scale : float, f32(1.0f / f32(output_scale))
+    output_zero_point : int
+    """
+    qmin, qmax = _limits(x.dtype)
+    b, c, length = x.shape
+    cpg = c // num_groups
+    groups = x.reshape(b * num_groups, cpg * length)
+    mean, r = _group_stats(groups, zero_point, scale, eps)
+    mean = mean.reshape(b, num_groups, 1, 1)
+    r = r.reshape(b, num_groups, 1, 1)
+    w = np.ones(c, F32) if weight is None else np.asarray(weight, F32)
+    bb = np.zeros(c, F32) if bias is None else np.asarray(bias, F32)
+    g = r * w.reshape(1, num_groups, cpg, 1)
+    k = (x.astype(np.int64) - zero_point).astype(F32).reshape(b, num_groups, cpg, length)
+    y = (k - mean) * g + bb.reshape(1, num_groups, cpg, 1)
+    out = q_vec(y, inv_output_scale, output_zero_point, qmin, qmax)
+    return out.reshape(x.shape).astype(x.dtype)

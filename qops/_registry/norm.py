@@ -1,0 +1,302 @@
+"""Registry entries of the norm family: batch_norm (+relu), layer_norm, group_norm, instance_norm."""
+import numpy as np
+
+import qops
+from qops import functional as F
+from qops._registry import Case, OpSpec
+from qops._registry import _util as u
+
+DTYPES = (qops.quint8, qops.qint8)
+
+
+def _x(r, shape, d, layout="c", zp=None, scale=None):
+    """Input whose dequantized values are roughly N(0.3, 1) (typical activations), with
+    qparams drawn per call; zero point at the limits when asked."""
+    if scale is None:
+        scale = float(r.choice([0.02, 0.05, 0.011]))
+    if zp is None:
+        zp = int(r.integers(d.qmin + 60, d.qmax - 59))
+    data = np.clip(np.rint(r.normal(0.3, 1.0, size=shape) / scale) + zp, d.qmin, d.qmax)
+    data = u._layout(data.astype(d.storage), layout)
+    return qops.make_per_tensor_quantized_tensor(data, scale, zp)
+
+
+def _out(r, d):
+    """Output qparams that keep a normalized (|y| ~ 3) result mostly inside the range."""
+    scale = float(r.choice([0.03, 0.025, 0.0371, 0.05]))
+    zp = int(r.integers(-20, 21)) + (128 if d is qops.quint8 else 0)
+    return scale, zp
+
+
+def _vec(r, n, kind):
+    if kind == "none":
+        return None
+    if kind == "ones":
+        return np.ones(n, np.float32)
+    return r.normal(0, 0.7, size=n).astype(np.float32)
+
+
+# -- layer norm ---------------------------------------------------------------------------
+
+def _ln_case(r, shape, nd, d, layout="c", affine="rand", eps=1e-5, zp=None, label=""):
+    ns = tuple(shape[len(shape) - nd:])
+    x = _x(r, shape, d, layout, zp)
+    n = int(np.prod(ns, dtype=np.int64))
+    w = _vec(r, n, affine)
+    b = _vec(r, n, affine)
+    w = None if w is None else w.reshape(ns)
+    b = None if b is None else b.reshape(ns)
+    s, z = _out(r, d)
+    return Case((x, ns, w, b, eps, s, z), label=label or f"{shape}-nd{nd}-{d.name}-{layout}-{affine}")
+
+
+def _ln_cases():
+    r = u.rng(30)
+    cases = []
+    for d in DTYPES:
+        for n in (1, 15, 16, 17, 63, 64, 65, 1000):
+            cases.append(_ln_case(r, (3, n), 1, d))
+        cases.append(_ln_case(r, (2, 3, 40), 2, d, "t", "none"))
+        cases.append(_ln_case(r, (4, 5, 33), 1, d, "neg", "ones", eps=1e-3))
+        cases.append(_ln_case(r, (2, 7, 9), 3, d, "c", "rand", zp=d.qmin))
+        cases.append(_ln_case(r, (3, 70), 1, d, "c", "rand", zp=d.qmax))
+        cases.append(_ln_case(r, (3, 0, 4), 1, d, label=f"empty-{d.name}"))
+    x = qops.make_per_tensor_quantized_tensor(np.full((3, 20), 100, np.uint8), 0.1, 90)
+    cases.append(Case((x, (20,), None, None, 1e-5, 0.03, 128), label="all-equal"))
+    cases.append(Case((x, (20,), None, np.linspace(-1, 1, 20).astype(np.float32), 0.1, 0.03, 128),
+                      label="all-equal-bias"))
+    return cases
+
+
+def _ln_strategy():
+    from hypothesis import strategies as st
+
+    def build(a):
+        shape, nd_frac, seed, d, layout, affine, eps = a
+        nd = max(1, int(round(nd_frac * len(shape))))
+        return _ln_case(u.rng(seed), shape, nd, d, layout, affine, eps)
+    return st.tuples(u.shape_strategy(min_side=1, max_side=70), st.floats(0, 1), st.integers(0, 2**32 - 1),
+                     st.sampled_from(DTYPES), st.sampled_from(["c", "t", "neg"]),
+                     st.sampled_from(["rand", "none", "ones"]),
+                     st.sampled_from([1e-5, 1e-3, 0.5])).map(build)
+
+
+def _torch_vec(v):
+    import torch
+    return None if v is None else torch.from_numpy(np.ascontiguousarray(v, np.float32))
+
+
+def _ln_tie_mask(case):
+    """Where f32(y * inv_out_scale) of layer_norm is exactly a half-integer (a rounding tie)."""
+    from qops import _qparams as qp
+    from qops._ref import norm as ref
+    x, ns, w, b, eps, s, z = case.args
+    n = int(np.prod(ns, dtype=np.int64))
+    x2 = np.ascontiguousarray(x._int).reshape(-1, n)
+    mean, r = ref._group_stats(x2, x._zero_point, qp.f32(x._scale), eps)
+    y = ((x2.astype(np.int64) - x._zero_point).astype(np.float32) - mean[:, None]) * r[:, None]
+    if w is not None:
+        y = y * np.asarray(w, np.float32).reshape(1, n)
+    if b is not None:
+        y = y + np.asarray(b, np.float32).reshape(1, n)
+    t = (y * np.float32(qp.inv_scale(s))).astype(np.float64)
+    return ((t - np.floor(t)) == 0.5).reshape(x.shape)
+
+
+def compare_ln(case, ours, theirs, max_fraction=0.02):
+    """Equal except +-1 at exact rounding ties, which PyTorch's scalar tail rounds with the
+    zero point added first (Q_leg) while qops rounds every element as the vector body (Q_vec)."""
+    assert ours[:2] == theirs[:2] and ours[3:] == theirs[3:], \
+        f"layer_norm {case.label}: qparams {ours[3:]} vs {theirs[3:]}"
+    a, t = np.asarray(ours[2]).astype(np.int64), np.asarray(theirs[2]).astype(np.int64)
+    assert a.shape == t.shape, f"layer_norm {case.label}: shape {a.shape} vs {t.shape}"
+    bad = a != t
+    if not bad.any():
+        return
+    tie = _ln_tie_mask(case)
+    assert (np.abs(a - t)[bad] == 1).all() and tie[bad].all(), \
+        f"layer_norm {case.label}: {int(bad.sum())} differ, not all +-1 at ties"
+    assert bad.mean() <= max_fraction, f"layer_norm {case.label}: {bad.mean():.3f} of outputs at ties"
+
+
+def _torch_ln(case):
+    import torch
+    x, ns, w, b, eps, s, z = case.args
+    t = u.to_torch(x)
+    tw, tb = _torch_vec(w), _torch_vec(b)
+    return lambda: torch.ops.quantized.layer_norm(t, list(ns), weight=tw, bias=tb, eps=eps,
+                                                  output_scale=s, output_zero_point=z)
+
+
+# -- group and instance norm --------------------------------------------------------------
+
+def _gn_case(r, shape, g, d, layout="c", affine="rand", eps=1e-5, zp=None, label=""):
+    x = _x(r, shape, d, layout, zp)
+    c = shape[1]
+    s, z = _out(r, d)
+    return Case((x, g, _vec(r, c, affine), _vec(r, c, affine), eps, s, z),
+                label=label or f"{shape}-g{g}-{d.name}-{layout}-{affine}")
+
+
+def _gn_cases():
+    r = u.rng(31)
+    cases = []
+    for d in DTYPES:
+        for shape, g in (((2, 4, 1), 2), ((2, 6, 17), 3), ((1, 8, 16), 8), ((3, 6, 5, 13), 1),
+                         ((2, 4, 63), 4), ((2, 4, 65), 2), ((1, 6, 3, 4, 5), 3), ((2, 32, 7, 7), 8)):
+            cases.append(_gn_case(r, shape, g, d))
+        cases.append(_gn_case(r, (2, 6, 5, 7), 2, d, "t", "none"))
+        cases.append(_gn_case(r, (2, 6, 5, 7), 3, d, "neg", "ones", eps=1e-3, zp=d.qmin))
+        cases.append(_gn_case(r, (2, 4, 30), 2, d, "c", "rand", zp=d.qmax))
+        cases.append(_gn_case(r, (0, 4, 3), 2, d, label=f"empty-{d.name}"))
+    return cases
+
+
+def _gn_strategy():
+    from hypothesis import strategies as st
+
+    def build(a):
+        (b, g, cpg, spatial), seed, d, layout, affine, eps = a
+        return _gn_case(u.rng(seed), (b, g * cpg) + tuple(spatial), g, d, layout, affine, eps)
+    dims = st.tuples(st.integers(1, 3), st.integers(1, 4), st.integers(1, 4),
+                     st.lists(st.integers(1, 12), min_size=1, max_size=3))
+    return st.tuples(dims, st.integers(0, 2**32 - 1), st.sampled_from(DTYPES),
+                     st.sampled_from(["c", "t", "neg"]), st.sampled_from(["rand", "none", "ones"]),
+                     st.sampled_from([1e-5, 1e-3, 0.5])).map(build)
+
+
+def _torch_gn(case):
+    import torch
+    x, g, w, b, eps, s, z = case.args
+    t = u.to_torch(x)
+    tw, tb = _torch_vec(w), _torch_vec(b)
+    return lambda: torch.ops.quantized.group_norm(t, g, tw, tb, eps, s, z)
+
+
+def _in_cases():
+    out = []
+    for c in _gn_cases():
+        x, g, w, b, eps, s, z = c.args
+        if x.ndim <= 5 and x.shape[1] > 0:
+            out.append(Case((x, w, b, eps, s, z), label=c.label))
+    return out
+
+
+def _in_strategy():
+    return _gn_strategy().map(lambda c: Case(c.args[:1] + c.args[2:]))
+
+
+def _torch_in(case):
+    import torch
+    x, w, b, eps, s, z = case.args
+    t = u.to_torch(x)
+    tw, tb = _torch_vec(w), _torch_vec(b)
+    return lambda: torch.ops.quantized.instance_norm(t, tw, tb, eps, s, z)
+
+
+# -- batch norm ---------------------------------------------------------------------------
+
+def _bn_case(r, shape, d, layout="c", affine="rand", eps=1e-5, zp=None, label=""):
+    x = _x(r, shape, d, layout, zp)
+    c = shape[1]
+    mean = r.normal(0.3, 0.3, size=c).astype(np.float32)
+    var = r.uniform(0.5, 2.0, size=c).astype(np.float32)
+    s, z = _out(r, d)
+    return Case((x, mean, var, _vec(r, c, affine), _vec(r, c, affine), eps, s, z),
+                label=label or f"{shape}-{d.name}-{layout}-{affine}")
+
+
+def _bn_cases():
+    r = u.rng(32)
+    cases = []
+    for d in DTYPES:
+        for shape in ((5, 3), (2, 4, 17), (2, 3, 8, 8), (1, 5, 3, 4, 5), (2, 16, 65), (1, 3, 1, 1),
+                      (2, 70, 3, 3)):
+            cases.append(_bn_case(r, shape, d))
+        cases.append(_bn_case(r, (2, 6, 5, 7), d, "t", "none"))
+        cases.append(_bn_case(r, (2, 6, 5, 7), d, "neg", "ones", eps=1e-3, zp=d.qmin))
+        cases.append(_bn_case(r, (3, 4, 30), d, "c", "rand", zp=d.qmax))
+        # (an empty batch is tested in tests/test_norm.py: PyTorch returns it with the
+        # input's qparams instead of the output ones)
+    return cases
+
+
+def _bn_strategy():
+    from hypothesis import strategies as st
+
+    def build(a):
+        shape, seed, d, layout, affine, eps = a
+        return _bn_case(u.rng(seed), shape, d, layout, affine, eps)
+    return st.tuples(u.shape_strategy(min_dims=2, max_dims=5, min_side=1, max_side=9),
+                     st.integers(0, 2**32 - 1), st.sampled_from(DTYPES),
+                     st.sampled_from(["c", "t", "neg"]), st.sampled_from(["rand", "none", "ones"]),
+                     st.sampled_from([1e-5, 1e-3, 0.5])).map(build)
+
+
+def _torch_bn(relu):
+    def make(case):
+        import torch
+        x, mean, var, w, b, eps, s, z = case.args
+        c = x.shape[1]
+        t = u.to_torch(x)
+        # PyTorch's kernel requires weight and bias; qops' None means ones and zeros.
+        tw = _torch_vec(np.ones(c, np.float32) if w is None else w)
+        tb = _torch_vec(np.zeros(c, np.float32) if b is None else b)
+        tm, tv = _torch_vec(mean), _torch_vec(var)
+        op = torch.ops.quantized.batch_norm_relu if relu else torch.ops.quantized.batch_norm
+        return lambda: op(t, tw, tb, tm, tv, eps, s, z)
+    return make
+
+
+# -- benchmarks ---------------------------------------------------------------------------
+
+def _bench_ln():
+    r = u.rng(40)
+    x = _x(r, (8, 128, 768), qops.quint8, scale=0.05, zp=128)
+    return Case((x, (768,), r.normal(1, 0.1, 768).astype(np.float32),
+                 r.normal(0, 0.1, 768).astype(np.float32), 1e-5, 0.03, 128))
+
+
+def _bench_gn(shape, g):
+    def build():
+        r = u.rng(41)
+        x = _x(r, shape, qops.quint8, scale=0.05, zp=128)
+        c = shape[1]
+        return Case((x, g, r.normal(1, 0.1, c).astype(np.float32),
+                     r.normal(0, 0.1, c).astype(np.float32), 1e-5, 0.03, 128))
+    return build
+
+
+def _bench_in():
+    c = _bench_gn((8, 64, 56, 56), 64)()
+    return Case(c.args[:1] + c.args[2:])
+
+
+def _bench_bn():
+    r = u.rng(42)
+    x = _x(r, (8, 64, 56, 56), qops.quint8, scale=0.05, zp=128)
+    return Case((x, r.normal(0.3, 0.1, 64).astype(np.float32), r.uniform(0.8, 1.2, 64).astype(np.float32),
+                 r.normal(1, 0.1, 64).astype(np.float32), r.normal(0, 0.1, 64).astype(np.float32),
+                 1e-5, 0.03, 128))
+
+
+
+SPECS = [
+    OpSpec("batch_norm", "norm", ("batch_norm",), F.batch_norm, _bn_cases, _bn_strategy,
+           bench={"2d_8x64x56": _bench_bn}, torch=_torch_bn(False)),
+    OpSpec("batch_norm_relu", "norm", ("batch_norm",), F.batch_norm_relu, _bn_cases, _bn_strategy,
+           bench={"2d_8x64x56": _bench_bn}, torch=_torch_bn(True)),
+    OpSpec("layer_norm", "norm", ("layer_norm",), F.layer_norm, _ln_cases, _ln_strategy,
+           bench={"8x128x768": _bench_ln}, torch=_torch_ln, compare=compare_ln,
+           # PyTorch's scalar tail (the last N % 64 elements of each row on AVX-512) adds the
+           # zero point before rounding (Q_leg); qops rounds every element as the vector body
+           # (Q_vec), so its results do not depend on a machine's vector width.
+           tolerance="exact except +-1 at exact .5 rounding ties in PyTorch's scalar tail (Q_leg "
+                     "there, Q_vec in qops)"),
+    OpSpec("group_norm", "norm", ("group_norm",), F.group_norm, _gn_cases, _gn_strategy,
+           bench={"8x256x28x28_g32": _bench_gn((8, 256, 28, 28), 32),
+                  "256x56_g32": _bench_gn((1, 256, 56, 56), 32)},
+           torch=_torch_gn),
+    OpSpec("instance_norm", "norm", ("group_norm",), F.instance_norm, _in_cases, _in_strategy,
+           bench={"8x64x56": _bench_in}, torch=_torch_in),
+]
