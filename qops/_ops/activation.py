@@ -1,2 +1,250 @@
-"""Public activation ops (see qops/_ops/__init__.py for the wrapper contract)."""
-__all__ = []
+"""Public activation ops (see qops/_ops/__init__.py for the wrapper contract).
+
+Output qparams follow PyTorch 2.13 (SEMANTICS.md sections 5 and 6): relu, relu6, hardtanh,
+clamp and leaky_relu keep the input's; hardswish and elu take them as arguments; hardsigmoid,
+sigmoid and tanh use fixed ones.
+"""
+import math
+
+import numpy as np
+
+from qops import _config
+from qops import _qparams as qp
+from qops._dtypes import qint8, quint8
+from qops._ops import _check
+from qops._qtensor import QTensor
+from qops._ref.quant import q_leg
+
+__all__ = ["relu", "relu_", "relu6", "hardtanh", "clamp", "elu", "leaky_relu", "hardsigmoid",
+           "hardswish", "sigmoid", "tanh"]
+
+_DTYPES = (quint8, qint8)
+
+# Fixed output qparams (scale, zero point per dtype, float32 inverse scale), as PyTorch sets them.
+_HARDSIGMOID = (0.00390625, {"quint8": 0, "qint8": -128}, 256.0)
+_SIGMOID = (0.00390625, {"quint8": 0, "qint8": -128}, 256.0)
+_TANH = (0.0078125, {"quint8": 128, "qint8": 0}, 128.0)
+
+
+def _input(input, argname="input"):
+    # The common case in a few attribute checks; anything else gets _check's error message.
+    if type(input) is QTensor and input._axis is None and input._dtype in _DTYPES:
+        return input
+    return _check.qtensor(input, argname, dtypes=_DTYPES)
+
+
+def _kernels():
+    return _config.impl("activation")
+
+
+def _raw_bound(value, t, argname):
+    """The raw value of real `value` in `t`'s qparams, by PyTorch's scalar quantize (Q_leg)."""
+    value = _check.real(value, argname)
+    if math.isnan(value):
+        raise ValueError(f"{argname} must not be NaN")
+    d = t.dtype
+    return int(q_leg(np.float32(value), qp.inv_scale(t._scale), t._zero_point, d.qmin, d.qmax))
+
+
+def _finish(input, data, inplace, scale=None, zero_point=None):
+    """Wrap `data`, or write it into `input` (in place) and return `input`."""
+    if scale is None:
+        scale, zero_point = input._scale, input._zero_point
+    if inplace:
+        if not input._int.flags.writeable:
+            raise ValueError("inplace=True needs a writeable input (this one is a read-only view)")
+        np.copyto(input._int, data)
+        input._scale, input._zero_point = scale, zero_point
+        return input
+    return QTensor._make(data, input.dtype, scale, zero_point)
+
+
+def _bool(v, argname):
+    if not isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{argname} must be a bool; got {v!r}")
+    return bool(v)
+
+
+def _clamp(input, lo, hi, inplace):
+    data = _kernels().clamp_raw(input._int, lo, hi)
+    return _finish(input, data, inplace)
+
+
+def relu(input, inplace=False):
+    """Quantized relu: max(q, zero_point) on raw values; output qparams are the input's.
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8)
+    inplace : bool, write the result into `input`'s raw data and return it
+    """
+    _input(input)
+    inplace = _bool(inplace, "inplace")
+    return _clamp(input, input._zero_point, input.dtype.qmax, inplace)
+
+
+def relu_(input):
+    """Quantized relu in place on `input`'s raw data; returns `input`.
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8), writeable
+    """
+    return relu(input, inplace=True)
+
+
+def relu6(input, inplace=False):
+    """Quantized relu6: min(max(q, zero_point), quantize(6.0)); output qparams are the input's.
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8)
+    inplace : bool, write the result into `input` and return it
+    """
+    _input(input)
+    inplace = _bool(inplace, "inplace")
+    return _clamp(input, input._zero_point, _raw_bound(6.0, input, "six"), inplace)
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    """Quantized hardtanh: raw clamp between quantize(min_val) and quantize(max_val).
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8)
+    min_val, max_val : float, the real bounds (quantized with the input's qparams)
+    inplace : bool, write the result into `input` and return it
+    """
+    _input(input)
+    inplace = _bool(inplace, "inplace")
+    lo = _raw_bound(min_val, input, "min_val")
+    hi = _raw_bound(max_val, input, "max_val")
+    return _clamp(input, lo, hi, inplace)
+
+
+def clamp(input, min_, max_):
+    """Quantized clamp (qF.clamp): raw clamp between quantize(min_) and quantize(max_).
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8)
+    min_ : float or None (no lower bound)
+    max_ : float or None (no upper bound)
+    """
+    _input(input)
+    if min_ is None and max_ is None:
+        raise ValueError("clamp: at least one of min_ and max_ must be given")
+    lo = input.dtype.qmin if min_ is None else _raw_bound(min_, input, "min_")
+    hi = input.dtype.qmax if max_ is None else _raw_bound(max_, input, "max_")
+    return _clamp(input, lo, hi, False)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False, scale=None, zero_point=None):
+    """Quantized leaky_relu: x > 0 ? x : negative_slope * x, requantized.
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8)
+    negative_slope : float
+    inplace : bool, write the result into `input` (not with scale/zero_point)
+    scale, zero_point : output qparams; both None keeps the input's
+    """
+    _input(input)
+    inplace = _bool(inplace, "inplace")
+    slope = qp.f32(_check.real(negative_slope, "negative_slope"))
+    if (scale is None) != (zero_point is None):
+        raise ValueError("leaky_relu: give both scale and zero_point, or neither")
+    if scale is None:
+        scale, zero_point = input._scale, input._zero_point
+    else:
+        if inplace:
+            raise ValueError("leaky_relu: cannot rescale (scale/zero_point given) with inplace=True")
+        scale = qp.check_scale(scale)
+        zero_point = qp.check_zero_point(zero_point, input.dtype)
+    data = _kernels().leaky_relu(input._int, qp.f32(input._scale), input._zero_point, slope,
+                                 qp.inv_scale(scale), zero_point)
+    return _finish(input, data, inplace, scale, zero_point)
+
+
+def _fixed(input, fixed):
+    scale, zps, inv = fixed
+    return scale, zps[input.dtype.name], inv
+
+
+def hardsigmoid(input, inplace=False):
+    """Quantized hardsigmoid: clamp(x + 3, 0, 6) / 6, output scale 1/256, zero point 0
+    (quint8) or -128 (qint8).
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8)
+    inplace : bool, write the result and the new qparams into `input` and return it
+    """
+    _input(input)
+    inplace = _bool(inplace, "inplace")
+    scale, zp, inv = _fixed(input, _HARDSIGMOID)
+    data = _kernels().hardsigmoid(input._int, qp.f32(input._scale), input._zero_point, inv, zp)
+    return _finish(input, data, inplace, scale, zp)
+
+
+def hardswish(input, scale, zero_point):
+    """Quantized hardswish: x * clamp(x + 3, 0, 6) / 6, quantized with the given qparams.
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8)
+    scale : float > 0, output scale
+    zero_point : int, output zero point
+    """
+    _input(input)
+    scale = qp.check_scale(scale)
+    zero_point = qp.check_zero_point(zero_point, input.dtype)
+    data = _kernels().hardswish(input._int, qp.f32(input._scale), input._zero_point,
+                                qp.inv_scale_f64(scale), zero_point)
+    return QTensor._make(data, input.dtype, scale, zero_point)
+
+
+def elu(input, scale, zero_point, alpha=1.0):
+    """Quantized elu: x > 0 ? x : alpha * (exp(x) - 1), quantized with the given qparams.
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8)
+    scale : float > 0, output scale
+    zero_point : int, output zero point
+    alpha : float
+    """
+    _input(input)
+    scale = qp.check_scale(scale)
+    zero_point = qp.check_zero_point(zero_point, input.dtype)
+    alpha = qp.f32(_check.real(alpha, "alpha"))
+    # PyTorch: float o_scale, then 1.0 / o_scale in double, rounded to float.
+    data = _kernels().elu(input._int, qp.f32(input._scale), input._zero_point, alpha,
+                          qp.inv_scale_f64(qp.f32(scale)), zero_point)
+    return QTensor._make(data, input.dtype, scale, zero_point)
+
+
+def sigmoid(input):
+    """Quantized sigmoid; output scale 1/256, zero point 0 (quint8) or -128 (qint8).
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8)
+    """
+    _input(input)
+    scale, zp, inv = _fixed(input, _SIGMOID)
+    data = _kernels().sigmoid(input._int, qp.f32(input._scale), input._zero_point, inv, zp)
+    return QTensor._make(data, input.dtype, scale, zp)
+
+
+def tanh(input):
+    """Quantized tanh; output scale 2/256, zero point 128 (quint8) or 0 (qint8).
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8)
+    """
+    _input(input)
+    scale, zp, inv = _fixed(input, _TANH)
+    data = _kernels().tanh(input._int, qp.f32(input._scale), input._zero_point, inv, zp)
+    return QTensor._make(data, input.dtype, scale, zp)

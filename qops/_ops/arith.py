@@ -1,2 +1,244 @@
-"""Public arith ops (see qops/_ops/__init__.py for the wrapper contract)."""
-__all__ = []
+"""Public arithmetic ops (PyTorch's QFunctional / quantized::add, mul, cat; SEMANTICS.md section 7).
+
+add/mul take explicit output qparams and broadcast as PyTorch does; add_scalar and mul_scalar
+derive their output qparams from the scalar; cat defaults to the first input's qparams.
+"""
+import math
+import numbers
+
+import numpy as np
+
+from qops import _config
+from qops import _qparams as qp
+from qops._dtypes import qint8, quint8
+from qops._ops import _check
+from qops._qtensor import QTensor, _axis_arg
+
+__all__ = ["add", "add_relu", "mul", "mul_relu", "add_scalar", "mul_scalar", "cat", "cat_relu"]
+
+_DTYPES = (quint8, qint8)
+F32 = np.float32
+
+
+def _kernels():
+    return _config.impl("arith")
+
+
+def _ok(t):
+    return type(t) is QTensor and t._axis is None and t._dtype in _DTYPES
+
+
+def _binary_inputs(a, b, scale, zero_point, what):
+    if not (_ok(a) and _ok(b)):
+        _check.qtensor(a, "a", dtypes=_DTYPES)
+        _check.qtensor(b, "b", dtypes=_DTYPES)
+    if a.dtype is not b.dtype:
+        raise TypeError(f"{what}: a and b must have the same dtype; got {a.dtype.name} and "
+                        f"{b.dtype.name}")
+    shape = a.shape
+    if b.shape != shape:
+        try:
+            shape = np.broadcast_shapes(a.shape, b.shape)
+        except ValueError:
+            raise ValueError(f"{what}: shapes of a {a.shape} and b {b.shape} do not broadcast") from None
+    scale = qp.check_scale(scale)
+    zero_point = qp.check_zero_point(zero_point, a.dtype)
+    # Broadcast operands are materialised so both kernels see two arrays of the output shape.
+    ra = a._int if a.shape == shape else np.ascontiguousarray(np.broadcast_to(a._int, shape))
+    rb = b._int if b.shape == shape else np.ascontiguousarray(np.broadcast_to(b._int, shape))
+    return ra, rb, scale, zero_point
+
+
+def _add(a, b, scale, zero_point, relu, what):
+    ra, rb, scale, zero_point = _binary_inputs(a, b, scale, zero_point, what)
+    data = _kernels().add(ra, rb, qp.f32(a._scale), a._zero_point, qp.f32(b._scale),
+                          b._zero_point, qp.inv_scale(scale), zero_point, relu)
+    return QTensor._make(data, a.dtype, scale, zero_point)
+
+
+def add(a, b, scale, zero_point):
+    """Quantized add: quantize(dequantize(a) + dequantize(b)) with the given output qparams.
+
+    Parameters
+    ----------
+    a, b : per-tensor QTensors of one dtype (quint8 or qint8), broadcastable shapes
+    scale : float > 0, output scale
+    zero_point : int, output zero point
+    """
+    return _add(a, b, scale, zero_point, False, "add")
+
+
+def add_relu(a, b, scale, zero_point):
+    """Quantized add followed by relu (max(sum, 0) before quantizing).
+
+    Parameters
+    ----------
+    a, b : per-tensor QTensors of one dtype (quint8 or qint8), broadcastable shapes
+    scale : float > 0, output scale
+    zero_point : int, output zero point
+    """
+    return _add(a, b, scale, zero_point, True, "add_relu")
+
+
+def _mul(a, b, scale, zero_point, relu, what):
+    ra, rb, scale, zero_point = _binary_inputs(a, b, scale, zero_point, what)
+    m = float(F32(F32(a._scale) * F32(b._scale)) * F32(qp.inv_scale(scale)))
+    data = _kernels().mul(ra, rb, a._zero_point, b._zero_point, m, zero_point, relu)
+    return QTensor._make(data, a.dtype, scale, zero_point)
+
+
+def mul(a, b, scale, zero_point):
+    """Quantized mul: integer product of (a - za)(b - zb) rescaled to the output qparams.
+
+    Parameters
+    ----------
+    a, b : per-tensor QTensors of one dtype (quint8 or qint8), broadcastable shapes
+    scale : float > 0, output scale
+    zero_point : int, output zero point
+    """
+    return _mul(a, b, scale, zero_point, False, "mul")
+
+
+def mul_relu(a, b, scale, zero_point):
+    """Quantized mul followed by relu (max(out, zero_point)).
+
+    Parameters
+    ----------
+    a, b : per-tensor QTensors of one dtype (quint8 or qint8), broadcastable shapes
+    scale : float > 0, output scale
+    zero_point : int, output zero point
+    """
+    return _mul(a, b, scale, zero_point, True, "mul_relu")
+
+
+def _scalar(other, what):
+    if isinstance(other, bool) or not isinstance(other, numbers.Real):
+        raise TypeError(f"{what}: other must be a real number; got {other!r}")
+    other = float(other)
+    if not math.isfinite(other):
+        raise ValueError(f"{what}: other must be finite; got {other!r}")
+    return other
+
+
+def add_scalar(input, other):
+    """Quantized input + scalar: the scalar, rounded to a multiple of the scale, shifts the
+    zero point; when that leaves the dtype's range the data are requantized.
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8)
+    other : float
+    """
+    _check.qtensor(input, "input", dtypes=_DTYPES)
+    other = _scalar(other, "add_scalar")
+    d = input.dtype
+    s, z = input._scale, input._zero_point
+    c_q = int(np.rint(other / s))               # float64 division, ties to even
+    z_new = z - c_q
+    if d.qmin <= z_new <= d.qmax:
+        return QTensor._make(np.array(input._int, copy=True), d, s, z_new)
+    if z_new < d.qmin:
+        s_new = (d.qmax - z_new) / (d.qmax - d.qmin) * s
+        zp_new = d.qmin
+    else:
+        s_new = (z_new - d.qmin) / (d.qmax - d.qmin) * s
+        zp_new = d.qmax
+    if not (math.isfinite(s_new) and s_new > 0):
+        raise ValueError(f"add_scalar: other={other!r} is too large for the input's scale {s!r}")
+    m = float(F32(s) * F32(qp.inv_scale(s_new)))
+    data = _kernels().requant_int(input._int, z, c_q, m, zp_new)
+    return QTensor._make(data, d, s_new, zp_new)
+
+
+def mul_scalar(input, other):
+    """Quantized input * scalar: the scalar goes into the scale (c > 0), the values are
+    reflected (c < 0), or all become 0 with scale 1 (c == 0).
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8)
+    other : float
+    """
+    _check.qtensor(input, "input", dtypes=_DTYPES)
+    other = _scalar(other, "mul_scalar")
+    d = input.dtype
+    s, z = input._scale, input._zero_point
+    if other == 0.0:
+        return QTensor._make(np.zeros(input.shape, dtype=d.storage), d, 1.0, 0)
+    if other > 0:
+        data, scale, zp = np.array(input._int, copy=True), other * s, z
+    else:
+        data, scale, zp = _kernels().reflect(input._int), -other * s, d.qmax - (z - d.qmin)
+    scale = qp.check_scale(scale, "scale of the result")
+    return QTensor._make(data, d, scale, zp)
+
+
+def _cat(tensors, dim, scale, zero_point, relu, what):
+    if isinstance(tensors, QTensor) or not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"{what}: tensors must be a list or tuple of QTensors; got "
+                        f"{type(tensors).__name__}")
+    if len(tensors) == 0:
+        raise ValueError(f"{what}: tensors must not be empty")
+    for i, t in enumerate(tensors):
+        _check.qtensor(t, f"tensors[{i}]", dtypes=_DTYPES)
+    first = tensors[0]
+    for i, t in enumerate(tensors[1:], 1):
+        if t.dtype is not first.dtype:
+            raise TypeError(f"{what}: tensors[{i}] has dtype {t.dtype.name}, tensors[0] has "
+                            f"{first.dtype.name}; all must be the same")
+        if t.ndim != first.ndim:
+            raise ValueError(f"{what}: tensors[{i}] has {t.ndim} dims, tensors[0] has {first.ndim}")
+    if first.ndim == 0:
+        raise ValueError(f"{what}: zero-dimensional tensors cannot be concatenated")
+    dim = _axis_arg(dim, first.ndim, "dim")
+    for i, t in enumerate(tensors[1:], 1):
+        if t.shape[:dim] != first.shape[:dim] or t.shape[dim + 1:] != first.shape[dim + 1:]:
+            raise ValueError(f"{what}: tensors[{i}] has shape {t.shape}, which differs from "
+                             f"tensors[0] {first.shape} outside dim {dim}")
+    scale = first._scale if scale is None else qp.check_scale(scale)
+    zero_point = first._zero_point if zero_point is None else \
+        qp.check_zero_point(zero_point, first.dtype)
+    sizes = [t.shape[dim] for t in tensors]
+    shape = first.shape[:dim] + (sum(sizes),) + first.shape[dim + 1:]
+    out = np.empty(shape, dtype=first.dtype.storage)
+    outer = math.prod(shape[:dim])
+    inner = math.prod(shape[dim + 1:])
+    out2 = out.reshape(outer, sum(sizes) * inner)
+    so, inv = qp.f32(scale), qp.inv_scale(scale)
+    kernels = _kernels()
+    offset = 0
+    for t, c in zip(tensors, sizes):
+        si = qp.f32(t._scale)
+        # Equal qparams reproduce the input exactly (Q_fma(D_sc(q)) == q for a normal scale).
+        requant = not (si == so and t._zero_point == zero_point and so >= 1.2e-38)
+        q2 = np.ascontiguousarray(t._int).reshape(outer, c * inner)
+        kernels.cat_into(q2, out2, offset * inner, si, t._zero_point,
+                         inv, zero_point, requant, relu)
+        offset += c
+    return QTensor._make(out, first.dtype, scale, zero_point)
+
+
+def cat(tensors, dim=0, scale=None, zero_point=None):
+    """Concatenate quantized tensors along `dim`, requantized to (scale, zero_point).
+
+    Parameters
+    ----------
+    tensors : list of per-tensor QTensors of one dtype, equal shapes outside `dim`
+    dim : int
+    scale : float > 0 or None (the first tensor's)
+    zero_point : int or None (the first tensor's)
+    """
+    return _cat(tensors, dim, scale, zero_point, False, "cat")
+
+
+def cat_relu(tensors, dim=0, scale=None, zero_point=None):
+    """Concatenate as `cat`, then relu (max(q, zero_point)).
+
+    Parameters
+    ----------
+    tensors : list of per-tensor QTensors of one dtype, equal shapes outside `dim`
+    dim : int
+    scale : float > 0 or None (the first tensor's)
+    zero_point : int or None (the first tensor's)
+    """
+    return _cat(tensors, dim, scale, zero_point, True, "cat_relu")

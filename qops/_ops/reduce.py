@@ -1,2 +1,151 @@
-"""Public reduce ops (see qops/_ops/__init__.py for the wrapper contract)."""
-__all__ = []
+"""Public reductions: max, min and mean of a quantized tensor (SEMANTICS.md section 4).
+
+The results keep the input's qparams. This module defines functions named max and min, so the
+builtins are reached through `builtins`.
+"""
+import builtins
+import collections
+import math
+import numbers
+
+import numpy as np
+
+from qops import _config
+from qops._dtypes import qint8, quint8
+from qops._ops import _check
+from qops._qtensor import _axis_arg
+
+__all__ = ["max", "min", "mean"]
+
+_DTYPES = (quint8, qint8)
+
+#: (values, indices) result of max/min over one dimension, as torch.return_types.max
+ReductionResult = collections.namedtuple("ReductionResult", ["values", "indices"])
+
+
+def _kernels():
+    return _config.impl("reduce")
+
+
+def _bool(v, argname):
+    if not isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{argname} must be a bool; got {v!r}")
+    return bool(v)
+
+
+def _split3(data, axis):
+    """A C-contiguous (outer, n, inner) view of `data` reducing over `axis`."""
+    shape = data.shape
+    outer = math.prod(shape[:axis])
+    inner = math.prod(shape[axis + 1:])
+    return np.ascontiguousarray(data).reshape(outer, shape[axis], inner)
+
+
+def _extreme(input, dim, keepdim, is_max):
+    name = "max" if is_max else "min"
+    _check.qtensor(input, "input", dtypes=_DTYPES)
+    keepdim = _bool(keepdim, "keepdim")
+    k = _kernels()
+    if dim is None:
+        if input.numel() == 0:
+            raise ValueError(f"{name}(): the input is empty (no {name}imum to take)")
+        raw = (k.max_all if is_max else k.min_all)(input._int)
+        return input._like(np.asarray(raw, dtype=input.dtype.storage).reshape(()))
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
+        raise TypeError(f"{name}(): dim must be an int or None; got {dim!r}")
+    nd = builtins.max(input.ndim, 1)
+    axis = _axis_arg(dim, nd, "dim")
+    data = input._int.reshape(1) if input.ndim == 0 else input._int
+    if data.shape[axis] == 0:
+        raise ValueError(f"{name}(): dimension {dim} of shape {input.shape} is empty")
+    values, indices = (k.max_dim if is_max else k.min_dim)(_split3(data, axis))
+    out_shape = data.shape[:axis] + ((1,) if keepdim else ()) + data.shape[axis + 1:]
+    if input.ndim == 0:
+        out_shape = ()
+    values = np.asarray(values).reshape(out_shape)
+    indices = np.asarray(indices, dtype=np.int64).reshape(out_shape)
+    return ReductionResult(input._like(values), indices)
+
+
+def max(input, dim=None, keepdim=False):
+    """The largest value of a quantized tensor, or the largest along `dim` with its index.
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8)
+    dim : int or None; None reduces everything to a 0-d QTensor
+    keepdim : bool, keep `dim` with size 1 (only with `dim`)
+
+    Returns
+    -------
+    A 0-d QTensor (dim None), else (values QTensor, int64 indices of the first maximum).
+    """
+    return _extreme(input, dim, keepdim, True)
+
+
+def min(input, dim=None, keepdim=False):
+    """The smallest value of a quantized tensor, or the smallest along `dim` with its index.
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8)
+    dim : int or None; None reduces everything to a 0-d QTensor
+    keepdim : bool, keep `dim` with size 1 (only with `dim`)
+
+    Returns
+    -------
+    A 0-d QTensor (dim None), else (values QTensor, int64 indices of the first minimum).
+    """
+    return _extreme(input, dim, keepdim, False)
+
+
+def _dims(dim, ndim):
+    if dim is None:
+        return tuple(range(ndim))
+    if isinstance(dim, (list, tuple)):
+        if len(dim) == 0:
+            return tuple(range(ndim))
+        axes = [_axis_arg(d, builtins.max(ndim, 1), "dim") for d in dim]
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"mean(): dim {tuple(dim)} names a dimension twice")
+        return tuple(sorted(axes))
+    return (_axis_arg(dim, builtins.max(ndim, 1), "dim"),)
+
+
+def mean(input, dim=None, keepdim=False):
+    """The mean of a quantized tensor over `dim`, computed on raw values and rounded half to
+    even: rint(f32(f32(sum q) / f32(n))); the output keeps the input's qparams.
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8)
+    dim : int, sequence of ints, or None (all dimensions)
+    keepdim : bool, keep the reduced dimensions with size 1
+    """
+    _check.qtensor(input, "input", dtypes=_DTYPES)
+    keepdim = _bool(keepdim, "keepdim")
+    data = input._int
+    if data.ndim == 0:
+        _dims(dim, 0)
+        return input._like(data.copy())
+    axes = _dims(dim, data.ndim)
+    kept = tuple(a for a in range(data.ndim) if a not in axes)
+    n = math.prod([data.shape[a] for a in axes])
+    kept_shape = tuple(data.shape[a] for a in kept)
+    if n == 0 and math.prod(kept_shape) > 0:
+        raise ValueError(f"mean(): the reduced dimensions {axes} of shape {input.shape} are "
+                         f"empty (the mean of nothing is undefined)")
+    if axes == tuple(range(axes[0], axes[-1] + 1)):
+        # One contiguous block of dimensions: no transpose needed.
+        outer = math.prod(data.shape[:axes[0]])
+        inner = math.prod(data.shape[axes[-1] + 1:])
+        q3 = np.ascontiguousarray(data).reshape(outer, n, inner)
+    else:
+        q3 = np.ascontiguousarray(np.transpose(data, kept + axes)).reshape(
+            math.prod(kept_shape), n, 1)
+    out = np.asarray(_kernels().mean_dims(q3))
+    if keepdim:
+        out_shape = tuple(1 if a in axes else s for a, s in enumerate(data.shape))
+    else:
+        out_shape = kept_shape
+    return input._like(out.reshape(out_shape))

@@ -1,0 +1,155 @@
+# Element-wise activations (mirror of qops/_ref/activation.py).
+# Contract: uint8/int8 in, same dtype out. An 8-bit input has only 256 possible values, so each
+# float-domain activation builds its 256-entry output table here, with its own float32
+# arithmetic (D_vec -> f(x) -> Q_vec, the vector-body formula), then looks every element up.
+import numpy as np
+from cython.parallel cimport prange
+from libc.math cimport expm1, exp, tanh as c_tanh
+from qops._fast._common cimport *
+
+cdef extern from "activation_lut.h" nogil:
+    void qops_lut_apply(const uint8_t *src, uint8_t *dst, Py_ssize_t n, const uint8_t *table)
+    int qops_lut_vectorized()
+
+DEF BLOCK = 65536         # bytes per parallel chunk of a lookup or clamp
+DEF GRAIN = 262144        # below this a second thread costs more than it saves (L2-resident data)
+
+LUT_VECTORIZED = bool(qops_lut_vectorized())   # also initialises the CPU check outside prange
+
+# Which formula a table holds.
+DEF K_LEAKY = 0
+DEF K_HARDSIGMOID = 1
+DEF K_HARDSWISH = 2
+DEF K_ELU = 3
+DEF K_SIGMOID = 4
+DEF K_TANH = 5
+
+
+cdef inline float _f(int kind, float x, float xsc, float p) noexcept nogil:
+    # x: D_vec value; xsc: D_sc value (sigmoid's dequantize); p: slope or alpha.
+    # float-typed constants: a bare 3.0 would make C compute in double and round twice
+    cdef float c, zero = 0.0, one = 1.0, three = 3.0, six = 6.0
+    if kind == K_LEAKY:
+        return x if x > zero else x * p
+    if kind == K_HARDSIGMOID:
+        c = x + three
+        c = c if c > zero else zero
+        c = c if c < six else six
+        return c / six
+    if kind == K_HARDSWISH:
+        c = x + three
+        c = c if c > zero else zero
+        c = c if c < six else six
+        c = x * c
+        return c / six
+    if kind == K_ELU:
+        if x > zero:
+            return x
+        c = <float>expm1(<double>x)
+        return c * p
+    if kind == K_SIGMOID:
+        c = <float>exp(-<double>xsc)
+        c = one + c
+        return one / c
+    return <float>c_tanh(<double>x)
+
+
+cdef void _build_table(uint8_t[::1] table, int kind, float scale, int32_t zp, float p,
+                       float out_inv, int32_t out_zp, int qmin, int qmax) noexcept nogil:
+    cdef int r
+    cdef float s_negzp = scale * <float>(-zp)
+    cdef float lo = <float>(qmin - out_zp), hi = <float>(qmax - out_zp)
+    cdef float x, xsc, y
+    for r in range(qmin, qmax + 1):
+        x = qops_d_vec(r, scale, s_negzp)
+        xsc = qops_d_sc(r, scale, zp)
+        y = _f(kind, x, xsc, p)
+        table[<uint8_t>r] = <uint8_t>qops_q_vec(y, out_inv, out_zp, lo, hi)
+
+
+cdef void _lut_flat(const uint8_t[::1] src, uint8_t[::1] dst, const uint8_t[::1] table) noexcept nogil:
+    cdef Py_ssize_t n = src.shape[0], nb = (n + BLOCK - 1) // BLOCK, b, start
+    for b in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
+        start = b * BLOCK
+        qops_lut_apply(&src[start], &dst[start], min(BLOCK, n - start), &table[0])
+
+
+_RANGE = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}   # np.iinfo is slow
+
+
+def _as_bytes(a):
+    # int8 data is looked up through its two's-complement byte (the table is indexed so).
+    return a.reshape(-1).view(np.uint8)
+
+
+def _map(q, int kind, float scale, int32_t zero_point, float p, float out_inv_scale,
+         int32_t out_zero_point):
+    shape = q.shape                       # ascontiguousarray makes 0-d arrays 1-d
+    q = np.ascontiguousarray(q)
+    qmin, qmax = _RANGE[q.dtype]
+    table = np.empty(256, dtype=np.uint8)
+    _build_table(table, kind, scale, zero_point, p, out_inv_scale, out_zero_point, qmin, qmax)
+    out = np.empty(shape, dtype=q.dtype)
+    if q.size:
+        _lut_flat(_as_bytes(q), _as_bytes(out), table)
+    return out
+
+
+cdef inline void _clamp_run(const q8_t *src, q8_t *dst, Py_ssize_t n, q8_t lo,
+                            q8_t hi) noexcept nogil:
+    # A plain pointer loop outside the prange body, so GCC keeps i and v in registers and
+    # vectorizes it (prange's lastprivate loop variables would stop that).
+    cdef Py_ssize_t i
+    cdef q8_t v
+    for i in range(n):
+        v = src[i]
+        v = v if v > lo else lo
+        dst[i] = v if v < hi else hi
+
+
+cdef void _clamp_flat(const q8_t[::1] src, q8_t[::1] dst, q8_t lo, q8_t hi) noexcept nogil:
+    cdef Py_ssize_t n = src.shape[0], nb = (n + BLOCK - 1) // BLOCK, b, start
+    for b in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
+        start = b * BLOCK
+        _clamp_run(&src[start], &dst[start], min(BLOCK, n - start), lo, hi)
+
+
+def clamp_raw(q, lo, hi):
+    """min(max(q, lo), hi) on raw values (relu, relu6, hardtanh, clamp)."""
+    out = np.empty(q.shape, dtype=q.dtype)
+    q = np.ascontiguousarray(q)
+    if q.dtype == np.uint8:
+        _clamp_flat[uint8_t](q.reshape(-1), out.reshape(-1), lo, hi)
+    else:
+        _clamp_flat[int8_t](q.reshape(-1), out.reshape(-1), lo, hi)
+    return out
+
+
+def leaky_relu(q, scale, zero_point, negative_slope, out_inv_scale, out_zero_point):
+    """Quantized leaky_relu: D_vec, x > 0 ? x : x*slope, Q_vec."""
+    return _map(q, K_LEAKY, scale, zero_point, negative_slope, out_inv_scale, out_zero_point)
+
+
+def hardsigmoid(q, scale, zero_point, out_inv_scale, out_zero_point):
+    """Quantized hardsigmoid: D_vec, clamp(x + 3, 0, 6) / 6, Q_vec (fixed output qparams)."""
+    return _map(q, K_HARDSIGMOID, scale, zero_point, 0.0, out_inv_scale, out_zero_point)
+
+
+def hardswish(q, scale, zero_point, out_inv_scale, out_zero_point):
+    """Quantized hardswish: D_vec, x * clamp(x + 3, 0, 6) / 6, Q_vec."""
+    return _map(q, K_HARDSWISH, scale, zero_point, 0.0, out_inv_scale, out_zero_point)
+
+
+def elu(q, scale, zero_point, alpha, out_inv_scale, out_zero_point):
+    """Quantized elu: D_vec, x > 0 ? x : alpha * expm1(x), Q_vec."""
+    return _map(q, K_ELU, scale, zero_point, alpha, out_inv_scale, out_zero_point)
+
+
+def sigmoid(q, scale, zero_point, out_inv_scale, out_zero_point):
+    """Quantized sigmoid: D_sc, 1 / (1 + exp(-x)), Q_vec."""
+    return _map(q, K_SIGMOID, scale, zero_point, 0.0, out_inv_scale, out_zero_point)
+
+
+def tanh(q, scale, zero_point, out_inv_scale, out_zero_point):
+    """Quantized tanh: D_vec, tanh(x), Q_vec."""
+    return _map(q, K_TANH, scale, zero_point, 0.0, out_inv_scale, out_zero_point)

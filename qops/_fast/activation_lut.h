@@ -1,0 +1,82 @@
+/* 256-entry byte lookup table applied to a byte array: the fast path of every element-wise
+ * map of 8-bit raw values (activation and arith families).
+ *
+ * On CPUs with AVX512-VBMI (the avx512 build checks at run time) two vpermi2b look up the
+ * low and high halves of the table for 64 bytes at once and the index's top bit picks
+ * between them; elsewhere a plain unrolled byte loop. Both give the same bytes.
+ */
+#ifndef QOPS_ACTIVATION_LUT_H
+#define QOPS_ACTIVATION_LUT_H
+#include <stddef.h>
+#include <stdint.h>
+#if defined(__AVX512BW__)
+#include <immintrin.h>
+#endif
+
+static inline void qops_lut_scalar(const uint8_t *src, uint8_t *dst, ptrdiff_t n,
+                                   const uint8_t *table) {
+    ptrdiff_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        uint8_t a = table[src[i]], b = table[src[i + 1]];
+        uint8_t c = table[src[i + 2]], d = table[src[i + 3]];
+        dst[i] = a; dst[i + 1] = b; dst[i + 2] = c; dst[i + 3] = d;
+    }
+    for (; i < n; i++) dst[i] = table[src[i]];
+}
+
+#if defined(__AVX512BW__)
+__attribute__((target("avx512f,avx512bw,avx512vbmi")))
+static void qops_lut_vbmi(const uint8_t *src, uint8_t *dst, ptrdiff_t n, const uint8_t *table) {
+    const __m512i t0 = _mm512_loadu_si512((const void *)table);
+    const __m512i t1 = _mm512_loadu_si512((const void *)(table + 64));
+    const __m512i t2 = _mm512_loadu_si512((const void *)(table + 128));
+    const __m512i t3 = _mm512_loadu_si512((const void *)(table + 192));
+    ptrdiff_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512i x = _mm512_loadu_si512((const void *)(src + i));
+        __m512i lo = _mm512_permutex2var_epi8(t0, x, t1);   /* uses the low 7 bits of x */
+        __m512i hi = _mm512_permutex2var_epi8(t2, x, t3);
+        __mmask64 top = _mm512_movepi8_mask(x);
+        _mm512_storeu_si512((void *)(dst + i), _mm512_mask_blend_epi8(top, lo, hi));
+    }
+    if (i < n) {
+        __mmask64 m = _bzhi_u64(~0ULL, (unsigned)(n - i));
+        __m512i x = _mm512_maskz_loadu_epi8(m, src + i);
+        __m512i lo = _mm512_permutex2var_epi8(t0, x, t1);
+        __m512i hi = _mm512_permutex2var_epi8(t2, x, t3);
+        __mmask64 top = _mm512_movepi8_mask(x);
+        _mm512_mask_storeu_epi8(dst + i, m, _mm512_mask_blend_epi8(top, lo, hi));
+    }
+}
+
+static int qops_have_vbmi(void) {
+    static int have = -1;
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw");
+    }
+    return have;
+}
+#endif
+
+/* dst[i] = table[src[i]] for i < n. */
+static inline void qops_lut_apply(const uint8_t *src, uint8_t *dst, ptrdiff_t n,
+                                  const uint8_t *table) {
+#if defined(__AVX512BW__)
+    if (qops_have_vbmi()) {
+        qops_lut_vbmi(src, dst, n, table);
+        return;
+    }
+#endif
+    qops_lut_scalar(src, dst, n, table);
+}
+
+/* Whether the lookup runs with vector instructions on this CPU (for qops.show_config). */
+static inline int qops_lut_vectorized(void) {
+#if defined(__AVX512BW__)
+    return qops_have_vbmi();
+#else
+    return 0;
+#endif
+}
+#endif

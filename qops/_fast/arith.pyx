@@ -1,0 +1,198 @@
+# Element-wise arithmetic and concatenation (mirror of qops/_ref/arith.py).
+# Contract: uint8/int8 in, same dtype out; add = Q_vec(D_vec(a) + D_vec(b)) in float32, mul and
+# add_scalar's requantization = R_int (int product, one float32 multiply); cat = Q_fma(D_sc(q))
+# or a copy. Flat stride-1 loops that GCC vectorizes; blocks of BLOCK elements per thread.
+import numpy as np
+from cython.parallel cimport prange
+from libc.string cimport memcpy
+from qops._fast._common cimport *
+
+DEF BLOCK = 16384         # elements per parallel chunk
+DEF GRAIN = 131072        # below this many elements one thread is faster
+
+
+# Each kernel is a plain pointer loop over one block (a `_run` function), called from a prange
+# over blocks: outside the prange body GCC keeps the loop variables in registers and
+# vectorizes the loop (prange's lastprivate variables would stop that).
+
+cdef inline void _add_run(const q8_t *a, const q8_t *b, q8_t *out, Py_ssize_t n, float sa,
+                          float sa_negzp, float sb, float sb_negzp, float inv, int32_t zo,
+                          float lo, float hi, bint relu) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef float y, zero = 0.0
+    if relu:
+        for i in range(n):
+            y = qops_d_vec(a[i], sa, sa_negzp) + qops_d_vec(b[i], sb, sb_negzp)
+            y = y if y > zero else zero
+            out[i] = <q8_t>qops_q_vec(y, inv, zo, lo, hi)
+    else:
+        for i in range(n):
+            y = qops_d_vec(a[i], sa, sa_negzp) + qops_d_vec(b[i], sb, sb_negzp)
+            out[i] = <q8_t>qops_q_vec(y, inv, zo, lo, hi)
+
+
+cdef void _add_flat(const q8_t[::1] a, const q8_t[::1] b, q8_t[::1] out, float sa, float sa_negzp,
+                    float sb, float sb_negzp, float inv, int32_t zo, float lo, float hi,
+                    bint relu) noexcept nogil:
+    cdef Py_ssize_t n = a.shape[0], nb = (n + BLOCK - 1) // BLOCK, blk, s
+    for blk in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
+        s = blk * BLOCK
+        _add_run(&a[s], &b[s], &out[s], min(BLOCK, n - s), sa, sa_negzp, sb, sb_negzp, inv, zo,
+                 lo, hi, relu)
+
+
+cdef inline void _mul_run(const q8_t *a, const q8_t *b, q8_t *out, Py_ssize_t n, int32_t za,
+                          int32_t zb, float m, int32_t zo, float lo, float hi) noexcept nogil:
+    # relu is folded into lo (max(out, zo) == clamp of the rounded value at 0).
+    cdef Py_ssize_t i
+    cdef int32_t acc
+    for i in range(n):
+        acc = (<int32_t>a[i] - za) * (<int32_t>b[i] - zb)
+        out[i] = <q8_t>(<int32_t>qops_clampf(qops_rintf(<float>acc * m), lo, hi) + zo)
+
+
+cdef void _mul_flat(const q8_t[::1] a, const q8_t[::1] b, q8_t[::1] out, int32_t za, int32_t zb,
+                    float m, int32_t zo, float lo, float hi) noexcept nogil:
+    cdef Py_ssize_t n = a.shape[0], nb = (n + BLOCK - 1) // BLOCK, blk, s
+    for blk in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
+        s = blk * BLOCK
+        _mul_run(&a[s], &b[s], &out[s], min(BLOCK, n - s), za, zb, m, zo, lo, hi)
+
+
+cdef inline void _requant_int_run(const q8_t *q, q8_t *out, Py_ssize_t n, int64_t base, float m,
+                                  int32_t zo, float lo, float hi) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        out[i] = <q8_t>(<int32_t>qops_clampf(
+            qops_rintf(<float>(<int64_t>q[i] + base) * m), lo, hi) + zo)
+
+
+cdef void _requant_int_flat(const q8_t[::1] q, q8_t[::1] out, int64_t base, float m, int32_t zo,
+                            float lo, float hi) noexcept nogil:
+    cdef Py_ssize_t n = q.shape[0], nb = (n + BLOCK - 1) // BLOCK, blk, s
+    for blk in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
+        s = blk * BLOCK
+        _requant_int_run(&q[s], &out[s], min(BLOCK, n - s), base, m, zo, lo, hi)
+
+
+cdef inline void _reflect_run(const q8_t *q, q8_t *out, Py_ssize_t n, int32_t total) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        out[i] = <q8_t>(total - <int32_t>q[i])
+
+
+cdef void _reflect_flat(const q8_t[::1] q, q8_t[::1] out, int32_t total) noexcept nogil:
+    cdef Py_ssize_t n = q.shape[0], nb = (n + BLOCK - 1) // BLOCK, blk, s
+    for blk in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
+        s = blk * BLOCK
+        _reflect_run(&q[s], &out[s], min(BLOCK, n - s), total)
+
+
+cdef inline void _cat_run(const q8_t *q, q8_t *out, Py_ssize_t n, float s, int32_t zp, float inv,
+                          float zo, float qmin, float qmax, bint requant, bint relu) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef q8_t lo = <q8_t>zo
+    cdef q8_t v
+    if requant:
+        if relu:
+            for i in range(n):
+                v = <q8_t>qops_q_fma(qops_d_sc(q[i], s, zp), inv, zo, qmin, qmax)
+                out[i] = v if v > lo else lo
+        else:
+            for i in range(n):
+                out[i] = <q8_t>qops_q_fma(qops_d_sc(q[i], s, zp), inv, zo, qmin, qmax)
+    elif relu:
+        for i in range(n):
+            v = q[i]
+            out[i] = v if v > lo else lo
+    else:
+        memcpy(out, q, n * sizeof(q8_t))
+
+
+cdef void _cat_rows(const q8_t[:, ::1] q, q8_t[:, ::1] out, Py_ssize_t off, float s, int32_t zp,
+                    float inv, float zo, float qmin, float qmax, bint requant,
+                    bint relu) noexcept nogil:
+    # Work items are (row, column block) pairs, so one wide row (dim 0 or 1 of a batch-1
+    # tensor) still splits across threads.
+    cdef Py_ssize_t rows = q.shape[0], cols = q.shape[1]
+    cdef Py_ssize_t nbc = (cols + BLOCK - 1) // BLOCK, w, r, c0
+    if cols == 0:
+        return
+    for w in prange(rows * nbc, schedule="static", num_threads=qops_threads_for(rows * cols, GRAIN)):
+        r = w // nbc
+        c0 = (w % nbc) * BLOCK
+        _cat_run(&q[r, c0], &out[r, off + c0], min(BLOCK, cols - c0), s, zp, inv, zo, qmin, qmax,
+                 requant, relu)
+
+
+def _flat(x):
+    return np.ascontiguousarray(x).reshape(-1)
+
+
+def add(a, b, a_scale, a_zero_point, b_scale, b_zero_point, out_inv_scale, out_zero_point, relu):
+    """Quantized add: Q_vec(D_vec(a) + D_vec(b)), relu = max(sum, 0) before quantizing."""
+    out = np.empty(a.shape, dtype=a.dtype)
+    info = np.iinfo(a.dtype)
+    cdef float sa = a_scale, sb = b_scale
+    cdef float sa_negzp = sa * <float>(-<int32_t>a_zero_point)
+    cdef float sb_negzp = sb * <float>(-<int32_t>b_zero_point)
+    cdef float lo = info.min - out_zero_point, hi = info.max - out_zero_point
+    if a.dtype == np.uint8:
+        _add_flat[uint8_t](_flat(a), _flat(b), out.reshape(-1), sa, sa_negzp, sb, sb_negzp,
+                           out_inv_scale, out_zero_point, lo, hi, relu)
+    else:
+        _add_flat[int8_t](_flat(a), _flat(b), out.reshape(-1), sa, sa_negzp, sb, sb_negzp,
+                          out_inv_scale, out_zero_point, lo, hi, relu)
+    return out
+
+
+def mul(a, b, a_zero_point, b_zero_point, multiplier, out_zero_point, relu):
+    """Quantized mul: R_int((a - za) * (b - zb), M), relu = max(out, out_zero_point)."""
+    out = np.empty(a.shape, dtype=a.dtype)
+    info = np.iinfo(a.dtype)
+    cdef float lo = info.min - out_zero_point, hi = info.max - out_zero_point
+    if relu and lo < 0:
+        lo = 0
+    if a.dtype == np.uint8:
+        _mul_flat[uint8_t](_flat(a), _flat(b), out.reshape(-1), a_zero_point, b_zero_point,
+                           multiplier, out_zero_point, lo, hi)
+    else:
+        _mul_flat[int8_t](_flat(a), _flat(b), out.reshape(-1), a_zero_point, b_zero_point,
+                          multiplier, out_zero_point, lo, hi)
+    return out
+
+
+def requant_int(q, zero_point, offset, multiplier, out_zero_point):
+    """add_scalar's requantization: R_int((q - zero_point) + offset, M)."""
+    out = np.empty(q.shape, dtype=q.dtype)
+    info = np.iinfo(q.dtype)
+    cdef int64_t base = <int64_t>offset - <int64_t>zero_point
+    cdef float lo = info.min - out_zero_point, hi = info.max - out_zero_point
+    if q.dtype == np.uint8:
+        _requant_int_flat[uint8_t](_flat(q), out.reshape(-1), base, multiplier, out_zero_point, lo, hi)
+    else:
+        _requant_int_flat[int8_t](_flat(q), out.reshape(-1), base, multiplier, out_zero_point, lo, hi)
+    return out
+
+
+def reflect(q):
+    """qmax + qmin - q: the raw values of x * c for c < 0 (mul_scalar)."""
+    out = np.empty(q.shape, dtype=q.dtype)
+    info = np.iinfo(q.dtype)
+    if q.dtype == np.uint8:
+        _reflect_flat[uint8_t](_flat(q), out.reshape(-1), info.max + info.min)
+    else:
+        _reflect_flat[int8_t](_flat(q), out.reshape(-1), info.max + info.min)
+    return out
+
+
+def cat_into(q, out, col_offset, scale, zero_point, out_inv_scale, out_zero_point, requant, relu):
+    """Write one cat input into out[:, col_offset:]: Q_fma(D_sc(q)) or a copy, then relu."""
+    info = np.iinfo(q.dtype)
+    q = np.ascontiguousarray(q)
+    if q.dtype == np.uint8:
+        _cat_rows[uint8_t](q, out, col_offset, scale, zero_point, out_inv_scale, out_zero_point,
+                           info.min, info.max, requant, relu)
+    else:
+        _cat_rows[int8_t](q, out, col_offset, scale, zero_point, out_inv_scale, out_zero_point,
+                          info.min, info.max, requant, relu)

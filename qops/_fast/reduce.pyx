@@ -1,0 +1,210 @@
+# Reductions (mirror of qops/_ref/reduce.py): max/min with first-occurrence indices and the
+# raw-value mean rint(f32(f32(sum) / f32(n))), over axis 1 of (outer, n, inner) arrays.
+# Sums are exact: int64 row sums (reduce_sum.h), or int32 column sums over at most CHUNK rows
+# flushed into int64. Parallel work items are independent (row, block) pairs; per-item results
+# are combined serially after.
+import numpy as np
+from cython.parallel cimport prange
+from qops._fast._common cimport *
+
+cdef extern from "reduce_sum.h" nogil:
+    int64_t qops_sum_bytes(const uint8_t *p, Py_ssize_t n, int is_signed)
+
+DEF CHUNK = 65536         # elements summed in int32 before a flush to int64 (65536 * 255 < 2^31)
+DEF IBLOCK = 1024         # inner (column) block of the strided mean and max/min: 1 KB rows
+DEF GRAIN = 65536         # below this many elements one thread is faster
+
+
+# -- whole-array max/min ------------------------------------------------------------------
+
+cdef inline q8_t _extreme_run(const q8_t *p, Py_ssize_t n, bint is_max) noexcept nogil:
+    # Plain pointer loops (outside any prange body) so GCC vectorizes them.
+    cdef Py_ssize_t i
+    cdef q8_t m = p[0]
+    if is_max:
+        for i in range(n):
+            m = p[i] if p[i] > m else m
+    else:
+        for i in range(n):
+            m = p[i] if p[i] < m else m
+    return m
+
+
+cdef void _extreme_chunks(const q8_t[::1] q, q8_t[::1] part, bint is_max) noexcept nogil:
+    cdef Py_ssize_t n = q.shape[0], nb = part.shape[0], b
+    for b in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
+        part[b] = _extreme_run(&q[b * CHUNK], min(CHUNK, n - b * CHUNK), is_max)
+
+
+def _extreme_all(q, bint is_max):
+    flat = np.ascontiguousarray(q).reshape(-1)
+    part = np.empty((flat.shape[0] + CHUNK - 1) // CHUNK, dtype=flat.dtype)
+    if flat.dtype == np.uint8:
+        _extreme_chunks[uint8_t](flat, part, is_max)
+    else:
+        _extreme_chunks[int8_t](flat, part, is_max)
+    return np.asarray(part.max() if is_max else part.min(), dtype=flat.dtype)
+
+
+def max_all(q):
+    """The largest raw value of a non-empty array, as a 0-d array of q's dtype."""
+    return _extreme_all(q, True)
+
+
+def min_all(q):
+    """The smallest raw value of a non-empty array, as a 0-d array of q's dtype."""
+    return _extreme_all(q, False)
+
+
+# -- max/min over one axis ------------------------------------------------------------------
+
+cdef inline void _extreme_row(const q8_t *p, Py_ssize_t n, q8_t *val, int64_t *idx,
+                              bint is_max) noexcept nogil:
+    # One contiguous row: the extreme first (vectorizes), then its first position.
+    cdef Py_ssize_t j = 0
+    cdef q8_t m = _extreme_run(p, n, is_max)
+    while p[j] != m:
+        j += 1
+    val[0] = m
+    idx[0] = j
+
+
+cdef void _extreme_cols(const q8_t[:, :, ::1] q, q8_t[:, ::1] val, int64_t[:, ::1] idx,
+                        Py_ssize_t o, Py_ssize_t i0, Py_ssize_t i1, bint is_max) noexcept nogil:
+    # Running extreme over rows j of one (outer, inner-block) item; strict comparison keeps
+    # the first index.
+    cdef Py_ssize_t n = q.shape[1], i, j
+    cdef q8_t v
+    for i in range(i0, i1):
+        val[o, i] = q[o, 0, i]
+        idx[o, i] = 0
+    for j in range(1, n):
+        for i in range(i0, i1):
+            v = q[o, j, i]
+            if (v > val[o, i]) if is_max else (v < val[o, i]):
+                val[o, i] = v
+                idx[o, i] = j
+
+
+cdef void _extreme_dim(const q8_t[:, :, ::1] q, q8_t[:, ::1] val, int64_t[:, ::1] idx,
+                       bint is_max) noexcept nogil:
+    cdef Py_ssize_t n0 = q.shape[0], n = q.shape[1], n2 = q.shape[2]
+    cdef Py_ssize_t nbi = (n2 + IBLOCK - 1) // IBLOCK, w, o, i0
+    for w in prange(n0 * nbi, schedule="static",
+                    num_threads=qops_threads_for(n0 * n * n2, GRAIN)):
+        o = w // nbi
+        i0 = (w % nbi) * IBLOCK
+        if n2 == 1:
+            _extreme_row(&q[o, 0, 0], n, &val[o, 0], &idx[o, 0], is_max)
+        else:
+            _extreme_cols(q, val, idx, o, i0, min(i0 + IBLOCK, n2), is_max)
+
+
+def _extreme_over(q, bint is_max):
+    q = np.ascontiguousarray(q)
+    val = np.empty((q.shape[0], q.shape[2]), dtype=q.dtype)
+    idx = np.empty((q.shape[0], q.shape[2]), dtype=np.int64)
+    if val.size:
+        if q.dtype == np.uint8:
+            _extreme_dim[uint8_t](q, val, idx, is_max)
+        else:
+            _extreme_dim[int8_t](q, val, idx, is_max)
+    return val, idx
+
+
+def max_dim(q):
+    """Largest raw value over axis 1 of (outer, n, inner) and the index of its first occurrence."""
+    return _extreme_over(q, True)
+
+
+def min_dim(q):
+    """Smallest raw value over axis 1 of (outer, n, inner) and the index of its first occurrence."""
+    return _extreme_over(q, False)
+
+
+# -- mean -------------------------------------------------------------------------------------
+
+cdef inline int64_t _sum_run(const q8_t *p, Py_ssize_t n) noexcept nogil:
+    if q8_t is int8_t:
+        return qops_sum_bytes(<const uint8_t *>p, n, 1)
+    else:
+        return qops_sum_bytes(<const uint8_t *>p, n, 0)
+
+
+cdef void _row_sums(const q8_t[:, ::1] q, int64_t[:, ::1] part) noexcept nogil:
+    # part[r, c] = sum of row r's chunk c.
+    cdef Py_ssize_t rows = q.shape[0], n = q.shape[1], nc = part.shape[1], w, r, c
+    for w in prange(rows * nc, schedule="static", num_threads=qops_threads_for(rows * n, GRAIN)):
+        r = w // nc
+        c = w % nc
+        part[r, c] = _sum_run(&q[r, c * CHUNK], min(CHUNK, n - c * CHUNK))
+
+
+cdef void _column_block_mean(const q8_t[:, :, ::1] q, q8_t[:, ::1] out, Py_ssize_t o,
+                             Py_ssize_t i0, Py_ssize_t i1) noexcept nogil:
+    # One (outer, inner-block) item; its accumulators live on this call's stack, so each
+    # thread has its own.
+    cdef Py_ssize_t n = q.shape[1], i, j, j0, j1
+    cdef int32_t acc[IBLOCK]
+    cdef int64_t acc64[IBLOCK]
+    cdef float fn = <float>n
+    for i in range(i1 - i0):
+        acc64[i] = 0
+    for j0 in range(0, n, CHUNK):
+        j1 = min(j0 + CHUNK, n)
+        for i in range(i1 - i0):
+            acc[i] = 0
+        for j in range(j0, j1):
+            for i in range(i0, i1):
+                acc[i - i0] += q[o, j, i]
+        for i in range(i1 - i0):
+            acc64[i] += acc[i]
+    for i in range(i0, i1):
+        out[o, i] = <q8_t>qops_rintf(<float>acc64[i - i0] / fn)
+
+
+cdef void _column_means(const q8_t[:, :, ::1] q, q8_t[:, ::1] out) noexcept nogil:
+    cdef Py_ssize_t n0 = q.shape[0], n = q.shape[1], n2 = q.shape[2]
+    cdef Py_ssize_t nbi = (n2 + IBLOCK - 1) // IBLOCK, w
+    for w in prange(n0 * nbi, schedule="static",
+                    num_threads=qops_threads_for(n0 * n * n2, GRAIN)):
+        _column_block_mean(q, out, w // nbi, (w % nbi) * IBLOCK,
+                           min((w % nbi) * IBLOCK + IBLOCK, n2))
+
+
+cdef void _row_means(const q8_t[:, ::1] q, q8_t[::1] out) noexcept nogil:
+    # Exact int64 sum per row, then the mean.
+    cdef Py_ssize_t rows = q.shape[0], n = q.shape[1], r
+    cdef float fn = <float>n
+    for r in prange(rows, schedule="static", num_threads=qops_threads_for(rows * n, GRAIN)):
+        out[r] = <q8_t>qops_rintf(<float>_sum_run(&q[r, 0], n) / fn)
+
+
+def mean_dims(q):
+    """Mean over axis 1 of (outer, n, inner) on raw values: rint(f32(f32(sum) / f32(n)))."""
+    q = np.ascontiguousarray(q)
+    n0, n, n2 = q.shape
+    out = np.empty((n0, n2), dtype=q.dtype)
+    if out.size == 0:
+        return out
+    if n2 == 1 and (n0 >= 8 or n <= CHUNK):
+        if q.dtype == np.uint8:
+            _row_means[uint8_t](q.reshape(n0, n), out.reshape(-1))
+        else:
+            _row_means[int8_t](q.reshape(n0, n), out.reshape(-1))
+        return out
+    if n2 == 1:
+        rows = q.reshape(n0, n)
+        part = np.empty((n0, (n + CHUNK - 1) // CHUNK), dtype=np.int64)
+        if q.dtype == np.uint8:
+            _row_sums[uint8_t](rows, part)
+        else:
+            _row_sums[int8_t](rows, part)
+        total = part.sum(axis=1) if part.shape[1] > 1 else part[:, 0]
+        out[:, 0] = np.rint(total.astype(np.float32) / np.float32(n))
+        return out
+    if q.dtype == np.uint8:
+        _column_means[uint8_t](q, out)
+    else:
+        _column_means[int8_t](q, out)
+    return out
