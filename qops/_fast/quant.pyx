@@ -131,7 +131,7 @@ def _split(shape, axis):
 
 def quantize_per_tensor(x, inv_scale, zero_point, dtype):
     """Quantize float32 `x` with one scale: Q_fma for 8-bit types, Q_leg for int32."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
+    x = np.require(x, np.float32, "C")
     out = np.empty(x.shape, dtype=dtype)
     info = np.iinfo(out.dtype)
     flat_x, flat_out = x.reshape(-1), out.reshape(-1)
@@ -146,7 +146,7 @@ def quantize_per_tensor(x, inv_scale, zero_point, dtype):
 
 def quantize_per_channel(x, inv_scales, zero_points, axis, dtype):
     """Quantize float32 `x` with one scale per index of `axis` (Q_leg)."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
+    x = np.require(x, np.float32, "C")
     out = np.empty(x.shape, dtype=dtype)
     info = np.iinfo(out.dtype)
     shape3 = _split(x.shape, axis)
@@ -163,7 +163,7 @@ def quantize_per_channel(x, inv_scales, zero_points, axis, dtype):
 
 def dequantize_per_tensor(q, scale, zero_point):
     """Dequantize integer `q` with one float32 scale (D_sc); float32 result."""
-    q = np.ascontiguousarray(q)
+    q = np.require(q, requirements="C")
     out = np.empty(q.shape, dtype=np.float32)
     if q.dtype == np.uint8:
         _d_sc_flat[uint8_t](q.reshape(-1), out.reshape(-1), scale, zero_point)
@@ -176,7 +176,7 @@ def dequantize_per_tensor(q, scale, zero_point):
 
 def dequantize_per_channel(q, scales, zero_points, axis):
     """Dequantize integer `q` per channel of `axis` with float64 scales (D_pc)."""
-    q = np.ascontiguousarray(q)
+    q = np.require(q, requirements="C")
     out = np.empty(q.shape, dtype=np.float32)
     shape3 = _split(q.shape, axis)
     sc = np.ascontiguousarray(scales, dtype=np.float64)
@@ -192,7 +192,7 @@ def dequantize_per_channel(q, scales, zero_points, axis):
 
 def requantize_per_tensor(q, scale, zero_point, inv_out_scale, out_zero_point, dtype):
     """Re-express `q` with new qparams: D_sc, then quantize as quantize_per_tensor does."""
-    q = np.ascontiguousarray(q)
+    q = np.require(q, requirements="C")
     if q.dtype != np.dtype(dtype) or q.dtype == np.int32:
         return quantize_per_tensor(dequantize_per_tensor(q, scale, zero_point),
                                    inv_out_scale, out_zero_point, dtype)

@@ -84,8 +84,8 @@ def to_torch(t):
     """A torch quantized tensor equal to QTensor `t` (same raw values and qparams)."""
     import torch
     if not isinstance(t, QTensor):
-        return torch.from_numpy(np.ascontiguousarray(t))
-    raw = torch.from_numpy(np.ascontiguousarray(t._int))
+        return torch.from_numpy(_c(t))
+    raw = torch.from_numpy(_c(t._int))
     if t._axis is None:
         return torch._make_per_tensor_quantized_tensor(raw, t._scale, t._zero_point)
     return torch._make_per_channel_quantized_tensor(

@@ -60,7 +60,7 @@ def _qpt_strategy():
 def _torch_qpt(case):
     import torch
     x, scale, zp, d = case.args
-    t = torch.from_numpy(np.ascontiguousarray(np.asarray(x, dtype=np.float32)))
+    t = torch.from_numpy(u._c(np.asarray(x, dtype=np.float32)))
     return lambda: torch.quantize_per_tensor(t, scale, zp, u.torch_dtype(d))
 
 
@@ -100,7 +100,7 @@ def _qpc_strategy():
 def _torch_qpc(case):
     import torch
     x, scales, zps, axis, d = case.args
-    t = torch.from_numpy(np.ascontiguousarray(x))
+    t = torch.from_numpy(u._c(x))
     s = torch.from_numpy(np.asarray(scales, np.float64))
     z = torch.from_numpy(np.asarray(zps, np.int64))
     return lambda: torch.quantize_per_channel(t, s, z, axis, u.torch_dtype(d))
