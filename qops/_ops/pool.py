@@ -1,2 +1,309 @@
-"""Public pool ops (see qops/_ops/__init__.py for the wrapper contract)."""
-__all__ = []
+"""Pooling ops, named and called as torch.nn.functional / torch.ao.nn.quantized.functional.
+
+Output qparams are the input's. Every pool runs on (N, C, D, H, W) raw values: 1-d and 2-d
+pools add unit leading spatial dims, and unbatched inputs (no N) get N = 1, as in PyTorch.
+"""
+
+import numpy as np
+
+from qops import _config
+from qops._dtypes import qint8, qint32, quint8
+from qops._ops import _check
+from qops._qtensor import QTensor
+
+__all__ = ["max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
+           "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
+           "adaptive_max_pool1d", "adaptive_max_pool2d"]
+
+_ALL = (quint8, qint8, qint32)
+_8BIT = (quint8, qint8)
+_MAX_WINDOW = 1 << 23     # 8-bit window sums stay exact in int32 (and in float32 up to 2**24)
+
+
+def _as5d(input, nsp, dtypes):
+    """input's raw values as (N, C, D, H, W), and a function giving results input's layout."""
+    _check.qtensor(input, "input", dtypes=dtypes, ndims=(nsp + 1, nsp + 2))
+    x = input._int
+    if x.ndim == nsp + 1:
+        x = x[None]
+    spatial = x.shape[2:]
+    if any(L == 0 for L in spatial):
+        raise ValueError(f"input must have non-empty spatial dims; got shape {input.shape}")
+    x5 = x.reshape(x.shape[:2] + (1,) * (3 - nsp) + spatial)
+    batched = input.ndim == nsp + 2
+
+    def back(out5):
+        shape = out5.shape[:2] + out5.shape[5 - nsp:]
+        out = out5.reshape(shape)
+        return out if batched else out[0]
+    return x5, back
+
+
+def _pad3(t, nsp, fill):
+    return (fill,) * (3 - nsp) + tuple(t)
+
+
+def _pool_args(nsp, kernel_size, stride, padding, dilation, spatial, ceil_mode):
+    """Checked (kernel, stride, padding, dilation, out_size) as 3-tuples (D, H, W)."""
+    k = _check.int_tuple(kernel_size, nsp, "kernel_size", minimum=1)
+    if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0):
+        s = k
+    else:
+        s = _check.int_tuple(stride, nsp, "stride", minimum=1)
+    p = _check.int_tuple(padding, nsp, "padding", minimum=0)
+    d = _check.int_tuple(dilation, nsp, "dilation", minimum=1)
+    if not isinstance(ceil_mode, (bool, np.bool_)):
+        raise TypeError(f"ceil_mode must be a bool; got {ceil_mode!r}")
+    out = []
+    for L, ki, si, pi, di in zip(spatial[3 - nsp:], k, s, p, d):
+        if pi > ki // 2:
+            raise ValueError(f"padding must be at most half the kernel size; got padding "
+                             f"{p} for kernel_size {k}")
+        span = L + 2 * pi - di * (ki - 1) - 1
+        if span < 0:
+            raise ValueError(f"kernel_size {k} (dilation {d}) is larger than the padded input "
+                             f"{tuple(spatial[3 - nsp:])} (padding {p})")
+        o = (span + (si - 1 if ceil_mode else 0)) // si + 1
+        if ceil_mode and (o - 1) * si >= L + pi:
+            o -= 1    # the last window must start inside the input or its left padding
+        out.append(o)
+    return (_pad3(k, nsp, 1), _pad3(s, nsp, 1), _pad3(p, nsp, 0), _pad3(d, nsp, 1),
+            _pad3(out, nsp, 1))
+
+
+def _wrap(input, data):
+    return QTensor._make(data, input._dtype, input._scale, input._zero_point)
+
+
+def _bool(v, argname):
+    if not isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{argname} must be a bool; got {v!r}")
+    return bool(v)
+
+
+def _max_pool(nsp, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
+    x5, back = _as5d(input, nsp, _ALL)
+    k, s, p, d, o = _pool_args(nsp, kernel_size, stride, padding, dilation, x5.shape[2:],
+                                ceil_mode)
+    with_indices = _bool(return_indices, "return_indices")
+    res = _config.impl("pool").max_pool(x5, k, s, p, d, o, with_indices)
+    if with_indices:
+        return _wrap(input, back(res[0])), back(res[1])
+    return _wrap(input, back(res))
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """1-d max pool over raw values; output qparams = input's.
+
+    Unlike PyTorch's quantized max pool, ``return_indices=True`` works: it returns
+    ``(output, indices)`` with int64 indices into each input plane, as PyTorch's float max
+    pool gives them (first maximum in scan order).
+
+    Parameters
+    ----------
+    input : QTensor (N, C, L) or (C, L), quint8, qint8 or qint32
+    kernel_size, stride, padding, dilation : int or 1-tuple (stride defaults to kernel_size)
+    ceil_mode : bool, round the output length up
+    return_indices : bool, also return the argmax indices (int64 ndarray)
+    """
+    return _max_pool(1, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """2-d max pool over raw values; output qparams = input's.
+
+    ``return_indices=True`` returns ``(output, indices)`` (int64, flat h*W + w), as PyTorch's
+    float max pool does; PyTorch's quantized max pool rejects it.
+
+    Parameters
+    ----------
+    input : QTensor (N, C, H, W) or (C, H, W), quint8, qint8 or qint32
+    kernel_size, stride, padding, dilation : int or 2-tuple (stride defaults to kernel_size)
+    ceil_mode : bool, round the output size up
+    return_indices : bool, also return the argmax indices (int64 ndarray)
+    """
+    return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """3-d max pool over raw values; output qparams = input's.
+
+    ``return_indices=True`` returns ``(output, indices)`` (int64, flat (d*H + h)*W + w).
+
+    Parameters
+    ----------
+    input : QTensor (N, C, D, H, W) or (C, D, H, W), quint8, qint8 or qint32
+    kernel_size, stride, padding, dilation : int or 3-tuple (stride defaults to kernel_size)
+    ceil_mode : bool, round the output size up
+    return_indices : bool, also return the argmax indices (int64 ndarray)
+    """
+    return _max_pool(3, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def _avg_pool(nsp, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+              divisor_override):
+    x5, back = _as5d(input, nsp, _8BIT)
+    k, s, p, _, o = _pool_args(nsp, kernel_size, stride, padding, 1, x5.shape[2:], ceil_mode)
+    if k[0] * k[1] * k[2] > _MAX_WINDOW:
+        raise ValueError(f"kernel_size {tuple(k[3 - nsp:])} covers more than 2**23 elements "
+                         f"(window sums are exact int32)")
+    cip = _bool(count_include_pad, "count_include_pad")
+    div = 0
+    if divisor_override is not None:
+        div = _check.integer(divisor_override, "divisor_override")
+        if div == 0:
+            raise ValueError("divisor_override must not be zero")
+        if abs(div) >= 1 << 24:
+            raise ValueError(f"divisor_override must be below 2**24 in size; got {div}")
+    res = _config.impl("pool").avg_pool(x5, k, s, p, o, cip, div, input._zero_point)
+    return _wrap(input, back(res))
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    """1-d average pool; output qparams = input's (PyTorch's avg_pool2d formula, H = 1).
+
+    Parameters
+    ----------
+    input : QTensor (N, C, L) or (C, L), quint8 or qint8
+    kernel_size, stride, padding : int or 1-tuple (stride defaults to kernel_size)
+    ceil_mode : bool, round the output length up
+    count_include_pad : bool, divide by the window length including padding
+    divisor_override : nonzero int or None, divide by this instead
+    """
+    return _avg_pool(1, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    """2-d average pool; output qparams = input's, bit-exact with PyTorch's NCHW kernel.
+
+    Parameters
+    ----------
+    input : QTensor (N, C, H, W) or (C, H, W), quint8 or qint8
+    kernel_size, stride, padding : int or 2-tuple (stride defaults to kernel_size)
+    ceil_mode : bool, round the output size up
+    count_include_pad : bool, divide by the window area including padding
+    divisor_override : nonzero int or None, divide by this instead
+    """
+    return _avg_pool(2, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    """3-d average pool; output qparams = input's.
+
+    Uses the avg_pool2d rounding (zero point added before rounding) for every channel, so the
+    result never depends on channel count or layout. PyTorch's avg_pool3d adds the zero point
+    after rounding for the first C//16*16 channels: results differ by 1 at exact .5 ties
+    when the zero point is odd.
+
+    Parameters
+    ----------
+    input : QTensor (N, C, D, H, W) or (C, D, H, W), quint8 or qint8
+    kernel_size, stride, padding : int or 3-tuple (stride defaults to kernel_size)
+    ceil_mode : bool, round the output size up
+    count_include_pad : bool, divide by the window volume including padding
+    divisor_override : nonzero int or None, divide by this instead
+    """
+    return _avg_pool(3, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
+
+
+def _adaptive_size(output_size, nsp, spatial):
+    """output_size as a checked tuple; None entries keep the input's size."""
+    if isinstance(output_size, (list, tuple)):
+        if len(output_size) != nsp:
+            raise ValueError(f"output_size must be an int or {nsp} ints; got {output_size!r}")
+        vals = [spatial[i] if v is None else v for i, v in enumerate(output_size)]
+    elif output_size is None:
+        raise TypeError("output_size must be an int or a tuple of ints, not None")
+    else:
+        vals = [output_size] * nsp
+    return tuple(_check.integer(v, "output_size", minimum=1) for v in vals)
+
+
+def _adaptive(nsp, input, output_size, kind, return_indices=False):
+    x5, back = _as5d(input, nsp, _8BIT if kind == "avg" else _ALL)
+    o = _adaptive_size(output_size, nsp, x5.shape[5 - nsp:])
+    o = (1,) * (3 - nsp) + o
+    if kind == "avg":
+        # adaptive windows are at most ceil(L/O) + 1 long per dim
+        if int(np.prod([min(L, -(-L // oi) + 1) for oi, L in zip(o, x5.shape[2:])])) > _MAX_WINDOW:
+            raise ValueError(f"adaptive average windows over more than 2**23 elements are not "
+                             f"supported (input {input.shape})")
+        return _wrap(input, back(_config.impl("pool").adaptive_avg_pool(x5, o)))
+    with_indices = _bool(return_indices, "return_indices")
+    res = _config.impl("pool").adaptive_max_pool(x5, o, with_indices)
+    if with_indices:
+        return _wrap(input, back(res[0])), back(res[1])
+    return _wrap(input, back(res))
+
+
+def adaptive_avg_pool1d(input, output_size):
+    """1-d adaptive average pool; output qparams = input's (PyTorch's 2-d formula, H = 1).
+
+    Parameters
+    ----------
+    input : QTensor (N, C, L) or (C, L), quint8 or qint8
+    output_size : int or 1-tuple, >= 1
+    """
+    return _adaptive(1, input, output_size, "avg")
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """2-d adaptive average pool; output qparams = input's (PyTorch's NCHW formula).
+
+    PyTorch scrambles channels when the input is 1x1 spatially with C > 1 (it takes its
+    channels-last path); qops returns the correct result there.
+
+    Parameters
+    ----------
+    input : QTensor (N, C, H, W) or (C, H, W), quint8 or qint8
+    output_size : int or 2-tuple (None keeps that input size), each >= 1
+    """
+    return _adaptive(2, input, output_size, "avg")
+
+
+def adaptive_avg_pool3d(input, output_size):
+    """3-d adaptive average pool; output qparams = input's (PyTorch's NCDHW formula).
+
+    Parameters
+    ----------
+    input : QTensor (N, C, D, H, W) or (C, D, H, W), quint8 or qint8
+    output_size : int or 3-tuple (None keeps that input size), each >= 1
+    """
+    return _adaptive(3, input, output_size, "avg")
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    """1-d adaptive max pool over raw values; output qparams = input's.
+
+    PyTorch has no quantized adaptive max pool; this matches its float one on int_repr().
+
+    Parameters
+    ----------
+    input : QTensor (N, C, L) or (C, L), quint8, qint8 or qint32
+    output_size : int or 1-tuple, >= 1
+    return_indices : bool, also return int64 argmax indices
+    """
+    return _adaptive(1, input, output_size, "max", return_indices)
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    """2-d adaptive max pool over raw values; output qparams = input's.
+
+    PyTorch has no quantized adaptive max pool; this matches its float one on int_repr().
+
+    Parameters
+    ----------
+    input : QTensor (N, C, H, W) or (C, H, W), quint8, qint8 or qint32
+    output_size : int or 2-tuple (None keeps that input size), each >= 1
+    return_indices : bool, also return int64 argmax indices (flat h*W + w)
+    """
+    return _adaptive(2, input, output_size, "max", return_indices)

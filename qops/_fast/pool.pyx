@@ -1,0 +1,460 @@
+# Pooling kernels (mirror of qops/_ref/pool.py): raw uint8/int8 (int32 for max pools) in
+# (N, C, D, H, W), same dtype out. Max pools compare raw values; average pools sum exactly in
+# int32 and requantize in float32 (rint half to even) with the reference's formulas.
+#
+# Layout: the taps of a window along D and H are folded first into a row buffer covering the
+# whole padded input width (stride-1 loops over W that GCC vectorizes), then the W window
+# slides over that buffer. Max pools run prange over the N*C*OD*OH output rows; average pools
+# over the N*C*OD output planes, so their requantize loop runs over a whole plane (a row alone
+# is too short to fill 512-bit vectors). Buffers are per thread.
+import numpy as np
+from cython.parallel cimport prange, parallel
+from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy
+from qops._fast._common cimport *
+
+DEF GRAIN = 32768         # input elements read per thread below which one thread is enough
+
+
+def _lowest(dtype):
+    return int(np.iinfo(dtype).min)
+
+
+# -- max pool -----------------------------------------------------------------------------
+
+cdef inline void _hmax(const qint_t* v, qint_t* o, Py_ssize_t OW, Py_ssize_t kW, Py_ssize_t sW,
+                       Py_ssize_t dW) noexcept nogil:
+    # Sliding max along W; strides 1 and 2 get loops with constant strides GCC vectorizes.
+    cdef Py_ssize_t ow, k
+    cdef const qint_t* vk
+    cdef qint_t a, b
+    if sW == 1:
+        for ow in range(OW):
+            o[ow] = v[ow]
+        for k in range(1, kW):
+            vk = v + k * dW
+            for ow in range(OW):
+                a = o[ow]
+                b = vk[ow]
+                o[ow] = a if a > b else b
+    elif sW == 2:
+        for ow in range(OW):
+            o[ow] = v[2 * ow]
+        for k in range(1, kW):
+            vk = v + k * dW
+            for ow in range(OW):
+                a = o[ow]
+                b = vk[2 * ow]
+                o[ow] = a if a > b else b
+    else:
+        for ow in range(OW):
+            o[ow] = v[sW * ow]
+        for k in range(1, kW):
+            vk = v + k * dW
+            for ow in range(OW):
+                a = o[ow]
+                b = vk[sW * ow]
+                o[ow] = a if a > b else b
+
+
+cdef void _max_rows(const qint_t[:, :, :, :, ::1] x, qint_t[:, :, :, :, ::1] out,
+                    Py_ssize_t kD, Py_ssize_t kH, Py_ssize_t kW, Py_ssize_t sD, Py_ssize_t sH,
+                    Py_ssize_t sW, Py_ssize_t pD, Py_ssize_t pH, Py_ssize_t pW, Py_ssize_t dD,
+                    Py_ssize_t dH, Py_ssize_t dW, Py_ssize_t Wp, qint_t lowest,
+                    int nthreads) noexcept nogil:
+    cdef Py_ssize_t C = x.shape[1], D = x.shape[2], H = x.shape[3], W = x.shape[4]
+    cdef Py_ssize_t OD = out.shape[2], OH = out.shape[3], OW = out.shape[4]
+    cdef Py_ssize_t rows = out.shape[0] * C * OD * OH
+    cdef Py_ssize_t r, i, w, kd, kh, idd, ih, n, c, od, oh, plane
+    cdef int first
+    cdef qint_t* vbuf = NULL
+    cdef qint_t* vrow = NULL
+    cdef const qint_t* src
+    cdef qint_t a, b
+    i = 0
+    with parallel(num_threads=nthreads):
+        # padded slots stay at the dtype's lowest value, so they never win a max
+        vbuf = <qint_t*>malloc(Wp * sizeof(qint_t))
+        for i in range(Wp):
+            vbuf[i] = lowest
+        vrow = vbuf + pW
+        for r in prange(rows, schedule="static"):
+            oh = r % OH
+            od = (r // OH) % OD
+            plane = r // (OH * OD)
+            n = plane // C
+            c = plane % C
+            first = 1
+            for kd in range(kD):
+                idd = od * sD - pD + kd * dD
+                if idd < 0 or idd >= D:
+                    continue
+                for kh in range(kH):
+                    ih = oh * sH - pH + kh * dH
+                    if ih < 0 or ih >= H:
+                        continue
+                    src = &x[n, c, idd, ih, 0]
+                    if first:
+                        memcpy(vrow, src, W * sizeof(qint_t))
+                        first = 0
+                    else:
+                        for w in range(W):
+                            a = vrow[w]
+                            b = src[w]
+                            vrow[w] = a if a > b else b
+            if first:
+                for w in range(W):
+                    vrow[w] = lowest
+            _hmax(vbuf, &out[n, c, od, oh, 0], OW, kW, sW, dW)
+        free(vbuf)
+
+
+cdef void _max_indices(const qint_t[:, :, :, :, ::1] x, qint_t[:, :, :, :, ::1] out,
+                       int64_t[:, :, :, :, ::1] index, Py_ssize_t kD, Py_ssize_t kH,
+                       Py_ssize_t kW, Py_ssize_t sD, Py_ssize_t sH, Py_ssize_t sW, Py_ssize_t pD,
+                       Py_ssize_t pH, Py_ssize_t pW, Py_ssize_t dD, Py_ssize_t dH, Py_ssize_t dW,
+                       qint_t lowest, int nthreads) noexcept nogil:
+    # With indices: a plain scan of each window in (d, h, w) order, keeping the first maximum.
+    cdef Py_ssize_t C = x.shape[1], D = x.shape[2], H = x.shape[3], W = x.shape[4]
+    cdef Py_ssize_t OD = out.shape[2], OH = out.shape[3], OW = out.shape[4]
+    cdef Py_ssize_t rows = out.shape[0] * C * OD * OH
+    cdef Py_ssize_t r, ow, kd, kh, kw, idd, ih, iw, n, c, od, oh, plane, best_i
+    cdef int found
+    cdef qint_t best, v
+    for r in prange(rows, schedule="static", num_threads=nthreads):
+        oh = r % OH
+        od = (r // OH) % OD
+        plane = r // (OH * OD)
+        n = plane // C
+        c = plane % C
+        for ow in range(OW):
+            best = lowest
+            best_i = 0
+            found = 0
+            for kd in range(kD):
+                idd = od * sD - pD + kd * dD
+                if idd < 0 or idd >= D:
+                    continue
+                for kh in range(kH):
+                    ih = oh * sH - pH + kh * dH
+                    if ih < 0 or ih >= H:
+                        continue
+                    for kw in range(kW):
+                        iw = ow * sW - pW + kw * dW
+                        if iw < 0 or iw >= W:
+                            continue
+                        v = x[n, c, idd, ih, iw]
+                        if found == 0 or v > best:
+                            best = v
+                            best_i = (idd * H + ih) * W + iw
+                            found = 1
+            out[n, c, od, oh, ow] = best
+            index[n, c, od, oh, ow] = best_i
+
+
+def max_pool(x, kernel_size, stride, padding, dilation, out_size, with_indices):
+    """Max of raw values over the valid (non-padded) taps of each dilated window."""
+    x = np.ascontiguousarray(x)
+    (kD, kH, kW), (sD, sH, sW) = kernel_size, stride
+    (pD, pH, pW), (dD, dH, dW) = padding, dilation
+    shape = x.shape[:2] + tuple(out_size)
+    out = np.empty(shape, dtype=x.dtype)
+    lo = _lowest(x.dtype)
+    OW = shape[4]
+    Wp = max(x.shape[4] + 2 * pW, (OW - 1) * sW + (kW - 1) * dW + 1)
+    nt = qops_threads_for(out.size * kD * kH * max(kW, 1) if with_indices
+                          else x.size + out.size * kW, GRAIN)
+    if out.size == 0:
+        return (out, np.zeros(shape, np.int64)) if with_indices else out
+    if with_indices:
+        index = np.empty(shape, dtype=np.int64)
+        if x.dtype == np.uint8:
+            _max_indices[uint8_t](x, out, index, kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, lo, nt)
+        elif x.dtype == np.int8:
+            _max_indices[int8_t](x, out, index, kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, lo, nt)
+        else:
+            _max_indices[int32_t](x, out, index, kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, lo, nt)
+        return out, index
+    if x.dtype == np.uint8:
+        _max_rows[uint8_t](x, out, kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, Wp, lo, nt)
+    elif x.dtype == np.int8:
+        _max_rows[int8_t](x, out, kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, Wp, lo, nt)
+    else:
+        _max_rows[int32_t](x, out, kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, Wp, lo, nt)
+    return out
+
+
+# -- average pool -------------------------------------------------------------------------
+
+cdef void _avg_planes(const q8_t[:, :, :, :, ::1] x, q8_t[:, :, :, :, ::1] out,
+                      Py_ssize_t kD, Py_ssize_t kH, Py_ssize_t kW, Py_ssize_t sD, Py_ssize_t sH,
+                      Py_ssize_t sW, Py_ssize_t pD, Py_ssize_t pH, Py_ssize_t pW, Py_ssize_t Wp,
+                      const float[:, :, ::1] mult, const int32_t[:, :, ::1] szp, int32_t zp,
+                      float qmin, float qmax, int nthreads) noexcept nogil:
+    # One (n, c, od) output plane per iteration: window sums of every row go to a plane-sized
+    # buffer, then one long requantize loop over the plane (rows alone are too short to fill
+    # 512-bit vectors). mult[od, oh, ow] = f32(1/div) and szp = size*zp are prepared per call.
+    cdef Py_ssize_t C = x.shape[1], D = x.shape[2], H = x.shape[3], W = x.shape[4]
+    cdef Py_ssize_t OD = out.shape[2], OH = out.shape[3], OW = out.shape[4]
+    cdef Py_ssize_t planes = out.shape[0] * C * OD, area = OH * OW
+    cdef Py_ssize_t p, i, j, w, ow, k, idd, ih, n, c, od, oh, d0, d1, h0, h1
+    cdef int first
+    cdef int32_t* vbuf = NULL
+    cdef int32_t* vrow = NULL
+    cdef int32_t* sums = NULL
+    cdef int32_t* hs
+    cdef const q8_t* src
+    cdef const int32_t* vk
+    cdef const float* m
+    cdef const int32_t* z
+    cdef q8_t* o
+    cdef float zpf = <float>zp, t
+    i = 0
+    with parallel(num_threads=nthreads):
+        vbuf = <int32_t*>malloc(Wp * sizeof(int32_t))
+        sums = <int32_t*>malloc(area * sizeof(int32_t))
+        for i in range(Wp):
+            vbuf[i] = 0          # padding adds nothing to a sum
+        vrow = vbuf + pW
+        for p in prange(planes, schedule="static"):
+            od = p % OD
+            c = (p // OD) % C
+            n = p // (OD * C)
+            d0 = max(od * sD - pD, 0)
+            d1 = min(od * sD - pD + kD, D)
+            for oh in range(OH):
+                h0 = max(oh * sH - pH, 0)
+                h1 = min(oh * sH - pH + kH, H)
+                first = 1
+                for idd in range(d0, d1):
+                    for ih in range(h0, h1):
+                        src = &x[n, c, idd, ih, 0]
+                        if first:
+                            for w in range(W):
+                                vrow[w] = src[w]
+                            first = 0
+                        else:
+                            for w in range(W):
+                                vrow[w] = vrow[w] + src[w]
+                hs = sums + oh * OW
+                for ow in range(OW):
+                    hs[ow] = vbuf[sW * ow]
+                for k in range(1, kW):
+                    vk = vbuf + k
+                    if sW == 1:
+                        for ow in range(OW):
+                            hs[ow] = hs[ow] + vk[ow]
+                    elif sW == 2:
+                        for ow in range(OW):
+                            hs[ow] = hs[ow] + vk[2 * ow]
+                    else:
+                        for ow in range(OW):
+                            hs[ow] = hs[ow] + vk[sW * ow]
+            o = &out[n, c, od, 0, 0]
+            m = &mult[od, 0, 0]
+            z = &szp[od, 0, 0]
+            for j in range(area):
+                # Q_leg with m = f32(1/div): zero point added before rounding
+                t = <float>(sums[j] - z[j]) * m[j]
+                o[j] = <q8_t><int32_t>qops_clampf(qops_rintf(t + zpf), qmin, qmax)
+        free(vbuf)
+        free(sums)
+
+
+def _window_counts(out_len, stride, pad, kernel, length):
+    start = np.arange(out_len) * stride - pad
+    end = np.minimum(start + kernel, length + pad)
+    pool = end - start
+    size = np.minimum(end, length) - np.maximum(start, 0)
+    return size.astype(np.int64), pool.astype(np.int64)
+
+
+def avg_pool(x, kernel_size, stride, padding, out_size, count_include_pad, divisor_override,
+             zero_point):
+    """Average pool: exact integer window sums, requantized as PyTorch's NCHW avg_pool2d."""
+    x = np.ascontiguousarray(x)
+    (kD, kH, kW), (sD, sH, sW), (pD, pH, pW) = kernel_size, stride, padding
+    shape = x.shape[:2] + tuple(out_size)
+    out = np.empty(shape, dtype=x.dtype)
+    if out.size == 0:
+        return out
+    info = np.iinfo(x.dtype)
+    OW = shape[4]
+    Wp = max(x.shape[4] + 2 * pW, (OW - 1) * sW + kW)
+    (ds, dp), (hs, hp), (ws, wp) = (_window_counts(o, st, pd, k, L) for o, st, pd, k, L in
+                                    zip(out_size, stride, padding, kernel_size, x.shape[2:]))
+    size = ds[:, None, None] * hs[None, :, None] * ws[None, None, :]
+    pool = dp[:, None, None] * hp[None, :, None] * wp[None, None, :]
+    if divisor_override:
+        div = np.full(size.shape, divisor_override, np.int64)
+    else:
+        div = pool if count_include_pad else size
+    mult = (1.0 / div.astype(np.float64)).astype(np.float32)        # f32(1.0 / div)
+    szp = (size * zero_point).astype(np.int32)
+    nt = qops_threads_for(x.size * kD + out.size * kW, GRAIN)
+    if x.dtype == np.uint8:
+        _avg_planes[uint8_t](x, out, kD, kH, kW, sD, sH, sW, pD, pH, pW, Wp, mult, szp,
+                             zero_point, info.min, info.max, nt)
+    else:
+        _avg_planes[int8_t](x, out, kD, kH, kW, sD, sH, sW, pD, pH, pW, Wp, mult, szp,
+                            zero_point, info.min, info.max, nt)
+    return out
+
+
+# -- adaptive pools -----------------------------------------------------------------------
+
+cdef void _adaptive_avg_planes(const q8_t[:, :, :, :, ::1] x, q8_t[:, :, :, :, ::1] out,
+                               const int32_t[::1] d0s, const int32_t[::1] d1s,
+                               const int32_t[::1] h0s, const int32_t[::1] h1s,
+                               const int32_t[::1] w0s, const int32_t[::1] w1s,
+                               const float[:, :, ::1] recip, int nthreads) noexcept nogil:
+    # One (n, c, od) output plane per iteration: row window sums into a plane buffer, then
+    # one long rounding loop over the plane.
+    cdef Py_ssize_t C = x.shape[1], W = x.shape[4]
+    cdef Py_ssize_t OD = out.shape[2], OH = out.shape[3], OW = out.shape[4]
+    cdef Py_ssize_t planes = out.shape[0] * C * OD, area = OH * OW
+    cdef Py_ssize_t p, i, w, ow, idd, ih, n, c, od, oh
+    cdef int first
+    cdef int32_t* vrow = NULL
+    cdef int32_t* sums = NULL
+    cdef int32_t s
+    cdef const q8_t* src
+    cdef const float* rc
+    cdef q8_t* o
+    with parallel(num_threads=nthreads):
+        vrow = <int32_t*>malloc(W * sizeof(int32_t))
+        sums = <int32_t*>malloc(area * sizeof(int32_t))
+        for p in prange(planes, schedule="static"):
+            od = p % OD
+            c = (p // OD) % C
+            n = p // (OD * C)
+            for oh in range(OH):
+                first = 1
+                for idd in range(d0s[od], d1s[od]):
+                    for ih in range(h0s[oh], h1s[oh]):
+                        src = &x[n, c, idd, ih, 0]
+                        if first:
+                            for w in range(W):
+                                vrow[w] = src[w]
+                            first = 0
+                        else:
+                            for w in range(W):
+                                vrow[w] = vrow[w] + src[w]
+                for ow in range(OW):
+                    s = 0
+                    for w in range(w0s[ow], w1s[ow]):
+                        s = s + vrow[w]
+                    sums[oh * OW + ow] = s
+            o = &out[n, c, od, 0, 0]
+            rc = &recip[od, 0, 0]
+            for i in range(area):
+                # raw values, no zero point, no clamp: an average is always in range
+                o[i] = <q8_t><int32_t>qops_rintf(<float>sums[i] * rc[i])
+        free(vrow)
+        free(sums)
+
+
+cdef void _plane_mean(const q8_t[:, ::1] x, q8_t[::1] out, float recip,
+                      int nthreads) noexcept nogil:
+    # Output 1x1(x1): one contiguous sum per plane.
+    cdef Py_ssize_t P = x.shape[0], L = x.shape[1], p, i
+    cdef int32_t s
+    cdef const q8_t* src
+    for p in prange(P, schedule="static", num_threads=nthreads):
+        src = &x[p, 0]
+        s = 0
+        for i in range(L):
+            s = s + src[i]
+        out[p] = <q8_t><int32_t>qops_rintf(<float>s * recip)
+
+
+def _adaptive_bounds(out_len, in_len):
+    o = np.arange(out_len)
+    start = np.floor((o * in_len).astype(np.float32) / np.float32(out_len)).astype(np.int32)
+    end = np.ceil(((o + 1) * in_len).astype(np.float32) / np.float32(out_len)).astype(np.int32)
+    return start, end
+
+
+def adaptive_avg_pool(x, out_size):
+    """Adaptive average pool on raw values: out = rint(f32(f32(sum q) * r)), no zero point."""
+    x = np.ascontiguousarray(x)
+    n, c, D, H, W = x.shape
+    shape = (n, c) + tuple(out_size)
+    out = np.empty(shape, dtype=x.dtype)
+    if out.size == 0:
+        return out
+    (d0, d1), (h0, h1), (w0, w1) = (_adaptive_bounds(o, L) for o, L in zip(out_size, (D, H, W)))
+    one = np.float32(1)
+    kd = (d1 - d0).astype(np.float32)[:, None, None]
+    kh = (h1 - h0).astype(np.float32)[None, :, None]
+    kw = (w1 - w0).astype(np.float32)[None, None, :]
+    recip = np.ascontiguousarray(((one / kd) / kh) / kw, dtype=np.float32)
+    nt = qops_threads_for(x.size, GRAIN)
+    if tuple(out_size) == (1, 1, 1):
+        flat_x = x.reshape(n * c, D * H * W)
+        flat_o = out.reshape(n * c)
+        if x.dtype == np.uint8:
+            _plane_mean[uint8_t](flat_x, flat_o, recip[0, 0, 0], nt)
+        else:
+            _plane_mean[int8_t](flat_x, flat_o, recip[0, 0, 0], nt)
+        return out
+    if x.dtype == np.uint8:
+        _adaptive_avg_planes[uint8_t](x, out, d0, d1, h0, h1, w0, w1, recip, nt)
+    else:
+        _adaptive_avg_planes[int8_t](x, out, d0, d1, h0, h1, w0, w1, recip, nt)
+    return out
+
+
+cdef void _adaptive_max_rows(const qint_t[:, :, :, :, ::1] x, qint_t[:, :, :, :, ::1] out,
+                             int64_t[:, :, :, :, ::1] index,
+                             const int64_t[::1] d0s, const int64_t[::1] d1s,
+                             const int64_t[::1] h0s, const int64_t[::1] h1s,
+                             const int64_t[::1] w0s, const int64_t[::1] w1s,
+                             int nthreads) noexcept nogil:
+    # A plain scan of each window in (d, h, w) order keeping the first maximum.
+    cdef Py_ssize_t C = x.shape[1], H = x.shape[3], W = x.shape[4]
+    cdef Py_ssize_t OD = out.shape[2], OH = out.shape[3], OW = out.shape[4]
+    cdef Py_ssize_t rows = out.shape[0] * C * OD * OH
+    cdef Py_ssize_t r, ow, idd, ih, iw, n, c, od, oh, plane, best_i
+    cdef qint_t best, v
+    for r in prange(rows, schedule="static", num_threads=nthreads):
+        oh = r % OH
+        od = (r // OH) % OD
+        plane = r // (OH * OD)
+        n = plane // C
+        c = plane % C
+        for ow in range(OW):
+            best = x[n, c, d0s[od], h0s[oh], w0s[ow]]
+            best_i = (d0s[od] * H + h0s[oh]) * W + w0s[ow]
+            for idd in range(d0s[od], d1s[od]):
+                for ih in range(h0s[oh], h1s[oh]):
+                    for iw in range(w0s[ow], w1s[ow]):
+                        v = x[n, c, idd, ih, iw]
+                        if v > best:
+                            best = v
+                            best_i = (idd * H + ih) * W + iw
+            out[n, c, od, oh, ow] = best
+            index[n, c, od, oh, ow] = best_i
+
+
+def adaptive_max_pool(x, out_size, with_indices):
+    """Adaptive max pool on raw values; windows as PyTorch's float adaptive max pool."""
+    x = np.ascontiguousarray(x)
+    n, c, D, H, W = x.shape
+    shape = (n, c) + tuple(out_size)
+    out = np.empty(shape, dtype=x.dtype)
+    index = np.empty(shape, dtype=np.int64)
+    if out.size == 0:
+        return (out, index) if with_indices else out
+    lims = []
+    for O, L in zip(out_size, (D, H, W)):
+        o = np.arange(O, dtype=np.int64)
+        lims += [(o * L) // O, -((-(o + 1) * L) // O)]
+    nt = qops_threads_for(x.size + out.size, GRAIN)
+    if x.dtype == np.uint8:
+        _adaptive_max_rows[uint8_t](x, out, index, *lims, nt)
+    elif x.dtype == np.int8:
+        _adaptive_max_rows[int8_t](x, out, index, *lims, nt)
+    else:
+        _adaptive_max_rows[int32_t](x, out, index, *lims, nt)
+    return (out, index) if with_indices else out
