@@ -6,23 +6,13 @@ speed-up, not to be tuned). Params: case (op:benchmark case) x backend x threads
 come from the registry's fixed-seed builders, made lazily on first use and cached.
 """
 import os
-import warnings
 
 import qops
 from qops._registry import all_specs
+from qops.bench import _torch
 
 THREADS = sorted({1, os.cpu_count() or 1})
 _CASES = {}
-
-
-def _torch():
-    try:
-        import torch
-    except ImportError:
-        return None
-    warnings.filterwarnings("ignore", category=UserWarning)
-    torch.backends.quantized.engine = "x86"
-    return torch
 
 
 def _family_cases(family):
