@@ -1,0 +1,38 @@
+"""qops.nn: PyTorch-style modules.
+
+Float layers (numpy forward) under PyTorch's names, the `Module` base, and the sub-packages
+`qops.nn.quantized` (+ `.dynamic`), `qops.nn.intrinsic` (+ `.quantized`, `.qat`) and
+`qops.nn.qat`. `qops.save` / `qops.load` store and restore whole models without pickle.
+"""
+from qops.nn._layers import (AdaptiveAvgPool1d, AdaptiveAvgPool2d,  # noqa: F401
+                             AdaptiveAvgPool3d, AvgPool1d, AvgPool2d, AvgPool3d, BatchNorm1d,
+                             BatchNorm2d, BatchNorm3d, Conv1d, Conv2d, Conv3d, ELU, GroupNorm,
+                             Hardsigmoid, Hardswish, Hardtanh, InstanceNorm1d, InstanceNorm2d,
+                             InstanceNorm3d, LayerNorm, LeakyReLU, Linear, MaxPool1d, MaxPool2d,
+                             MaxPool3d, ReLU, ReLU6, Sigmoid, Tanh, Upsample,
+                             UpsamplingBilinear2d, UpsamplingNearest2d)
+from qops.nn._layers import __all__ as _layers_all
+from qops.nn._torch import from_torch  # noqa: F401
+from qops.nn.module import (Dropout, Flatten, Identity, Module, ModuleDict,  # noqa: F401
+                            ModuleList, RemovableHandle, Sequential, module_type_table,
+                            register_module_type)
+
+__all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Flatten",
+           "Dropout", "from_torch", "register_module_type", "module_type_table"] + list(_layers_all)
+
+_SUBPACKAGES = ("quantized", "intrinsic", "qat", "utils")
+
+
+def __getattr__(name):
+    import importlib
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"qops.nn.{name}")
+    raise AttributeError(f"module 'qops.nn' has no attribute {name!r}")
+
+
+def _load_all_types():
+    """Import every qops.nn sub-package so the module type table is complete."""
+    import importlib
+    for name in ("quantized", "quantized.dynamic", "intrinsic", "intrinsic.quantized",
+                 "intrinsic.quantized.dynamic", "intrinsic.qat", "qat"):
+        importlib.import_module(f"qops.nn.{name}")

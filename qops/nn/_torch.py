@@ -1,0 +1,284 @@
+"""PyTorch interop: turn torch.nn / torch.ao.nn modules into the equivalent qops modules.
+
+torch is imported only inside these functions. Conversion is table-driven: each supported
+torch class maps to a qops class; constructor arguments are read from the torch module's
+attributes (same names), and values from its state_dict (or, for quantized layers, from the
+unpacked weight, bias and qparams).
+"""
+import inspect
+
+__all__ = ["from_torch", "from_torch_quantized", "qtensor_from_torch"]
+
+
+def qtensor_from_torch(t):
+    """A QTensor with the integer values and qparams of a quantized torch tensor."""
+    from qops._dtypes import (as_qdtype, per_channel_affine, per_channel_symmetric,
+                              per_tensor_affine, per_tensor_symmetric)
+    from qops._qtensor import QTensor
+    t = t.detach()
+    dtype = as_qdtype(str(t.dtype).replace("torch.", ""))
+    data = t.int_repr().contiguous().numpy().copy()
+    qscheme = str(t.qscheme()).replace("torch.", "")
+    if qscheme in ("per_tensor_affine", "per_tensor_symmetric"):
+        return QTensor._make(data, dtype, float(t.q_scale()), int(t.q_zero_point()),
+                             qscheme=per_tensor_symmetric if qscheme.endswith("symmetric")
+                             else per_tensor_affine)
+    if qscheme in ("per_channel_affine", "per_channel_symmetric"):
+        return QTensor._make(data, dtype,
+                             scales=t.q_per_channel_scales().double().numpy().copy(),
+                             zero_points=t.q_per_channel_zero_points().long().numpy().copy(),
+                             axis=int(t.q_per_channel_axis()),
+                             qscheme=per_channel_symmetric if qscheme.endswith("symmetric")
+                             else per_channel_affine)
+    raise TypeError(f"cannot convert a torch tensor with qscheme {qscheme}")
+
+
+def _np(t):
+    if t is None:
+        return None
+    t = t.detach()
+    if getattr(t, "is_quantized", False):
+        return qtensor_from_torch(t)
+    return t.cpu().numpy().copy()
+
+
+def _ctor_kwargs(qcls, tm, skip=()):
+    """Constructor arguments of `qcls` read from the same-named attributes of torch module tm."""
+    sig = inspect.signature(qcls.__init__)
+    kwargs = {}
+    for name, p in sig.parameters.items():
+        if name == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or name in skip:
+            continue
+        if name in ("device", "dtype", "factory_kwargs", "inplace"):
+            continue
+        if name in ("bias", "bias_"):
+            b = getattr(tm, "bias", None)
+            if callable(b):
+                b = b()
+            kwargs[name] = b is not None
+            continue
+        if hasattr(tm, name):
+            v = getattr(tm, name)
+            if isinstance(v, (list,)):
+                v = tuple(v)
+            kwargs[name] = v
+    return kwargs
+
+
+def _float_generic(qcls):
+    def build(tm, convert):
+        m = qcls(**_ctor_kwargs(qcls, tm))
+        state = {k: _np(v) for k, v in tm.state_dict().items()}
+        m.load_state_dict(state, strict=True)
+        return m
+    return build
+
+
+def _container(qcls):
+    def build(tm, convert):
+        from qops.nn.module import Module
+        m = qcls.__new__(qcls)
+        Module.__init__(m)
+        m.__dict__["_init_config"] = {}
+        for name, child in tm.named_children():
+            m.add_module(name, convert(child, name))
+        return m
+    return build
+
+
+def _fused(qcls):
+    def build(tm, convert):
+        return qcls(*[convert(c, n) for n, c in tm.named_children()])
+    return build
+
+
+def _float_table(torch):
+    import qops.nn as qnn
+    from qops.nn import intrinsic as qnni
+    from qops.nn.quantized import _modules as nnq
+    tnn = torch.nn
+    table = {}
+    for name in ("Conv1d", "Conv2d", "Conv3d", "Linear", "BatchNorm1d", "BatchNorm2d",
+                 "BatchNorm3d", "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
+                 "InstanceNorm3d", "ReLU", "ReLU6", "ELU", "LeakyReLU", "Hardtanh", "Hardsigmoid",
+                 "Hardswish", "Sigmoid", "Tanh", "MaxPool1d", "MaxPool2d", "MaxPool3d",
+                 "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
+                 "AdaptiveAvgPool3d", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
+                 "Identity", "Flatten", "Dropout"):
+        table[getattr(tnn, name)] = _float_generic(getattr(qnn, name))
+    table[tnn.Sequential] = _container(qnn.Sequential)
+    table[tnn.ModuleList] = _container(qnn.ModuleList)
+    table[tnn.ModuleDict] = _container(qnn.ModuleDict)
+    tnni = torch.ao.nn.intrinsic
+    for name in qnni.__all__:
+        if hasattr(tnni, name):
+            table[getattr(tnni, name)] = _fused(getattr(qnni, name))
+    table[torch.ao.nn.quantized.FloatFunctional] = _float_generic(nnq.FloatFunctional)
+    try:
+        from qops.quantization import DeQuantStub, QuantStub
+        from torch.ao.quantization import DeQuantStub as TDeQuantStub
+        from torch.ao.quantization import QuantStub as TQuantStub
+        table[TQuantStub] = lambda tm, convert: QuantStub()
+        table[TDeQuantStub] = lambda tm, convert: DeQuantStub()
+    except ImportError:
+        pass
+    return table
+
+
+def _with_qparams(qcls, extra=()):
+    def build(tm, convert):
+        kwargs = _ctor_kwargs(qcls, tm)
+        for name in extra:
+            kwargs[name] = getattr(tm, name)
+        m = qcls(**kwargs)
+        if hasattr(m, "set_weight_bias"):
+            w, b = tm.weight(), tm.bias()
+            m.set_weight_bias(_np(w), _np(b))
+        else:
+            state = {k: _np(v) for k, v in tm.state_dict().items()}
+            m.load_state_dict(state, strict=True)
+        m.scale = float(tm.scale)
+        m.zero_point = int(tm.zero_point)
+        return m
+    return build
+
+
+def _quantized_table(torch):
+    from qops.nn.intrinsic import quantized as qnniq
+    from qops.nn.quantized import _modules as nnq
+    from qops.nn.quantized import dynamic as nnqd
+    tq = torch.ao.nn.quantized
+    tniq = torch.ao.nn.intrinsic.quantized
+    table = {}
+    for name in ("Conv1d", "Conv2d", "Conv3d", "Linear", "BatchNorm2d", "BatchNorm3d"):
+        table[getattr(tq, name)] = _with_qparams(getattr(nnq, name))
+    for name in ("ConvReLU1d", "ConvReLU2d", "ConvReLU3d", "LinearReLU", "BNReLU2d", "BNReLU3d"):
+        if hasattr(tniq, name):
+            table[getattr(tniq, name)] = _with_qparams(getattr(qnniq, name))
+
+    def norm(qcls):
+        def build(tm, convert):
+            kwargs = _ctor_kwargs(qcls, tm, skip=("weight", "bias", "scale", "zero_point"))
+            m = qcls(**kwargs)
+            state = {k: _np(v) for k, v in tm.state_dict().items()}
+            m.load_state_dict(state, strict=True)
+            return m
+        return build
+    for name in ("LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
+                 "InstanceNorm3d"):
+        table[getattr(tq, name)] = norm(getattr(nnq, name))
+
+    table[tq.Quantize] = lambda tm, convert: nnq.Quantize(float(tm.scale), int(tm.zero_point),
+                                                          str(tm.dtype).replace("torch.", ""))
+    table[tq.DeQuantize] = lambda tm, convert: nnq.DeQuantize()
+    table[tq.ReLU6] = lambda tm, convert: nnq.ReLU6()
+    table[tq.Hardswish] = lambda tm, convert: nnq.Hardswish(float(tm.scale), int(tm.zero_point))
+    table[tq.ELU] = lambda tm, convert: nnq.ELU(float(tm.scale), int(tm.zero_point),
+                                                float(tm.alpha))
+    table[tq.LeakyReLU] = lambda tm, convert: nnq.LeakyReLU(
+        float(tm.scale), int(tm.zero_point), float(tm.negative_slope))
+    table[tq.Sigmoid] = lambda tm, convert: nnq.Sigmoid(float(tm.output_scale),
+                                                        int(tm.output_zero_point))
+    table[tq.Dropout] = lambda tm, convert: nnq.Dropout(tm.p)
+
+    def qfunctional(tm, convert):
+        m = nnq.QFunctional()
+        m.scale, m.zero_point = float(tm.scale), int(tm.zero_point)
+        return m
+    table[tq.QFunctional] = qfunctional
+
+    def dynamic(qcls):
+        def build(tm, convert):
+            w, b = tm._weight_bias()
+            dtype = str(tm._packed_params.dtype).replace("torch.", "")
+            m = qcls(tm.in_features, tm.out_features, b is not None, dtype=dtype)
+            m.set_weight_bias(_np(w) if dtype == "qint8" else w.detach().float().numpy(), _np(b))
+            return m
+        return build
+    table[tq.dynamic.Linear] = dynamic(nnqd.Linear)
+    tniqd = getattr(torch.ao.nn.intrinsic.quantized, "dynamic", None)
+    if tniqd is not None and hasattr(tniqd, "LinearReLU"):
+        from qops.nn.intrinsic.quantized.dynamic import LinearReLU as QDLinearReLU
+        table[tniqd.LinearReLU] = dynamic(QDLinearReLU)
+    return table
+
+
+def _convert(torch_module, table, what):
+    import torch
+
+    def convert(tm, path):
+        if not isinstance(tm, torch.nn.Module):
+            raise TypeError(f"{what}: expected a torch.nn.Module; got {type(tm).__name__}")
+        build = table.get(type(tm))
+        if build is None:
+            raise TypeError(f"{what}: no qops equivalent for {type(tm).__module__}."
+                            f"{type(tm).__name__} at '{path or '<root>'}'; build the model in "
+                            f"qops and pass it as target= to copy the weights")
+        m = build(tm, lambda child, name: convert(child, f"{path}.{name}" if path else name))
+        m.train(tm.training)
+        return m
+
+    return convert(torch_module, "")
+
+
+def _copy_into(target, torch_module, table, what):
+    """Copy each submodule of torch_module into the same-named submodule of `target`."""
+    import torch
+    from qops.nn.module import Module
+    if not isinstance(target, Module):
+        raise TypeError(f"{what}: target must be a qops.nn.Module; got {type(target).__name__}")
+    t_mods = dict(torch_module.named_modules())
+    q_names = {n for n, _ in target.named_modules()}
+    # Leaf-most convertible modules: convert each and swap it into the target by name.
+    done = set()
+    for name, tm in t_mods.items():
+        if any(name.startswith(d + ".") for d in done) or name == "":
+            continue
+        if type(tm) in table and not isinstance(tm, (torch.nn.Sequential, torch.nn.ModuleList,
+                                                     torch.nn.ModuleDict)):
+            if name not in q_names:
+                raise ValueError(f"{what}: the torch model has submodule '{name}' "
+                                 f"({type(tm).__name__}) but the target has none by that name")
+            target.set_submodule(name, _convert(tm, table, what))
+            done.add(name)
+    missing = [n for n, tm in t_mods.items() if n and not any(n == d or n.startswith(d + ".")
+                                                              for d in done)
+               and not list(tm.children()) and list(tm.parameters(recurse=False))]
+    if missing:
+        raise TypeError(f"{what}: no qops equivalent for the torch submodules {missing}")
+    target.train(torch_module.training)
+    return target
+
+
+def from_torch(module, target=None):
+    """The qops float model equivalent to torch float model `module`, with the same weights.
+
+    Parameters
+    ----------
+    module : torch.nn.Module built from torch.nn layers (and fused torch.ao.nn.intrinsic
+        modules, FloatFunctional, QuantStub/DeQuantStub)
+    target : optional qops model with the same submodule names; each torch layer is converted
+        and put in its place (use this for a model class with its own forward)
+    """
+    import torch
+    table = _float_table(torch)
+    if target is not None:
+        return _copy_into(target, module, table, "qops.nn.from_torch")
+    return _convert(module, table, "qops.nn.from_torch")
+
+
+def from_torch_quantized(module, target=None):
+    """The qops quantized model equivalent to a model converted by torch.ao.quantization.
+
+    Parameters
+    ----------
+    module : torch.nn.Module after torch.ao.quantization.convert / quantize_dynamic
+    target : optional qops model with the same submodule names (see `from_torch`)
+    """
+    import torch
+    table = _float_table(torch)
+    table.update(_quantized_table(torch))
+    if target is not None:
+        return _copy_into(target, module, table, "qops.nn.quantized.from_torch")
+    return _convert(module, table, "qops.nn.quantized.from_torch")
+

@@ -1,0 +1,18 @@
+"""PyTorch interop for quantized models (implementation in qops/nn/_torch.py)."""
+from qops.nn._torch import from_torch_quantized, qtensor_from_torch
+
+__all__ = ["from_torch", "qtensor_from_torch"]
+
+
+def from_torch(module, target=None):
+    """The qops quantized model equivalent to a model quantized by torch.ao.quantization.
+
+    Parameters
+    ----------
+    module : torch.nn.Module after torch.ao.quantization.convert (or quantize_dynamic):
+        quantized conv/linear/norm/activation layers, Quantize/DeQuantize, QFunctional and the
+        float layers PyTorch runs on quantized tensors (pooling, relu, flatten, ...)
+    target : optional qops model with the same submodule names; each torch layer is converted
+        and put in its place (use this for a model class with its own forward)
+    """
+    return from_torch_quantized(module, target)

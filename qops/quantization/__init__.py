@@ -1,0 +1,23 @@
+"""qops.quantization: observers, fake quantization, QConfig, fusion and eager-mode conversion.
+
+The workflow of `torch.ao.quantization` (prepare / calibrate / convert, quantize_dynamic, QAT)
+on qops modules, plus a per-layer error report (`qops.quantization.report`).
+"""
+from qops.quantization.observer import *  # noqa: F401,F403
+from qops.quantization.fake_quantize import *  # noqa: F401,F403
+from qops.quantization.qconfig import *  # noqa: F401,F403
+from qops.quantization.stubs import *  # noqa: F401,F403
+from qops.quantization.fuse_modules import *  # noqa: F401,F403
+from qops.quantization.quantization_mappings import *  # noqa: F401,F403
+from qops.quantization.quantize import *  # noqa: F401,F403
+from qops.quantization._choose_qparams import (calculate_qparams,  # noqa: F401
+                                               choose_quantization_params)
+
+
+def __getattr__(name):
+    import importlib
+    if name in ("report", "_demo"):
+        return importlib.import_module(f"qops.quantization.{name}")
+    if name in ("compare_layers", "LayerReport"):
+        return getattr(importlib.import_module("qops.quantization.report"), name)
+    raise AttributeError(f"module 'qops.quantization' has no attribute {name!r}")

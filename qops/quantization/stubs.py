@@ -1,0 +1,64 @@
+"""QuantStub, DeQuantStub, QuantWrapper: where a float model enters and leaves the int8 domain.
+
+Before `convert` the stubs are identities (QuantStub carries an observer after `prepare`);
+`convert` swaps them for `qops.nn.quantized.Quantize` / `DeQuantize`.
+"""
+from qops.nn.module import Module
+
+__all__ = ["QuantStub", "DeQuantStub", "QuantWrapper"]
+
+
+class QuantStub(Module):
+    """Identity until convert, where it becomes `Quantize` with the observed qparams.
+
+    Parameters
+    ----------
+    qconfig : QConfig or None, the qconfig of this stub (else propagated from its parent)
+    """
+
+    def __init__(self, qconfig=None):
+        super().__init__()
+        if qconfig:
+            self.qconfig = qconfig
+
+    def forward(self, x):
+        return x
+
+
+class DeQuantStub(Module):
+    """Identity until convert, where it becomes `DeQuantize`.
+
+    Parameters
+    ----------
+    qconfig : QConfig or None
+    """
+
+    def __init__(self, qconfig=None):
+        super().__init__()
+        if qconfig:
+            self.qconfig = qconfig
+
+    def forward(self, x):
+        return x
+
+
+class QuantWrapper(Module):
+    """Wrap a float module: quantize its input, run it, dequantize its output.
+
+    Parameters
+    ----------
+    module : the float module to wrap (its `qconfig`, if any, is copied to the stubs)
+    """
+
+    def __init__(self, module):
+        super().__init__()
+        qconfig = getattr(module, "qconfig", None)
+        self.add_module("quant", QuantStub(qconfig))
+        self.add_module("dequant", DeQuantStub(qconfig))
+        self.add_module("module", module)
+        self.train(module.training)
+
+    def forward(self, X):
+        X = self.quant(X)
+        X = self.module(X)
+        return self.dequant(X)

@@ -1,0 +1,340 @@
+"""A small CNN quantized by torch.ao.quantization, imported with qops.nn.quantized.from_torch;
+qops.save / qops.load round trips and their errors."""
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+import qops
+import qops.nn as nn
+import qops.nn.quantized as nnq
+
+F32 = np.float32
+
+
+class QNet(nn.Module):
+    """The qops twin of TNet below: same submodule names, same forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.quant = nn.Identity()
+        self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.relu1 = nn.ReLU()
+        self.pool = nn.MaxPool2d(2)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.hs = nn.Hardswish()
+        self.skip = nnq.FloatFunctional()
+        self.avg = nn.AdaptiveAvgPool2d(1)
+        self.flatten = nn.Flatten()
+        self.fc = nn.Linear(8, 10)
+        self.dequant = nn.Identity()
+
+    def forward(self, x):
+        x = self.quant(x)
+        x = self.pool(self.relu1(self.bn1(self.conv1(x))))
+        x = self.skip.add(x, self.hs(self.conv2(x)))
+        x = self.flatten(self.avg(x))
+        return self.dequant(self.fc(x))
+
+
+nn.register_module_type(QNet, "tests.QNet")
+
+
+def _torch_net(torch):
+    t = torch.nn
+    tq = torch.ao.quantization
+
+    class TNet(t.Module):
+        def __init__(self):
+            super().__init__()
+            self.quant = tq.QuantStub()
+            self.conv1 = t.Conv2d(1, 8, 3, padding=1)
+            self.bn1 = t.BatchNorm2d(8)
+            self.relu1 = t.ReLU()
+            self.pool = t.MaxPool2d(2)
+            self.conv2 = t.Conv2d(8, 8, 3, padding=1)
+            self.hs = t.Hardswish()
+            self.skip = torch.ao.nn.quantized.FloatFunctional()
+            self.avg = t.AdaptiveAvgPool2d(1)
+            self.flatten = t.Flatten()
+            self.fc = t.Linear(8, 10)
+            self.dequant = tq.DeQuantStub()
+
+        def forward(self, x):
+            x = self.quant(x)
+            x = self.pool(self.relu1(self.bn1(self.conv1(x))))
+            x = self.skip.add(x, self.hs(self.conv2(x)))
+            x = self.flatten(self.avg(x))
+            return self.dequant(self.fc(x))
+
+    return TNet
+
+
+@pytest.fixture(scope="module")
+def quantized_pair():
+    from conftest import torch_or_skip
+    torch = torch_or_skip()
+    torch.backends.quantized.engine = "fbgemm"  # exact conv formula (no oneDNN routing)
+    try:
+        tq = torch.ao.quantization
+        torch.manual_seed(0)
+        tnet = _torch_net(torch)().eval()
+        with torch.no_grad():
+            tnet.bn1.running_mean.uniform_(-0.2, 0.2)
+            tnet.bn1.running_var.uniform_(0.5, 1.5)
+        float_net = nn.from_torch(tnet, target=QNet())
+        tq.fuse_modules(tnet, [["conv1", "bn1", "relu1"]], inplace=True)
+        tnet.qconfig = tq.QConfig(activation=tq.MinMaxObserver.with_args(reduce_range=True),
+                                  weight=tq.default_per_channel_weight_observer)
+        tq.prepare(tnet, inplace=True)
+        rng = np.random.default_rng(0)
+        calib = rng.standard_normal((16, 1, 8, 8)).astype(F32)
+        with torch.no_grad():
+            tnet(torch.from_numpy(calib))
+        tq.convert(tnet, inplace=True)
+        qnet = nnq.from_torch(tnet, target=QNet())
+        x = rng.standard_normal((4, 1, 8, 8)).astype(F32)
+        with torch.no_grad():
+            ref = tnet(torch.from_numpy(x)).numpy()
+        yield torch, tnet, qnet, float_net, x, ref
+    finally:
+        torch.backends.quantized.engine = "x86"
+
+
+def test_small_cnn_matches_torch(quantized_pair):
+    torch, tnet, qnet, float_net, x, ref = quantized_pair
+    assert type(qnet.conv1).__name__ == "ConvReLU2d" and isinstance(qnet.bn1, nn.Identity)
+    assert isinstance(qnet.quant, nnq.Quantize) and isinstance(qnet.skip, nnq.QFunctional)
+    out = qnet.eval()(x)
+    # The add and hardswish follow PyTorch's vector-path rounding; PyTorch's scalar tail can
+    # round an exact tie the other way (SEMANTICS §0.2), so one output step is allowed.
+    step = float(tnet.fc.scale)
+    assert np.abs(out - ref).max() <= step * 1.001
+    assert np.mean(out == ref) > 0.9
+    # Layer by layer, conv/pool/linear outputs are bit-exact.
+    acts = {}
+    for name in ("conv1", "pool", "conv2"):
+        getattr(qnet, name).register_forward_hook(lambda m, a, o, n=name: acts.__setitem__(n, o))
+        getattr(tnet, name).register_forward_hook(
+            lambda m, a, o, n=name: acts.__setitem__("t" + n, o))
+    qnet(x)
+    with torch.no_grad():
+        tnet(torch.from_numpy(x))
+    for name in ("conv1", "pool", "conv2"):
+        np.testing.assert_array_equal(acts[name].int_repr(), acts["t" + name].int_repr().numpy())
+
+
+def test_float_twin_matches_torch_float(quantized_pair):
+    torch, tnet, qnet, float_net, x, ref = quantized_pair
+    torch.manual_seed(0)
+    tfloat = _torch_net(torch)().eval()
+    with torch.no_grad():
+        tfloat.bn1.running_mean.uniform_(-0.2, 0.2)
+        tfloat.bn1.running_var.uniform_(0.5, 1.5)
+        fref = tfloat(torch.from_numpy(x)).numpy()
+    out = float_net.eval()(x)
+    assert out.shape == ref.shape and out.dtype == F32
+    np.testing.assert_allclose(out, fref, rtol=1e-5, atol=1e-6)
+    # The int8 model is close to the float one.
+    assert np.abs(ref - fref).max() < 0.1 * np.abs(fref).max() + 0.05
+
+
+def test_save_load_round_trip_bit_identical(quantized_pair, tmp_path):
+    _, _, qnet, _, x, _ = quantized_pair
+    path = tmp_path / "model.qops"
+    qops.save(qnet, path)
+    loaded = qops.load(path)
+    assert type(loaded) is QNet and not loaded.training
+    assert [(n, type(m)) for n, m in loaded.named_modules()] == \
+        [(n, type(m)) for n, m in qnet.named_modules()]
+    np.testing.assert_array_equal(loaded(x), qnet(x))
+    for k, v in qnet.state_dict().items():
+        w = loaded.state_dict()[k]
+        if isinstance(v, qops.QTensor):
+            assert v.equal(w), k
+        elif v is not None:
+            np.testing.assert_array_equal(np.asarray(w), np.asarray(v))
+
+
+def test_save_load_every_layer_kind(tmp_path):
+    from qops.nn.intrinsic import quantized as nniq
+    from qops.nn.quantized import dynamic as nnqd
+    rng = np.random.default_rng(1)
+    conv = nniq.ConvReLU2d(3, 4, 3, padding=1, padding_mode="reflect")
+    w = qops.quantize_per_channel(rng.standard_normal((4, 3, 3, 3)).astype(F32),
+                                  np.full(4, 0.02), np.zeros(4, np.int64), 0, qops.qint8)
+    conv.set_weight_bias(w, rng.standard_normal(4).astype(F32))
+    conv.scale, conv.zero_point = 0.1, 5
+    lin = nnqd.Linear(4, 3)
+    lin.set_weight_bias(qops.quantize_per_tensor(rng.standard_normal((3, 4)).astype(F32), 0.02, 0,
+                                                 qops.qint8), None)
+    model = nn.Sequential(
+        nnq.Quantize(0.05, 128, qops.quint8), conv, nnq.BatchNorm2d(4), nnq.Hardswish(0.1, 10),
+        nn.MaxPool2d(2, ceil_mode=True), nnq.LayerNorm((3, 3), scale=0.1, zero_point=100),
+        nnq.DeQuantize(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), lin)
+    model.eval()
+    path = tmp_path / "m.npz"
+    qops.save(model, path)
+    loaded = qops.load(path)
+    assert repr(loaded) == repr(model)
+    x = rng.standard_normal((2, 3, 5, 5)).astype(F32)
+    np.testing.assert_array_equal(loaded(x), model(x))
+    with np.load(path, allow_pickle=False) as z:
+        meta = json.loads(str(z["__qops__"]))
+    assert meta["format"] == "qops.nn.model" and meta["version"] == 1
+    half = nnqd.Linear(4, 3, dtype="float16")
+    half.set_weight_bias(rng.standard_normal((3, 4)).astype(F32), np.ones(3, F32))
+    qf = nnq.QFunctional()
+    qf.scale, qf.zero_point = 0.2, 7
+    pair = nn.ModuleList([half, qf])
+    qops.save(pair, path)
+    back = qops.load(path)
+    xf = rng.standard_normal((2, 4)).astype(F32)
+    np.testing.assert_array_equal(back[0](xf), half(xf))
+    assert back[0].dtype == "float16" and (back[1].scale, back[1].zero_point) == (0.2, 7)
+
+
+def _rewrite(path, out, edit=None, drop=(), add=None):
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files if k not in drop}
+    if edit is not None:
+        meta = json.loads(str(arrays["__qops__"]))
+        edit(meta)
+        arrays["__qops__"] = np.array(json.dumps(meta))
+    arrays.update(add or {})
+    with open(out, "wb") as f:
+        np.savez(f, **arrays)
+    return out
+
+
+def test_load_refuses_bad_files(tmp_path):
+    model = nn.Sequential(nnq.Quantize(0.1, 3, qops.quint8), nnq.Conv2d(1, 2, 1))
+    good = tmp_path / "good.npz"
+    qops.save(model, good)
+
+    def set_version(m):
+        m["version"] = 2
+
+    def set_type(m):
+        m["model"]["children"]["1"]["type"] = "os.system"
+
+    def drop_children(m):
+        del m["model"]["children"]
+
+    def bad_config(m):
+        m["model"]["children"]["1"]["config"]["in_channels"] = {"tuple": "x"}
+
+    cases = [
+        (set_version, {}, "format version 2; this qops reads version 1"),
+        (set_type, {}, "unknown module type 'os.system'"),
+        (drop_children, {}, "lacks a valid 'children'"),
+        (bad_config, {}, "malformed constructor argument"),
+    ]
+    for i, (edit, kw, msg) in enumerate(cases):
+        with pytest.raises(ValueError, match=msg):
+            qops.load(_rewrite(good, tmp_path / f"bad{i}.npz", edit, **kw))
+    with np.load(good, allow_pickle=False) as z:
+        first = next(k for k in z.files if k != "__qops__")
+    with pytest.raises(ValueError, match="is missing"):
+        qops.load(_rewrite(good, tmp_path / "missing.npz", drop=(first,)))
+    obj = np.empty(2, dtype=object)
+    with pytest.raises(ValueError, match="cannot be read"):
+        qops.load(_rewrite(good, tmp_path / "pickled.npz", drop=(first,),
+                           add={first: obj}))
+    with pytest.raises(ValueError, match="no '__qops__' entry"):
+        qops.load(_rewrite(good, tmp_path / "nometa.npz", drop=("__qops__",)))
+    junk = tmp_path / "junk.npz"
+    junk.write_bytes(b"not a zip file")
+    with pytest.raises(ValueError, match="not a qops model file"):
+        qops.load(junk)
+    with zipfile.ZipFile(tmp_path / "badjson.npz", "w") as zf:
+        with zf.open("__qops__.npy", "w") as f:
+            np.lib.format.write_array(f, np.array("{not json"))
+    with pytest.raises(ValueError, match="bad description"):
+        qops.load(tmp_path / "badjson.npz")
+
+
+def test_save_refuses_unknown_types(tmp_path):
+    class Mine(nn.Module):
+        def forward(self, x):
+            return x
+
+    with pytest.raises(TypeError, match="not in qops' module table"):
+        qops.save(nn.Sequential(Mine()), tmp_path / "x.npz")
+    with pytest.raises(TypeError, match="must be a qops.nn.Module"):
+        qops.save(object(), tmp_path / "x.npz")
+
+
+def _example(name, cls):
+    """A small instance of module type `name` (every entry of the module table)."""
+    from qops.nn import intrinsic as nni
+    short = name.rsplit(".", 1)[1]
+    if issubclass(cls, nni._FusedModule):
+        parts = []
+        for part in cls._PARTS:
+            pname = part.__name__
+            if pname.startswith("Conv"):
+                parts.append(part(2, 4, 3))
+            elif pname == "Linear":
+                parts.append(part(3, 4))
+            elif pname.startswith("BatchNorm"):
+                parts.append(part(4))
+            else:
+                parts.append(part())
+        return cls(*parts)
+    if short.startswith(("Conv", "ConvReLU")) and ".qat." not in name:
+        return cls(2, 4, 3)
+    if short in ("Linear", "LinearReLU"):
+        return cls(3, 2)
+    if short.startswith(("BatchNorm", "BNReLU", "InstanceNorm")):
+        return cls(4)
+    if short.startswith(("MaxPool", "AvgPool")):
+        return cls(2)
+    if short.startswith("AdaptiveAvgPool"):
+        return cls(2)
+    if short.startswith("Upsampling"):
+        return cls(scale_factor=2)
+    table = {
+        "LayerNorm": lambda: cls(4), "GroupNorm": lambda: cls(2, 4), "Upsample":
+        lambda: cls(scale_factor=2.0, mode="nearest"), "Quantize": lambda: cls(0.1, 3, "quint8"),
+        "ELU": lambda: cls(0.1, 3) if ".quantized." in name else cls(0.5),
+        "LeakyReLU": lambda: cls(0.1, 3, 0.2) if ".quantized." in name else cls(0.2),
+        "Hardswish": lambda: cls(0.1, 3) if ".quantized." in name else cls(),
+        "Hardtanh": lambda: cls(-2.0, 2.0), "Dropout": lambda: cls(0.25),
+        "Sequential": lambda: cls(nn.ReLU(), nn.Tanh()),
+        "ModuleList": lambda: cls([nn.ReLU()]), "ModuleDict": lambda: cls({"a": nn.ReLU()}),
+    }
+    return table.get(short, cls)()
+
+
+def _all_types():
+    nn._load_all_types()
+    return sorted((n, c) for n, c in nn.module_type_table().items()
+                  if n.startswith("qops.nn.") and ".qat." not in n)
+
+
+@pytest.mark.parametrize("name", [n for n, _ in _all_types()])
+def test_every_module_type_round_trips(name, tmp_path):
+    cls = nn.module_type_table()[name]
+    m = _example(name, cls)
+    m.eval()
+    path = tmp_path / "m.npz"
+    qops.save(m, path)
+    back = qops.load(path)
+    assert type(back) is cls and repr(back) == repr(m)
+    a, b = m.state_dict(), back.state_dict()
+    assert list(a) == list(b)
+    for k in a:
+        if isinstance(a[k], qops.QTensor):
+            assert a[k].equal(b[k])
+        elif a[k] is not None:
+            np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]))
+
+
+def test_qat_modules_refuse_to_save(tmp_path):
+    from qops.nn import qat as nnqat
+    import qops.quantization as qz
+    with pytest.raises(TypeError, match="convert\\(\\) the model before qops.save"):
+        qops.save(nnqat.Linear(3, 2, qconfig=qz.default_qat_qconfig), tmp_path / "q.npz")
