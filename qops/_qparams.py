@@ -97,3 +97,17 @@ def inv_scales(scales):
 def inv_scale_f64(scale):
     """f32(1.0 / scale) computed in double: the inverse some vector kernels use."""
     return float(F32(1.0 / float(scale)))
+
+
+def quantize_val(value, scale, zero_point, qmin, qmax):
+    """One real `value` quantized by PyTorch's scalar rule (Q_leg), as an int.
+
+    Used to prepare integer bounds (relu6's six, hardtanh/clamp limits). Scalar float32 math
+    instead of the array reference keeps this off the per-call cost of small ops.
+    """
+    t = F32(value) * F32(inv_scale(scale))
+    u = t + F32(zero_point)
+    r = float(np.rint(u))
+    if r != r:
+        return 0 if qmax <= 255 else qmin
+    return int(min(max(r, qmin), qmax))

@@ -13,7 +13,6 @@ from qops import _qparams as qp
 from qops._dtypes import qint8, quint8
 from qops._ops import _check
 from qops._qtensor import QTensor
-from qops._ref.quant import q_leg
 
 __all__ = ["relu", "relu_", "relu6", "hardtanh", "clamp", "elu", "leaky_relu", "hardsigmoid",
            "hardswish", "sigmoid", "tanh"]
@@ -43,7 +42,7 @@ def _raw_bound(value, t, argname):
     if math.isnan(value):
         raise ValueError(f"{argname} must not be NaN")
     d = t.dtype
-    return int(q_leg(np.float32(value), qp.inv_scale(t._scale), t._zero_point, d.qmin, d.qmax))
+    return qp.quantize_val(value, t._scale, t._zero_point, d.qmin, d.qmax)
 
 
 def _finish(input, data, inplace, scale=None, zero_point=None):
