@@ -50,6 +50,28 @@ cdef extern from "qops_conv.h" nogil:
                        Py_ssize_t oh1, Py_ssize_t ow0, Py_ssize_t ow1)
     void qconv_dw(const qconv_args *a, int mode, Py_ssize_t n, Py_ssize_t od, Py_ssize_t oh,
                   Py_ssize_t ow0, Py_ssize_t ow1)
+    ctypedef struct qconv_dwr_args:
+        const uint8_t *x
+        Py_ssize_t sn, sc, sd, sh, sw_x
+        Py_ssize_t D, H, W, pd, ph, pw
+        Py_ssize_t Dp, Hp, KW, dwl
+        Py_ssize_t OD, OH, OW, OWp, Lp
+        Py_ssize_t sdd, shh
+        int NQ
+        const Py_ssize_t *roff
+        int C
+        const int32_t *wrow
+        const int32_t *kzw
+        const int32_t *wz
+        const uint8_t *gany
+        const float *bterm
+        const float *mult
+        int32_t xz, ozp, lo
+        uint8_t *out
+        uint8_t *scratch
+        Py_ssize_t scratch_bytes
+    int qconv_dwr_available()
+    void qconv_dwr_channel(const qconv_dwr_args *r, int tid, Py_ssize_t n, Py_ssize_t c)
     int qconv_amx_available()
     int qconv_best_mode()
     int QCONV_PIX
@@ -96,7 +118,12 @@ def pack_weight(w, w_zero_points, groups):
         nq = (ntaps + 3) // 4
         quads = np.zeros((o, nq * 4), np.int8)
         quads[:, :ntaps] = w.reshape(o, ntaps)
+        kd_, kh_, kw_ = (1,) * (3 - len(kernel)) + kernel
+        wrow = np.zeros((o, kd_ * kh_, 4), np.int8)
+        if kw_ <= 4:
+            wrow[:, :, :kw_] = w.reshape(o, kd_ * kh_, kw_)
         return {"kind": "dw", "kernel": kernel, "O": o, "Cg": 1, "wd": wd,
+                "wrow": wrow.view(np.int32).reshape(o, kd_ * kh_),
                 "wdsum": wd.sum(axis=1, dtype=np.int64).astype(np.int32),
                 "wv": quads.view(np.int32).reshape(o, nq),
                 "kzw": _wrap32(ntaps * wz - wf.sum(axis=(1, 2))), "wz": wz.astype(np.int32),
@@ -127,6 +154,12 @@ cdef void _fill(qconv_fill_args *f, Py_ssize_t rows, int nthreads) noexcept nogi
     cdef Py_ssize_t chunk = 8, nch = (rows + 7) // 8, i
     for i in prange(nch, schedule="static", num_threads=nthreads):
         qconv_fill_rows(f, threadid(), i * chunk, min(i * chunk + chunk, rows))
+
+
+cdef void _run_dwr(qconv_dwr_args *r, Py_ssize_t items, int nthreads) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in prange(items, schedule="static", num_threads=nthreads):
+        qconv_dwr_channel(r, threadid(), i // r.C, i % r.C)
 
 
 cdef void _run(qconv_args *a, bint dw, int mode, Py_ssize_t n, Py_ssize_t rows, int nthreads) noexcept nogil:
@@ -165,6 +198,12 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
     od = (dp - dd * (kd - 1) - 1) // sd + 1
     oh = (hp - dh * (kh - 1) - 1) // sh + 1
     ow = (wp_ - dwl * (kw - 1) - 1) // sw + 1
+    if (dw and mode >= 1 and sw == 1 and kw <= 4 and qconv_dwr_available() and x.size > 0
+            and n * o * od * oh * ow > 0):
+        owp = (ow + 15) // 16 * 16
+        if dp * hp * owp * 4 <= (1 << 20):
+            return _conv_dwr(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
+                             (kd, kh, kw), (sd, sh), (pd, ph, pw), (dd, dh, dwl), (od, oh, ow), owp)
     ilv = 1 if dw else 4
     c4 = 1 if dw else packed["C4"]
     ng = c if dw else groups
@@ -251,4 +290,56 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
         # as every thread still gets a few items
         rows_per_item = max(1, min(4, (n * od * oh) // (4 * nthreads)))
     _run(&a, dw, mode, n, rows_per_item, nthreads)
+    return out
+
+
+def _conv_dwr(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
+              kernel, stride, padding, dilation, osize, owp):
+    """Depthwise, stride 1 along W, KW <= 4: one channel per work item (qconv_dwr_channel)."""
+    cdef qconv_dwr_args r
+    n, c, d, h, wdt = x.shape
+    kd, kh, kw = kernel
+    pd, ph, pw = padding
+    dd, dh, dwl = dilation
+    od, oh, ow = osize
+    dp, hp = d + 2 * pd, h + 2 * ph
+    lp = max(owp + 3 * dwl, pw + wdt) + 64
+    roff = np.array([i * dd * hp + j * dh for i in range(kd) for j in range(kh)], dtype=np.intp)
+    out = np.empty((n, c, od, oh, ow), np.uint8)
+    cdef const uint8_t[:, :, :, :, :] xv = x
+    cdef const Py_ssize_t[::1] roff_v = roff
+    cdef const float[::1] bt_v = np.ascontiguousarray(bias_term, np.float32)
+    cdef const float[::1] mu_v = np.ascontiguousarray(multiplier, np.float32)
+    cdef uint8_t[::1] out_v = out.reshape(-1)
+    cdef const int32_t[::1] wr_v = packed["wrow"].reshape(-1)
+    cdef const int32_t[::1] kzw_v = packed["kzw"]
+    cdef const int32_t[::1] wz_v = packed["wz"]
+    cdef const uint8_t[::1] ga_v = packed["gany"]
+    r.x = &xv[0, 0, 0, 0, 0]
+    r.sn, r.sc, r.sd, r.sh, r.sw_x = x.strides
+    r.D, r.H, r.W = d, h, wdt
+    r.pd, r.ph, r.pw = pd, ph, pw
+    r.Dp, r.Hp, r.KW, r.dwl = dp, hp, kw, dwl
+    r.OD, r.OH, r.OW, r.OWp, r.Lp = od, oh, ow, owp, lp
+    r.sdd, r.shh = stride
+    r.NQ = kd * kh
+    r.roff = &roff_v[0]
+    r.C = c
+    r.wrow = &wr_v[0]
+    r.kzw = &kzw_v[0]
+    r.wz = &wz_v[0]
+    r.gany = &ga_v[0]
+    r.bterm = &bt_v[0]
+    r.mult = &mu_v[0]
+    r.xz = x_zero_point
+    r.ozp = out_zero_point
+    r.lo = out_zero_point if relu else 0
+    r.out = &out_v[0]
+    cdef Py_ssize_t macs = n * od * oh * ow * c * kd * kh * kw
+    nthreads = min(qops_threads_for(macs, GRAIN), n * c)
+    r.scratch_bytes = (dp * hp * owp * 4 + lp + owp + 128 + 63) // 64 * 64
+    scratch = np.empty(nthreads * r.scratch_bytes + 64, np.uint8)
+    cdef uint8_t[::1] sc_v = scratch
+    r.scratch = &sc_v[0]
+    _run_dwr(&r, n * c, nthreads)
     return out
