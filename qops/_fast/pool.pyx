@@ -11,6 +11,7 @@ import numpy as np
 from cython.parallel cimport prange, parallel
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 from qops._fast._common cimport *
 
 DEF GRAIN = 32768         # input elements read per thread below which one thread is enough
@@ -303,105 +304,239 @@ def avg_pool(x, kernel_size, stride, padding, out_size, count_include_pad, divis
 
 # -- adaptive pools -----------------------------------------------------------------------
 
-cdef void _adaptive_avg_planes(const q8_t[:, :, :, :, ::1] x, q8_t[:, :, :, :, ::1] out,
-                               const int32_t[::1] d0s, const int32_t[::1] d1s,
-                               const int32_t[::1] h0s, const int32_t[::1] h1s,
-                               const int32_t[::1] w0s, const int32_t[::1] w1s,
-                               const float[:, :, ::1] recip, int nthreads) noexcept nogil:
-    # One (n, c, od) output plane per iteration: row window sums into a plane buffer, then
-    # one long rounding loop over the plane.
-    cdef Py_ssize_t C = x.shape[1], W = x.shape[4]
-    cdef Py_ssize_t OD = out.shape[2], OH = out.shape[3], OW = out.shape[4]
-    cdef Py_ssize_t planes = out.shape[0] * C * OD, area = OH * OW
-    cdef Py_ssize_t p, i, w, ow, idd, ih, n, c, od, oh
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <stddef.h>
+    #include <math.h>
+    #if defined(__AVX2__) || defined(__AVX512BW__)
+    #include <immintrin.h>
+    #endif
+    /* Exact sum of n raw 8-bit values (int8 biased to unsigned by xor 0x80, bias removed at
+     * the end): psadbw adds 8 bytes into a 64-bit lane per instruction. */
+    static inline int64_t qp_sum8(const uint8_t *p, ptrdiff_t n, int sgn) {
+        ptrdiff_t i = 0;
+        int64_t s = 0;
+    #if defined(__AVX512BW__)
+        const __m512i z5 = _mm512_setzero_si512();
+        const __m512i b5 = _mm512_set1_epi8((char)0x80);
+        __m512i a5 = _mm512_setzero_si512();
+        __m512i c0 = a5, c1 = a5, c2 = a5, c3 = a5;
+        const uint8_t *q4 = p;
+        __m512i xb = sgn ? b5 : z5;        /* xor with 0 is the identity */
+        for (; i + 256 <= n; i += 256) {
+            q4 = p + i;
+            c0 = _mm512_add_epi64(c0, _mm512_sad_epu8(_mm512_xor_si512(_mm512_loadu_si512((const void *)q4), xb), z5));
+            c1 = _mm512_add_epi64(c1, _mm512_sad_epu8(_mm512_xor_si512(_mm512_loadu_si512((const void *)(q4 + 64)), xb), z5));
+            c2 = _mm512_add_epi64(c2, _mm512_sad_epu8(_mm512_xor_si512(_mm512_loadu_si512((const void *)(q4 + 128)), xb), z5));
+            c3 = _mm512_add_epi64(c3, _mm512_sad_epu8(_mm512_xor_si512(_mm512_loadu_si512((const void *)(q4 + 192)), xb), z5));
+        }
+        a5 = _mm512_add_epi64(_mm512_add_epi64(c0, c1), _mm512_add_epi64(c2, c3));
+        if (sgn) {
+            for (; i + 64 <= n; i += 64)
+                a5 = _mm512_add_epi64(a5, _mm512_sad_epu8(_mm512_xor_si512(
+                    _mm512_loadu_si512((const void *)(p + i)), b5), z5));
+        } else {
+            for (; i + 64 <= n; i += 64)
+                a5 = _mm512_add_epi64(a5, _mm512_sad_epu8(
+                    _mm512_loadu_si512((const void *)(p + i)), z5));
+        }
+        if (i < n) {
+            __mmask64 m = _bzhi_u64(~0ULL, (unsigned)(n - i));
+            __m512i v = _mm512_maskz_loadu_epi8(m, p + i);
+            if (sgn) v = _mm512_maskz_mov_epi8(m, _mm512_xor_si512(v, b5));
+            a5 = _mm512_add_epi64(a5, _mm512_sad_epu8(v, z5));
+            i = n;
+        }
+        s = _mm512_reduce_add_epi64(a5);
+        if (sgn) s -= 128 * (int64_t)n;
+        return s;
+    #elif defined(__AVX2__)
+        const __m256i z2 = _mm256_setzero_si256();
+        const __m256i b2 = _mm256_set1_epi8((char)0x80);
+        __m256i a2 = _mm256_setzero_si256();
+        for (; i + 32 <= n; i += 32) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(p + i));
+            if (sgn) v = _mm256_xor_si256(v, b2);
+            a2 = _mm256_add_epi64(a2, _mm256_sad_epu8(v, z2));
+        }
+        __m128i h = _mm_add_epi64(_mm256_castsi256_si128(a2), _mm256_extracti128_si256(a2, 1));
+        s = _mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1);
+        if (sgn) s -= 128 * (int64_t)i;
+    #endif
+        if (sgn) { const int8_t *q = (const int8_t *)p; for (; i < n; i++) s += q[i]; }
+        else { for (; i < n; i++) s += p[i]; }
+        return s;
+    }
+    /* acc[w] (=|+=) row[w] over a row of n raw values (restrict: no aliasing check). */
+    /* 8 values at a time (AVX2 widening loads) so short rows (W = 28) vectorize too: GCC's
+     * own vectorization of a widening loop needs a whole vector of bytes (64 with AVX-512). */
+    #if defined(__AVX2__)
+    #define QP_CVT_u8(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
+    #define QP_CVT_s8(p) _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
+    #define QP_ROW_VEC(CVT) \
+        if (first) for (; i + 8 <= n; i += 8) _mm256_storeu_si256((__m256i *)(a + i), CVT(s + i)); \
+        else for (; i + 8 <= n; i += 8) _mm256_storeu_si256((__m256i *)(a + i), \
+            _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(a + i)), CVT(s + i)));
+    #else
+    #define QP_ROW_VEC(CVT)
+    #endif
+    #define QP_ROW(NAME, T, CVT) \
+    static inline void NAME(int32_t *restrict a, const T *restrict s, ptrdiff_t n, int first) { \
+        ptrdiff_t i = 0; \
+        QP_ROW_VEC(CVT) \
+        if (first) for (; i < n; i++) a[i] = s[i]; \
+        else for (; i < n; i++) a[i] += s[i]; \
+    }
+    QP_ROW(qp_row_u8, uint8_t, QP_CVT_u8)
+    QP_ROW(qp_row_s8, int8_t, QP_CVT_s8)
+    """
+    int64_t qp_sum8(const uint8_t* p, Py_ssize_t n, int sgn) noexcept nogil
+    void qp_row_u8(int32_t* a, const uint8_t* s, Py_ssize_t n, int first) noexcept nogil
+    void qp_row_s8(int32_t* a, const int8_t* s, Py_ssize_t n, int first) noexcept nogil
+    float floorf(float) noexcept nogil
+    float ceilf(float) noexcept nogil
+
+DEF GLOBAL_GRAIN = 131072    # bytes summed per thread below which one thread is enough
+
+
+cdef void _adaptive_avg_planes(const uint8_t* x, uint8_t* out, Py_ssize_t planes,
+                               Py_ssize_t D, Py_ssize_t H, Py_ssize_t W,
+                               Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
+                               const Py_ssize_t* lim, const float* recip, int sgn,
+                               int nthreads) noexcept nogil:
+    # One (n, c, od) output plane per iteration: the rows of each (od, oh) window are added
+    # into a W-long row buffer, the W windows summed from it into a plane buffer, then one
+    # rounding loop over the plane. lim = d0[OD], d1[OD], h0[OH], h1[OH], w0[OW], w1[OW].
+    cdef Py_ssize_t area = OH * OW, HW = H * W
+    cdef Py_ssize_t p, i, w, ow, idd, ih, od, oh
     cdef int first
     cdef int32_t* vrow = NULL
     cdef int32_t* sums = NULL
     cdef int32_t s
-    cdef const q8_t* src
+    cdef const uint8_t* base
+    cdef const uint8_t* src
     cdef const float* rc
-    cdef q8_t* o
+    cdef uint8_t* o
+    cdef const Py_ssize_t* d0 = lim
+    cdef const Py_ssize_t* d1 = lim + OD
+    cdef const Py_ssize_t* h0 = lim + 2 * OD
+    cdef const Py_ssize_t* h1 = lim + 2 * OD + OH
+    cdef const Py_ssize_t* w0 = lim + 2 * OD + 2 * OH
+    cdef const Py_ssize_t* w1 = lim + 2 * OD + 2 * OH + OW
     with parallel(num_threads=nthreads):
         vrow = <int32_t*>malloc(W * sizeof(int32_t))
         sums = <int32_t*>malloc(area * sizeof(int32_t))
         for p in prange(planes, schedule="static"):
             od = p % OD
-            c = (p // OD) % C
-            n = p // (OD * C)
+            base = x + (p // OD) * D * HW
             for oh in range(OH):
                 first = 1
-                for idd in range(d0s[od], d1s[od]):
-                    for ih in range(h0s[oh], h1s[oh]):
-                        src = &x[n, c, idd, ih, 0]
-                        if first:
-                            for w in range(W):
-                                vrow[w] = src[w]
-                            first = 0
+                for idd in range(d0[od], d1[od]):
+                    for ih in range(h0[oh], h1[oh]):
+                        src = base + idd * HW + ih * W
+                        if sgn:
+                            qp_row_s8(vrow, <const int8_t*>src, W, first)
                         else:
-                            for w in range(W):
-                                vrow[w] = vrow[w] + src[w]
+                            qp_row_u8(vrow, src, W, first)
+                        first = 0
                 for ow in range(OW):
                     s = 0
-                    for w in range(w0s[ow], w1s[ow]):
+                    for w in range(w0[ow], w1[ow]):
                         s = s + vrow[w]
                     sums[oh * OW + ow] = s
-            o = &out[n, c, od, 0, 0]
-            rc = &recip[od, 0, 0]
-            for i in range(area):
-                # raw values, no zero point, no clamp: an average is always in range
-                o[i] = <q8_t><int32_t>qops_rintf(<float>sums[i] * rc[i])
+            o = out + p * area
+            rc = recip + od * area
+            if sgn:
+                for i in range(area):
+                    # raw values, no zero point, no clamp: an average is always in range
+                    (<int8_t*>o)[i] = <int8_t><int32_t>qops_rintf(<float>sums[i] * rc[i])
+            else:
+                for i in range(area):
+                    o[i] = <uint8_t><int32_t>qops_rintf(<float>sums[i] * rc[i])
         free(vrow)
         free(sums)
 
 
-cdef void _plane_mean(const q8_t[:, ::1] x, q8_t[::1] out, float recip,
-                      int nthreads) noexcept nogil:
-    # Output 1x1(x1): one contiguous sum per plane.
-    cdef Py_ssize_t P = x.shape[0], L = x.shape[1], p, i
+cdef void _plane_mean(const uint8_t* x, uint8_t* out, Py_ssize_t P, Py_ssize_t L, float recip,
+                      int sgn, int nthreads) noexcept nogil:
+    # Output 1x1(x1): one contiguous exact sum per (n, c) plane.
+    cdef Py_ssize_t p
     cdef int32_t s
-    cdef const q8_t* src
+    if nthreads <= 1:
+        for p in range(P):
+            s = <int32_t>qp_sum8(x + p * L, L, sgn)
+            if sgn:
+                (<int8_t*>out)[p] = <int8_t><int32_t>qops_rintf(<float>s * recip)
+            else:
+                out[p] = <uint8_t><int32_t>qops_rintf(<float>s * recip)
+        return
     for p in prange(P, schedule="static", num_threads=nthreads):
-        src = &x[p, 0]
-        s = 0
-        for i in range(L):
-            s = s + src[i]
-        out[p] = <q8_t><int32_t>qops_rintf(<float>s * recip)
-
-
-def _adaptive_bounds(out_len, in_len):
-    o = np.arange(out_len)
-    start = np.floor((o * in_len).astype(np.float32) / np.float32(out_len)).astype(np.int32)
-    end = np.ceil(((o + 1) * in_len).astype(np.float32) / np.float32(out_len)).astype(np.int32)
-    return start, end
+        s = <int32_t>qp_sum8(x + p * L, L, sgn)
+        if sgn:
+            (<int8_t*>out)[p] = <int8_t><int32_t>qops_rintf(<float>s * recip)
+        else:
+            out[p] = <uint8_t><int32_t>qops_rintf(<float>s * recip)
 
 
 def adaptive_avg_pool(x, out_size):
     """Adaptive average pool on raw values: out = rint(f32(f32(sum q) * r)), no zero point."""
     x = np.ascontiguousarray(x)
+    cdef Py_ssize_t n, c, D, H, W, OD, OH, OW, i, j, k, a, b, O, L, P, off
+    cdef float r
+    cdef int sgn, nt
     n, c, D, H, W = x.shape
-    shape = (n, c) + tuple(out_size)
-    out = np.empty(shape, dtype=x.dtype)
-    if out.size == 0:
+    OD, OH, OW = out_size
+    out = np.empty((n, c, OD, OH, OW), dtype=x.dtype)
+    if n * c * OD * OH * OW == 0:
         return out
-    (d0, d1), (h0, h1), (w0, w1) = (_adaptive_bounds(o, L) for o, L in zip(out_size, (D, H, W)))
-    one = np.float32(1)
-    kd = (d1 - d0).astype(np.float32)[:, None, None]
-    kh = (h1 - h0).astype(np.float32)[None, :, None]
-    kw = (w1 - w0).astype(np.float32)[None, None, :]
-    recip = np.ascontiguousarray(((one / kd) / kh) / kw, dtype=np.float32)
-    nt = qops_threads_for(x.size, GRAIN)
-    if tuple(out_size) == (1, 1, 1):
-        flat_x = x.reshape(n * c, D * H * W)
-        flat_o = out.reshape(n * c)
-        if x.dtype == np.uint8:
-            _plane_mean[uint8_t](flat_x, flat_o, recip[0, 0, 0], nt)
-        else:
-            _plane_mean[int8_t](flat_x, flat_o, recip[0, 0, 0], nt)
+    sgn = x.dtype.kind == "i"
+    # both arrays are C-contiguous: their data pointers through the buffer protocol (x and
+    # out stay referenced, so the pointers outlive the released views)
+    cdef Py_buffer xb, ob
+    PyObject_GetBuffer(x, &xb, PyBUF_SIMPLE)
+    cdef const uint8_t* xp = <const uint8_t*>xb.buf
+    PyBuffer_Release(&xb)
+    PyObject_GetBuffer(out, &ob, PyBUF_SIMPLE | PyBUF_WRITABLE)
+    cdef uint8_t* op = <uint8_t*>ob.buf
+    PyBuffer_Release(&ob)
+    P = n * c
+    if OD == 1 and OH == 1 and OW == 1:
+        # r = f32(f32(f32(1.0 / D) / H) / W), float32 arithmetic as the reference
+        r = <float>1.0 / <float>D
+        r = r / <float>H
+        r = r / <float>W
+        L = D * H * W
+        nt = qops_threads_for(P * L, GLOBAL_GRAIN)
+        with nogil:
+            _plane_mean(xp, op, P, L, r, sgn, nt)
         return out
-    if x.dtype == np.uint8:
-        _adaptive_avg_planes[uint8_t](x, out, d0, d1, h0, h1, w0, w1, recip, nt)
-    else:
-        _adaptive_avg_planes[int8_t](x, out, d0, d1, h0, h1, w0, w1, recip, nt)
+    # window bounds: start = floor(f32(o*L) / f32(O)), end = ceil(f32((o+1)*L) / f32(O))
+    cdef Py_ssize_t* lim = <Py_ssize_t*>malloc(2 * (OD + OH + OW) * sizeof(Py_ssize_t))
+    cdef float* recip = <float*>malloc(OD * OH * OW * sizeof(float))
+    if lim == NULL or recip == NULL:
+        free(lim)
+        free(recip)
+        raise MemoryError()
+    off = 0
+    for O, L in ((OD, D), (OH, H), (OW, W)):
+        for i in range(O):
+            lim[off + i] = <Py_ssize_t>floorf(<float>(i * L) / <float>O)
+            lim[off + O + i] = <Py_ssize_t>ceilf(<float>((i + 1) * L) / <float>O)
+        off += 2 * O
+    cdef Py_ssize_t bh = 2 * OD, bw = 2 * OD + 2 * OH
+    for i in range(OD):
+        for j in range(OH):
+            for k in range(OW):
+                r = <float>1.0 / <float>(lim[OD + i] - lim[i])
+                r = r / <float>(lim[bh + OH + j] - lim[bh + j])
+                r = r / <float>(lim[bw + OW + k] - lim[bw + k])
+                recip[(i * OH + j) * OW + k] = r
+    nt = qops_threads_for(n * c * D * H * W, GRAIN)
+    with nogil:
+        _adaptive_avg_planes(xp, op, P * OD, D, H, W, OD, OH, OW, lim, recip, sgn, nt)
+    free(lim)
+    free(recip)
     return out
 
 

@@ -22,21 +22,30 @@ _MAX_WINDOW = 1 << 23     # 8-bit window sums stay exact in int32 (and in float3
 
 def _as5d(input, nsp, dtypes):
     """input's raw values as (N, C, D, H, W), and a function giving results input's layout."""
-    _check.qtensor(input, "input", dtypes=dtypes, ndims=(nsp + 1, nsp + 2))
+    # cheap test of what _check.qtensor checks; anything else goes through it for the error
+    if not (type(input) is QTensor and input._axis is None and input._dtype in dtypes
+            and nsp + 1 <= input._int.ndim <= nsp + 2):
+        _check.qtensor(input, "input", dtypes=dtypes, ndims=(nsp + 1, nsp + 2))
     x = input._int
     if x.ndim == nsp + 1:
         x = x[None]
     spatial = x.shape[2:]
-    if any(L == 0 for L in spatial):
+    if 0 in spatial:
         raise ValueError(f"input must have non-empty spatial dims; got shape {input.shape}")
-    x5 = x.reshape(x.shape[:2] + (1,) * (3 - nsp) + spatial)
+    x5 = x if nsp == 3 else x.reshape(x.shape[:2] + (1,) * (3 - nsp) + spatial)
     batched = input.ndim == nsp + 2
+    if nsp == 3 and batched:
+        return x5, _same
 
     def back(out5):
         shape = out5.shape[:2] + out5.shape[5 - nsp:]
         out = out5.reshape(shape)
         return out if batched else out[0]
     return x5, back
+
+
+def _same(out5):
+    return out5
 
 
 def _pad3(t, nsp, fill):
@@ -217,6 +226,8 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
 
 def _adaptive_size(output_size, nsp, spatial):
     """output_size as a checked tuple; None entries keep the input's size."""
+    if type(output_size) is int and output_size >= 1:
+        return (output_size,) * nsp
     if isinstance(output_size, (list, tuple)):
         if len(output_size) != nsp:
             raise ValueError(f"output_size must be an int or {nsp} ints; got {output_size!r}")
@@ -234,7 +245,14 @@ def _adaptive(nsp, input, output_size, kind, return_indices=False):
     o = (1,) * (3 - nsp) + o
     if kind == "avg":
         # adaptive windows are at most ceil(L/O) + 1 long per dim
-        if int(np.prod([min(L, -(-L // oi) + 1) for oi, L in zip(o, x5.shape[2:])])) > _MAX_WINDOW:
+        if o == (1, 1, 1):
+            _, _, D, H, W = x5.shape
+            win = D * H * W
+        else:
+            win = 1
+            for oi, L in zip(o, x5.shape[2:]):
+                win *= min(L, -(-L // oi) + 1)
+        if win > _MAX_WINDOW:
             raise ValueError(f"adaptive average windows over more than 2**23 elements are not "
                              f"supported (input {input.shape})")
         return _wrap(input, back(_config.impl("pool").adaptive_avg_pool(x5, o)))
