@@ -53,6 +53,22 @@ def _one(value, what, owner):
     return a.reshape(()).item()
 
 
+
+def pop_linear_weight_bias(state, prefix, errors):
+    """Take (weight, bias) of a linear layer out of `state`, from qops' keys or PyTorch's packed
+    "_packed_params._packed_params"; record missing keys in `errors` and return None then."""
+    packed_key = prefix + "_packed_params._packed_params"
+    if packed_key in state:
+        w, b = state.pop(packed_key)
+        state.pop(prefix + "_packed_params.dtype", None)
+        state[prefix + "weight"], state[prefix + "bias"] = w, b
+    w_key, b_key = prefix + "weight", prefix + "bias"
+    missing = [k for k in (w_key, b_key) if k not in state]
+    errors["missing"].extend(missing)
+    if missing:
+        return None
+    return _to_numpy(state.pop(w_key)), _to_numpy(state.pop(b_key))
+
 def activation_qparams(mod, owner):
     """(scale, zero_point) from `mod.activation_post_process`, with a clear error if absent."""
     obs = getattr(mod, "activation_post_process", None)
@@ -517,18 +533,10 @@ class Linear(_QParamsMixin, Module):
 
     def _load_from_state_dict(self, state, prefix, errors):
         owner = type(self).__name__
-        # PyTorch keeps (weight, bias) under "_packed_params._packed_params".
-        packed_key = prefix + "_packed_params._packed_params"
-        if packed_key in state:
-            w, b = state.pop(packed_key)
-            state.pop(prefix + "_packed_params.dtype", None)
-            state[prefix + "weight"], state[prefix + "bias"] = w, b
-        w_key, b_key = prefix + "weight", prefix + "bias"
-        for k in (w_key, b_key):
-            if k not in state:
-                errors["missing"].append(k)
-        if w_key in state and b_key in state:
-            w, b = _to_numpy(state.pop(w_key)), _to_numpy(state.pop(b_key))
+        w_key = prefix + "weight"
+        wb = pop_linear_weight_bias(state, prefix, errors)
+        if wb is not None:
+            w, b = wb
             shape = (self.out_features, self.in_features)
             if not isinstance(w, QTensor) or w.dtype is not qint8:
                 errors["bad"].append(f"{w_key}: expected a qint8 QTensor, got "

@@ -98,17 +98,10 @@ class Linear(Module):
         return ["weight", "bias"]
 
     def _load_from_state_dict(self, state, prefix, errors):
-        packed_key = prefix + "_packed_params._packed_params"
-        if packed_key in state:
-            w, b = state.pop(packed_key)
-            state.pop(prefix + "_packed_params.dtype", None)
-            state[prefix + "weight"], state[prefix + "bias"] = w, b
-        w_key, b_key = prefix + "weight", prefix + "bias"
-        for k in (w_key, b_key):
-            if k not in state:
-                errors["missing"].append(k)
-        if w_key in state and b_key in state:
-            w, b = _to_numpy(state.pop(w_key)), _to_numpy(state.pop(b_key))
+        w_key = prefix + "weight"
+        wb = nnq.pop_linear_weight_bias(state, prefix, errors)
+        if wb is not None:
+            w, b = wb
             shape = (self.out_features, self.in_features)
             if self.dtype is qint8 and (not isinstance(w, QTensor) or w.dtype is not qint8):
                 errors["bad"].append(f"{w_key}: expected a qint8 QTensor")
