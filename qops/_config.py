@@ -82,16 +82,30 @@ def threads(n):
         set_num_threads(previous)
 
 
-_ref_modules = {}
+_modules = {"fast": {}, "ref": {}}     # backend -> family -> kernel module
+_omp = []                              # [set_num_threads of the compiled kernels], once loaded
+
+
+def _load(backend, family):
+    if backend == "ref":
+        mod = importlib.import_module(f"qops._ref.{family}")
+    else:
+        from qops import _fast
+        mod = _fast.load(family)
+        if not _omp:
+            _omp.append(_fast._cpu.set_num_threads)
+    _modules[backend][family] = mod
+    return mod
 
 
 def impl(family):
     """The module of op family `family` ("quant", "conv", ...) for the active backend."""
-    if _state["backend"] == "ref":
-        mod = _ref_modules.get(family)
-        if mod is None:
-            mod = _ref_modules[family] = importlib.import_module(f"qops._ref.{family}")
-        return mod
-    from qops import _fast
-    _fast.set_threads(get_num_threads())
-    return _fast.load(family)
+    # Called once per op, so it is kept to two dict lookups and, for "fast", one C call:
+    # OpenMP's thread count is per OS thread, so it is set on every call rather than cached.
+    backend = _state["backend"]
+    mod = _modules[backend].get(family)
+    if mod is None:
+        mod = _load(backend, family)
+    if backend == "fast":
+        _omp[0](_state["threads"] or get_num_threads())
+    return mod

@@ -99,12 +99,26 @@ def inv_scale_f64(scale):
     return float(F32(1.0 / float(scale)))
 
 
+_quantize_val_cache = {}
+
+
 def quantize_val(value, scale, zero_point, qmin, qmax):
     """One real `value` quantized by PyTorch's scalar rule (Q_leg), as an int.
 
-    Used to prepare integer bounds (relu6's six, hardtanh/clamp limits). Scalar float32 math
-    instead of the array reference keeps this off the per-call cost of small ops.
+    Used to prepare integer bounds (relu6's six, hardtanh/clamp limits) on every call of those
+    ops; numpy scalar float32 math costs microseconds, so results are memoized (a model uses a
+    handful of (value, qparams) pairs; the memo is dropped when it grows past 4096).
     """
+    key = (value, scale, zero_point, qmin, qmax)
+    r = _quantize_val_cache.get(key)
+    if r is None:
+        if len(_quantize_val_cache) >= 4096:
+            _quantize_val_cache.clear()
+        r = _quantize_val_cache[key] = _quantize_val(value, scale, zero_point, qmin, qmax)
+    return r
+
+
+def _quantize_val(value, scale, zero_point, qmin, qmax):
     t = F32(value) * F32(inv_scale(scale))
     u = t + F32(zero_point)
     r = float(np.rint(u))

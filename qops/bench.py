@@ -5,11 +5,17 @@
 Prints one table row per op and benchmark case: median microseconds per call for `ref`,
 `fast` and PyTorch (when installed), then fast's speed-up over ref and over PyTorch. The
 cases and the PyTorch calls are the registry's, the same data the tests and asv use.
+
+With --bandwidth, two more columns: fast's effective bandwidth (bytes of every array input and
+output, read once and written once, per second) and that as a share of a plain copy moving the
+same number of bytes on this machine (numpy copyto, one thread), the yardstick of memory-bound ops.
 """
 import argparse
 import sys
 import time
 import warnings
+
+import numpy as np
 
 import qops
 from qops._registry import all_specs
@@ -34,6 +40,24 @@ def _median_us(fn, seconds, max_single=2.0):
     return times[len(times) // 2] * 1e6
 
 
+def _nbytes(obj):
+    """Bytes of the arrays in `obj` (QTensors, ndarrays, and tuples/lists of them)."""
+    if isinstance(obj, qops.QTensor):
+        return obj._int.nbytes
+    if isinstance(obj, np.ndarray):
+        return obj.nbytes
+    if isinstance(obj, (tuple, list)):
+        return sum(_nbytes(o) for o in obj)
+    return 0
+
+
+def _copy_us(nbytes, seconds):
+    """Median time of a one-thread copy moving `nbytes` (half read, half written)."""
+    src = np.ones(max(nbytes // 2, 1), np.uint8)
+    dst = np.empty_like(src)
+    return _median_us(lambda: np.copyto(dst, src), seconds)
+
+
 def _torch():
     try:
         import torch
@@ -54,7 +78,7 @@ def _progress(i, n, label):
 
 
 def run(ops=None, families=None, threads=(1,), seconds=0.3, backends=("ref", "fast", "torch"),
-        cases=None, out=sys.stdout):
+        cases=None, out=sys.stdout, bandwidth=False):
     """Time the selected registry ops; return rows (op, case, threads, {backend: us})."""
     torch = _torch() if "torch" in backends else None
     specs = [s for s in all_specs()
@@ -75,6 +99,10 @@ def run(ops=None, families=None, threads=(1,), seconds=0.3, backends=("ref", "fa
                         with qops.backend(b):
                             call = spec.qops_call(case)
                             times[b] = _median_us(call, seconds)
+                            if bandwidth and b == "fast":
+                                moved = _nbytes(case.args) + _nbytes(call())
+                                times["bytes"] = moved
+                                times["copy"] = _copy_us(moved, seconds)
             if torch is not None and spec.torch is not None:
                 torch.set_num_threads(n)
                 with warnings.catch_warnings():
@@ -83,7 +111,7 @@ def run(ops=None, families=None, threads=(1,), seconds=0.3, backends=("ref", "fa
             rows.append((spec.name, name, n, times))
             step += 1
     _progress(total, total, "done")
-    _print(rows, out, torch is not None)
+    _print(rows, out, torch is not None, bandwidth)
     return rows
 
 
@@ -97,19 +125,30 @@ def _ratio(a, b):
     return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
 
 
-def _print(rows, out, have_torch):
+def _print(rows, out, have_torch, bandwidth=False):
     head = ["op", "case", "thr", "ref us", "fast us", "torch us", "fast vs ref", "fast vs torch"]
+    if bandwidth:
+        head += ["fast GB/s", "of copy"]
     table = [head]
     for op, case, n, t in rows:
-        table.append([op, case, str(n), _fmt(t.get("ref")), _fmt(t.get("fast")),
-                      _fmt(t.get("torch")) if have_torch else "n/a",
-                      _ratio(t.get("ref"), t.get("fast")), _ratio(t.get("torch"), t.get("fast"))])
+        row = [op, case, str(n), _fmt(t.get("ref")), _fmt(t.get("fast")),
+               _fmt(t.get("torch")) if have_torch else "n/a",
+               _ratio(t.get("ref"), t.get("fast")), _ratio(t.get("torch"), t.get("fast"))]
+        if bandwidth:
+            fast, moved = t.get("fast"), t.get("bytes")
+            ok = fast and moved
+            row += [f"{moved / fast / 1e3:.1f}" if ok else "-",
+                    f"{100 * t['copy'] / fast:.0f}%" if ok else "-"]
+        table.append(row)
     widths = [max(len(r[i]) for r in table) for i in range(len(head))]
     for j, r in enumerate(table):
         out.write("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) + "\n")
         if j == 0:
             out.write("  ".join("-" * w for w in widths) + "\n")
     out.write("(fast vs X = X's time / fast's time: above 1x means qops fast is faster)\n")
+    if bandwidth:
+        out.write("(GB/s: bytes of inputs + outputs / fast's time; of copy: a one-thread numpy copy "
+                  "moving the same bytes takes that share of fast's time)\n")
 
 
 def main(argv=None):
@@ -121,6 +160,8 @@ def main(argv=None):
     p.add_argument("--seconds", type=float, default=0.3, help="time budget per measurement")
     p.add_argument("--no-ref", action="store_true", help="skip the (slow) reference backend")
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch")
+    p.add_argument("--bandwidth", action="store_true",
+                   help="add fast's GB/s and its share of a plain copy's speed")
     p.add_argument("--list", action="store_true", help="list ops and cases, then exit")
     a = p.parse_args(argv)
     if a.list:
@@ -131,7 +172,7 @@ def main(argv=None):
                 if not (b == "ref" and a.no_ref) and not (b == "torch" and a.no_torch)]
     split = lambda v: [x for x in v.split(",") if x] if v else None  # noqa: E731
     run(split(a.ops), split(a.family), [int(t) for t in a.threads.split(",")], a.seconds,
-        backends, split(a.cases))
+        backends, split(a.cases), bandwidth=a.bandwidth)
     return 0
 
 

@@ -53,7 +53,6 @@ _cpu = importlib.import_module(f"qops._fast._{ISA}._cpu")
 OPENMP = _cpu.have_openmp()
 DEBUG = _cpu.debug_build()
 _loaded = {}
-_threads = [None]
 
 
 def load(family):
@@ -70,6 +69,4 @@ def load(family):
 
 def set_threads(n):
     """Make the OpenMP runtime use `n` threads in this Python thread's parallel regions."""
-    if _threads[0] != n:
-        _cpu.set_num_threads(n)
-        _threads[0] = n
+    _cpu.set_num_threads(n)

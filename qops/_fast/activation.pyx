@@ -7,11 +7,11 @@ from cython.parallel cimport prange
 from libc.math cimport expm1, exp, tanh as c_tanh
 from qops._fast._common cimport *
 
-cdef extern from "activation_lut.h" nogil:
-    void qops_lut_apply(const uint8_t *src, uint8_t *dst, Py_ssize_t n, const uint8_t *table)
+cdef extern from "qops_lut.h" nogil:
+    void qops_lut_apply_threads(const uint8_t *src, uint8_t *dst, Py_ssize_t n,
+                                const uint8_t *table, int threads)
     int qops_lut_vectorized()
 
-DEF BLOCK = 65536         # bytes per parallel chunk of a lookup or clamp
 DEF GRAIN = 262144        # below this a second thread costs more than it saves (L2-resident data)
 
 LUT_VECTORIZED = bool(qops_lut_vectorized())   # also initialises the CPU check outside prange
@@ -67,19 +67,7 @@ cdef void _build_table(uint8_t[::1] table, int kind, float scale, int32_t zp, fl
         table[<uint8_t>r] = <uint8_t>qops_q_vec(y, out_inv, out_zp, lo, hi)
 
 
-cdef void _lut_flat(const uint8_t[::1] src, uint8_t[::1] dst, const uint8_t[::1] table) noexcept nogil:
-    cdef Py_ssize_t n = src.shape[0], nb = (n + BLOCK - 1) // BLOCK, b, start
-    for b in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
-        start = b * BLOCK
-        qops_lut_apply(&src[start], &dst[start], min(BLOCK, n - start), &table[0])
-
-
 _RANGE = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}   # np.iinfo is slow
-
-
-def _as_bytes(a):
-    # int8 data is looked up through its two's-complement byte (the table is indexed so).
-    return a.reshape(-1).view(np.uint8)
 
 
 def _map(q, int kind, float scale, int32_t zero_point, float p, float out_inv_scale,
@@ -89,9 +77,12 @@ def _map(q, int kind, float scale, int32_t zero_point, float p, float out_inv_sc
     qmin, qmax = _RANGE[q.dtype]
     table = np.empty(256, dtype=np.uint8)
     _build_table(table, kind, scale, zero_point, p, out_inv_scale, out_zero_point, qmin, qmax)
-    out = np.empty(shape, dtype=q.dtype)
-    if q.size:
-        _lut_flat(_as_bytes(q), _as_bytes(out), table)
+    out = qops_empty(np, shape, q.dtype)
+    cdef Py_ssize_t n = q.size
+    if n:
+        # int8 data is looked up through its two's-complement byte (the table is indexed so)
+        qops_lut_apply_threads(<const uint8_t*>qops_ptr(q), <uint8_t*>qops_ptr(out, True), n,
+                               <const uint8_t*>qops_ptr(table), qops_threads_for(n, GRAIN))
     return out
 
 
@@ -107,21 +98,31 @@ cdef inline void _clamp_run(const q8_t *src, q8_t *dst, Py_ssize_t n, q8_t lo,
         dst[i] = v if v < hi else hi
 
 
-cdef void _clamp_flat(const q8_t[::1] src, q8_t[::1] dst, q8_t lo, q8_t hi) noexcept nogil:
-    cdef Py_ssize_t n = src.shape[0], nb = (n + BLOCK - 1) // BLOCK, b, start
-    for b in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
-        start = b * BLOCK
-        _clamp_run(&src[start], &dst[start], min(BLOCK, n - start), lo, hi)
+cdef void _clamp_flat(const q8_t* src, q8_t* dst, Py_ssize_t n, q8_t lo, q8_t hi) noexcept nogil:
+    # One contiguous 64-byte-aligned chunk per thread.
+    cdef int threads = qops_threads_for(n, GRAIN), t
+    cdef Py_ssize_t chunk = ((n + threads - 1) // threads + 63) & ~63, start
+    for t in prange(threads, schedule="static", num_threads=threads):
+        start = t * chunk
+        if start < n:
+            _clamp_run(src + start, dst + start, min(chunk, n - start), lo, hi)
 
 
-def clamp_raw(q, lo, hi):
-    """min(max(q, lo), hi) on raw values (relu, relu6, hardtanh, clamp)."""
-    out = np.empty(q.shape, dtype=q.dtype)
-    q = np.ascontiguousarray(q)
+def clamp_raw(q, lo, hi, out=None):
+    """min(max(q, lo), hi) on raw values (relu, relu6, hardtanh, clamp).
+
+    out: None, or a C-contiguous array of q's shape and dtype to write into (may be q itself).
+    """
+    if out is None:
+        out = qops_empty(np, q.shape, q.dtype)
+    q = np.ascontiguousarray(q)           # (0-d becomes 1-d: out keeps the shape)
+    cdef Py_ssize_t n = q.size
+    if n == 0:
+        return out
     if q.dtype == np.uint8:
-        _clamp_flat[uint8_t](q.reshape(-1), out.reshape(-1), lo, hi)
+        _clamp_flat[uint8_t](<const uint8_t*>qops_ptr(q), <uint8_t*>qops_ptr(out, True), n, lo, hi)
     else:
-        _clamp_flat[int8_t](q.reshape(-1), out.reshape(-1), lo, hi)
+        _clamp_flat[int8_t](<const int8_t*>qops_ptr(q), <int8_t*>qops_ptr(out, True), n, lo, hi)
     return out
 
 

@@ -7,8 +7,17 @@ from cython.parallel cimport prange
 from libc.string cimport memcpy
 from qops._fast._common cimport *
 
+cdef extern from "qops_lut.h" nogil:
+    void qops_lut_apply_threads(const uint8_t *src, uint8_t *dst, Py_ssize_t n,
+                                const uint8_t *table, int threads)
+    int qops_lut_vectorized()
+
 DEF BLOCK = 16384         # elements per parallel chunk
 DEF GRAIN = 131072        # below this many elements one thread is faster
+DEF LUT_GRAIN = 262144    # the same for a table lookup (L2-resident data, cheaper per byte)
+
+_RANGE = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}   # np.iinfo is slow
+LUT_VECTORIZED = bool(qops_lut_vectorized())   # runs the CPU check once, outside any prange
 
 
 # Each kernel is a plain pointer loop over one block (a `_run` function), called from a prange
@@ -59,33 +68,14 @@ cdef void _mul_flat(const q8_t[::1] a, const q8_t[::1] b, q8_t[::1] out, int32_t
         _mul_run(&a[s], &b[s], &out[s], min(BLOCK, n - s), za, zb, m, zo, lo, hi)
 
 
-cdef inline void _requant_int_run(const q8_t *q, q8_t *out, Py_ssize_t n, int64_t base, float m,
-                                  int32_t zo, float lo, float hi) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = <q8_t>(<int32_t>qops_clampf(
-            qops_rintf(<float>(<int64_t>q[i] + base) * m), lo, hi) + zo)
-
-
-cdef void _requant_int_flat(const q8_t[::1] q, q8_t[::1] out, int64_t base, float m, int32_t zo,
-                            float lo, float hi) noexcept nogil:
-    cdef Py_ssize_t n = q.shape[0], nb = (n + BLOCK - 1) // BLOCK, blk, s
-    for blk in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
-        s = blk * BLOCK
-        _requant_int_run(&q[s], &out[s], min(BLOCK, n - s), base, m, zo, lo, hi)
-
-
-cdef inline void _reflect_run(const q8_t *q, q8_t *out, Py_ssize_t n, int32_t total) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = <q8_t>(total - <int32_t>q[i])
-
-
-cdef void _reflect_flat(const q8_t[::1] q, q8_t[::1] out, int32_t total) noexcept nogil:
-    cdef Py_ssize_t n = q.shape[0], nb = (n + BLOCK - 1) // BLOCK, blk, s
-    for blk in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
-        s = blk * BLOCK
-        _reflect_run(&q[s], &out[s], min(BLOCK, n - s), total)
+cdef void _requant_int_table(uint8_t* table, int qmin, int qmax, int64_t base, float m,
+                             int32_t zo) noexcept nogil:
+    # add_scalar's R_int for each of the 256 raw values (indexed by the raw byte).
+    cdef int r
+    cdef float lo = <float>(qmin - zo), hi = <float>(qmax - zo)
+    for r in range(qmin, qmax + 1):
+        table[<uint8_t>r] = <uint8_t>(<int32_t>qops_clampf(
+            qops_rintf(<float>(<int64_t>r + base) * m), lo, hi) + zo)
 
 
 cdef inline void _cat_run(const q8_t *q, q8_t *out, Py_ssize_t n, float s, int32_t zp, float inv,
@@ -131,12 +121,12 @@ def _flat(x):
 
 def add(a, b, a_scale, a_zero_point, b_scale, b_zero_point, out_inv_scale, out_zero_point, relu):
     """Quantized add: Q_vec(D_vec(a) + D_vec(b)), relu = max(sum, 0) before quantizing."""
-    out = np.empty(a.shape, dtype=a.dtype)
-    info = np.iinfo(a.dtype)
+    out = qops_empty(np, a.shape, a.dtype)
+    qmin, qmax = _RANGE[a.dtype]
     cdef float sa = a_scale, sb = b_scale
     cdef float sa_negzp = sa * <float>(-<int32_t>a_zero_point)
     cdef float sb_negzp = sb * <float>(-<int32_t>b_zero_point)
-    cdef float lo = info.min - out_zero_point, hi = info.max - out_zero_point
+    cdef float lo = qmin - out_zero_point, hi = qmax - out_zero_point
     if a.dtype == np.uint8:
         _add_flat[uint8_t](_flat(a), _flat(b), out.reshape(-1), sa, sa_negzp, sb, sb_negzp,
                            out_inv_scale, out_zero_point, lo, hi, relu)
@@ -148,9 +138,9 @@ def add(a, b, a_scale, a_zero_point, b_scale, b_zero_point, out_inv_scale, out_z
 
 def mul(a, b, a_zero_point, b_zero_point, multiplier, out_zero_point, relu):
     """Quantized mul: R_int((a - za) * (b - zb), M), relu = max(out, out_zero_point)."""
-    out = np.empty(a.shape, dtype=a.dtype)
-    info = np.iinfo(a.dtype)
-    cdef float lo = info.min - out_zero_point, hi = info.max - out_zero_point
+    out = qops_empty(np, a.shape, a.dtype)
+    qmin, qmax = _RANGE[a.dtype]
+    cdef float lo = qmin - out_zero_point, hi = qmax - out_zero_point
     if relu and lo < 0:
         lo = 0
     if a.dtype == np.uint8:
@@ -162,37 +152,41 @@ def mul(a, b, a_zero_point, b_zero_point, multiplier, out_zero_point, relu):
     return out
 
 
+def _lut(q, table):
+    # out = table[q] (int8 data looked up through its two's-complement byte)
+    out = qops_empty(np, q.shape, q.dtype)
+    q = np.ascontiguousarray(q)           # (0-d becomes 1-d: out keeps the shape)
+    cdef Py_ssize_t n = q.size
+    if n:
+        qops_lut_apply_threads(<const uint8_t*>qops_ptr(q), <uint8_t*>qops_ptr(out, True), n,
+                               <const uint8_t*>qops_ptr(table), qops_threads_for(n, LUT_GRAIN))
+    return out
+
+
 def requant_int(q, zero_point, offset, multiplier, out_zero_point):
     """add_scalar's requantization: R_int((q - zero_point) + offset, M)."""
-    out = np.empty(q.shape, dtype=q.dtype)
-    info = np.iinfo(q.dtype)
-    cdef int64_t base = <int64_t>offset - <int64_t>zero_point
-    cdef float lo = info.min - out_zero_point, hi = info.max - out_zero_point
-    if q.dtype == np.uint8:
-        _requant_int_flat[uint8_t](_flat(q), out.reshape(-1), base, multiplier, out_zero_point, lo, hi)
-    else:
-        _requant_int_flat[int8_t](_flat(q), out.reshape(-1), base, multiplier, out_zero_point, lo, hi)
-    return out
+    qmin, qmax = _RANGE[q.dtype]
+    table = np.empty(256, dtype=np.uint8)
+    _requant_int_table(<uint8_t*>qops_ptr(table, True), qmin, qmax,
+                       <int64_t>offset - <int64_t>zero_point, multiplier, out_zero_point)
+    return _lut(q, table)
 
 
 def reflect(q):
     """qmax + qmin - q: the raw values of x * c for c < 0 (mul_scalar)."""
-    out = np.empty(q.shape, dtype=q.dtype)
-    info = np.iinfo(q.dtype)
-    if q.dtype == np.uint8:
-        _reflect_flat[uint8_t](_flat(q), out.reshape(-1), info.max + info.min)
-    else:
-        _reflect_flat[int8_t](_flat(q), out.reshape(-1), info.max + info.min)
-    return out
+    qmin, qmax = _RANGE[q.dtype]
+    raw = np.arange(256, dtype=np.uint8).view(q.dtype)          # the value of each byte
+    table = (qmax + qmin - raw.astype(np.int32)).astype(q.dtype).view(np.uint8)
+    return _lut(q, table)
 
 
 def cat_into(q, out, col_offset, scale, zero_point, out_inv_scale, out_zero_point, requant, relu):
     """Write one cat input into out[:, col_offset:]: Q_fma(D_sc(q)) or a copy, then relu."""
-    info = np.iinfo(q.dtype)
+    qmin, qmax = _RANGE[q.dtype]
     q = np.ascontiguousarray(q)
     if q.dtype == np.uint8:
         _cat_rows[uint8_t](q, out, col_offset, scale, zero_point, out_inv_scale, out_zero_point,
-                           info.min, info.max, requant, relu)
+                           qmin, qmax, requant, relu)
     else:
         _cat_rows[int8_t](q, out, col_offset, scale, zero_point, out_inv_scale, out_zero_point,
-                          info.min, info.max, requant, relu)
+                          qmin, qmax, requant, relu)

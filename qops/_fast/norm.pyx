@@ -11,48 +11,6 @@ cdef extern from *:
     #if defined(__AVX2__)
     #include <immintrin.h>
     #endif
-    /* out[i] = lut[x[i]]: a channel's whole affine + requantize is a function of the raw byte.
-     * With AVX512-VBMI (avx512 build, checked at run time) two vpermi2b cover the table's
-     * halves for 64 bytes at once and the byte's top bit picks one; else a byte loop.
-     * (The same lookup as the activation family's; one shared header would serve both.) */
-    #if defined(__AVX512BW__)
-    __attribute__((target("avx512f,avx512bw,avx512vbmi,bmi2")))
-    static void qops_norm_lut_vbmi(const uint8_t *x, uint8_t *out, ptrdiff_t n, const uint8_t *lut) {
-        const __m512i t0 = _mm512_loadu_si512((const void *)lut);
-        const __m512i t1 = _mm512_loadu_si512((const void *)(lut + 64));
-        const __m512i t2 = _mm512_loadu_si512((const void *)(lut + 128));
-        const __m512i t3 = _mm512_loadu_si512((const void *)(lut + 192));
-        ptrdiff_t i = 0;
-        for (; i + 64 <= n; i += 64) {
-            __m512i v = _mm512_loadu_si512((const void *)(x + i));
-            __m512i lo = _mm512_permutex2var_epi8(t0, v, t1);
-            __m512i hi = _mm512_permutex2var_epi8(t2, v, t3);
-            _mm512_storeu_si512((void *)(out + i), _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi));
-        }
-        if (i < n) {
-            __mmask64 m = _bzhi_u64(~0ULL, (unsigned)(n - i));
-            __m512i v = _mm512_maskz_loadu_epi8(m, x + i);
-            __m512i lo = _mm512_permutex2var_epi8(t0, v, t1);
-            __m512i hi = _mm512_permutex2var_epi8(t2, v, t3);
-            _mm512_mask_storeu_epi8(out + i, m, _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi));
-        }
-    }
-    static int qops_norm_have_vbmi(void) {
-        static int have = -1;
-        if (have < 0) {
-            __builtin_cpu_init();
-            have = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw")
-                   && __builtin_cpu_supports("bmi2");
-        }
-        return have;
-    }
-    #else
-    static int qops_norm_have_vbmi(void) { return 0; }
-    static void qops_norm_lut_vbmi(const uint8_t *x, uint8_t *out, ptrdiff_t n, const uint8_t *lut) {
-        for (ptrdiff_t i = 0; i < n; i++) out[i] = lut[x[i]];
-    }
-    #endif
-
     /* Exact sums of u = byte ^ flip and of u^2 over p[0:n]. Vector: psadbw sums bytes into
      * 64-bit lanes; pmaddwd squares zero-extended 16-bit pairs into 32-bit lanes, flushed to
      * 64 bits every 4096 steps (each lane gains <= 2 * 2 * 255^2 per step: no overflow). */
@@ -106,18 +64,22 @@ cdef extern from *:
         *ss_out = ss;
     }
     """
-    int qops_norm_have_vbmi() nogil
     void qops_norm_sums(const uint8_t* p, Py_ssize_t n, uint8_t flip, int64_t* s_out,
                         int64_t* ss_out) nogil
-    void qops_norm_lut_vbmi(const uint8_t* x, uint8_t* out, Py_ssize_t n, const uint8_t* lut) nogil
+
+cdef extern from "qops_lut.h" nogil:
+    void qops_lut_apply(const uint8_t *src, uint8_t *dst, Py_ssize_t n, const uint8_t *table)
+    int qops_lut_vectorized()
 
 DEF GRAIN = 16384         # elements per thread below which a second thread costs more than it gives
 DEF LUT_MIN = 512         # a 256-entry table pays for itself on rows at least this long
 
+LUT_VECTORIZED = bool(qops_lut_vectorized())   # runs the CPU check once, outside any prange
+
 
 cdef inline bint _use_lut(Py_ssize_t length) noexcept nogil:
     # Only where the lookup is vectorized: a byte loop is no faster than the float loop.
-    return length >= LUT_MIN and qops_norm_have_vbmi()
+    return length >= LUT_MIN and qops_lut_vectorized()
 
 
 cdef void _affine_row(const q8_t* x, q8_t* out, Py_ssize_t n, float a, float b, int32_t zp,
@@ -151,7 +113,7 @@ cdef void _batch_norm_rows(const q8_t[:, :, ::1] x, q8_t[:, :, ::1] out, const f
     for r in prange(nb * nc, schedule="static", num_threads=qops_threads_for(nb * nc * length, GRAIN)):
         c = r % nc
         if lut:
-            qops_norm_lut_vbmi(<const uint8_t*>&x[r // nc, c, 0], <uint8_t*>&out[r // nc, c, 0],
+            qops_lut_apply(<const uint8_t*>&x[r // nc, c, 0], <uint8_t*>&out[r // nc, c, 0],
                                length, &luts[c, 0])
         else:
             _affine_row(&x[r // nc, c, 0], &out[r // nc, c, 0], length, alpha[c], beta[c], zp,
@@ -161,7 +123,7 @@ cdef void _batch_norm_rows(const q8_t[:, :, ::1] x, q8_t[:, :, ::1] out, const f
 def batch_norm(x, alpha, beta, zero_point, output_zero_point, relu):
     """Per-channel fused affine: out = Q_vec(fma(alpha_c, f32(q - zp), beta_c)), optional relu."""
     x = np.ascontiguousarray(x)
-    out = np.empty(x.shape, dtype=x.dtype)
+    out = qops_empty(np, x.shape, x.dtype)
     info = np.iinfo(x.dtype)
     # relu clamps below at the output zero point: fold it into Q_vec's lower bound.
     lo = (0 if relu else info.min - output_zero_point)
@@ -222,7 +184,7 @@ cdef void _layer_norm_rows(const q8_t[:, ::1] x, q8_t[:, ::1] out, const float[:
 def layer_norm(x, weight, bias, scale, zero_point, eps, inv_output_scale, output_zero_point):
     """Normalize each row of `x` over its last axis, then an elementwise affine (Q_vec)."""
     x = np.ascontiguousarray(x)
-    out = np.empty(x.shape, dtype=x.dtype)
+    out = qops_empty(np, x.shape, x.dtype)
     n = x.shape[1]
     info = np.iinfo(x.dtype)
     # A missing weight/bias is 1/0: multiplying by 1 and adding +0 leave the float32 value
@@ -266,7 +228,7 @@ cdef void _group_norm_group(const q8_t* x, q8_t* out, Py_ssize_t cpg, Py_ssize_t
             for u in range(256):
                 table[u] = <uint8_t><q8_t>qops_q_vec((<float>(<int32_t>(<q8_t>u) - zp) - mean) * g + b[c],
                                                      inv, ozp, lo, hi)
-            qops_norm_lut_vbmi(<const uint8_t*>(x + c * length), <uint8_t*>(out + c * length),
+            qops_lut_apply(<const uint8_t*>(x + c * length), <uint8_t*>(out + c * length),
                                length, table)
         else:
             _group_norm_row(x + c * length, out + c * length, length, mean, g, b[c], zp, inv,
@@ -292,7 +254,7 @@ def group_norm(x, num_groups, weight, bias, scale, zero_point, eps, inv_output_s
                output_zero_point):
     """Normalize each (batch, group) of `x`, then a per-channel affine folded into r (Q_vec)."""
     x = np.ascontiguousarray(x)
-    out = np.empty(x.shape, dtype=x.dtype)
+    out = qops_empty(np, x.shape, x.dtype)
     c = x.shape[1]
     info = np.iinfo(x.dtype)
     w = np.ones(c, np.float32) if weight is None else np.ascontiguousarray(weight, np.float32)

@@ -132,7 +132,7 @@ def _split(shape, axis):
 def quantize_per_tensor(x, inv_scale, zero_point, dtype):
     """Quantize float32 `x` with one scale: Q_fma for 8-bit types, Q_leg for int32."""
     x = np.require(x, np.float32, "C")
-    out = np.empty(x.shape, dtype=dtype)
+    out = qops_empty(np, x.shape, dtype)
     info = np.iinfo(out.dtype)
     flat_x, flat_out = x.reshape(-1), out.reshape(-1)
     if out.dtype == np.uint8:
@@ -147,7 +147,7 @@ def quantize_per_tensor(x, inv_scale, zero_point, dtype):
 def quantize_per_channel(x, inv_scales, zero_points, axis, dtype):
     """Quantize float32 `x` with one scale per index of `axis` (Q_leg)."""
     x = np.require(x, np.float32, "C")
-    out = np.empty(x.shape, dtype=dtype)
+    out = qops_empty(np, x.shape, dtype)
     info = np.iinfo(out.dtype)
     shape3 = _split(x.shape, axis)
     inv = np.ascontiguousarray(inv_scales, dtype=np.float32)
@@ -164,7 +164,7 @@ def quantize_per_channel(x, inv_scales, zero_points, axis, dtype):
 def dequantize_per_tensor(q, scale, zero_point):
     """Dequantize integer `q` with one float32 scale (D_sc); float32 result."""
     q = np.require(q, requirements="C")
-    out = np.empty(q.shape, dtype=np.float32)
+    out = qops_empty(np, q.shape, np.float32)
     if q.dtype == np.uint8:
         _d_sc_flat[uint8_t](q.reshape(-1), out.reshape(-1), scale, zero_point)
     elif q.dtype == np.int8:
@@ -177,7 +177,7 @@ def dequantize_per_tensor(q, scale, zero_point):
 def dequantize_per_channel(q, scales, zero_points, axis):
     """Dequantize integer `q` per channel of `axis` with float64 scales (D_pc)."""
     q = np.require(q, requirements="C")
-    out = np.empty(q.shape, dtype=np.float32)
+    out = qops_empty(np, q.shape, np.float32)
     shape3 = _split(q.shape, axis)
     sc = np.ascontiguousarray(scales, dtype=np.float64)
     zp = np.ascontiguousarray(zero_points, dtype=np.int32)
@@ -196,7 +196,7 @@ def requantize_per_tensor(q, scale, zero_point, inv_out_scale, out_zero_point, d
     if q.dtype != np.dtype(dtype) or q.dtype == np.int32:
         return quantize_per_tensor(dequantize_per_tensor(q, scale, zero_point),
                                    inv_out_scale, out_zero_point, dtype)
-    out = np.empty(q.shape, dtype=dtype)
+    out = qops_empty(np, q.shape, dtype)
     info = np.iinfo(out.dtype)
     if q.dtype == np.uint8:
         _requant_flat[uint8_t](q.reshape(-1), out.reshape(-1), scale, zero_point,

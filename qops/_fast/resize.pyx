@@ -59,7 +59,7 @@ def upsample_nearest(x, out_size, ratios, exact):
     """Nearest-neighbour resize: a gather of raw values."""
     x = np.ascontiguousarray(x)
     shape = x.shape[:2] + tuple(out_size)
-    out = np.empty(shape, dtype=x.dtype)
+    out = qops_empty(np, shape, x.dtype)
     if out.size == 0:
         return out
     di, hi, wi = (_nearest_index(o, L, r, exact) for o, L, r in zip(out_size, x.shape[2:], ratios))
@@ -172,7 +172,7 @@ def upsample_bilinear(x, out_size, ratios, align_corners, zero_point):
     x = np.ascontiguousarray(x)
     n, c, _, H, W = x.shape
     OH, OW = out_size[1], out_size[2]
-    out = np.empty((n, c, 1, OH, OW), dtype=x.dtype)
+    out = qops_empty(np, (n, c, 1, OH, OW), x.dtype)
     if out.size == 0:
         return out
     h0, h1, l1, l0 = _linear_source(OH, H, ratios[1], align_corners)

@@ -65,8 +65,11 @@ def _bool(v, argname):
 
 
 def _clamp(input, lo, hi, inplace):
-    data = _kernels().clamp_raw(input._int, lo, hi)
-    return _finish(input, data, inplace)
+    q = input._int
+    if inplace and q.flags.c_contiguous and q.flags.writeable:
+        _kernels().clamp_raw(q, lo, hi, out=q)      # in one pass, without a temporary
+        return input
+    return _finish(input, _kernels().clamp_raw(q, lo, hi), inplace)
 
 
 def relu(input, inplace=False):

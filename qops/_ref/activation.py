@@ -64,15 +64,20 @@ def tanh_y(x):
 
 # -- kernels ----------------------------------------------------------------------------------
 
-def clamp_raw(q, lo, hi):
+def clamp_raw(q, lo, hi, out=None):
     """min(max(q, lo), hi) on raw values (relu, relu6, hardtanh, clamp).
 
     Parameters
     ----------
     q : uint8 or int8 ndarray
     lo, hi : int, raw bounds (already in the dtype's range)
+    out : None, or a C-contiguous array of q's shape and dtype to write into (may be q itself)
     """
-    return np.asarray(np.minimum(np.maximum(q, q.dtype.type(lo)), q.dtype.type(hi)))
+    result = np.minimum(np.maximum(q, q.dtype.type(lo)), q.dtype.type(hi))
+    if out is None:
+        return np.asarray(result)
+    out[...] = result
+    return out
 
 
 def leaky_relu(q, scale, zero_point, negative_slope, out_inv_scale, out_zero_point):

@@ -1,12 +1,13 @@
 /* 256-entry byte lookup table applied to a byte array: the fast path of every element-wise
- * map of 8-bit raw values (activation and arith families).
+ * map of 8-bit raw values (activation, arith, norm: whatever an op computes per raw byte,
+ * it computes 256 times into a table, then looks every element up).
  *
  * On CPUs with AVX512-VBMI (the avx512 build checks at run time) two vpermi2b look up the
  * low and high halves of the table for 64 bytes at once and the index's top bit picks
  * between them; elsewhere a plain unrolled byte loop. Both give the same bytes.
  */
-#ifndef QOPS_ACTIVATION_LUT_H
-#define QOPS_ACTIVATION_LUT_H
+#ifndef QOPS_LUT_H
+#define QOPS_LUT_H
 #include <stddef.h>
 #include <stdint.h>
 #if defined(__AVX512BW__)
@@ -25,7 +26,7 @@ static inline void qops_lut_scalar(const uint8_t *src, uint8_t *dst, ptrdiff_t n
 }
 
 #if defined(__AVX512BW__)
-__attribute__((target("avx512f,avx512bw,avx512vbmi")))
+__attribute__((target("avx512f,avx512bw,avx512vbmi,bmi2")))
 static void qops_lut_vbmi(const uint8_t *src, uint8_t *dst, ptrdiff_t n, const uint8_t *table) {
     const __m512i t0 = _mm512_loadu_si512((const void *)table);
     const __m512i t1 = _mm512_loadu_si512((const void *)(table + 64));
@@ -53,7 +54,8 @@ static int qops_have_vbmi(void) {
     static int have = -1;
     if (have < 0) {
         __builtin_cpu_init();
-        have = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw");
+        have = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw")
+               && __builtin_cpu_supports("bmi2");
     }
     return have;
 }
@@ -78,5 +80,25 @@ static inline int qops_lut_vectorized(void) {
 #else
     return 0;
 #endif
+}
+
+/* The same lookup split into `threads` contiguous 64-byte-aligned chunks, one per OpenMP
+ * thread (a header-level parallel loop, so every family shares it). */
+static void qops_lut_apply_threads(const uint8_t *src, uint8_t *dst, ptrdiff_t n,
+                                   const uint8_t *table, int threads) {
+    (void)qops_lut_vectorized();   /* the one-time CPU check runs here, not racing in threads */
+    if (threads <= 1 || n < 2 * 64) {
+        qops_lut_apply(src, dst, n, table);
+        return;
+    }
+    ptrdiff_t chunk = ((n + threads - 1) / threads + 63) & ~(ptrdiff_t)63;
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) num_threads(threads)
+#endif
+    for (int t = 0; t < threads; t++) {
+        ptrdiff_t start = (ptrdiff_t)t * chunk;
+        if (start < n)
+            qops_lut_apply(src + start, dst + start, n - start < chunk ? n - start : chunk, table);
+    }
 }
 #endif
