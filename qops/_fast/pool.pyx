@@ -16,6 +16,120 @@ from qops._fast._common cimport *
 
 DEF GRAIN = 32768         # input elements read per thread below which one thread is enough
 
+cdef extern from "pool_simd.h" nogil:
+    ctypedef struct qp_geom:
+        Py_ssize_t D, H, W, OD, OH, OW
+        Py_ssize_t kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW
+    int QP_MAX_ROWS
+    int qp_simd_ok(const qp_geom* g)
+    void qp_max_rows(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t g0,
+                     Py_ssize_t g1, int sgn)
+    void qp_avg_rows(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t g0,
+                     Py_ssize_t g1, const int32_t* cls, const int32_t* zt, const float* mt,
+                     float zp, int32_t qmin, int32_t qmax, int sgn)
+
+
+cdef void* _ptr(a, bint writable=False):
+    # data pointer of a C-contiguous array (the array outlives the released view)
+    cdef Py_buffer b
+    PyObject_GetBuffer(a, &b, PyBUF_SIMPLE | (PyBUF_WRITABLE if writable else 0))
+    cdef void* p = b.buf
+    PyBuffer_Release(&b)
+    return p
+
+
+cdef qp_geom _geom(x, out, kernel_size, stride, padding, dilation):
+    cdef qp_geom g
+    g.D, g.H, g.W = x.shape[2], x.shape[3], x.shape[4]
+    g.OD, g.OH, g.OW = out.shape[2], out.shape[3], out.shape[4]
+    g.kD, g.kH, g.kW = kernel_size
+    g.sD, g.sH, g.sW = stride
+    g.pD, g.pH, g.pW = padding
+    g.dD, g.dH, g.dW = dilation
+    return g
+
+
+cdef void _simd_split(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t rows,
+                      const int32_t* cls, const int32_t* zt, const float* mt, float zp,
+                      int32_t qmin, int32_t qmax, int sgn, bint avg, int nt) noexcept nogil:
+    # one contiguous range of output rows per thread: the kernels' per-call cost stays tiny
+    cdef Py_ssize_t t
+    if nt <= 1:
+        if avg:
+            qp_avg_rows(x, out, g, 0, rows, cls, zt, mt, zp, qmin, qmax, sgn)
+        else:
+            qp_max_rows(x, out, g, 0, rows, sgn)
+        return
+    for t in prange(nt, schedule="static", num_threads=nt):
+        if avg:
+            qp_avg_rows(x, out, g, rows * t // nt, rows * (t + 1) // nt, cls, zt, mt, zp,
+                        qmin, qmax, sgn)
+        else:
+            qp_max_rows(x, out, g, rows * t // nt, rows * (t + 1) // nt, sgn)
+
+
+cdef void _axis_counts(Py_ssize_t O, Py_ssize_t s, Py_ssize_t p, Py_ssize_t k, Py_ssize_t L,
+                       int64_t* size, int64_t* pool) noexcept nogil:
+    # as _window_counts: window start o*s - p, end min(start + k, L + p), clipped to [0, L)
+    cdef Py_ssize_t o, a, b
+    for o in range(O):
+        a = o * s - p
+        b = min(a + k, L + p)
+        pool[o] = b - a
+        size[o] = min(b, L) - max(a, 0)
+
+
+def _avg_tables(out_size, stride, padding, kernel_size, in_size, bint cip, int64_t div_o,
+                int64_t zp):
+    """Row classes of an average pool: cls[od*OH + oh] indexes rows of zt = size*zp and
+    mt = f32(1.0 / div) over ow; consecutive output rows with the same D*H window counts share
+    a class (only edge rows differ), so the tables stay small and cost O(classes * OW)."""
+    cdef Py_ssize_t OD = out_size[0], OH = out_size[1], OW = out_size[2]
+    cdef Py_ssize_t od, oh, ow, n = 0, r
+    cdef int64_t vs, vp, ls = -1, lp = -1, dv
+    cdef int64_t* cnt = <int64_t*>malloc(2 * (OD + OH + OW) * sizeof(int64_t))
+    if cnt == NULL:
+        raise MemoryError()
+    cdef int64_t* ds = cnt
+    cdef int64_t* dp = cnt + OD
+    cdef int64_t* hs = cnt + 2 * OD
+    cdef int64_t* hp = hs + OH
+    cdef int64_t* ws = hs + 2 * OH
+    cdef int64_t* wp = ws + OW
+    _axis_counts(OD, stride[0], padding[0], kernel_size[0], in_size[0], ds, dp)
+    _axis_counts(OH, stride[1], padding[1], kernel_size[1], in_size[1], hs, hp)
+    _axis_counts(OW, stride[2], padding[2], kernel_size[2], in_size[2], ws, wp)
+    cls = np.empty(OD * OH, np.int32)
+    cdef int32_t[::1] c = cls
+    for od in range(OD):
+        for oh in range(OH):
+            vs = ds[od] * hs[oh]
+            vp = dp[od] * hp[oh]
+            if vs != ls or vp != lp:
+                n += 1
+                ls, lp = vs, vp
+            c[od * OH + oh] = <int32_t>(n - 1)
+    zt = np.empty((n, OW), np.int32)
+    mt = np.empty((n, OW), np.float32)
+    cdef int32_t[:, ::1] z = zt
+    cdef float[:, ::1] m = mt
+    r = -1
+    ls = lp = -1
+    for od in range(OD):
+        for oh in range(OH):
+            vs = ds[od] * hs[oh]
+            vp = dp[od] * hp[oh]
+            if vs == ls and vp == lp:
+                continue
+            ls, lp = vs, vp
+            r += 1
+            for ow in range(OW):
+                dv = div_o if div_o else (vp * wp[ow] if cip else vs * ws[ow])
+                z[r, ow] = <int32_t>(vs * ws[ow] * zp)
+                m[r, ow] = <float>(1.0 / <double>dv)          # f32(1.0 / div)
+    free(cnt)
+    return cls, zt, mt
+
 
 def _lowest(dtype):
     return int(np.iinfo(dtype).min)
@@ -167,6 +281,12 @@ def max_pool(x, kernel_size, stride, padding, dilation, out_size, with_indices):
                           else x.size + out.size * kW, GRAIN)
     if out.size == 0:
         return (out, np.zeros(shape, np.int64)) if with_indices else out
+    cdef qp_geom g = _geom(x, out, kernel_size, stride, padding, dilation)
+    if (not with_indices and x.dtype != np.int32 and qp_simd_ok(&g)
+            and kD * kH <= QP_MAX_ROWS and kW <= QP_MAX_ROWS):
+        _simd_split(<const uint8_t*>_ptr(x), <uint8_t*>_ptr(out, True), &g,
+                    out.size // OW, NULL, NULL, NULL, 0, 0, 0, x.dtype == np.int8, False, nt)
+        return out
     if with_indices:
         index = np.empty(shape, dtype=np.int64)
         if x.dtype == np.uint8:
@@ -262,14 +382,6 @@ cdef void _avg_planes(const q8_t[:, :, :, :, ::1] x, q8_t[:, :, :, :, ::1] out,
         free(sums)
 
 
-def _window_counts(out_len, stride, pad, kernel, length):
-    start = np.arange(out_len) * stride - pad
-    end = np.minimum(start + kernel, length + pad)
-    pool = end - start
-    size = np.minimum(end, length) - np.maximum(start, 0)
-    return size.astype(np.int64), pool.astype(np.int64)
-
-
 def avg_pool(x, kernel_size, stride, padding, out_size, count_include_pad, divisor_override,
              zero_point):
     """Average pool: exact integer window sums, requantized as PyTorch's NCHW avg_pool2d."""
@@ -279,26 +391,28 @@ def avg_pool(x, kernel_size, stride, padding, out_size, count_include_pad, divis
     out = np.empty(shape, dtype=x.dtype)
     if out.size == 0:
         return out
-    info = np.iinfo(x.dtype)
+    cdef int32_t qmin = -128 if x.dtype == np.int8 else 0
+    cdef int32_t qmax = 127 if x.dtype == np.int8 else 255
     OW = shape[4]
-    Wp = max(x.shape[4] + 2 * pW, (OW - 1) * sW + kW)
-    (ds, dp), (hs, hp), (ws, wp) = (_window_counts(o, st, pd, k, L) for o, st, pd, k, L in
-                                    zip(out_size, stride, padding, kernel_size, x.shape[2:]))
-    size = ds[:, None, None] * hs[None, :, None] * ws[None, None, :]
-    pool = dp[:, None, None] * hp[None, :, None] * wp[None, None, :]
-    if divisor_override:
-        div = np.full(size.shape, divisor_override, np.int64)
-    else:
-        div = pool if count_include_pad else size
-    mult = (1.0 / div.astype(np.float64)).astype(np.float32)        # f32(1.0 / div)
-    szp = (size * zero_point).astype(np.int32)
+    cls, zt, mt = _avg_tables(out_size, stride, padding, kernel_size, x.shape[2:],
+                              count_include_pad, divisor_override, zero_point)
     nt = qops_threads_for(x.size * kD + out.size * kW, GRAIN)
+    cdef qp_geom g = _geom(x, out, kernel_size, stride, padding, (1, 1, 1))
+    if qp_simd_ok(&g) and kD * kH <= QP_MAX_ROWS and kW <= QP_MAX_ROWS and kD * kH * kW <= 256:
+        # 16-bit window sums are exact up to 256 taps (see pool_simd.h)
+        _simd_split(<const uint8_t*>_ptr(x), <uint8_t*>_ptr(out, True), &g, out.size // OW,
+                    <const int32_t*>_ptr(cls), <const int32_t*>_ptr(zt), <const float*>_ptr(mt),
+                    <float>zero_point, qmin, qmax, x.dtype == np.int8, True, nt)
+        return out
+    Wp = max(x.shape[4] + 2 * pW, (OW - 1) * sW + kW)
+    mult = mt[cls].reshape(shape[2:])
+    szp = zt[cls].reshape(shape[2:])
     if x.dtype == np.uint8:
         _avg_planes[uint8_t](x, out, kD, kH, kW, sD, sH, sW, pD, pH, pW, Wp, mult, szp,
-                             zero_point, info.min, info.max, nt)
+                             zero_point, qmin, qmax, nt)
     else:
         _avg_planes[int8_t](x, out, kD, kH, kW, sD, sH, sW, pD, pH, pW, Wp, mult, szp,
-                            zero_point, info.min, info.max, nt)
+                            zero_point, qmin, qmax, nt)
     return out
 
 

@@ -1,0 +1,522 @@
+/* Vector kernels of the 8-bit max and average pools (see pool.pyx for the scalar paths).
+ *
+ * Each call handles a range [g0, g1) of global output rows (plane-major over N*C*OD*OH),
+ * so the caller splits the rows once per thread and the per-row cost is a few dozen
+ * instructions. Every window is computed straight from the input rows: the W taps are
+ * unaligned loads at their offsets, so neither a padded row buffer nor a horizontal pass
+ * exists. Rows shorter than a vector and row tails are the point: AVX-512 covers them with
+ * masked loads (lanes outside [0, W) are not read, so padding costs nothing) and masked
+ * stores; AVX2 runs whole vectors over the interior columns (the last one overlapping the
+ * previous, which is idempotent) and the scalar window formula on the edges.
+ *
+ * Stride 2 reads two input bytes per output in 16-bit lanes: the low byte is tap k, the high
+ * byte tap k+1, so one load serves two taps (max: low vs high byte; sum: pmaddubsw with
+ * weights 1,1 or 1,0). Average sums stay in 16-bit lanes, exact for windows of at most 256
+ * taps (255 * 256 < 65536 unsigned, -128 * 256 >= -32768 signed); the caller checks.
+ * Requantization is the scalar formula 16 lanes at a time: t = f32(sum - size*zp) * m;
+ * out = clamp(rint(t + f32(zp))) with separate multiply and add and round half to even
+ * (cvtps2dq under the default rounding mode), so every ISA gives the reference's bits.
+ */
+#ifndef QOPS_POOL_SIMD_H
+#define QOPS_POOL_SIMD_H
+#include <stdint.h>
+#include <stddef.h>
+#include <math.h>
+#include <stdlib.h>
+#if defined(__AVX2__) || defined(__AVX512BW__)
+#include <immintrin.h>
+#endif
+
+#if defined(__AVX512BW__)
+#define QP_SIMD 2
+#elif defined(__AVX2__)
+#define QP_SIMD 1
+#else
+#define QP_SIMD 0
+#endif
+
+#define QP_ALWAYS static inline __attribute__((always_inline))
+
+/* Geometry of one pool call, shared by every row. */
+typedef struct {
+    ptrdiff_t D, H, W, OD, OH, OW;
+    ptrdiff_t kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW;
+} qp_geom;
+
+/* 1 if the vector kernels of this build handle the geometry (else the caller's scalar path). */
+static inline int qp_simd_ok(const qp_geom *g) {
+    return QP_SIMD > 0 && (g->sW == 1 || g->sW == 2);
+}
+
+/* Input row pointers of every valid (kd, kh) tap of output row (od, oh); returns their count. */
+static inline int qp_rows(const qp_geom *g, const uint8_t *plane, ptrdiff_t od, ptrdiff_t oh,
+                          const uint8_t **rows) {
+    int n = 0;
+    for (ptrdiff_t kd = 0; kd < g->kD; kd++) {
+        ptrdiff_t idd = od * g->sD - g->pD + kd * g->dD;
+        if (idd < 0 || idd >= g->D) continue;
+        for (ptrdiff_t kh = 0; kh < g->kH; kh++) {
+            ptrdiff_t ih = oh * g->sH - g->pH + kh * g->dH;
+            if (ih < 0 || ih >= g->H) continue;
+            rows[n++] = plane + (idd * g->H + ih) * g->W;
+        }
+    }
+    return n;
+}
+
+/* The scalar window of output ow over the given rows (edges of the AVX2 path). */
+QP_ALWAYS int qp_max1(const uint8_t *const *rows, int nr, const qp_geom *g, ptrdiff_t ow,
+                      int sgn) {
+    int best = sgn ? -128 : 0;
+    for (int r = 0; r < nr; r++)
+        for (ptrdiff_t k = 0; k < g->kW; k++) {
+            ptrdiff_t iw = ow * g->sW - g->pW + k * g->dW;
+            if (iw < 0 || iw >= g->W) continue;
+            int v = sgn ? (int)((const int8_t *)rows[r])[iw] : (int)rows[r][iw];
+            if (v > best) best = v;
+        }
+    return best;
+}
+
+QP_ALWAYS int32_t qp_sum1(const uint8_t *const *rows, int nr, const qp_geom *g, ptrdiff_t ow,
+                          int sgn) {
+    int32_t s = 0;
+    for (int r = 0; r < nr; r++)
+        for (ptrdiff_t k = 0; k < g->kW; k++) {
+            ptrdiff_t iw = ow * g->sW - g->pW + k;
+            if (iw < 0 || iw >= g->W) continue;
+            s += sgn ? (int32_t)((const int8_t *)rows[r])[iw] : (int32_t)rows[r][iw];
+        }
+    return s;
+}
+
+QP_ALWAYS uint8_t qp_requant1(int32_t s, int32_t z, float m, float zpf, int32_t qmin,
+                              int32_t qmax) {
+    float t = (float)(s - z) * m;
+    float u = rintf(t + zpf);
+    int32_t q = (int32_t)u;
+    q = q < qmin ? qmin : q;
+    q = q > qmax ? qmax : q;
+    return (uint8_t)q;
+}
+
+/* Columns [lo, hi) of outputs whose every tap lies inside the row: the vector chunks of the
+ * AVX2 path read `span` bytes from ow*sW - pW + k (k < kW taps), all inside [0, W). */
+static inline void qp_interior(const qp_geom *g, ptrdiff_t dil, ptrdiff_t span, ptrdiff_t vec,
+                               ptrdiff_t *lo, ptrdiff_t *hi) {
+    ptrdiff_t a = (g->pW + g->sW - 1) / g->sW;
+    /* last chunk start c: c*sW - pW + (kW-1)*dil + span <= W */
+    ptrdiff_t lim = g->W + g->pW - (g->kW - 1) * dil - span;
+    ptrdiff_t c = lim < 0 ? -1 : lim / g->sW;
+    ptrdiff_t b = c + vec;                      /* exclusive end of the last chunk */
+    if (b > g->OW) b = g->OW;
+    if (c < a || b - a < vec) { *lo = 0; *hi = 0; return; }
+    *lo = a;
+    *hi = b;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+#if QP_SIMD == 2
+
+/* Lanes j with lo <= j < hi of a 64-lane vector. */
+QP_ALWAYS __mmask64 qp_m64(ptrdiff_t lo, ptrdiff_t hi) {
+    if (lo < 0) lo = 0;
+    if (hi > 64) hi = 64;
+    if (hi <= lo) return 0;
+    return _bzhi_u64(~0ULL, (unsigned)hi) & ~_bzhi_u64(~0ULL, (unsigned)lo);
+}
+
+QP_ALWAYS __m512i qp_vmax(__m512i a, __mmask64 m, __m512i v, int sgn) {
+    return sgn ? _mm512_mask_max_epi8(a, m, a, v) : _mm512_mask_max_epu8(a, m, a, v);
+}
+
+/* Low bytes of the 16-bit lanes of a (outputs 0..31) and b (32..63), in order. */
+QP_ALWAYS __m512i qp_even(__m512i a, __m512i b) {
+    const __m512i lo = _mm512_set1_epi16(0xFF);
+    __m512i p = _mm512_packus_epi16(_mm512_and_si512(a, lo), _mm512_and_si512(b, lo));
+    return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), p);
+}
+
+/* Load masks of every (chunk, load) of a row, the same for all rows of a call: chunk c
+ * covers outputs [c*cw, c*cw + cw), load j reads `halves` vectors of 64 bytes (32 when
+ * cw*sW == 32) from c*cw*sW - pW + off[j]. Lanes outside [0, W) are masked out. */
+static __mmask64 *qp_masks(const qp_geom *g, ptrdiff_t cw, int halves, const ptrdiff_t *off,
+                           int nl, ptrdiff_t *nchunks) {
+    ptrdiff_t nc = (g->OW + cw - 1) / cw;
+    __mmask64 *t = (__mmask64 *)malloc((size_t)(nc * nl * halves + 1) * sizeof(__mmask64));
+    if (!t) return NULL;
+    for (ptrdiff_t c = 0; c < nc; c++)
+        for (int j = 0; j < nl; j++)
+            for (int h = 0; h < halves; h++) {
+                ptrdiff_t b = c * cw * g->sW - g->pW + off[j] + 64 * h;
+                t[(c * nl + j) * halves + h] = qp_m64(-b, g->W - b);
+            }
+    *nchunks = nc;
+    return t;
+}
+
+/* Loads of a row: max pools with stride 2 and dilation 1 read taps k, k+1 in one load
+ * (pair[j] = 1), every other case one tap per load. Returns the count. */
+static int qp_loads(const qp_geom *g, int pairs, ptrdiff_t *off, int *pair) {
+    int n = 0;
+    for (ptrdiff_t k = 0; k < g->kW; k += pairs ? 2 : 1) {
+        off[n] = k * (pairs ? 1 : g->dW);
+        pair[n] = pairs && k + 1 < g->kW;
+        n++;
+    }
+    return n;
+}
+
+/* 64 maxima of chunk outputs ow0.. of one row, stride 1 (nl constant when common). */
+QP_ALWAYS __m512i qp_max_chunk1(const uint8_t *const *rows, int nr, ptrdiff_t b0,
+                                const __mmask64 *mt, const ptrdiff_t *off, int nl, int sgn) {
+    __m512i acc = _mm512_set1_epi8(sgn ? (char)0x80 : 0);
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *q = rows[r] + b0;
+        for (int j = 0; j < nl; j++)
+            acc = qp_vmax(acc, mt[j], _mm512_maskz_loadu_epi8(mt[j], q + off[j]), sgn);
+    }
+    return acc;
+}
+
+/* The same for stride 2: loads j with pair[j] carry taps k, k+1 in the low and high bytes. */
+QP_ALWAYS __m512i qp_max_chunk2(const uint8_t *const *rows, int nr, ptrdiff_t b0, int two,
+                                const __mmask64 *mt, const ptrdiff_t *off, const int *pair,
+                                int nl, int sgn) {
+    const __m512i low = _mm512_set1_epi8(sgn ? (char)0x80 : 0);
+    __m512i p0 = low, p1 = low, s0 = low, s1 = low;
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *q = rows[r] + b0;
+        for (int j = 0; j < nl; j++) {
+            __mmask64 m0 = mt[2 * j], m1 = mt[2 * j + 1];
+            __m512i v0 = _mm512_maskz_loadu_epi8(m0, q + off[j]);
+            if (pair[j]) p0 = qp_vmax(p0, m0, v0, sgn);
+            else s0 = qp_vmax(s0, m0, v0, sgn);
+            if (two) {
+                __m512i v1 = _mm512_maskz_loadu_epi8(m1, q + off[j] + 64);
+                if (pair[j]) p1 = qp_vmax(p1, m1, v1, sgn);
+                else s1 = qp_vmax(s1, m1, v1, sgn);
+            }
+        }
+    }
+    /* tap k+1 sits in the high byte of the pair lanes; only low bytes are kept */
+    s0 = qp_vmax(s0, ~0ULL, qp_vmax(p0, ~0ULL, _mm512_srli_epi16(p0, 8), sgn), sgn);
+    s1 = qp_vmax(s1, ~0ULL, qp_vmax(p1, ~0ULL, _mm512_srli_epi16(p1, 8), sgn), sgn);
+    return qp_even(s0, s1);
+}
+
+QP_ALWAYS void qp_max_row(const uint8_t *const *rows, int nr, const qp_geom *g, uint8_t *o,
+                          const __mmask64 *mt, const ptrdiff_t *off, const int *pair, int nl,
+                          ptrdiff_t nc, int sgn) {
+    const ptrdiff_t OW = g->OW, pW = g->pW;
+    if (g->sW == 1) {
+        for (ptrdiff_t c = 0; c < nc; c++, mt += nl) {
+            ptrdiff_t ow0 = c * 64, n = OW - ow0 < 64 ? OW - ow0 : 64;
+            __m512i v = nl == 2 ? qp_max_chunk1(rows, nr, ow0 - pW, mt, off, 2, sgn)
+                      : nl == 3 ? qp_max_chunk1(rows, nr, ow0 - pW, mt, off, 3, sgn)
+                      : qp_max_chunk1(rows, nr, ow0 - pW, mt, off, nl, sgn);
+            _mm512_mask_storeu_epi8(o + ow0, _bzhi_u64(~0ULL, (unsigned)n), v);
+        }
+        return;
+    }
+    for (ptrdiff_t c = 0; c < nc; c++, mt += 2 * nl) {
+        ptrdiff_t ow0 = c * 64, n = OW - ow0 < 64 ? OW - ow0 : 64;
+        ptrdiff_t b0 = 2 * ow0 - pW;
+        __m512i v;
+        if (n > 32)
+            v = nl == 1 ? qp_max_chunk2(rows, nr, b0, 1, mt, off, pair, 1, sgn)
+              : nl == 2 ? qp_max_chunk2(rows, nr, b0, 1, mt, off, pair, 2, sgn)
+              : qp_max_chunk2(rows, nr, b0, 1, mt, off, pair, nl, sgn);
+        else
+            v = nl == 1 ? qp_max_chunk2(rows, nr, b0, 0, mt, off, pair, 1, sgn)
+              : nl == 2 ? qp_max_chunk2(rows, nr, b0, 0, mt, off, pair, 2, sgn)
+              : qp_max_chunk2(rows, nr, b0, 0, mt, off, pair, nl, sgn);
+        _mm512_mask_storeu_epi8(o + ow0, _bzhi_u64(~0ULL, (unsigned)n), v);
+    }
+}
+
+/* 32 window sums (16-bit lanes) of chunk outputs ow0.. of one row; mt: the chunk's masks.
+ * Called with a constant nl for the common windows, so the load loop unrolls. */
+QP_ALWAYS __m512i qp_sum_chunk(const uint8_t *const *rows, int nr, const qp_geom *g,
+                               ptrdiff_t ow0, const __mmask64 *mt, const ptrdiff_t *off, int nl,
+                               int sgn) {
+    __m512i acc = _mm512_setzero_si512();
+    if (g->sW == 1) {
+        for (int r = 0; r < nr; r++) {
+            const uint8_t *q = rows[r] + (ow0 - g->pW);
+            for (int j = 0; j < nl; j++) {
+                __m256i v = _mm256_maskz_loadu_epi8((__mmask32)mt[j], q + off[j]);
+                acc = _mm512_add_epi16(acc, sgn ? _mm512_cvtepi8_epi16(v) : _mm512_cvtepu8_epi16(v));
+            }
+        }
+        return acc;
+    }
+    const __m512i w11 = _mm512_set1_epi16(0x0101), w10 = _mm512_set1_epi16(0x0001);
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *q = rows[r] + (2 * ow0 - g->pW);
+        for (int j = 0; j < nl; j++) {
+            __m512i w = off[j] + 1 < g->kW ? w11 : w10;
+            __m512i v = _mm512_maskz_loadu_epi8(mt[j], q + off[j]);
+            acc = _mm512_add_epi16(acc, sgn ? _mm512_maddubs_epi16(w, v) : _mm512_maddubs_epi16(v, w));
+        }
+    }
+    return acc;
+}
+
+/* out[0..n) = requantized 16 sums (int32 lanes). */
+QP_ALWAYS void qp_requant16(__m512i s, const int32_t *z, const float *m, uint8_t *o, __mmask16 k,
+                            __m512 zpf, __m512i qmin, __m512i qmax) {
+    __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_maskz_loadu_epi32(k, z))),
+                             _mm512_maskz_loadu_ps(k, m));
+    __m512i q = _mm512_cvtps_epi32(_mm512_add_ps(t, zpf));
+    q = _mm512_min_epi32(_mm512_max_epi32(q, qmin), qmax);
+    _mm_mask_storeu_epi8(o, k, _mm512_cvtepi32_epi8(q));
+}
+
+QP_ALWAYS void qp_avg_row(const uint8_t *const *rows, int nr, const qp_geom *g, uint8_t *o,
+                          const int32_t *z, const float *mul, float zp, int32_t qmin,
+                          int32_t qmax, const __mmask64 *mt, const ptrdiff_t *off, int nl,
+                          ptrdiff_t nc, int sgn) {
+    const __m512 zpf = _mm512_set1_ps(zp);
+    const __m512i lo = _mm512_set1_epi32(qmin), hi = _mm512_set1_epi32(qmax);
+    for (ptrdiff_t c = 0; c < nc; c++, mt += nl) {
+        ptrdiff_t ow0 = c * 32, n = g->OW - ow0 < 32 ? g->OW - ow0 : 32;
+        __m512i acc = nl == 1 ? qp_sum_chunk(rows, nr, g, ow0, mt, off, 1, sgn)
+                    : nl == 2 ? qp_sum_chunk(rows, nr, g, ow0, mt, off, 2, sgn)
+                    : nl == 3 ? qp_sum_chunk(rows, nr, g, ow0, mt, off, 3, sgn)
+                    : qp_sum_chunk(rows, nr, g, ow0, mt, off, nl, sgn);
+        __m256i a0 = _mm512_castsi512_si256(acc), a1 = _mm512_extracti64x4_epi64(acc, 1);
+        __mmask32 km = _bzhi_u32(~0U, (unsigned)n);
+        qp_requant16(sgn ? _mm512_cvtepi16_epi32(a0) : _mm512_cvtepu16_epi32(a0), z + ow0,
+                     mul + ow0, o + ow0, (__mmask16)km, zpf, lo, hi);
+        if (n > 16)
+            qp_requant16(sgn ? _mm512_cvtepi16_epi32(a1) : _mm512_cvtepu16_epi32(a1),
+                         z + ow0 + 16, mul + ow0 + 16, o + ow0 + 16, (__mmask16)(km >> 16),
+                         zpf, lo, hi);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+#elif QP_SIMD == 1
+
+QP_ALWAYS __m256i qp_vmax(__m256i a, __m256i v, int sgn) {
+    return sgn ? _mm256_max_epi8(a, v) : _mm256_max_epu8(a, v);
+}
+
+/* 32 outputs of a row from ow0 (every tap inside the row: see qp_interior). */
+QP_ALWAYS __m256i qp_max_chunk(const uint8_t *const *rows, int nr, const qp_geom *g,
+                               ptrdiff_t ow0, int sgn) {
+    const ptrdiff_t kW = g->kW, pW = g->pW, dW = g->dW;
+    __m256i low = _mm256_set1_epi8(sgn ? (char)0x80 : 0);
+    if (g->sW == 1) {
+        __m256i acc = low;
+        for (ptrdiff_t k = 0; k < kW; k++) {
+            ptrdiff_t b = ow0 - pW + k * dW;
+            for (int r = 0; r < nr; r++)
+                acc = qp_vmax(acc, _mm256_loadu_si256((const __m256i *)(rows[r] + b)), sgn);
+        }
+        return acc;
+    }
+    const ptrdiff_t step = dW == 1 ? 2 : 1;
+    __m256i p0 = low, p1 = low, s0 = low, s1 = low;
+    for (ptrdiff_t k = 0; k < kW; k += step) {
+        ptrdiff_t b = 2 * ow0 - pW + k * dW;
+        if (step == 2 && k + 1 < kW) {
+            for (int r = 0; r < nr; r++) {
+                p0 = qp_vmax(p0, _mm256_loadu_si256((const __m256i *)(rows[r] + b)), sgn);
+                p1 = qp_vmax(p1, _mm256_loadu_si256((const __m256i *)(rows[r] + b + 32)), sgn);
+            }
+        } else {
+            for (int r = 0; r < nr; r++) {
+                s0 = qp_vmax(s0, _mm256_loadu_si256((const __m256i *)(rows[r] + b)), sgn);
+                s1 = qp_vmax(s1, _mm256_loadu_si256((const __m256i *)(rows[r] + b + 32)), sgn);
+            }
+        }
+    }
+    s0 = qp_vmax(s0, qp_vmax(p0, _mm256_srli_epi16(p0, 8), sgn), sgn);
+    s1 = qp_vmax(s1, qp_vmax(p1, _mm256_srli_epi16(p1, 8), sgn), sgn);
+    const __m256i m = _mm256_set1_epi16(0xFF);
+    __m256i p = _mm256_packus_epi16(_mm256_and_si256(s0, m), _mm256_and_si256(s1, m));
+    return _mm256_permute4x64_epi64(p, 0xD8);
+}
+
+QP_ALWAYS void qp_max_row(const uint8_t *const *rows, int nr, const qp_geom *g, uint8_t *o,
+                          int sgn) {
+    ptrdiff_t lo, hi, ow;
+    qp_interior(g, g->dW, g->sW == 1 ? 32 : 64, 32, &lo, &hi);
+    for (ow = 0; ow < lo; ow++) o[ow] = (uint8_t)qp_max1(rows, nr, g, ow, sgn);
+    if (hi > lo) {
+        for (ow = lo; ow + 32 <= hi; ow += 32)
+            _mm256_storeu_si256((__m256i *)(o + ow), qp_max_chunk(rows, nr, g, ow, sgn));
+        if (ow < hi)
+            _mm256_storeu_si256((__m256i *)(o + hi - 32), qp_max_chunk(rows, nr, g, hi - 32, sgn));
+    }
+    for (ow = hi > lo ? hi : lo; ow < g->OW; ow++) o[ow] = (uint8_t)qp_max1(rows, nr, g, ow, sgn);
+}
+
+/* 16 window sums (16-bit lanes) of outputs ow0.. (every tap inside the row). */
+QP_ALWAYS __m256i qp_sum_chunk(const uint8_t *const *rows, int nr, const qp_geom *g,
+                               ptrdiff_t ow0, int sgn) {
+    const ptrdiff_t kW = g->kW, pW = g->pW;
+    __m256i acc = _mm256_setzero_si256();
+    if (g->sW == 1) {
+        for (ptrdiff_t k = 0; k < kW; k++) {
+            ptrdiff_t b = ow0 - pW + k;
+            for (int r = 0; r < nr; r++) {
+                __m128i v = _mm_loadu_si128((const __m128i *)(rows[r] + b));
+                acc = _mm256_add_epi16(acc, sgn ? _mm256_cvtepi8_epi16(v) : _mm256_cvtepu8_epi16(v));
+            }
+        }
+        return acc;
+    }
+    const __m256i w11 = _mm256_set1_epi16(0x0101), w10 = _mm256_set1_epi16(0x0001);
+    for (ptrdiff_t k = 0; k < kW; k += 2) {
+        ptrdiff_t b = 2 * ow0 - pW + k;
+        __m256i w = k + 1 < kW ? w11 : w10;
+        for (int r = 0; r < nr; r++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(rows[r] + b));
+            acc = _mm256_add_epi16(acc, sgn ? _mm256_maddubs_epi16(w, v) : _mm256_maddubs_epi16(v, w));
+        }
+    }
+    return acc;
+}
+
+QP_ALWAYS __m128i qp_requant8(__m256i s, const int32_t *z, const float *m, __m256 zpf,
+                              __m256i qmin, __m256i qmax) {
+    __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s, _mm256_loadu_si256((const __m256i *)z))),
+                             _mm256_loadu_ps(m));
+    __m256i q = _mm256_cvtps_epi32(_mm256_add_ps(t, zpf));
+    q = _mm256_min_epi32(_mm256_max_epi32(q, qmin), qmax);
+    /* values are in [qmin, qmax]: both packs are exact for them */
+    __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    return w;                                            /* 8 int16 */
+}
+
+QP_ALWAYS void qp_avg_chunk(const uint8_t *const *rows, int nr, const qp_geom *g, uint8_t *o,
+                            const int32_t *z, const float *mul, ptrdiff_t ow0, __m256 zpf,
+                            __m256i lo, __m256i hi, int sgn) {
+    __m256i acc = qp_sum_chunk(rows, nr, g, ow0, sgn);
+    __m128i a0 = _mm256_castsi256_si128(acc), a1 = _mm256_extracti128_si256(acc, 1);
+    __m128i w0 = qp_requant8(sgn ? _mm256_cvtepi16_epi32(a0) : _mm256_cvtepu16_epi32(a0),
+                             z + ow0, mul + ow0, zpf, lo, hi);
+    __m128i w1 = qp_requant8(sgn ? _mm256_cvtepi16_epi32(a1) : _mm256_cvtepu16_epi32(a1),
+                             z + ow0 + 8, mul + ow0 + 8, zpf, lo, hi);
+    __m128i b = sgn ? _mm_packs_epi16(w0, w1) : _mm_packus_epi16(w0, w1);
+    _mm_storeu_si128((__m128i *)(o + ow0), b);
+}
+
+QP_ALWAYS void qp_avg_row(const uint8_t *const *rows, int nr, const qp_geom *g, uint8_t *o,
+                          const int32_t *z, const float *mul, float zp, int32_t qmin,
+                          int32_t qmax, int sgn) {
+    ptrdiff_t lo, hi, ow;
+    const __m256 zpf = _mm256_set1_ps(zp);
+    const __m256i vlo = _mm256_set1_epi32(qmin), vhi = _mm256_set1_epi32(qmax);
+    qp_interior(g, 1, g->sW == 1 ? 16 : 32, 16, &lo, &hi);
+    for (ow = 0; ow < lo; ow++)
+        o[ow] = qp_requant1(qp_sum1(rows, nr, g, ow, sgn), z[ow], mul[ow], zp, qmin, qmax);
+    if (hi > lo) {
+        for (ow = lo; ow + 16 <= hi; ow += 16)
+            qp_avg_chunk(rows, nr, g, o, z, mul, ow, zpf, vlo, vhi, sgn);
+        if (ow < hi) qp_avg_chunk(rows, nr, g, o, z, mul, hi - 16, zpf, vlo, vhi, sgn);
+    }
+    for (ow = hi > lo ? hi : lo; ow < g->OW; ow++)
+        o[ow] = qp_requant1(qp_sum1(rows, nr, g, ow, sgn), z[ow], mul[ow], zp, qmin, qmax);
+}
+
+#endif  /* QP_SIMD */
+
+#if QP_SIMD > 0
+#define QP_MAX_ROWS 64    /* (kd, kh) taps a vector row handles; the caller checks kD*kH */
+
+/* Runs BODY for output rows [g0, g1) (x is (N*C, D, H, W), rows plane-major) with `rows`,
+ * `nr` (the valid input rows), `r` (global row) and `rem` (od*OH + oh); counters, no
+ * divisions per row. */
+#define QP_FOR_ROWS(g, x, g0, g1, BODY) do { \
+    const uint8_t *rows[QP_MAX_ROWS]; \
+    ptrdiff_t rpp = (g)->OD * (g)->OH, psz = (g)->D * (g)->H * (g)->W; \
+    ptrdiff_t p = (g0) / rpp, rem = (g0) - p * rpp; \
+    ptrdiff_t od = rem / (g)->OH, oh = rem - od * (g)->OH; \
+    for (ptrdiff_t r = (g0); r < (g1); r++) { \
+        int nr = qp_rows((g), (x) + p * psz, od, oh, rows); \
+        BODY; \
+        rem++; \
+        if (++oh == (g)->OH) { oh = 0; if (++od == (g)->OD) { od = 0; rem = 0; p++; } } \
+    } \
+} while (0)
+
+#if QP_SIMD == 2
+QP_ALWAYS void qp_max_rows_t(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
+                             ptrdiff_t g1, int sgn) {
+    ptrdiff_t off[QP_MAX_ROWS], nc;
+    int pair[QP_MAX_ROWS];
+    if (g->kW > QP_MAX_ROWS) return;
+    int nl = qp_loads(g, g->sW == 2 && g->dW == 1, off, pair);
+    __mmask64 *mt = qp_masks(g, 64, g->sW, off, nl, &nc);
+    if (!mt) return;
+    QP_FOR_ROWS(g, x, g0, g1, qp_max_row(rows, nr, g, out + r * g->OW, mt, off, pair, nl, nc, sgn));
+    free(mt);
+}
+
+QP_ALWAYS void qp_avg_rows_t(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
+                             ptrdiff_t g1, const int32_t *cls, const int32_t *zt,
+                             const float *mtab, float zp, int32_t qmin, int32_t qmax, int sgn) {
+    ptrdiff_t off[QP_MAX_ROWS], nc;
+    int pair[QP_MAX_ROWS];
+    if (g->kW > QP_MAX_ROWS) return;
+    int nl = qp_loads(g, g->sW == 2, off, pair);
+    __mmask64 *mt = qp_masks(g, 32, 1, off, nl, &nc);
+    if (!mt) return;
+    QP_FOR_ROWS(g, x, g0, g1, {
+        ptrdiff_t cz = (ptrdiff_t)cls[rem] * g->OW;
+        qp_avg_row(rows, nr, g, out + r * g->OW, zt + cz, mtab + cz, zp, qmin, qmax, mt, off,
+                   nl, nc, sgn);
+    });
+    free(mt);
+}
+#else
+QP_ALWAYS void qp_max_rows_t(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
+                             ptrdiff_t g1, int sgn) {
+    QP_FOR_ROWS(g, x, g0, g1, qp_max_row(rows, nr, g, out + r * g->OW, sgn));
+}
+
+QP_ALWAYS void qp_avg_rows_t(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
+                             ptrdiff_t g1, const int32_t *cls, const int32_t *zt,
+                             const float *mtab, float zp, int32_t qmin, int32_t qmax, int sgn) {
+    QP_FOR_ROWS(g, x, g0, g1, {
+        ptrdiff_t cz = (ptrdiff_t)cls[rem] * g->OW;
+        qp_avg_row(rows, nr, g, out + r * g->OW, zt + cz, mtab + cz, zp, qmin, qmax, sgn);
+    });
+}
+#endif
+
+static void qp_max_rows(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
+                        ptrdiff_t g1, int sgn) {
+    if (g1 <= g0) return;
+    if (sgn) qp_max_rows_t(x, out, g, g0, g1, 1);
+    else qp_max_rows_t(x, out, g, g0, g1, 0);
+}
+
+/* Output rows [g0, g1) of an average pool: row od*OH + oh uses the size*zp and f32(1/div)
+ * of table row cls[od*OH + oh] (zt, mtab: (classes, OW), see pool.pyx). */
+static void qp_avg_rows(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
+                        ptrdiff_t g1, const int32_t *cls, const int32_t *zt, const float *mtab,
+                        float zp, int32_t qmin, int32_t qmax, int sgn) {
+    if (g1 <= g0) return;
+    if (sgn) qp_avg_rows_t(x, out, g, g0, g1, cls, zt, mtab, zp, qmin, qmax, 1);
+    else qp_avg_rows_t(x, out, g, g0, g1, cls, zt, mtab, zp, qmin, qmax, 0);
+}
+#else
+#define QP_MAX_ROWS 0
+static void qp_max_rows(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
+                        ptrdiff_t g1, int sgn) {
+    (void)x; (void)out; (void)g; (void)g0; (void)g1; (void)sgn;
+}
+static void qp_avg_rows(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
+                        ptrdiff_t g1, const int32_t *cls, const int32_t *zt, const float *mtab,
+                        float zp, int32_t qmin, int32_t qmax, int sgn) {
+    (void)x; (void)out; (void)g; (void)g0; (void)g1; (void)cls; (void)zt; (void)mtab; (void)zp;
+    (void)qmin; (void)qmax; (void)sgn;
+}
+#endif
+
+#endif  /* QOPS_POOL_SIMD_H */
