@@ -3,10 +3,14 @@
 # equal values in increasing index order. 8-bit values have 256 keys, so sort is a counting
 # sort and top-k a threshold search on 64-byte masks: both O(n), neither compares elements.
 # Keys are the raw bytes XOR `flip`: 0x80 maps int8 to unsigned order, 0xFF reverses it.
+# Sort: one counting pass, values written as runs, then one scatter pass storing index i at
+# its key's next slot (prefetching a line ahead); a long row is split between
+# threads by index range, each range owning, per key, the slots after the earlier ranges'.
+# Top-k with small k: a bound from the 64 lane maxima, then one compare-mask pass collecting
+# the few candidates, so the row is read twice with vector loads.
 import numpy as np
 from cython.parallel cimport prange
-from libc.string cimport memset, memcpy
-from libc.stdint cimport uint64_t
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_ANY_CONTIGUOUS
 from qops._fast._common cimport *
 
 cdef extern from *:
@@ -59,69 +63,95 @@ cdef extern from *:
         return pad;
     }
 
-    /* Stable counting sort of one row by key (byte ^ flip): counts in 4 tables (so runs of
-     * equal keys do not serialize on one counter), start positions, values written as runs,
-     * then each index stored at its key's next position in index order. */
-    static void qops_sort_direct(const uint8_t* x, ptrdiff_t n, uint8_t flip, uint8_t* vals,
-                                 int64_t* restrict idx) {
-        int64_t h[4][256], pos[256];
-        memset(h, 0, sizeof(h));
-        ptrdiff_t q = n / 4, i;
-        for (i = 0; i < q; i++) {
-            h[0][x[i] ^ flip]++; h[1][x[i + q] ^ flip]++;
-            h[2][x[i + 2 * q] ^ flip]++; h[3][x[i + 3 * q] ^ flip]++;
+    /* Counts of the raw bytes of x[0:n] (4 tables, one per quarter, so runs of equal bytes do
+     * not serialize on one counter; uint32 tables in chunks of 2^30 bytes). Raw bytes, not
+     * keys: the key order enters only through the start positions, so no loop pays the xor. */
+    static void qops_hist256(const uint8_t* x, ptrdiff_t n, int64_t* h) {
+        uint32_t h4[4][256];
+        for (int b = 0; b < 256; b++) h[b] = 0;
+        while (n > 0) {
+            ptrdiff_t len = n < ((ptrdiff_t)1 << 30) ? n : ((ptrdiff_t)1 << 30), q = len / 4, i;
+            memset(h4, 0, sizeof(h4));
+            for (i = 0; i < q; i++) {
+                h4[0][x[i]]++; h4[1][x[i + q]]++; h4[2][x[i + 2 * q]]++; h4[3][x[i + 3 * q]]++;
+            }
+            for (i = 4 * q; i < len; i++) h4[3][x[i]]++;
+            for (int b = 0; b < 256; b++) h[b] += (int64_t)h4[0][b] + h4[1][b] + h4[2][b] + h4[3][b];
+            x += len;
+            n -= len;
         }
-        for (i = 4 * q; i < n; i++) h[3][x[i] ^ flip]++;
-        int64_t p = 0;
+    }
+
+    /* The sorted values in output positions [lo, hi): byte b fills [start[b], start[b] +
+     * cnt[b]). Short runs are one 16-byte store: what spills past a run lies in a later key's
+     * run, written afterwards (keys go up), so only the end `hi` needs care. */
+    static void qops_fill_runs(uint8_t* vals, const int64_t* cnt, const int64_t* start,
+                               uint8_t flip, ptrdiff_t lo, ptrdiff_t hi) {
         for (int k = 0; k < 256; k++) {
-            int64_t c = h[0][k] + h[1][k] + h[2][k] + h[3][k];
-            pos[k] = p;
-            if (c) memset(vals + p, k ^ flip, (size_t)c);
-            p += c;
-        }
-        for (i = 0; i < n; i++) idx[pos[x[i] ^ flip]++] = i;
-    }
-
-    /* Long rows: one scatter to 256 destinations spread over megabytes misses the TLB on
-     * almost every store, so indices go in two passes of 16 destinations each: by the key's
-     * high nibble (packed as index << 8 | key, in the output itself), then each nibble's
-     * bucket by the whole key, through a scratch copy of the bucket. */
-    static void qops_hist256(const uint8_t* x, ptrdiff_t lo, ptrdiff_t hi, uint8_t flip,
-                             int64_t* h) {
-        int64_t h4[4][256];
-        memset(h4, 0, sizeof(h4));
-        ptrdiff_t n = hi - lo, q = n / 4, i;
-        const uint8_t* p = x + lo;
-        for (i = 0; i < q; i++) {
-            h4[0][p[i] ^ flip]++; h4[1][p[i + q] ^ flip]++;
-            h4[2][p[i + 2 * q] ^ flip]++; h4[3][p[i + 3 * q] ^ flip]++;
-        }
-        for (i = 4 * q; i < n; i++) h4[3][p[i] ^ flip]++;
-        for (int k = 0; k < 256; k++) h[k] = h4[0][k] + h4[1][k] + h4[2][k] + h4[3][k];
-    }
-
-    static void qops_sort_pass1(const uint8_t* x, ptrdiff_t lo, ptrdiff_t hi, uint8_t flip,
-                                int64_t* off16, uint64_t* restrict tmp) {
-        for (ptrdiff_t i = lo; i < hi; i++) {
-            uint8_t k = x[i] ^ flip;
-            tmp[off16[k >> 4]++] = ((uint64_t)i << 8) | k;
-        }
-    }
-
-    /* Pass 2 of buckets [j0, j1): each bucket (a stretch of idx holding packed entries) is
-     * copied to `scratch`, then scattered back by the whole key. */
-    static void qops_sort_pass2(int64_t* idx, const int64_t* bstart, int j0, int j1,
-                                const int64_t* pos0, uint64_t* scratch) {
-        int64_t pos[256];
-        memcpy(pos, pos0, sizeof(pos));
-        for (int j = j0; j < j1; j++) {
-            ptrdiff_t len = bstart[j + 1] - bstart[j];
-            memcpy(scratch, idx + bstart[j], (size_t)len * sizeof(int64_t));
-            for (ptrdiff_t i = 0; i < len; i++) {
-                uint64_t v = scratch[i];
-                idx[pos[v & 255]++] = (int64_t)(v >> 8);
+            int b = k ^ flip;
+            ptrdiff_t s = start[b], e = s + cnt[b];
+            s = s > lo ? s : lo;
+            e = e < hi ? e : hi;
+            if (s >= e) continue;
+            if (e - s <= 16 && s + 16 <= hi) {
+                uint8_t pat[16];
+                memset(pat, b, 16);
+                memcpy(vals + s, pat, 16);
+            } else {
+                memset(vals + s, b, (size_t)(e - s));
             }
         }
+    }
+
+    /* Index i to pos[x[i]]++ for i in [lo, hi): in index order, so equal keys stay in
+     * increasing index order. On outputs beyond the caches 256 write streams are too many for
+     * the hardware prefetchers and each new line would wait for its read for ownership;
+     * prefetching one line ahead of each store keeps those reads in flight (and costs nothing
+     * measurable on short rows). */
+    static void qops_scatter(const uint8_t* restrict x, ptrdiff_t lo, ptrdiff_t hi,
+                             int64_t* restrict pos, int64_t* restrict idx) {
+        for (ptrdiff_t i = lo; i < hi; i++) {
+            int64_t p = pos[x[i]]++;
+            idx[p] = i;
+            __builtin_prefetch(idx + p + 8, 1, 3);
+        }
+    }
+
+    /* Start position of each raw byte, keys (byte ^ flip) in increasing order. */
+    static void qops_starts(const int64_t* cnt, uint8_t flip, int64_t* start) {
+        int64_t p = 0;
+        for (int k = 0; k < 256; k++) { start[k ^ flip] = p; p += cnt[k ^ flip]; }
+    }
+
+    /* Start positions and sorted values of a whole row in one walk over the keys. Every
+     * key stores 16 bytes at its start unless its run is longer (then a memset): a store
+     * past a run, or of an empty key, lands in later keys' runs, written afterwards. */
+    static void qops_starts_fill(const int64_t* cnt, uint8_t flip, int64_t* start,
+                                 uint8_t* vals, ptrdiff_t n) {
+        int64_t p = 0;
+        for (int k = 0; k < 256; k++) {
+            int b = k ^ flip;
+            int64_t c = cnt[b];
+            start[b] = p;
+            if (c <= 16 && p + 16 <= n) {
+                uint8_t pat[16];
+                memset(pat, b, 16);
+                memcpy(vals + p, pat, 16);
+            } else if (c) {
+                memset(vals + p, b, (size_t)c);
+            }
+            p += c;
+        }
+    }
+
+    /* Stable counting sort of one row: counts, start positions and values as runs, then every
+     * index stored at its key's next position. */
+    static void qops_sort_row(const uint8_t* x, ptrdiff_t n, uint8_t flip, uint8_t* vals,
+                              int64_t* idx) {
+        int64_t cnt[256], pos[256];
+        qops_hist256(x, n, cnt);
+        qops_starts_fill(cnt, flip, pos, vals, n);
+        qops_scatter(x, 0, n, pos, idx);
     }
 
     static ptrdiff_t qops_count_ge(const uint8_t* x, ptrdiff_t n, uint8_t flip, uint8_t thr) {
@@ -135,11 +165,48 @@ cdef extern from *:
         return c;
     }
 
+    /* The keys >= lo_key of a row counted into h[lo_key:256] with compare masks. */
+    static void qops_count_keys_ge(const uint8_t* x, ptrdiff_t n, uint8_t flip, int lo_key,
+                                   int64_t* h) {
+        uint8_t pad[64];
+        uint64_t valid, m;
+        memset(h + lo_key, 0, (size_t)(256 - lo_key) * sizeof(int64_t));
+        for (ptrdiff_t b = 0; b < n; b += 64) {
+            const uint8_t* p = qops_block(x, n, b, flip, pad, &valid);
+            m = qops_mask64_ge(p, flip, (uint8_t)lo_key) & valid;
+            while (m) { h[p[qops_ctz64(m)] ^ flip]++; m &= m - 1; }
+        }
+    }
+
+    /* Lane maxima: lane j holds the largest key among bytes j, j + 64, ... (0 if none). */
+    static void qops_lane_max(const uint8_t* x, ptrdiff_t n, uint8_t flip, uint8_t* lm) {
+        uint8_t pad[64], acc[64];
+        uint64_t valid;
+        memset(acc, 0, 64);
+        ptrdiff_t b;
+        for (b = 0; b + 64 <= n; b += 64)
+            for (int j = 0; j < 64; j++) {
+                uint8_t v = x[b + j] ^ flip;
+                acc[j] = v > acc[j] ? v : acc[j];
+            }
+        if (b < n) {
+            const uint8_t* p = qops_block(x, n, b, flip, pad, &valid);
+            for (int j = 0; j < 64; j++) {
+                uint8_t v = p[j] ^ flip;
+                acc[j] = v > acc[j] ? v : acc[j];
+            }
+        }
+        memcpy(lm, acc, 64);
+    }
+
+    #define QOPS_TOPK_CAND 512      /* candidates kept while scanning; more: one more pass */
+
     /* The k largest keys of a row, largest first, equal keys by increasing index. T = the k-th
-     * largest key: all keys > T are taken, and the first k - count(> T) keys equal to T. Keys
-     * >= a bound L <= T (from block maxima, or lowered from the maximum) are found with
-     * 64-byte compare masks, so small k reads the row three times with vector loads and
-     * touches only the candidates one by one. */
+     * largest key: all keys > T are taken, and the first k - count(> T) keys equal to T. A bound
+     * L <= T comes cheaply: for k <= 64, the k-th largest of the 64 lane maxima (k lanes hold
+     * distinct elements >= L); otherwise from block maxima, or lowered from the maximum. Keys
+     * >= L are found with 64-byte compare masks, so small k reads the row twice with vector
+     * loads and touches only the candidates one by one. */
     static void qops_topk_row(const uint8_t* x, ptrdiff_t n, ptrdiff_t k, uint8_t flip,
                               uint8_t* vals, int64_t* restrict idx) {
         int64_t h[256], off[256];
@@ -149,7 +216,65 @@ cdef extern from *:
         if (k <= 0) return;
         int lo;
         ptrdiff_t nb = (n + 63) / 64;
-        if (k <= nb) {
+        if (k <= 64) {
+            uint8_t lm[64];
+            qops_lane_max(x, n, flip, lm);
+            /* the largest L with count(lane max >= L) >= k, bit by bit from the top */
+            lo = 0;
+            for (int bit = 7; bit >= 0; bit--) {
+                int t = lo | (1 << bit);
+                if (qops_popcount64(qops_mask64_ge(lm, 0, (uint8_t)t)) >= k) lo = t;
+            }
+            if (lo == 255) {
+                /* T = 255: the first k keys 255, one pass that stops there */
+                memset(vals, 255 ^ flip, (size_t)k);
+                ptrdiff_t taken = 0;
+                for (b = 0; taken < k; b += 64) {
+                    const uint8_t* p = qops_block(x, n, b, flip, pad, &valid);
+                    m = qops_mask64_ge(p, flip, 255) & valid;
+                    while (m && taken < k) { idx[taken++] = b + qops_ctz64(m); m &= m - 1; }
+                }
+                return;
+            }
+            /* candidates >= L in index order; usually few, so the row is not read again */
+            int64_t ci[QOPS_TOPK_CAND];
+            uint8_t ck[QOPS_TOPK_CAND];
+            ptrdiff_t nc = 0;
+            for (b = 0; b < n; b += 64) {
+                const uint8_t* p = qops_block(x, n, b, flip, pad, &valid);
+                m = qops_mask64_ge(p, flip, (uint8_t)lo) & valid;
+                if ((ptrdiff_t)qops_popcount64(m) > QOPS_TOPK_CAND - nc) { nc = -1; break; }
+                while (m) {
+                    int j = qops_ctz64(m);
+                    m &= m - 1;
+                    ci[nc] = b + j;
+                    ck[nc++] = p[j] ^ flip;
+                }
+            }
+            if (nc >= 0) {
+                /* keys of the candidates lie in [lo, top]: walks and clears stay there */
+                int top = lo;
+                for (i = 0; i < nc; i++) top = ck[i] > top ? ck[i] : top;
+                memset(h + lo, 0, (size_t)(top + 1 - lo) * sizeof(int64_t));
+                for (i = 0; i < nc; i++) h[ck[i]]++;
+                int key = top;
+                ptrdiff_t c = 0;
+                while (c + h[key] < k) { c += h[key]; key--; }
+                ptrdiff_t need = k - c, pos = 0;
+                for (int j = top; j > key; j--) {
+                    off[j] = pos;
+                    if (h[j]) { memset(vals + pos, j ^ flip, (size_t)h[j]); pos += h[j]; }
+                }
+                off[key] = pos;
+                memset(vals + pos, key ^ flip, (size_t)need);
+                for (i = 0; i < nc; i++) {
+                    int kk = ck[i];
+                    if (kk > key) idx[off[kk]++] = ci[i];
+                    else if (kk == key && need > 0) { idx[off[kk]++] = ci[i]; need--; }
+                }
+                return;
+            }
+        } else if (k <= nb) {
             /* L = the k-th largest block maximum: k blocks hold an element >= L, so T >= L. */
             uint32_t hb[256];                  /* nb < 2^32 blocks; a small table to clear */
             memset(hb, 0, sizeof(hb));
@@ -177,23 +302,12 @@ cdef extern from *:
             }
         }
         if (lo == 0) {
-            int64_t h4[4][256];
-            memset(h4, 0, sizeof(h4));
-            ptrdiff_t q = n / 4;
-            for (i = 0; i < q; i++) {
-                h4[0][x[i] ^ flip]++; h4[1][x[i + q] ^ flip]++;
-                h4[2][x[i + 2 * q] ^ flip]++; h4[3][x[i + 3 * q] ^ flip]++;
-            }
-            for (i = 4 * q; i < n; i++) h4[3][x[i] ^ flip]++;
-            for (int j = 0; j < 256; j++) h[j] = h4[0][j] + h4[1][j] + h4[2][j] + h4[3][j];
+            int64_t hr[256];
+            qops_hist256(x, n, hr);
+            for (int j = 0; j < 256; j++) h[j] = hr[j ^ flip];
         } else {
             /* only keys >= lo are counted, and T >= lo: the rest of h is never read */
-            memset(h + lo, 0, (size_t)(256 - lo) * sizeof(int64_t));
-            for (b = 0; b < n; b += 64) {
-                const uint8_t* p = qops_block(x, n, b, flip, pad, &valid);
-                m = qops_mask64_ge(p, flip, (uint8_t)lo) & valid;
-                while (m) { h[p[qops_ctz64(m)] ^ flip]++; m &= m - 1; }
-            }
+            qops_count_keys_ge(x, n, flip, lo, h);
         }
         int key = 255;
         ptrdiff_t c = 0;
@@ -219,139 +333,142 @@ cdef extern from *:
         }
     }
     """
-    void qops_sort_direct(const uint8_t* x, Py_ssize_t n, uint8_t flip, uint8_t* vals,
-                          int64_t* idx) nogil
-    void qops_hist256(const uint8_t* x, Py_ssize_t lo, Py_ssize_t hi, uint8_t flip,
-                      int64_t* h) nogil
-    void qops_sort_pass1(const uint8_t* x, Py_ssize_t lo, Py_ssize_t hi, uint8_t flip,
-                         int64_t* off16, uint64_t* tmp) nogil
-    void qops_sort_pass2(int64_t* idx, const int64_t* bstart, int j0, int j1,
-                         const int64_t* pos0, uint64_t* scratch) nogil
+    void qops_hist256(const uint8_t* x, Py_ssize_t n, int64_t* h) nogil
+    void qops_fill_runs(uint8_t* vals, const int64_t* cnt, const int64_t* start, uint8_t flip,
+                        Py_ssize_t lo, Py_ssize_t hi) nogil
+    void qops_scatter(const uint8_t* x, Py_ssize_t lo, Py_ssize_t hi, int64_t* pos,
+                      int64_t* idx) nogil
+    void qops_starts(const int64_t* cnt, uint8_t flip, int64_t* start) nogil
+    void qops_sort_row(const uint8_t* x, Py_ssize_t n, uint8_t flip, uint8_t* vals,
+                       int64_t* idx) nogil
     void qops_topk_row(const uint8_t* x, Py_ssize_t n, Py_ssize_t k, uint8_t flip,
                        uint8_t* vals, int64_t* idx) nogil
 
-DEF GRAIN = 32768        # elements per thread below which a second thread costs more than it gives
+DEF GRAIN = 8192         # elements per thread below which a second thread costs more than it gives
+DEF LONG_ROW = 65536     # from here one row is split between the threads
 
 
-DEF LONG_ROW = 65536      # from here a row's indices (8 bytes each) outgrow L2: two-pass scatter
-
-
-cdef void _sort_rows(const uint8_t[:, ::1] x, uint8_t[:, ::1] vals, int64_t[:, ::1] idx,
+cdef void _sort_rows(const uint8_t* x, Py_ssize_t m, Py_ssize_t n, uint8_t* vals, int64_t* idx,
                      uint8_t flip, int nthreads) noexcept nogil:
-    cdef Py_ssize_t m = x.shape[0], n = x.shape[1], r
+    cdef Py_ssize_t r
+    if nthreads == 1:
+        for r in range(m):
+            qops_sort_row(x + r * n, n, flip, vals + r * n, idx + r * n)
+        return
     for r in prange(m, schedule="static", num_threads=nthreads):
-        qops_sort_direct(&x[r, 0], n, flip, &vals[r, 0], &idx[r, 0])
+        qops_sort_row(x + r * n, n, flip, vals + r * n, idx + r * n)
 
 
 cdef void _sort_long_row(const uint8_t* x, Py_ssize_t n, uint8_t flip, uint8_t* vals,
-                         int64_t* idx, int64_t[:, ::1] h, uint64_t[:, ::1] scratch,
-                         int nthreads) noexcept nogil:
-    # The row is split into `nthreads` ranges in index order. Pass 1 gives range t, for each
-    # high nibble, the slots after those of ranges < t; pass 2 handles whole nibble buckets.
-    # Every index lands where a sequential stable sort puts it, whatever the split.
-    cdef int64_t pos[256]
-    cdef int64_t bstart[17]
-    cdef int64_t p, c, tot
-    cdef Py_ssize_t t, j, key, lo, hi
-    cdef int jb0, jb1
+                         int64_t* idx, int64_t* h, int nthreads) noexcept nogil:
+    # Range t of the row (in index order) counts its bytes into h[t], then gets for each key
+    # the slots after those of ranges < t: every index lands where a sequential stable sort
+    # puts it, whatever the split. Each thread also writes its share of the values.
+    cdef int64_t cnt[256]
+    cdef int64_t start[256]
+    cdef int64_t p, c
+    cdef Py_ssize_t t, b
     for t in prange(nthreads, schedule="static", num_threads=nthreads):
-        qops_hist256(x, n * t // nthreads, n * (t + 1) // nthreads, flip, &h[t, 0])
-    p = 0
-    for key in range(256):
-        if key % 16 == 0:
-            bstart[key // 16] = p
-        pos[key] = p
+        qops_hist256(x + n * t // nthreads, n * (t + 1) // nthreads - n * t // nthreads,
+                     h + 256 * t)
+    for b in range(256):
         c = 0
         for t in range(nthreads):
-            c = c + h[t, key]
-        if c:
-            memset(vals + p, <uint8_t>key ^ flip, c)
-        p += c
-    bstart[16] = p
-    # pass-1 offsets per range and nibble (in h[t, 256:272])
-    for j in range(16):
-        p = bstart[j]
+            c = c + h[256 * t + b]
+        cnt[b] = c
+    qops_starts(cnt, flip, start)
+    for b in range(256):
+        p = start[b]
         for t in range(nthreads):
-            h[t, 256 + j] = p
-            tot = 0
-            for key in range(16 * j, 16 * j + 16):
-                tot = tot + h[t, key]
-            p = p + tot
+            c = h[256 * t + b]
+            h[256 * t + b] = p
+            p = p + c
     for t in prange(nthreads, schedule="static", num_threads=nthreads):
-        qops_sort_pass1(x, n * t // nthreads, n * (t + 1) // nthreads, flip, &h[t, 256],
-                        <uint64_t*>idx)
-    # pass 2: range t takes the nibble buckets whose start falls in its share of positions
-    for t in prange(nthreads, schedule="static", num_threads=nthreads):
-        lo = n * t // nthreads
-        hi = n * (t + 1) // nthreads
-        jb0 = 0
-        while jb0 < 16 and bstart[jb0] < lo:
-            jb0 = jb0 + 1
-        jb1 = jb0
-        while jb1 < 16 and bstart[jb1] < hi:
-            jb1 = jb1 + 1
-        # scratch[t] is only touched up to the largest bucket: the rest is never paged in
-        qops_sort_pass2(idx, bstart, jb0, jb1, pos, &scratch[t, 0])
+        qops_fill_runs(vals, cnt, start, flip, n * t // nthreads, n * (t + 1) // nthreads)
+        qops_scatter(x, n * t // nthreads, n * (t + 1) // nthreads, h + 256 * t, idx)
 
 
-cdef _sort_long_rows(const uint8_t[:, ::1] x, uint8_t[:, ::1] vals, int64_t[:, ::1] idx,
-                     uint8_t flip, int nthreads):
-    cdef Py_ssize_t r, n = x.shape[1]
-    cdef int64_t[:, ::1] h = np.empty((nthreads, 272), np.int64)
-    cdef uint64_t[:, ::1] scratch = np.empty((nthreads, n), np.uint64)
-    with nogil:
-        for r in range(x.shape[0]):
-            _sort_long_row(&x[r, 0], n, flip, &vals[r, 0], &idx[r, 0], h, scratch, nthreads)
+cdef void* _data(object a) except NULL:
+    """Address of the data of the contiguous, non-empty array `a` (which the caller keeps alive).
+
+    The buffer protocol without a format: one call for any 8-bit dtype, where typed
+    memoryviews (and the uint8 views they need) cost a microsecond per call on small inputs.
+    """
+    cdef Py_buffer b
+    cdef void* p
+    PyObject_GetBuffer(a, &b, PyBUF_ANY_CONTIGUOUS)
+    p = b.buf
+    PyBuffer_Release(&b)
+    return p
 
 
 def sort(x, descending):
     """Sort each row of `x`: (values, int64 indices), ties by increasing index."""
+    cdef Py_ssize_t m, n, r
     x = np.ascontiguousarray(x)
     m, n = x.shape
-    if x.dtype == np.int32:
-        # 2^32 keys: no counting sort; numpy's stable sort (negated keys when descending).
+    dt = x.dtype
+    if dt.itemsize != 1:
+        # int32: 2^32 keys, no counting sort; numpy's stable sort (negated keys when descending).
         key = -x.astype(np.int64) if descending else x
         idx = np.argsort(key, axis=-1, kind="stable").astype(np.int64)
         return np.take_along_axis(x, idx, axis=-1), idx
-    vals = np.empty((m, n), np.uint8)
+    vals = np.empty((m, n), dt)
     idx = np.empty((m, n), np.int64)
     if m * n == 0:
-        return vals.view(x.dtype), idx
-    u = x.view(np.uint8)
+        return vals, idx
+    cdef const uint8_t* xp = <const uint8_t*>_data(x)
+    cdef uint8_t* vp = <uint8_t*>_data(vals)
+    cdef int64_t* ip = <int64_t*>_data(idx)
     # keys: int8 bytes with the sign bit flipped sort as unsigned; all bits flipped reverse
-    flip = (0x80 if x.dtype == np.int8 else 0) ^ (0xFF if descending else 0)
+    cdef uint8_t flip = (0x80 if dt.kind == "i" else 0) ^ (0xFF if descending else 0)
+    cdef int nt
+    cdef int64_t[:, ::1] h
     if n >= LONG_ROW:
-        _sort_long_rows(u, vals, idx, flip, qops_threads_for(n, LONG_ROW // 2))
+        nt = qops_threads_for(n, LONG_ROW // 2)
+        h = np.empty((nt, 256), np.int64)
+        with nogil:
+            for r in range(m):
+                _sort_long_row(xp + r * n, n, flip, vp + r * n, ip + r * n, &h[0, 0], nt)
     else:
-        _sort_rows(u, vals, idx, flip, min(m, qops_threads_for(m * n, GRAIN)))
-    return vals.view(x.dtype), idx
+        nt = min(m, qops_threads_for(m * n, GRAIN))
+        with nogil:
+            _sort_rows(xp, m, n, vp, ip, flip, nt)
+    return vals, idx
 
 
-cdef void _topk_rows(const uint8_t[:, ::1] x, Py_ssize_t k, uint8_t[:, ::1] vals,
-                     int64_t[:, ::1] idx, uint8_t flip, int nthreads) noexcept nogil:
-    cdef Py_ssize_t m = x.shape[0], n = x.shape[1], r
+cdef void _topk_rows(const uint8_t* x, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, uint8_t* vals,
+                     int64_t* idx, uint8_t flip, int nthreads) noexcept nogil:
+    cdef Py_ssize_t r
     if nthreads == 1:
         for r in range(m):
-            qops_topk_row(&x[r, 0], n, k, flip, &vals[r, 0], &idx[r, 0])
+            qops_topk_row(x + r * n, n, k, flip, vals + r * k, idx + r * k)
         return
     for r in prange(m, schedule="static", num_threads=nthreads):
-        qops_topk_row(&x[r, 0], n, k, flip, &vals[r, 0], &idx[r, 0])
+        qops_topk_row(x + r * n, n, k, flip, vals + r * k, idx + r * k)
 
 
 def topk(x, k, largest):
     """The k largest (or smallest) of each row of `x`, sorted, ties by increasing index."""
+    cdef Py_ssize_t m, n, kk = k
     x = np.ascontiguousarray(x)
     m, n = x.shape
-    if x.dtype == np.int32:
+    dt = x.dtype
+    if dt.itemsize != 1:
         key = -x.astype(np.int64) if largest else x
         idx = np.argsort(key, axis=-1, kind="stable")[:, :k].astype(np.int64)
         return np.take_along_axis(x, idx, axis=-1), idx
-    vals = np.empty((m, k), np.uint8)
-    idx = np.empty((m, k), np.int64)
-    if m * k == 0:
-        return vals.view(x.dtype), idx
+    vals = np.empty((m, kk), dt)
+    idx = np.empty((m, kk), np.int64)
+    if m * kk == 0:
+        return vals, idx
+    cdef const uint8_t* xp = <const uint8_t*>_data(x)
+    cdef uint8_t* vp = <uint8_t*>_data(vals)
+    cdef int64_t* ip = <int64_t*>_data(idx)
     # Largest keys of the flipped bytes: smallest values when `largest` is false.
-    flip = (0x80 if x.dtype == np.int8 else 0) ^ (0 if largest else 0xFF)
+    cdef uint8_t flip = (0x80 if dt.kind == "i" else 0) ^ (0 if largest else 0xFF)
     # rows are the parallel axis: never more threads than rows
-    _topk_rows(x.view(np.uint8), k, vals, idx, flip, min(m, qops_threads_for(m * n, GRAIN)))
-    return vals.view(x.dtype), idx
+    cdef int nt = min(m, qops_threads_for(m * n, GRAIN))
+    with nogil:
+        _topk_rows(xp, m, n, kk, vp, ip, flip, nt)
+    return vals, idx

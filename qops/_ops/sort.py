@@ -29,11 +29,21 @@ def _bool(v, argname):
     return bool(v)
 
 
-def _rows(input, d):
+def _dim(dim, ndim):
+    """`dim` normalized; plain in-range ints (the usual call) skip the general check."""
+    if type(dim) is int and -ndim <= dim < ndim:
+        return dim % ndim
+    return _axis_arg(dim, ndim, "dim")
+
+
+def _rows(data, d):
     """(rows (M, n) contiguous with dim `d` last, the moved shape)."""
-    data = input._int.reshape(1) if input.ndim == 0 else input._int
+    if data.ndim == 0:
+        return data.reshape(1, 1), (1,)
     if d == data.ndim - 1 and data.flags.c_contiguous:
-        # the common case (last dim, contiguous): a view, no copy
+        # the common case (last dim, contiguous): the array itself or a view, no copy
+        if data.ndim == 2:
+            return data, data.shape
         return data.reshape(math.prod(data.shape[:-1]), data.shape[-1]), data.shape
     moved = np.moveaxis(data, d, -1)
     rows = np.ascontiguousarray(moved).reshape(math.prod(moved.shape[:-1]), moved.shape[-1])
@@ -43,6 +53,8 @@ def _rows(input, d):
 def _unrows(a, moved_shape, d, ndim):
     if ndim == 0:
         return a.reshape(())
+    if ndim == 2 and d == 1:
+        return a
     out = a.reshape(moved_shape)
     return out if d == ndim - 1 else np.ascontiguousarray(np.moveaxis(out, -1, d))
 
@@ -63,8 +75,8 @@ def sort(input, dim=-1, descending=False, stable=False):
     _input(input)
     descending = _bool(descending, "descending")
     _bool(stable, "stable")
-    d = _axis_arg(dim, input.ndim, "dim")
-    rows, shape = _rows(input, d)
+    d = _dim(dim, input.ndim)
+    rows, shape = _rows(input._int, d)
     values, indices = _config.impl("sort").sort(rows, descending)
     return (input._like(_unrows(values, shape, d, input.ndim)),
             _unrows(indices, shape, d, input.ndim))
@@ -99,17 +111,18 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
     sorted : bool, accepted for PyTorch compatibility (results are always sorted)
     """
     _input(input)
-    k = _check.integer(k, "k", 0)
+    if type(k) is not int or k < 0:
+        k = _check.integer(k, "k", 0)
     largest = _bool(largest, "largest")
     _bool(sorted, "sorted")
-    d = _axis_arg(dim, input.ndim, "dim")
+    d = _dim(dim, input.ndim)
     size = 1 if input.ndim == 0 else input.shape[d]
     if k > size:
         raise ValueError(f"k={k} is larger than the size {size} of dim {dim}")
     if input.ndim == 0 and k != 1:
         # PyTorch returns an uninitialized 0-d value for k=0 here; a 0-d result has one value.
         raise ValueError(f"k must be 1 for a 0-d input; got {k}")
-    rows, shape = _rows(input, d)
+    rows, shape = _rows(input._int, d)
     values, indices = _config.impl("sort").topk(rows, k, largest)
     shape = shape[:-1] + (k,)
     return (input._like(_unrows(values, shape, d, input.ndim)),

@@ -13,7 +13,8 @@ LENGTHS = u.EDGE_LENGTHS + (3, 4, 5, 127, 128, 129, 257)
 
 def _q(r, shape, d, kind="uniform", layout="c"):
     """A QTensor whose raw values are uniform, normal-shaped (sparse tails), few distinct
-    (many ties) or all equal."""
+    (many ties), two values next to the middle (long runs, the top key below the maximum) or
+    all equal."""
     lo, hi = (d.qmin, d.qmax) if d.qmax <= 255 else (-3000, 3000)
     mid = (lo + hi) // 2
     if kind == "uniform":
@@ -22,6 +23,8 @@ def _q(r, shape, d, kind="uniform", layout="c"):
         data = np.clip(np.rint(r.normal(mid, (hi - lo) / 10, size=shape)), lo, hi)
     elif kind == "ties":
         data = r.choice([lo, mid - 1, mid, hi], size=shape)
+    elif kind == "two":
+        data = r.choice([mid - 5, mid + 2], size=shape)
     else:
         data = np.full(shape, mid + 3)
     data = u._layout(np.asarray(data).astype(d.storage), layout)
@@ -46,6 +49,10 @@ def _inputs(seed):
     out.append((_q(r, (), qops.quint8, "uniform"), -1, "0-d"))
     out.append((_q(r, (2000,), qops.quint8, "normal"), -1, "quint8-normal-2000"))
     out.append((_q(r, (2000,), qops.qint8, "normal")[::3], 0, "qint8-normal-strided"))
+    # rows past the fast top-k's candidate buffer (512) whose k-th key is not the largest
+    # possible one, and runs longer than the sort's 16-byte value stores
+    for d in DTYPES:
+        out.append((_q(r, (2, 1500), d, "two"), -1, f"{d.name}-2x1500-two"))
     return out
 
 
@@ -59,7 +66,7 @@ def _input_strategy():
         dim = min(int(dim_frac * len(shape)), len(shape) - 1) - (len(shape) if seed % 2 else 0)
         return q, dim
     return st.tuples(u.shape_strategy(min_side=0, max_side=140), st.integers(0, 2**32 - 1),
-                     st.sampled_from(DTYPES), st.sampled_from(["uniform", "normal", "ties", "equal"]),
+                     st.sampled_from(DTYPES), st.sampled_from(["uniform", "normal", "ties", "two", "equal"]),
                      st.sampled_from(["c", "t", "neg"]), st.floats(0, 1)).map(build)
 
 
