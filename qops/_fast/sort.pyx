@@ -10,7 +10,6 @@
 # the few candidates, so the row is read twice with vector loads.
 import numpy as np
 from cython.parallel cimport prange
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_ANY_CONTIGUOUS
 from qops._fast._common cimport *
 
 cdef extern from *:
@@ -388,18 +387,10 @@ cdef void _sort_long_row(const uint8_t* x, Py_ssize_t n, uint8_t flip, uint8_t* 
         qops_scatter(x, n * t // nthreads, n * (t + 1) // nthreads, h + 256 * t, idx)
 
 
-cdef void* _data(object a) except NULL:
-    """Address of the data of the contiguous, non-empty array `a` (which the caller keeps alive).
-
-    The buffer protocol without a format: one call for any 8-bit dtype, where typed
-    memoryviews (and the uint8 views they need) cost a microsecond per call on small inputs.
-    """
-    cdef Py_buffer b
-    cdef void* p
-    PyObject_GetBuffer(a, &b, PyBUF_ANY_CONTIGUOUS)
-    p = b.buf
-    PyBuffer_Release(&b)
-    return p
+def _stable_order(x, reverse):
+    # int32 data: 2^32 keys, no counting sort; numpy's stable argsort (negated keys to reverse).
+    key = -x.astype(np.int64) if reverse else x
+    return np.argsort(key, axis=-1, kind="stable").astype(np.int64)
 
 
 def sort(x, descending):
@@ -409,17 +400,15 @@ def sort(x, descending):
     m, n = x.shape
     dt = x.dtype
     if dt.itemsize != 1:
-        # int32: 2^32 keys, no counting sort; numpy's stable sort (negated keys when descending).
-        key = -x.astype(np.int64) if descending else x
-        idx = np.argsort(key, axis=-1, kind="stable").astype(np.int64)
+        idx = _stable_order(x, descending)
         return np.take_along_axis(x, idx, axis=-1), idx
-    vals = np.empty((m, n), dt)
-    idx = np.empty((m, n), np.int64)
+    vals = qops_empty(np, (m, n), dt)
+    idx = qops_empty(np, (m, n), np.int64)
     if m * n == 0:
         return vals, idx
-    cdef const uint8_t* xp = <const uint8_t*>_data(x)
-    cdef uint8_t* vp = <uint8_t*>_data(vals)
-    cdef int64_t* ip = <int64_t*>_data(idx)
+    cdef const uint8_t* xp = <const uint8_t*>qops_ptr(x)
+    cdef uint8_t* vp = <uint8_t*>qops_ptr(vals, True)
+    cdef int64_t* ip = <int64_t*>qops_ptr(idx, True)
     # keys: int8 bytes with the sign bit flipped sort as unsigned; all bits flipped reverse
     cdef uint8_t flip = (0x80 if dt.kind == "i" else 0) ^ (0xFF if descending else 0)
     cdef int nt
@@ -455,16 +444,15 @@ def topk(x, k, largest):
     m, n = x.shape
     dt = x.dtype
     if dt.itemsize != 1:
-        key = -x.astype(np.int64) if largest else x
-        idx = np.argsort(key, axis=-1, kind="stable")[:, :k].astype(np.int64)
+        idx = np.ascontiguousarray(_stable_order(x, largest)[:, :k])
         return np.take_along_axis(x, idx, axis=-1), idx
     vals = np.empty((m, kk), dt)
     idx = np.empty((m, kk), np.int64)
     if m * kk == 0:
         return vals, idx
-    cdef const uint8_t* xp = <const uint8_t*>_data(x)
-    cdef uint8_t* vp = <uint8_t*>_data(vals)
-    cdef int64_t* ip = <int64_t*>_data(idx)
+    cdef const uint8_t* xp = <const uint8_t*>qops_ptr(x)
+    cdef uint8_t* vp = <uint8_t*>qops_ptr(vals, True)
+    cdef int64_t* ip = <int64_t*>qops_ptr(idx, True)
     # Largest keys of the flipped bytes: smallest values when `largest` is false.
     cdef uint8_t flip = (0x80 if dt.kind == "i" else 0) ^ (0 if largest else 0xFF)
     # rows are the parallel axis: never more threads than rows

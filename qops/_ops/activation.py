@@ -81,6 +81,10 @@ def relu(input, inplace=False):
     inplace : bool, write the result into `input`'s raw data and return it
     """
     _input(input)
+    if inplace is False:          # the common call, kept to one kernel call and one wrap
+        d = input._dtype
+        data = _config.impl("activation").clamp_raw(input._int, input._zero_point, d.qmax)
+        return QTensor._make(data, d, input._scale, input._zero_point)
     inplace = _bool(inplace, "inplace")
     return _clamp(input, input._zero_point, input.dtype.qmax, inplace)
 
