@@ -7,6 +7,14 @@ from cython.parallel cimport prange
 from libc.string cimport memcpy
 from qops._fast._common cimport *
 
+cdef extern from "qops_arith.h" nogil:
+    ctypedef struct qops_add_params:
+        float sa, sa_negzp, sb, sb_negzp, inv, lo, hi
+        int32_t zo
+        int relu
+    void qops_add_run(const void *a, const void *b, void *out, Py_ssize_t n, int is_signed,
+                      const qops_add_params *p)
+
 cdef extern from "qops_lut.h" nogil:
     void qops_lut_apply_threads(const uint8_t *src, uint8_t *dst, Py_ssize_t n,
                                 const uint8_t *table, int threads)
@@ -24,30 +32,18 @@ LUT_VECTORIZED = bool(qops_lut_vectorized())   # runs the CPU check once, outsid
 # over blocks: outside the prange body GCC keeps the loop variables in registers and
 # vectorizes the loop (prange's lastprivate variables would stop that).
 
-cdef inline void _add_run(const q8_t *a, const q8_t *b, q8_t *out, Py_ssize_t n, float sa,
-                          float sa_negzp, float sb, float sb_negzp, float inv, int32_t zo,
-                          float lo, float hi, bint relu) noexcept nogil:
-    cdef Py_ssize_t i
-    cdef float y, zero = 0.0
-    if relu:
-        for i in range(n):
-            y = qops_d_vec(a[i], sa, sa_negzp) + qops_d_vec(b[i], sb, sb_negzp)
-            y = y if y > zero else zero
-            out[i] = <q8_t>qops_q_vec(y, inv, zo, lo, hi)
-    else:
-        for i in range(n):
-            y = qops_d_vec(a[i], sa, sa_negzp) + qops_d_vec(b[i], sb, sb_negzp)
-            out[i] = <q8_t>qops_q_vec(y, inv, zo, lo, hi)
-
-
-cdef void _add_flat(const q8_t[::1] a, const q8_t[::1] b, q8_t[::1] out, float sa, float sa_negzp,
-                    float sb, float sb_negzp, float inv, int32_t zo, float lo, float hi,
-                    bint relu) noexcept nogil:
-    cdef Py_ssize_t n = a.shape[0], nb = (n + BLOCK - 1) // BLOCK, blk, s
-    for blk in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
-        s = blk * BLOCK
-        _add_run(&a[s], &b[s], &out[s], min(BLOCK, n - s), sa, sa_negzp, sb, sb_negzp, inv, zo,
-                 lo, hi, relu)
+cdef void _add_flat(const char* a, const char* b, char* out, Py_ssize_t n, bint is_signed,
+                    const qops_add_params* p) noexcept nogil:
+    # One contiguous 64-byte-aligned chunk per thread.
+    cdef int threads = qops_threads_for(n, GRAIN), t
+    cdef Py_ssize_t chunk = ((n + threads - 1) // threads + 63) & ~63, start
+    if threads == 1:
+        qops_add_run(a, b, out, n, is_signed, p)
+        return
+    for t in prange(threads, schedule="static", num_threads=threads):
+        start = t * chunk
+        if start < n:
+            qops_add_run(a + start, b + start, out + start, min(chunk, n - start), is_signed, p)
 
 
 cdef inline void _mul_run(const q8_t *a, const q8_t *b, q8_t *out, Py_ssize_t n, int32_t za,
@@ -123,16 +119,21 @@ def add(a, b, a_scale, a_zero_point, b_scale, b_zero_point, out_inv_scale, out_z
     """Quantized add: Q_vec(D_vec(a) + D_vec(b)), relu = max(sum, 0) before quantizing."""
     out = qops_empty(np, a.shape, a.dtype)
     qmin, qmax = _RANGE[a.dtype]
-    cdef float sa = a_scale, sb = b_scale
-    cdef float sa_negzp = sa * <float>(-<int32_t>a_zero_point)
-    cdef float sb_negzp = sb * <float>(-<int32_t>b_zero_point)
-    cdef float lo = qmin - out_zero_point, hi = qmax - out_zero_point
-    if a.dtype == np.uint8:
-        _add_flat[uint8_t](_flat(a), _flat(b), out.reshape(-1), sa, sa_negzp, sb, sb_negzp,
-                           out_inv_scale, out_zero_point, lo, hi, relu)
-    else:
-        _add_flat[int8_t](_flat(a), _flat(b), out.reshape(-1), sa, sa_negzp, sb, sb_negzp,
-                          out_inv_scale, out_zero_point, lo, hi, relu)
+    cdef qops_add_params p
+    p.sa = a_scale
+    p.sb = b_scale
+    p.sa_negzp = p.sa * <float>(-<int32_t>a_zero_point)
+    p.sb_negzp = p.sb * <float>(-<int32_t>b_zero_point)
+    p.inv = out_inv_scale
+    p.zo = out_zero_point
+    p.lo = qmin - p.zo
+    p.hi = qmax - p.zo
+    p.relu = bool(relu)
+    a = np.ascontiguousarray(a)
+    b = np.ascontiguousarray(b)
+    cdef Py_ssize_t n = a.size
+    if n:
+        _add_flat(qops_ptr(a), qops_ptr(b), qops_ptr(out, True), n, qmin < 0, &p)
     return out
 
 

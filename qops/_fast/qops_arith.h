@@ -1,0 +1,87 @@
+/* Quantized add of two 8-bit arrays: out = Q_vec(D_vec(a) + D_vec(b)) (SEMANTICS.md, add).
+ *
+ * The AVX-512 body does per 16 elements exactly the scalar steps: widen, fma(s, q, s*-zp) for
+ * each input, add, (relu: max with 0), multiply by 1/out_scale, then round and clamp. It clamps
+ * before rounding (equal, since rint is monotonic and the bounds are integers) so that one
+ * convert with round-to-nearest-even does the rounding, and adds the zero point in int32.
+ * Other ISAs run the scalar loop, which GCC vectorizes as it can.
+ */
+#ifndef QOPS_ARITH_H
+#define QOPS_ARITH_H
+#include <stddef.h>
+#include <stdint.h>
+#include "qops_common.h"
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#include <immintrin.h>
+#define QOPS_ARITH_AVX512 1
+#endif
+
+typedef struct {
+    float sa, sa_negzp, sb, sb_negzp;   /* D_vec of each input */
+    float inv, lo, hi;                  /* 1 / out_scale; qmin - zo, qmax - zo */
+    int32_t zo;
+    int relu;
+} qops_add_params;
+
+#define QOPS_ADD_SCALAR(T)                                                                  \
+    for (; i < n; i++) {                                                                    \
+        float y = qops_d_vec(((const T *)a)[i], p->sa, p->sa_negzp)                         \
+                  + qops_d_vec(((const T *)b)[i], p->sb, p->sb_negzp);                      \
+        if (p->relu) y = y > 0.0f ? y : 0.0f;                                               \
+        ((T *)out)[i] = (T)qops_q_vec(y, p->inv, p->zo, p->lo, p->hi);                       \
+    }
+
+#ifdef QOPS_ARITH_AVX512
+/* The parameters as vectors, in registers: byte stores may alias a struct in memory, so GCC
+ * would reload it after every store. */
+typedef struct { __m512 sa, sa_negzp, sb, sb_negzp, inv, lo, hi; __m512i zo; int relu; } qops_add_vec;
+
+/* 16 results from 16 widened inputs of each side. */
+static inline __m128i qops_add16(__m512i ia, __m512i ib, const qops_add_vec v) {
+    __m512 fa = _mm512_fmadd_ps(v.sa, _mm512_cvtepi32_ps(ia), v.sa_negzp);
+    __m512 fb = _mm512_fmadd_ps(v.sb, _mm512_cvtepi32_ps(ib), v.sb_negzp);
+    __m512 y = _mm512_add_ps(fa, fb);
+    if (v.relu) y = _mm512_max_ps(y, _mm512_setzero_ps());
+    __m512 t = _mm512_max_ps(_mm512_min_ps(_mm512_mul_ps(y, v.inv), v.hi), v.lo);
+    __m512i r = _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm512_cvtepi32_epi8(_mm512_add_epi32(r, v.zo));
+}
+
+#define QOPS_ADD_VECTOR(WIDEN)                                                              \
+    for (; i + 16 <= n; i += 16) {                                                          \
+        __m128i ra = _mm_loadu_si128((const __m128i *)(pa + i));                            \
+        __m128i rb = _mm_loadu_si128((const __m128i *)(pb + i));                            \
+        _mm_storeu_si128((__m128i *)(po + i), qops_add16(WIDEN(ra), WIDEN(rb), v));          \
+    }                                                                                       \
+    if (i < n) {                                                                            \
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);                                     \
+        __m128i ra = _mm_maskz_loadu_epi8(m, pa + i), rb = _mm_maskz_loadu_epi8(m, pb + i); \
+        _mm_mask_storeu_epi8(po + i, m, qops_add16(WIDEN(ra), WIDEN(rb), v));               \
+    }
+#endif
+
+/* out[0:n] from a[0:n], b[0:n]; is_signed: int8 data, else uint8. */
+static void qops_add_run(const void *a, const void *b, void *out, ptrdiff_t n, int is_signed,
+                         const qops_add_params *p) {
+    ptrdiff_t i = 0;
+#ifdef QOPS_ARITH_AVX512
+    const uint8_t *pa = (const uint8_t *)a, *pb = (const uint8_t *)b;
+    uint8_t *po = (uint8_t *)out;
+    const qops_add_vec v = {_mm512_set1_ps(p->sa), _mm512_set1_ps(p->sa_negzp),
+                            _mm512_set1_ps(p->sb), _mm512_set1_ps(p->sb_negzp),
+                            _mm512_set1_ps(p->inv), _mm512_set1_ps(p->lo), _mm512_set1_ps(p->hi),
+                            _mm512_set1_epi32(p->zo), p->relu};
+    if (is_signed) {
+        QOPS_ADD_VECTOR(_mm512_cvtepi8_epi32)
+    } else {
+        QOPS_ADD_VECTOR(_mm512_cvtepu8_epi32)
+    }
+    return;
+#endif
+    if (is_signed) {
+        QOPS_ADD_SCALAR(int8_t)
+    } else {
+        QOPS_ADD_SCALAR(uint8_t)
+    }
+}
+#endif
