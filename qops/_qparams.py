@@ -15,6 +15,8 @@ F32 = np.float32
 
 def check_scale(scale, argname="scale"):
     """Return `scale` as a Python float after checking it is finite and positive."""
+    if type(scale) is float and 1e-38 <= scale <= 3e38:
+        return scale            # the common case: clearly finite, > 0, and 1/f32(scale) finite
     if isinstance(scale, np.ndarray) and scale.size == 1:
         scale = scale.reshape(()).item()
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):

@@ -13,7 +13,7 @@ def qtensor(x, argname="input", dtypes=None, per_tensor=True, min_ndim=None, ndi
         raise TypeError(f"{argname} must be a quantized tensor (QTensor); got {type(x).__name__}")
     if per_tensor and x._axis is not None:
         raise TypeError(f"{argname} must be per-tensor quantized; got {x.qscheme().name}")
-    if dtypes is not None:
+    if dtypes is not None and x._dtype not in dtypes:
         names = [as_qdtype(d).name for d in dtypes]
         if x.dtype.name not in names:
             raise TypeError(f"{argname} must have dtype {' or '.join(names)}; got {x.dtype.name}")
