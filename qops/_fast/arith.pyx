@@ -16,6 +16,7 @@ cdef extern from "qops_arith.h" nogil:
                       const qops_add_params *p)
 
 cdef extern from "qops_lut.h" nogil:
+    void qops_lut_apply(const uint8_t *src, uint8_t *dst, Py_ssize_t n, const uint8_t *table)
     void qops_lut_apply_threads(const uint8_t *src, uint8_t *dst, Py_ssize_t n,
                                 const uint8_t *table, int threads)
     int qops_lut_vectorized()
@@ -132,6 +133,28 @@ cdef void _cat_rows(const q8_t[:, ::1] q, q8_t[:, ::1] out, Py_ssize_t off, floa
                  requant, relu)
 
 
+cdef void _cat_table(uint8_t* table, int qmin, int qmax, float s, int32_t zp, float inv,
+                     float zo, bint requant, bint relu) noexcept nogil:
+    # What _cat_run computes for each of the 256 raw values (indexed by the raw byte).
+    cdef int r, v
+    for r in range(qmin, qmax + 1):
+        v = qops_q_fma(qops_d_sc(r, s, zp), inv, zo, qmin, qmax) if requant else r
+        if relu and v < <int>zo:
+            v = <int>zo
+        table[<uint8_t>r] = <uint8_t>v
+
+
+cdef void _cat_rows_lut(const uint8_t* q, uint8_t* out, Py_ssize_t rows, Py_ssize_t cols,
+                        Py_ssize_t out_cols, Py_ssize_t off, const uint8_t* table) noexcept nogil:
+    # _cat_rows by table lookup: requantizing a byte is a function of the byte.
+    cdef Py_ssize_t nbc = (cols + BLOCK - 1) // BLOCK, w, r, c0
+    for w in prange(rows * nbc, schedule="static", num_threads=qops_threads_for(rows * cols, GRAIN)):
+        r = w // nbc
+        c0 = (w % nbc) * BLOCK
+        qops_lut_apply(q + r * cols + c0, out + r * out_cols + off + c0, min(BLOCK, cols - c0),
+                       table)
+
+
 def _flat(x):
     return np.ascontiguousarray(x).reshape(-1)
 
@@ -210,6 +233,13 @@ def cat_into(q, out, col_offset, scale, zero_point, out_inv_scale, out_zero_poin
     """Write one cat input into out[:, col_offset:]: Q_fma(D_sc(q)) or a copy, then relu."""
     qmin, qmax = _RANGE[q.dtype]
     q = np.ascontiguousarray(q)
+    if (requant or relu) and LUT_VECTORIZED and q.size >= 4096:
+        table = np.empty(256, np.uint8)
+        _cat_table(<uint8_t*>qops_ptr(table, True), qmin, qmax, scale, zero_point,
+                   out_inv_scale, out_zero_point, requant, relu)
+        _cat_rows_lut(<const uint8_t*>qops_ptr(q), <uint8_t*>qops_ptr(out, True), q.shape[0],
+                      q.shape[1], out.shape[1], col_offset, <const uint8_t*>qops_ptr(table))
+        return
     if q.dtype == np.uint8:
         _cat_rows[uint8_t](q, out, col_offset, scale, zero_point, out_inv_scale, out_zero_point,
                            qmin, qmax, requant, relu)

@@ -170,6 +170,9 @@ def _cat_cases(seed):
             out.append(_cat_case(r, [(2, 0, 3), (2, 4, 3)], 1, d))
             out.append(_cat_case(r, [(7,), (9,)], 0, d, qparams=False))
             out.append(_cat_case(r, [(1000,), (17,)], 0, d))
+            # large enough for the fast kernel's table-lookup path (4096+ elements an input)
+            out.append(_cat_case(r, [(2, 3, 40, 41), (2, 5, 40, 41)], 1, d))
+            out.append(_cat_case(r, [(2, 3, 40, 41), (2, 3, 40, 41)], 1, d, same=True))
         return out
     return cases
 
