@@ -6,6 +6,8 @@
 # Source indices and weights per output coordinate are computed once per call (numpy, the
 # reference's float32 formulas); the kernels then run per output row. prange goes over
 # (n, c, od) planes, each thread keeping its own row buffers.
+import functools
+
 import numpy as np
 from cython.parallel cimport prange, parallel
 from libc.stdlib cimport malloc, free
@@ -15,44 +17,90 @@ from qops._fast._common cimport *
 DEF GRAIN = 32768         # output elements per thread below which one thread is enough
 
 
+@functools.lru_cache(maxsize=256)
 def _nearest_index(out_len, in_len, ratio, exact):
+    # Memoized: a model resizes the same few shapes over and over, and these numpy steps cost
+    # more than the kernel on small maps. Read-only, since every call shares the array.
     dst = np.arange(out_len).astype(np.float32)
     if exact:
         dst = dst + np.float32(0.5)
     src = np.floor(dst * np.float32(ratio)).astype(np.int64)
-    return np.minimum(src, in_len - 1).astype(np.int32)
+    idx = np.minimum(src, in_len - 1).astype(np.int32)
+    idx.flags.writeable = False
+    return idx
 
 
-cdef void _nearest_rows(const qint_t[:, :, :, :, ::1] x, qint_t[:, :, :, :, ::1] out,
-                        const int32_t[::1] di, const int32_t[::1] hi, const int32_t[::1] wi,
-                        bint twice, int nthreads) noexcept nogil:
-    cdef Py_ssize_t C = x.shape[1], W = x.shape[4]
-    cdef Py_ssize_t OD = out.shape[2], OH = out.shape[3], OW = out.shape[4]
-    cdef Py_ssize_t planes = out.shape[0] * C * OD
-    cdef Py_ssize_t p, n, c, od, oh, ow
+@functools.lru_cache(maxsize=256)
+def _is_twice(out_len, in_len, ratio, exact):
+    # whether output column j reads input column j // 2 (an exact 2x)
+    return out_len == 2 * in_len and np.array_equal(
+        _nearest_index(out_len, in_len, ratio, exact), np.arange(out_len, dtype=np.int32) // 2)
+
+
+cdef extern from *:
+    """
+    #if defined(__AVX512BW__)
+    #include <immintrin.h>
+    #endif
+    /* dst[2i] = dst[2i+1] = src[i] for i < n bytes: the exact 2x nearest row. With AVX-512BW,
+     * 32 bytes widen to 16-bit lanes (b, 0) and b | b << 8 makes (b, b): 64 bytes in order,
+     * masked at the row's end, so short rows need no scalar tail; ... */
+    static inline void qops_double_bytes(const uint8_t *src, uint8_t *dst, ptrdiff_t n,
+                                         int copies, ptrdiff_t stride) {
+        /* ... written to `copies` rows `stride` bytes apart (rows repeated along H) */
+        ptrdiff_t i = 0;
+    #if defined(__AVX512BW__)
+        for (; i < n; i += 32) {
+            ptrdiff_t rem = n - i;
+            __mmask32 m = rem >= 32 ? (__mmask32)~0u : (__mmask32)((1u << rem) - 1);
+            __mmask64 m2 = rem >= 32 ? ~0ULL : (1ULL << (2 * rem)) - 1;
+            __m512i w = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src + i));
+            w = _mm512_or_si512(w, _mm512_slli_epi16(w, 8));
+            for (int c = 0; c < copies; c++)
+                _mm512_mask_storeu_epi8(dst + c * stride + 2 * i, m2, w);
+        }
+    #endif
+        for (; i < n; i++)
+            for (int c = 0; c < copies; c++)
+                dst[c * stride + 2 * i] = dst[c * stride + 2 * i + 1] = src[i];
+    }
+    """
+    void qops_double_bytes(const uint8_t* src, uint8_t* dst, Py_ssize_t n, int copies,
+                           Py_ssize_t stride) nogil
+
+
+cdef inline void _nearest_plane(const qint_t* x, qint_t* o, Py_ssize_t H, Py_ssize_t W,
+                                Py_ssize_t OH, Py_ssize_t OW, const int32_t* hi,
+                                const int32_t* wi, bint twice) noexcept nogil:
+    # One output plane from one input plane (pointers, so the row loops vectorize). Output
+    # rows with the same source row are runs: the row is made once and stored `run` times.
+    cdef Py_ssize_t oh = 0, ow, run, k
     cdef const qint_t* src
-    cdef qint_t* o
-    cdef qint_t v
+    while oh < OH:
+        run = 1
+        while oh + run < OH and hi[oh + run] == hi[oh]:
+            run += 1
+        src = x + hi[oh] * W
+        if twice and qint_t is not int32_t:
+            qops_double_bytes(<const uint8_t*>src, <uint8_t*>o, W, <int>run, OW)
+        else:
+            for ow in range(OW):
+                o[ow] = src[wi[ow]]
+            for k in range(1, run):
+                memcpy(o + k * OW, o, OW * sizeof(qint_t))
+        o += run * OW
+        oh += run
+
+
+cdef void _nearest_rows(const qint_t* x, qint_t* out, Py_ssize_t N, Py_ssize_t C, Py_ssize_t D,
+                        Py_ssize_t H, Py_ssize_t W, Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
+                        const int32_t* di, const int32_t* hi, const int32_t* wi, bint twice,
+                        int nthreads) noexcept nogil:
+    cdef Py_ssize_t planes = N * C * OD, p, od
     for p in prange(planes, schedule="static", num_threads=nthreads):
         od = p % OD
-        c = (p // OD) % C
-        n = p // (OD * C)
-        for oh in range(OH):
-            o = &out[n, c, od, oh, 0]
-            if oh > 0 and hi[oh] == hi[oh - 1]:
-                # same source row as the row above: copy it
-                memcpy(o, o - OW, OW * sizeof(qint_t))
-                continue
-            src = &x[n, c, di[od], hi[oh], 0]
-            if twice:
-                # exact 2x along W: each source value written twice (vectorizes as interleave)
-                for ow in range(W):
-                    v = src[ow]
-                    o[2 * ow] = v
-                    o[2 * ow + 1] = v
-            else:
-                for ow in range(OW):
-                    o[ow] = src[wi[ow]]
+        _nearest_plane(x + ((p // OD) * D + di[od]) * H * W, out + p * OH * OW, H, W, OH, OW,
+                       hi, wi, twice)
 
 
 def upsample_nearest(x, out_size, ratios, exact):
@@ -64,14 +112,19 @@ def upsample_nearest(x, out_size, ratios, exact):
         return out
     di, hi, wi = (_nearest_index(o, L, r, exact) for o, L, r in zip(out_size, x.shape[2:], ratios))
     W = x.shape[4]
-    twice = shape[4] == 2 * W and np.array_equal(wi, np.arange(2 * W, dtype=np.int32) // 2)
+    twice = _is_twice(shape[4], W, ratios[2], exact)
     nt = qops_threads_for(out.size, GRAIN)
-    if x.dtype == np.uint8:
-        _nearest_rows[uint8_t](x, out, di, hi, wi, twice, nt)
-    elif x.dtype == np.int8:
-        _nearest_rows[int8_t](x, out, di, hi, wi, twice, nt)
+    N, C, D, H, _ = x.shape
+    OD, OH, OW = shape[2:]
+    cdef const int32_t* dp = <const int32_t*>qops_ptr(di)
+    cdef const int32_t* hp = <const int32_t*>qops_ptr(hi)
+    cdef const int32_t* wp = <const int32_t*>qops_ptr(wi)
+    if x.dtype.itemsize == 1:      # uint8 and int8: the same bytes either way
+        _nearest_rows[uint8_t](<const uint8_t*>qops_ptr(x), <uint8_t*>qops_ptr(out, True),
+                               N, C, D, H, W, OD, OH, OW, dp, hp, wp, twice, nt)
     else:
-        _nearest_rows[int32_t](x, out, di, hi, wi, twice, nt)
+        _nearest_rows[int32_t](<const int32_t*>qops_ptr(x), <int32_t*>qops_ptr(out, True),
+                               N, C, D, H, W, OD, OH, OW, dp, hp, wp, twice, nt)
     return out
 
 

@@ -75,6 +75,48 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     align_corners : bool or None, bilinear only (None means False)
     """
     _check.qtensor(input, "input", dtypes=(quint8, qint8, qint32), ndims=(4, 5))
+    x = input._int
+    key = (x.shape, input._dtype is qint32, _hashable(size), _hashable(scale_factor), mode,
+           align_corners)
+    try:
+        plan = _plans.get(key)
+    except TypeError:          # an unhashable argument: plan without the memo
+        key, plan = None, None
+    if plan is None:
+        plan = _plan(input, size, scale_factor, mode, align_corners)
+        if key is not None:
+            if len(_plans) >= 256:
+                _plans.clear()
+            _plans[key] = plan
+    x5_shape, out5, ratios, out_shape = plan
+    if ratios is None:
+        # PyTorch copies when no size changes (whatever the scale factors say)
+        data = np.array(x, copy=True)
+    else:
+        k = _config.impl("resize")
+        x5 = x.reshape(x5_shape)
+        if mode == "bilinear":
+            res = k.upsample_bilinear(x5, out5, ratios, bool(align_corners), input._zero_point)
+        else:
+            res = k.upsample_nearest(x5, out5, ratios, mode == "nearest-exact")
+        data = res.reshape(out_shape)
+    return QTensor._make(data, input._dtype, input._scale, input._zero_point)
+
+
+# Validated plans (5-D input shape, 5-D output spatial size, kernel ratios, output shape) by
+# (input shape, qint32?, size, scale_factor, mode, align_corners): a model resizes the same
+# few shapes each call, and working the plan out costs more than a small kernel.
+_plans = {}
+
+
+def _hashable(v):
+    # with the types, so that 2 and 2.0 (or True) are not taken for one another
+    if isinstance(v, (list, tuple)):
+        return type(v), tuple((type(e), e) for e in v)
+    return type(v), v
+
+
+def _plan(input, size, scale_factor, mode, align_corners):
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {', '.join(_MODES)}; got {mode!r}")
     if mode == "bilinear":
@@ -89,32 +131,23 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     elif align_corners is not None:
         raise ValueError("align_corners can only be set with mode='bilinear'")
     nsp = input.ndim - 2
-    spatial = input.shape[2:]
+    shape = input.shape
+    spatial = shape[2:]
     if any(L == 0 for L in spatial):
-        raise ValueError(f"input must have non-empty spatial dims; got shape {input.shape}")
+        raise ValueError(f"input must have non-empty spatial dims; got shape {shape}")
     out_sp, scales = _sizes(input, size, scale_factor, nsp)
-    x = input._int
-    x5 = x.reshape(x.shape[:2] + (1,) * (3 - nsp) + spatial)
+    x5_shape = shape[:2] + (1,) * (3 - nsp) + spatial
     out5 = (1,) * (3 - nsp) + tuple(out_sp)
+    out_shape = shape[:2] + tuple(out_sp)
     if tuple(out_sp) == tuple(spatial):
-        # PyTorch copies when no size changes (whatever the scale factors say)
-        data = np.array(x, copy=True)
+        return x5_shape, out5, None, out_shape
+    sc = (None,) * (3 - nsp) + (scales if scales is not None else (None,) * nsp)
+    in5 = x5_shape[2:]
+    if mode == "bilinear" and align_corners:
+        ratios = tuple(F32(i - 1) / F32(o - 1) if o > 1 else F32(0) for i, o in zip(in5, out5))
     else:
-        sc = (None,) * (3 - nsp) + (scales if scales is not None else (None,) * nsp)
-        in5 = x5.shape[2:]
-        k = _config.impl("resize")
-        if mode == "bilinear":
-            if align_corners:
-                ratios = tuple(F32(i - 1) / F32(o - 1) if o > 1 else F32(0)
-                               for i, o in zip(in5, out5))
-            else:
-                ratios = tuple(_ratio(i, o, s) for i, o, s in zip(in5, out5, sc))
-            res = k.upsample_bilinear(x5, out5, ratios, bool(align_corners), input._zero_point)
-        else:
-            ratios = tuple(_ratio(i, o, s) for i, o, s in zip(in5, out5, sc))
-            res = k.upsample_nearest(x5, out5, ratios, mode == "nearest-exact")
-        data = res.reshape(x.shape[:2] + tuple(out_sp))
-    return QTensor._make(data, input._dtype, input._scale, input._zero_point)
+        ratios = tuple(_ratio(i, o, s) for i, o, s in zip(in5, out5, sc))
+    return x5_shape, out5, ratios, out_shape
 
 
 def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
