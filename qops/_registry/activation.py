@@ -120,9 +120,12 @@ def _out_qparams(r, q):
     return (float(r.uniform(0.01, 0.1)), int(r.integers(d.qmin, d.qmax + 1)))
 
 
-def _bench_q(dtype=qops.quint8, scale=0.05, zp=128):
+def _bench_q(dtype=qops.quint8, scale=0.05, zp=128, shape=(1, 64, 112, 112)):
     r = u.rng(42)
-    return u.random_qtensor(r, (1, 64, 112, 112), dtype, scale=scale, zero_point=zp)
+    return u.random_qtensor(r, shape, dtype, scale=scale, zero_point=zp)
+
+
+_LARGE = (8, 64, 112, 112)     # 6.4 MB: past the L2 cache, for the bandwidth yardstick
 
 
 # -- PyTorch oracles ----------------------------------------------------------------------------
@@ -272,7 +275,8 @@ def _leaky_kwargs(r, q):
 
 SPECS = [
     OpSpec("relu", "activation", ("clamp_raw",), F.relu, _unary_cases(1), _unary_strategy(),
-           bench={"relu_64_112": lambda: Case((_bench_q(),))}, torch=_torch_relu),
+           bench={"relu_64_112": lambda: Case((_bench_q(),)),
+                  "relu_8x64_112": lambda: Case((_bench_q(shape=_LARGE),))}, torch=_torch_relu),
     OpSpec("relu_", "activation", ("clamp_raw",), F.relu_, _unary_cases(2), _unary_strategy(),
            bench={"relu_inplace_64_112": lambda: Case((_bench_q(),))}, torch=_torch_relu_,
            runner=_relu_inplace_runner),
@@ -300,7 +304,9 @@ SPECS = [
            tolerance=_TIE_REASON + " (The fixed zero point is even, so in practice none occur.)"),
     OpSpec("hardswish", "activation", ("hardswish",), F.hardswish, _unary_cases(9, _hs_args),
            _unary_strategy(_hs_args),
-           bench={"hardswish_64_112": lambda: Case((_bench_q(), 0.05, 10))}, torch=_torch_hardswish,
+           bench={"hardswish_64_112": lambda: Case((_bench_q(), 0.05, 10)),
+                  "hardswish_8x64_112": lambda: Case((_bench_q(shape=_LARGE), 0.05, 10))},
+           torch=_torch_hardswish,
            compare=tie_compare("hardswish", _y_hardswish), tolerance=_TIE_REASON),
     OpSpec("sigmoid", "activation", ("sigmoid",), F.sigmoid, _unary_cases(10, scale_range=(0.01, 0.04)),
            _unary_strategy(), bench={"sigmoid_64_112": lambda: Case((_bench_q(),))},
