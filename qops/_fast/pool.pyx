@@ -2,11 +2,13 @@
 # (N, C, D, H, W), same dtype out. Max pools compare raw values; average pools sum exactly in
 # int32 and requantize in float32 (rint half to even) with the reference's formulas.
 #
-# Layout: the taps of a window along D and H are folded first into a row buffer covering the
-# whole padded input width (stride-1 loops over W that GCC vectorizes), then the W window
-# slides over that buffer. Max pools run prange over the N*C*OD*OH output rows; average pools
-# over the N*C*OD output planes, so their requantize loop runs over a whole plane (a row alone
-# is too short to fill 512-bit vectors). Buffers are per thread.
+# Layout: 8-bit max and average pools with W stride 1 or 2 run the vector kernels of
+# pool_simd.h over contiguous ranges of output rows, one per thread. The scalar paths (int32,
+# other strides, indices, huge windows) fold the taps of a window along D and H into a row
+# buffer covering the whole padded input width (stride-1 loops over W that GCC vectorizes),
+# then slide the W window over that buffer; their average pools run prange over the N*C*OD
+# output planes, so the requantize loop runs over a whole plane. Adaptive max pools without
+# indices fold a window's rows the same way. Buffers are per thread.
 import numpy as np
 from cython.parallel cimport prange, parallel
 from libc.stdlib cimport malloc, free
@@ -27,15 +29,6 @@ cdef extern from "pool_simd.h" nogil:
     void qp_avg_rows(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t g0,
                      Py_ssize_t g1, const int32_t* cls, const int32_t* zt, const float* mt,
                      float zp, int32_t qmin, int32_t qmax, int sgn)
-
-
-cdef void* _ptr(a, bint writable=False):
-    # data pointer of a C-contiguous array (the array outlives the released view)
-    cdef Py_buffer b
-    PyObject_GetBuffer(a, &b, PyBUF_SIMPLE | (PyBUF_WRITABLE if writable else 0))
-    cdef void* p = b.buf
-    PyBuffer_Release(&b)
-    return p
 
 
 cdef qp_geom _geom(x, out, kernel_size, stride, padding, dilation):
@@ -109,8 +102,9 @@ def _avg_tables(out_size, stride, padding, kernel_size, in_size, bint cip, int64
                 n += 1
                 ls, lp = vs, vp
             c[od * OH + oh] = <int32_t>(n - 1)
-    zt = np.empty((n, OW), np.int32)
-    mt = np.empty((n, OW), np.float32)
+    # 32 spare entries past the end: the vector requantize loads whole 16-lane rows
+    zt = np.zeros(n * OW + 32, np.int32)[:n * OW].reshape(n, OW)
+    mt = np.zeros(n * OW + 32, np.float32)[:n * OW].reshape(n, OW)
     cdef int32_t[:, ::1] z = zt
     cdef float[:, ::1] m = mt
     r = -1
@@ -129,10 +123,6 @@ def _avg_tables(out_size, stride, padding, kernel_size, in_size, bint cip, int64
                 m[r, ow] = <float>(1.0 / <double>dv)          # f32(1.0 / div)
     free(cnt)
     return cls, zt, mt
-
-
-def _lowest(dtype):
-    return int(np.iinfo(dtype).min)
 
 
 # -- max pool -----------------------------------------------------------------------------
@@ -269,24 +259,27 @@ cdef void _max_indices(const qint_t[:, :, :, :, ::1] x, qint_t[:, :, :, :, ::1] 
 
 def max_pool(x, kernel_size, stride, padding, dilation, out_size, with_indices):
     """Max of raw values over the valid (non-padded) taps of each dilated window."""
-    x = np.ascontiguousarray(x)
+    if not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x)
     (kD, kH, kW), (sD, sH, sW) = kernel_size, stride
     (pD, pH, pW), (dD, dH, dW) = padding, dilation
     shape = x.shape[:2] + tuple(out_size)
-    out = np.empty(shape, dtype=x.dtype)
-    lo = _lowest(x.dtype)
+    out = qops_empty(np, shape, x.dtype)
+    cdef int isz = x.itemsize
+    cdef bint sgn = x.dtype.kind == "i"
     OW = shape[4]
-    Wp = max(x.shape[4] + 2 * pW, (OW - 1) * sW + (kW - 1) * dW + 1)
     nt = qops_threads_for(out.size * kD * kH * max(kW, 1) if with_indices
                           else x.size + out.size * kW, GRAIN)
     if out.size == 0:
         return (out, np.zeros(shape, np.int64)) if with_indices else out
     cdef qp_geom g = _geom(x, out, kernel_size, stride, padding, dilation)
-    if (not with_indices and x.dtype != np.int32 and qp_simd_ok(&g)
+    if (not with_indices and isz == 1 and qp_simd_ok(&g)
             and kD * kH <= QP_MAX_ROWS and kW <= QP_MAX_ROWS):
-        _simd_split(<const uint8_t*>_ptr(x), <uint8_t*>_ptr(out, True), &g,
-                    out.size // OW, NULL, NULL, NULL, 0, 0, 0, x.dtype == np.int8, False, nt)
+        _simd_split(<const uint8_t*>qops_ptr(x), <uint8_t*>qops_ptr(out, True), &g,
+                    out.size // OW, NULL, NULL, NULL, 0, 0, 0, sgn, False, nt)
         return out
+    lo = -(1 << 31) if isz == 4 else (-128 if sgn else 0)
+    Wp = max(x.shape[4] + 2 * pW, (OW - 1) * sW + (kW - 1) * dW + 1)
     if with_indices:
         index = np.empty(shape, dtype=np.int64)
         if x.dtype == np.uint8:
@@ -382,32 +375,46 @@ cdef void _avg_planes(const q8_t[:, :, :, :, ::1] x, q8_t[:, :, :, :, ::1] out,
         free(sums)
 
 
+_TABLES = {}
+
+
 def avg_pool(x, kernel_size, stride, padding, out_size, count_include_pad, divisor_override,
              zero_point):
     """Average pool: exact integer window sums, requantized as PyTorch's NCHW avg_pool2d."""
-    x = np.ascontiguousarray(x)
+    if not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x)
     (kD, kH, kW), (sD, sH, sW), (pD, pH, pW) = kernel_size, stride, padding
     shape = x.shape[:2] + tuple(out_size)
-    out = np.empty(shape, dtype=x.dtype)
+    out = qops_empty(np, shape, x.dtype)
     if out.size == 0:
         return out
-    cdef int32_t qmin = -128 if x.dtype == np.int8 else 0
-    cdef int32_t qmax = 127 if x.dtype == np.int8 else 255
+    cdef bint sgn = x.dtype.kind == "i"
+    cdef int32_t qmin = -128 if sgn else 0
+    cdef int32_t qmax = 127 if sgn else 255
     OW = shape[4]
-    cls, zt, mt = _avg_tables(out_size, stride, padding, kernel_size, x.shape[2:],
-                              count_include_pad, divisor_override, zero_point)
+    # the tables depend on the geometry and zero point only: models call the same pool often
+    key = (tuple(out_size), tuple(stride), tuple(padding), tuple(kernel_size), x.shape[2:],
+           bool(count_include_pad), divisor_override, zero_point)
+    tabs = _TABLES.get(key)
+    if tabs is None:
+        tabs = _avg_tables(out_size, stride, padding, kernel_size, x.shape[2:],
+                           count_include_pad, divisor_override, zero_point)
+        if len(_TABLES) >= 64:
+            _TABLES.clear()
+        _TABLES[key] = tabs
+    cls, zt, mt = tabs
     nt = qops_threads_for(x.size * kD + out.size * kW, GRAIN)
     cdef qp_geom g = _geom(x, out, kernel_size, stride, padding, (1, 1, 1))
     if qp_simd_ok(&g) and kD * kH <= QP_MAX_ROWS and kW <= QP_MAX_ROWS and kD * kH * kW <= 256:
         # 16-bit window sums are exact up to 256 taps (see pool_simd.h)
-        _simd_split(<const uint8_t*>_ptr(x), <uint8_t*>_ptr(out, True), &g, out.size // OW,
-                    <const int32_t*>_ptr(cls), <const int32_t*>_ptr(zt), <const float*>_ptr(mt),
-                    <float>zero_point, qmin, qmax, x.dtype == np.int8, True, nt)
+        _simd_split(<const uint8_t*>qops_ptr(x), <uint8_t*>qops_ptr(out, True), &g,
+                    out.size // OW, <const int32_t*>qops_ptr(cls), <const int32_t*>qops_ptr(zt),
+                    <const float*>qops_ptr(mt), <float>zero_point, qmin, qmax, sgn, True, nt)
         return out
     Wp = max(x.shape[4] + 2 * pW, (OW - 1) * sW + kW)
     mult = mt[cls].reshape(shape[2:])
     szp = zt[cls].reshape(shape[2:])
-    if x.dtype == np.uint8:
+    if not sgn:
         _avg_planes[uint8_t](x, out, kD, kH, kW, sD, sH, sW, pD, pH, pW, Wp, mult, szp,
                              zero_point, qmin, qmax, nt)
     else:
@@ -595,13 +602,14 @@ cdef void _plane_mean(const uint8_t* x, uint8_t* out, Py_ssize_t P, Py_ssize_t L
 
 def adaptive_avg_pool(x, out_size):
     """Adaptive average pool on raw values: out = rint(f32(f32(sum q) * r)), no zero point."""
-    x = np.ascontiguousarray(x)
+    if not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x)
     cdef Py_ssize_t n, c, D, H, W, OD, OH, OW, i, j, k, a, b, O, L, P, off
     cdef float r
     cdef int sgn, nt
     n, c, D, H, W = x.shape
     OD, OH, OW = out_size
-    out = np.empty((n, c, OD, OH, OW), dtype=x.dtype)
+    out = qops_empty(np, (n, c, OD, OH, OW), x.dtype)
     if n * c * OD * OH * OW == 0:
         return out
     sgn = x.dtype.kind == "i"
@@ -686,12 +694,100 @@ cdef void _adaptive_max_rows(const qint_t[:, :, :, :, ::1] x, qint_t[:, :, :, :,
             index[n, c, od, oh, ow] = best_i
 
 
+cdef inline void _amax_plane(const qint_t* xp, qint_t* o, qint_t* buf, Py_ssize_t H,
+                             Py_ssize_t W, Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t d0,
+                             Py_ssize_t d1, const Py_ssize_t* lim) noexcept nogil:
+    # One (n, c, od) output plane: the window's rows max-folded into buf (stride-1 loops GCC
+    # vectorizes), then the short W windows over buf. lim = h0[OH], h1[OH], w0[OW], w1[OW].
+    cdef Py_ssize_t oh, ow, idd, ih, w
+    cdef const Py_ssize_t* h0 = lim
+    cdef const Py_ssize_t* h1 = lim + OH
+    cdef const Py_ssize_t* w0 = lim + 2 * OH
+    cdef const Py_ssize_t* w1 = lim + 2 * OH + OW
+    cdef const qint_t* src
+    cdef qint_t a, b
+    cdef int first
+    for oh in range(OH):
+        first = 1
+        for idd in range(d0, d1):
+            for ih in range(h0[oh], h1[oh]):
+                src = xp + (idd * H + ih) * W
+                if first:
+                    memcpy(buf, src, W * sizeof(qint_t))
+                    first = 0
+                else:
+                    for w in range(W):
+                        a = buf[w]
+                        b = src[w]
+                        buf[w] = a if a > b else b
+        for ow in range(OW):
+            a = buf[w0[ow]]
+            for w in range(w0[ow] + 1, w1[ow]):
+                b = buf[w]
+                a = a if a > b else b
+            o[oh * OW + ow] = a
+
+
+cdef void _amax_planes(const qint_t* x, qint_t* out, Py_ssize_t planes, Py_ssize_t D,
+                       Py_ssize_t H, Py_ssize_t W, Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
+                       const Py_ssize_t* lim, int nthreads) noexcept nogil:
+    # lim = d0[OD], d1[OD], then _amax_plane's h0, h1, w0, w1; one W-long buffer per thread
+    cdef Py_ssize_t p, od
+    cdef qint_t* buf = NULL
+    with parallel(num_threads=nthreads):
+        buf = <qint_t*>malloc(W * sizeof(qint_t))
+        for p in prange(planes, schedule="static"):
+            od = p % OD
+            _amax_plane(x + (p // OD) * D * H * W, out + p * OH * OW, buf, H, W, OH, OW,
+                        lim[od], lim[OD + od], lim + 2 * OD)
+        free(buf)
+
+
 def adaptive_max_pool(x, out_size, with_indices):
     """Adaptive max pool on raw values; windows as PyTorch's float adaptive max pool."""
-    x = np.ascontiguousarray(x)
+    if not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x)
+    cdef Py_ssize_t n, c, D, H, W
     n, c, D, H, W = x.shape
-    shape = (n, c) + tuple(out_size)
-    out = np.empty(shape, dtype=x.dtype)
+    cdef Py_ssize_t OD = out_size[0], OH = out_size[1], OW = out_size[2]
+    cdef Py_ssize_t i, O, L, off
+    shape = (n, c, OD, OH, OW)
+    out = qops_empty(np, shape, x.dtype)
+    if with_indices or out.size == 0:
+        return _adaptive_max_indices(x, out, out_size, with_indices)
+    # windows [floor(o*L/O), ceil((o+1)*L/O)) in exact integers
+    cdef Py_ssize_t* lim = <Py_ssize_t*>malloc(2 * (OD + OH + OW) * sizeof(Py_ssize_t))
+    if lim == NULL:
+        raise MemoryError()
+    off = 0
+    for O, L in ((OD, D), (OH, H), (OW, W)):
+        for i in range(O):
+            lim[off + i] = (i * L) // O
+            lim[off + O + i] = ((i + 1) * L + O - 1) // O
+        off += 2 * O
+    cdef int nt = qops_threads_for(x.size + out.size, GRAIN)
+    cdef Py_ssize_t planes = n * c * OD
+    cdef char* xp = qops_ptr(x)
+    cdef char* op = qops_ptr(out, True)
+    cdef int kind = 2 if x.itemsize == 4 else (1 if x.dtype.kind == "i" else 0)
+    with nogil:
+        if kind == 0:
+            _amax_planes[uint8_t](<const uint8_t*>xp, <uint8_t*>op, planes, D, H, W, OD, OH,
+                                  OW, lim, nt)
+        elif kind == 1:
+            _amax_planes[int8_t](<const int8_t*>xp, <int8_t*>op, planes, D, H, W, OD, OH, OW,
+                                 lim, nt)
+        else:
+            _amax_planes[int32_t](<const int32_t*>xp, <int32_t*>op, planes, D, H, W, OD, OH,
+                                  OW, lim, nt)
+    free(lim)
+    return out
+
+
+def _adaptive_max_indices(x, out, out_size, with_indices):
+    # the scalar scan that also reports the first maximum's index
+    n, c, D, H, W = x.shape
+    shape = out.shape
     index = np.empty(shape, dtype=np.int64)
     if out.size == 0:
         return (out, index) if with_indices else out

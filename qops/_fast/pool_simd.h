@@ -1,10 +1,11 @@
 /* Vector kernels of the 8-bit max and average pools (see pool.pyx for the scalar paths).
  *
  * Each call handles a range [g0, g1) of global output rows (plane-major over N*C*OD*OH),
- * so the caller splits the rows once per thread and the per-row cost is a few dozen
- * instructions. Every window is computed straight from the input rows: the W taps are
- * unaligned loads at their offsets, so neither a padded row buffer nor a horizontal pass
- * exists. Rows shorter than a vector and row tails are the point: AVX-512 covers them with
+ * so the caller splits the rows once per thread. AVX-512 walks vector-wide columns of
+ * outputs down each plane (see "column walks"): every input row is reduced horizontally once
+ * and the vertical step reuses it for all the output rows it feeds. The W taps are unaligned
+ * loads at their offsets, so no padded row buffer exists. AVX2 computes each output row
+ * straight from its input rows. Rows shorter than a vector and row tails are the point: AVX-512 covers them with
  * masked loads (lanes outside [0, W) are not read, so padding costs nothing) and masked
  * stores; AVX2 runs whole vectors over the interior columns (the last one overlapping the
  * previous, which is idempotent) and the scalar window formula on the edges.
@@ -15,7 +16,8 @@
  * taps (255 * 256 < 65536 unsigned, -128 * 256 >= -32768 signed); the caller checks.
  * Requantization is the scalar formula 16 lanes at a time: t = f32(sum - size*zp) * m;
  * out = clamp(rint(t + f32(zp))) with separate multiply and add and round half to even
- * (cvtps2dq under the default rounding mode), so every ISA gives the reference's bits.
+ * (cvtps2dq under the default rounding mode), so every ISA gives the reference's bits
+ * (AVX-512 clamps with saturating packs, which the dtype's full range allows).
  */
 #ifndef QOPS_POOL_SIMD_H
 #define QOPS_POOL_SIMD_H
@@ -36,6 +38,7 @@
 #endif
 
 #define QP_ALWAYS static inline __attribute__((always_inline))
+#define QP_MAX_ROWS_ 64   /* (kd, kh) taps a vector row handles: QP_MAX_ROWS */
 
 /* Geometry of one pool call, shared by every row. */
 typedef struct {
@@ -263,38 +266,147 @@ QP_ALWAYS __m512i qp_sum_chunk(const uint8_t *const *rows, int nr, const qp_geom
     return acc;
 }
 
-/* out[0..n) = requantized 16 sums (int32 lanes). */
-QP_ALWAYS void qp_requant16(__m512i s, const int32_t *z, const float *m, uint8_t *o, __mmask16 k,
-                            __m512 zpf, __m512i qmin, __m512i qmax) {
-    __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_maskz_loadu_epi32(k, z))),
-                             _mm512_maskz_loadu_ps(k, m));
-    __m512i q = _mm512_cvtps_epi32(_mm512_add_ps(t, zpf));
-    q = _mm512_min_epi32(_mm512_max_epi32(q, qmin), qmax);
-    _mm_mask_storeu_epi8(o, k, _mm512_cvtepi32_epi8(q));
+/* f32 requantize of 16 sums (int32 lanes) with table entries z, m (unmasked loads: the
+ * tables carry 32 spare entries past their end); unclamped int32 results. */
+QP_ALWAYS __m512i qp_rq16(__m512i s, const int32_t *z, const float *m, __m512 zpf) {
+    __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_loadu_si512((const void *)z))),
+                             _mm512_loadu_ps(m));
+    return _mm512_cvtps_epi32(_mm512_add_ps(t, zpf));
 }
 
-QP_ALWAYS void qp_avg_row(const uint8_t *const *rows, int nr, const qp_geom *g, uint8_t *o,
-                          const int32_t *z, const float *mul, float zp, int32_t qmin,
-                          int32_t qmax, const __mmask64 *mt, const ptrdiff_t *off, int nl,
-                          ptrdiff_t nc, int sgn) {
-    const __m512 zpf = _mm512_set1_ps(zp);
-    const __m512i lo = _mm512_set1_epi32(qmin), hi = _mm512_set1_epi32(qmax);
-    for (ptrdiff_t c = 0; c < nc; c++, mt += nl) {
-        ptrdiff_t ow0 = c * 32, n = g->OW - ow0 < 32 ? g->OW - ow0 : 32;
-        __m512i acc = nl == 1 ? qp_sum_chunk(rows, nr, g, ow0, mt, off, 1, sgn)
-                    : nl == 2 ? qp_sum_chunk(rows, nr, g, ow0, mt, off, 2, sgn)
-                    : nl == 3 ? qp_sum_chunk(rows, nr, g, ow0, mt, off, 3, sgn)
-                    : qp_sum_chunk(rows, nr, g, ow0, mt, off, nl, sgn);
-        __m256i a0 = _mm512_castsi512_si256(acc), a1 = _mm512_extracti64x4_epi64(acc, 1);
-        __mmask32 km = _bzhi_u32(~0U, (unsigned)n);
-        qp_requant16(sgn ? _mm512_cvtepi16_epi32(a0) : _mm512_cvtepu16_epi32(a0), z + ow0,
-                     mul + ow0, o + ow0, (__mmask16)km, zpf, lo, hi);
-        if (n > 16)
-            qp_requant16(sgn ? _mm512_cvtepi16_epi32(a1) : _mm512_cvtepu16_epi32(a1),
-                         z + ow0 + 16, mul + ow0 + 16, o + ow0 + 16, (__mmask16)(km >> 16),
-                         zpf, lo, hi);
+/* Requantize the 32 window sums of acc (16-bit lanes, unsigned or signed as the input) into
+ * o[0..n); z, mul: the table row from the chunk's first output. The saturating packs are the
+ * clamp to [qmin, qmax] (cvtps2dq's out-of-range 0x80000000 saturates to qmin, as a clamp
+ * would); vpermd puts the dwords the in-lane packs interleaved back in order. */
+QP_ALWAYS void qp_avg_store(__m512i acc, const int32_t *z, const float *mul, uint8_t *o,
+                            ptrdiff_t n, __m512 zpf, int sgn) {
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m256i a0 = _mm512_castsi512_si256(acc), a1 = _mm512_extracti64x4_epi64(acc, 1);
+    __m512i q0 = qp_rq16(sgn ? _mm512_cvtepi16_epi32(a0) : _mm512_cvtepu16_epi32(a0), z, mul, zpf);
+    __m512i q1 = qp_rq16(sgn ? _mm512_cvtepi16_epi32(a1) : _mm512_cvtepu16_epi32(a1), z + 16,
+                         mul + 16, zpf);
+    __m512i w = _mm512_packs_epi32(q0, q1);
+    __m512i b = sgn ? _mm512_packs_epi16(w, w) : _mm512_packus_epi16(w, w);
+    b = _mm512_permutexvar_epi32(idx, b);
+    _mm256_mask_storeu_epi8(o, _bzhi_u32(~0U, (unsigned)n), _mm512_castsi512_si256(b));
+}
+
+/* -- column walks ----------------------------------------------------------------------
+ * A vector-wide column of outputs (chunk c) walks down output rows [oa, ob) of one (n, c, od)
+ * plane. Each input row ih is reduced horizontally once (folded over the D window first)
+ * into a ring of QP_RING vectors, so the rows shared by neighbouring output rows (3x3 stride
+ * 1 or 2) are loaded and reduced once; the vertical step then works on the ring only.
+ * Average pools keep a running 16-bit sum (add the entering rows, subtract the leaving ones):
+ * the sum is exact modulo 2**16 and the window's true sum fits 16 bits (<= 256 taps), so the
+ * wrapped intermediate values never matter. The ring holds the rows [h0, h1) of the current
+ * window: at most kH <= QP_RING rows (dH == 1). */
+#define QP_RING 64
+
+/* Input planes idd*H*W of the D taps of output plane od that lie inside the input. */
+static inline int qp_dplanes(const qp_geom *g, const uint8_t *plane, ptrdiff_t od,
+                             const uint8_t **dp) {
+    int n = 0;
+    for (ptrdiff_t kd = 0; kd < g->kD; kd++) {
+        ptrdiff_t idd = od * g->sD - g->pD + kd * g->dD;
+        if (idd >= 0 && idd < g->D) dp[n++] = plane + idd * g->H * g->W;
+    }
+    return n;
+}
+
+QP_ALWAYS __m512i qp_hmax(const uint8_t *const *dp, int nd, ptrdiff_t roff, ptrdiff_t b0,
+                          int s2, int two, const __mmask64 *mt, const ptrdiff_t *off,
+                          const int *pair, int nl, int sgn) {
+    const uint8_t *rows[QP_MAX_ROWS_];
+    for (int i = 0; i < nd; i++) rows[i] = dp[i] + roff;
+    if (!s2) return qp_max_chunk1(rows, nd, b0, mt, off, nl, sgn);
+    return qp_max_chunk2(rows, nd, b0, two, mt, off, pair, nl, sgn);
+}
+
+QP_ALWAYS void qp_max_col(const uint8_t *const *dp, int nd, const qp_geom *g, ptrdiff_t oa,
+                          ptrdiff_t ob, uint8_t *o, ptrdiff_t c, const __mmask64 *mt,
+                          const ptrdiff_t *off, const int *pair, int nl, int s2, int two,
+                          int sgn) {
+    __m512i ring[QP_RING];
+    const ptrdiff_t ow0 = c * 64, n = g->OW - ow0 < 64 ? g->OW - ow0 : 64;
+    const ptrdiff_t b0 = ow0 * g->sW - g->pW, W = g->W, H = g->H, OW = g->OW;
+    const __mmask64 km = _bzhi_u64(~0ULL, (unsigned)n);
+    const __m512i low = _mm512_set1_epi8(sgn ? (char)0x80 : 0);
+    ptrdiff_t cur = 0;                       /* rows below cur are in the ring (or skipped) */
+    o += ow0;
+    for (ptrdiff_t oh = oa; oh < ob; oh++, o += OW) {
+        ptrdiff_t h0 = oh * g->sH - g->pH, h1 = h0 + g->kH;
+        if (h0 < 0) h0 = 0;
+        if (h1 > H) h1 = H;
+        if (cur < h0) cur = h0;
+        for (; cur < h1; cur++)
+            ring[cur & (QP_RING - 1)] = qp_hmax(dp, nd, cur * W, b0, s2, two, mt, off, pair, nl, sgn);
+        __m512i v = low;
+        for (ptrdiff_t ih = h0; ih < h1; ih++) v = qp_vmax(v, ~0ULL, ring[ih & (QP_RING - 1)], sgn);
+        _mm512_mask_storeu_epi8(o, km, v);
     }
 }
+
+QP_ALWAYS void qp_avg_col(const uint8_t *const *dp, int nd, const qp_geom *g, ptrdiff_t oa,
+                          ptrdiff_t ob, uint8_t *o, ptrdiff_t c, const int32_t *cls,
+                          const int32_t *zt, const float *mtab, __m512 zpf,
+                          const __mmask64 *mt, const ptrdiff_t *off, int nl,
+                          int sgn) {
+    __m512i ring[QP_RING];
+    const ptrdiff_t ow0 = c * 32, n = g->OW - ow0 < 32 ? g->OW - ow0 : 32;
+    const ptrdiff_t W = g->W, H = g->H, OW = g->OW;
+    const uint8_t *rows[QP_MAX_ROWS_];
+    __m512i v = _mm512_setzero_si512();
+    ptrdiff_t cur0 = 0, cur1 = 0;            /* v = sum of the ring rows [cur0, cur1) */
+    o += ow0;
+    for (ptrdiff_t oh = oa; oh < ob; oh++, o += OW) {
+        ptrdiff_t h0 = oh * g->sH - g->pH, h1 = h0 + g->kH;
+        if (h0 < 0) h0 = 0;
+        if (h1 > H) h1 = H;
+        if (h0 >= cur1) { v = _mm512_setzero_si512(); cur0 = cur1 = h0; }
+        for (; cur1 < h1; cur1++) {
+            for (int i = 0; i < nd; i++) rows[i] = dp[i] + cur1 * W;
+            __m512i s = qp_sum_chunk(rows, nd, g, ow0, mt, off, nl, sgn);
+            ring[cur1 & (QP_RING - 1)] = s;
+            v = _mm512_add_epi16(v, s);
+        }
+        for (; cur0 < h0; cur0++) v = _mm512_sub_epi16(v, ring[cur0 & (QP_RING - 1)]);
+        ptrdiff_t cz = (ptrdiff_t)cls[oh] * OW + ow0;
+        qp_avg_store(v, zt + cz, mtab + cz, o, n, zpf, sgn);
+    }
+}
+
+/* One output row (od, oh) straight from its input rows, chunk after chunk: runs of a single
+ * row (every 1-d pool) would pay a column walk's setup per chunk for no row to share. */
+QP_ALWAYS void qp_avg_row1(const uint8_t *plane, const qp_geom *g, ptrdiff_t od, ptrdiff_t oh,
+                           uint8_t *o, const int32_t *z, const float *mul, __m512 zpf,
+                           const __mmask64 *mt, const ptrdiff_t *off, int nl, ptrdiff_t nc,
+                           int sgn) {
+    const uint8_t *rows[QP_MAX_ROWS_];
+    int nr = qp_rows(g, plane, od, oh, rows);
+    for (ptrdiff_t c = 0; c < nc; c++, mt += nl) {
+        ptrdiff_t ow0 = c * 32, n = g->OW - ow0 < 32 ? g->OW - ow0 : 32;
+        qp_avg_store(qp_sum_chunk(rows, nr, g, ow0, mt, off, nl, sgn), z + ow0, mul + ow0,
+                     o + ow0, n, zpf, sgn);
+    }
+}
+
+/* Output rows [g0, g1) (plane-major over N*C*OD*OH) as runs [oa, ob) of output rows of one
+ * (plane, od): BODY sees plane (input plane base), od, oa, ob and orow (output row oa). */
+#define QP_FOR_RUNS(g, x, out, g0, g1, BODY) do { \
+    ptrdiff_t rpp_ = (g)->OD * (g)->OH, psz_ = (g)->D * (g)->H * (g)->W; \
+    ptrdiff_t p_ = (g0) / rpp_, rem_ = (g0) - p_ * rpp_; \
+    ptrdiff_t od = rem_ / (g)->OH, oa = rem_ - od * (g)->OH, r_ = (g0); \
+    while (r_ < (g1)) { \
+        ptrdiff_t ob = (g)->OH; \
+        if (ob - oa > (g1) - r_) ob = oa + ((g1) - r_); \
+        const uint8_t *plane = (x) + p_ * psz_; \
+        uint8_t *orow = (out) + r_ * (g)->OW; \
+        BODY; \
+        r_ += ob - oa; \
+        oa = 0; \
+        if (++od == (g)->OD) { od = 0; p_++; } \
+    } \
+} while (0)
 
 /* ---------------------------------------------------------------------------------------- */
 #elif QP_SIMD == 1
@@ -426,7 +538,7 @@ QP_ALWAYS void qp_avg_row(const uint8_t *const *rows, int nr, const qp_geom *g, 
 #endif  /* QP_SIMD */
 
 #if QP_SIMD > 0
-#define QP_MAX_ROWS 64    /* (kd, kh) taps a vector row handles; the caller checks kD*kH */
+#define QP_MAX_ROWS QP_MAX_ROWS_    /* the caller checks kD*kH (and kW) against it */
 
 /* Runs BODY for output rows [g0, g1) (x is (N*C, D, H, W), rows plane-major) with `rows`,
  * `nr` (the valid input rows), `r` (global row) and `rem` (od*OH + oh); counters, no
@@ -445,31 +557,94 @@ QP_ALWAYS void qp_avg_row(const uint8_t *const *rows, int nr, const qp_geom *g, 
 } while (0)
 
 #if QP_SIMD == 2
+/* One column walk with constant load count and stride (the common windows unroll). */
+#define QP_MAX_COL(NL, S2, TWO) do { \
+    if (nd == 1) \
+        qp_max_col(dp, 1, g, oa, ob, orow, c, mt + c * nl * g->sW, off, pair, NL, S2, TWO, sgn); \
+    else \
+        qp_max_col(dp, nd, g, oa, ob, orow, c, mt + c * nl * g->sW, off, pair, NL, S2, TWO, sgn); \
+} while (0)
+
 QP_ALWAYS void qp_max_rows_t(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
                              ptrdiff_t g1, int sgn) {
     ptrdiff_t off[QP_MAX_ROWS], nc;
     int pair[QP_MAX_ROWS];
+    const uint8_t *dp[QP_MAX_ROWS];
     if (g->kW > QP_MAX_ROWS) return;
     int nl = qp_loads(g, g->sW == 2 && g->dW == 1, off, pair);
     __mmask64 *mt = qp_masks(g, 64, g->sW, off, nl, &nc);
     if (!mt) return;
-    QP_FOR_ROWS(g, x, g0, g1, qp_max_row(rows, nr, g, out + r * g->OW, mt, off, pair, nl, nc, sgn));
+    if (g->dH == 1 && g->kH <= QP_RING) {
+        const int s2 = g->sW == 2;
+        QP_FOR_RUNS(g, x, out, g0, g1, {
+            if (ob - oa == 1) {       /* a lone row: nothing to share (see qp_avg_row1) */
+                int nr = qp_rows(g, plane, od, oa, dp);
+                qp_max_row(dp, nr, g, orow, mt, off, pair, nl, nc, sgn);
+            } else {
+              int nd = qp_dplanes(g, plane, od, dp);
+              for (ptrdiff_t c = 0; c < nc; c++) {
+                int two = g->OW - c * 64 > 32;
+                if (s2 && two) {
+                    if (nl == 1) QP_MAX_COL(1, 1, 1);
+                    else if (nl == 2) QP_MAX_COL(2, 1, 1);
+                    else QP_MAX_COL(nl, 1, 1);
+                } else if (s2) {
+                    if (nl == 1) QP_MAX_COL(1, 1, 0);
+                    else if (nl == 2) QP_MAX_COL(2, 1, 0);
+                    else QP_MAX_COL(nl, 1, 0);
+                } else {
+                    if (nl == 2) QP_MAX_COL(2, 0, 0);
+                    else if (nl == 3) QP_MAX_COL(3, 0, 0);
+                    else QP_MAX_COL(nl, 0, 0);
+                }
+              }
+            }
+        });
+    } else {
+        /* dilated rows: every output row straight from its input rows */
+        QP_FOR_ROWS(g, x, g0, g1,
+                    qp_max_row(rows, nr, g, out + r * g->OW, mt, off, pair, nl, nc, sgn));
+    }
     free(mt);
 }
+
+/* (one D plane, the 1-d and 2-d pools, gets its own copy: the row loops fold away) */
+#define QP_AVG_COL(NL) do { \
+    if (nd == 1) \
+        qp_avg_col(dp, 1, g, oa, ob, orow, c, cls + od * g->OH, zt, mtab, zpf, \
+                   mt + c * nl, off, NL, sgn); \
+    else \
+        qp_avg_col(dp, nd, g, oa, ob, orow, c, cls + od * g->OH, zt, mtab, zpf, \
+                   mt + c * nl, off, NL, sgn); \
+} while (0)
 
 QP_ALWAYS void qp_avg_rows_t(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
                              ptrdiff_t g1, const int32_t *cls, const int32_t *zt,
                              const float *mtab, float zp, int32_t qmin, int32_t qmax, int sgn) {
     ptrdiff_t off[QP_MAX_ROWS], nc;
     int pair[QP_MAX_ROWS];
-    if (g->kW > QP_MAX_ROWS) return;
+    const uint8_t *dp[QP_MAX_ROWS];
+    if (g->kW > QP_MAX_ROWS || g->kH > QP_RING) return;
     int nl = qp_loads(g, g->sW == 2, off, pair);
     __mmask64 *mt = qp_masks(g, 32, 1, off, nl, &nc);
     if (!mt) return;
-    QP_FOR_ROWS(g, x, g0, g1, {
-        ptrdiff_t cz = (ptrdiff_t)cls[rem] * g->OW;
-        qp_avg_row(rows, nr, g, out + r * g->OW, zt + cz, mtab + cz, zp, qmin, qmax, mt, off,
-                   nl, nc, sgn);
+    const __m512 zpf = _mm512_set1_ps(zp);
+    (void)qmin; (void)qmax;     /* the saturating packs clamp to the dtype's range */
+    QP_FOR_RUNS(g, x, out, g0, g1, {
+        if (ob - oa == 1) {
+            ptrdiff_t cz = (ptrdiff_t)cls[od * g->OH + oa] * g->OW;
+            if (nl == 2) qp_avg_row1(plane, g, od, oa, orow, zt + cz, mtab + cz, zpf, mt, off, 2, nc, sgn);
+            else if (nl == 3) qp_avg_row1(plane, g, od, oa, orow, zt + cz, mtab + cz, zpf, mt, off, 3, nc, sgn);
+            else qp_avg_row1(plane, g, od, oa, orow, zt + cz, mtab + cz, zpf, mt, off, nl, nc, sgn);
+        } else {
+            int nd = qp_dplanes(g, plane, od, dp);
+            for (ptrdiff_t c = 0; c < nc; c++) {
+                if (nl == 1) QP_AVG_COL(1);
+                else if (nl == 2) QP_AVG_COL(2);
+                else if (nl == 3) QP_AVG_COL(3);
+                else QP_AVG_COL(nl);
+            }
+        }
     });
     free(mt);
 }

@@ -52,15 +52,31 @@ def _pad3(t, nsp, fill):
     return (fill,) * (3 - nsp) + tuple(t)
 
 
+def _ints(v, n, argname, minimum):
+    """_check.int_tuple, with plain ints and tuples of them accepted without its ABC checks."""
+    # exact types only (bool, numpy ints and lists take the full check and its messages); the
+    # full check costs ~1.5 us per argument, most of a small pool's call
+    if type(v) is int:
+        if v >= minimum:
+            return (v,) * n
+    elif type(v) is tuple and len(v) == n:
+        for e in v:
+            if type(e) is not int or e < minimum:
+                break
+        else:
+            return v
+    return _check.int_tuple(v, n, argname, minimum=minimum)
+
+
 def _pool_args(nsp, kernel_size, stride, padding, dilation, spatial, ceil_mode):
     """Checked (kernel, stride, padding, dilation, out_size) as 3-tuples (D, H, W)."""
-    k = _check.int_tuple(kernel_size, nsp, "kernel_size", minimum=1)
+    k = _ints(kernel_size, nsp, "kernel_size", 1)
     if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0):
         s = k
     else:
-        s = _check.int_tuple(stride, nsp, "stride", minimum=1)
-    p = _check.int_tuple(padding, nsp, "padding", minimum=0)
-    d = _check.int_tuple(dilation, nsp, "dilation", minimum=1)
+        s = _ints(stride, nsp, "stride", 1)
+    p = _ints(padding, nsp, "padding", 0)
+    d = _ints(dilation, nsp, "dilation", 1)
     if not isinstance(ceil_mode, (bool, np.bool_)):
         raise TypeError(f"ceil_mode must be a bool; got {ceil_mode!r}")
     out = []
@@ -76,6 +92,8 @@ def _pool_args(nsp, kernel_size, stride, padding, dilation, spatial, ceil_mode):
         if ceil_mode and (o - 1) * si >= L + pi:
             o -= 1    # the last window must start inside the input or its left padding
         out.append(o)
+    if nsp == 3:
+        return k, s, p, d, tuple(out)
     return (_pad3(k, nsp, 1), _pad3(s, nsp, 1), _pad3(p, nsp, 0), _pad3(d, nsp, 1),
             _pad3(out, nsp, 1))
 
