@@ -4,7 +4,6 @@ Output qparams follow PyTorch 2.13 (SEMANTICS.md sections 5 and 6): relu, relu6,
 clamp and leaky_relu keep the input's; hardswish and elu take them as arguments; hardsigmoid,
 sigmoid and tanh use fixed ones.
 """
-import math
 
 import numpy as np
 
@@ -38,10 +37,11 @@ def _kernels():
 
 def _raw_bound(value, t, argname):
     """The raw value of real `value` in `t`'s qparams, by PyTorch's scalar quantize (Q_leg)."""
-    value = _check.real(value, argname)
-    if math.isnan(value):
+    if type(value) is not float:
+        value = _check.real(value, argname)
+    if value != value:
         raise ValueError(f"{argname} must not be NaN")
-    d = t.dtype
+    d = t._dtype
     return qp.quantize_val(value, t._scale, t._zero_point, d.qmin, d.qmax)
 
 
@@ -66,6 +66,9 @@ def _bool(v, argname):
 
 def _clamp(input, lo, hi, inplace):
     q = input._int
+    if inplace is False:          # the common call: one kernel call and one wrap
+        return QTensor._make(_config.impl("activation").clamp_raw(q, lo, hi), input._dtype,
+                             input._scale, input._zero_point)
     if inplace and q.flags.c_contiguous and q.flags.writeable:
         _kernels().clamp_raw(q, lo, hi, out=q)      # in one pass, without a temporary
         return input
@@ -81,12 +84,9 @@ def relu(input, inplace=False):
     inplace : bool, write the result into `input`'s raw data and return it
     """
     _input(input)
-    if inplace is False:          # the common call, kept to one kernel call and one wrap
-        d = input._dtype
-        data = _config.impl("activation").clamp_raw(input._int, input._zero_point, d.qmax)
-        return QTensor._make(data, d, input._scale, input._zero_point)
-    inplace = _bool(inplace, "inplace")
-    return _clamp(input, input._zero_point, input.dtype.qmax, inplace)
+    if inplace is not False:
+        inplace = _bool(inplace, "inplace")
+    return _clamp(input, input._zero_point, input._dtype.qmax, inplace)
 
 
 def relu_(input):
@@ -108,7 +108,8 @@ def relu6(input, inplace=False):
     inplace : bool, write the result into `input` and return it
     """
     _input(input)
-    inplace = _bool(inplace, "inplace")
+    if inplace is not False:
+        inplace = _bool(inplace, "inplace")
     return _clamp(input, input._zero_point, _raw_bound(6.0, input, "six"), inplace)
 
 
@@ -122,7 +123,8 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     inplace : bool, write the result into `input` and return it
     """
     _input(input)
-    inplace = _bool(inplace, "inplace")
+    if inplace is not False:
+        inplace = _bool(inplace, "inplace")
     lo = _raw_bound(min_val, input, "min_val")
     hi = _raw_bound(max_val, input, "max_val")
     return _clamp(input, lo, hi, inplace)
