@@ -240,13 +240,14 @@ QP_ALWAYS void qp_max_row(const uint8_t *const *rows, int nr, const qp_geom *g, 
 
 /* 32 window sums (16-bit lanes) of chunk outputs ow0.. of one row; mt: the chunk's masks.
  * Called with a constant nl for the common windows, so the load loop unrolls. */
-QP_ALWAYS __m512i qp_sum_chunk(const uint8_t *const *rows, int nr, const qp_geom *g,
-                               ptrdiff_t ow0, const __mmask64 *mt, const ptrdiff_t *off, int nl,
+QP_ALWAYS __m512i qp_sum_chunk(const uint8_t *const *rows, int nr, ptrdiff_t kW, ptrdiff_t b0,
+                               const __mmask64 *mt, const ptrdiff_t *off, int nl, int s2,
                                int sgn) {
+    /* b0 = ow0*sW - pW: the chunk's first tap */
     __m512i acc = _mm512_setzero_si512();
-    if (g->sW == 1) {
+    if (!s2) {
         for (int r = 0; r < nr; r++) {
-            const uint8_t *q = rows[r] + (ow0 - g->pW);
+            const uint8_t *q = rows[r] + b0;
             for (int j = 0; j < nl; j++) {
                 __m256i v = _mm256_maskz_loadu_epi8((__mmask32)mt[j], q + off[j]);
                 acc = _mm512_add_epi16(acc, sgn ? _mm512_cvtepi8_epi16(v) : _mm512_cvtepu8_epi16(v));
@@ -256,9 +257,9 @@ QP_ALWAYS __m512i qp_sum_chunk(const uint8_t *const *rows, int nr, const qp_geom
     }
     const __m512i w11 = _mm512_set1_epi16(0x0101), w10 = _mm512_set1_epi16(0x0001);
     for (int r = 0; r < nr; r++) {
-        const uint8_t *q = rows[r] + (2 * ow0 - g->pW);
+        const uint8_t *q = rows[r] + b0;
         for (int j = 0; j < nl; j++) {
-            __m512i w = off[j] + 1 < g->kW ? w11 : w10;
+            __m512i w = off[j] + 1 < kW ? w11 : w10;
             __m512i v = _mm512_maskz_loadu_epi8(mt[j], q + off[j]);
             acc = _mm512_add_epi16(acc, sgn ? _mm512_maddubs_epi16(w, v) : _mm512_maddubs_epi16(v, w));
         }
@@ -301,6 +302,7 @@ QP_ALWAYS void qp_avg_store(__m512i acc, const int32_t *z, const float *mul, uin
  * wrapped intermediate values never matter. The ring holds the rows [h0, h1) of the current
  * window: at most kH <= QP_RING rows (dH == 1). */
 #define QP_RING 64
+#define QP_AHEAD 8     /* input rows prefetched ahead of a column walk */
 
 /* Input planes idd*H*W of the D taps of output plane od that lie inside the input. */
 static inline int qp_dplanes(const qp_geom *g, const uint8_t *plane, ptrdiff_t od,
@@ -346,47 +348,102 @@ QP_ALWAYS void qp_max_col(const uint8_t *const *dp, int nd, const qp_geom *g, pt
     }
 }
 
+/* Requantize 64 window sums (a0: outputs 0..31, a1: 32..63) into o[0..n): as qp_avg_store,
+ * with one pair of packs and one permute for twice the outputs. */
+QP_ALWAYS void qp_avg_store2(__m512i a0, __m512i a1, const int32_t *z, const float *mul,
+                             uint8_t *o, ptrdiff_t n, __m512 zpf, int sgn) {
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    __m256i l0 = _mm512_castsi512_si256(a0), h0 = _mm512_extracti64x4_epi64(a0, 1);
+    __m256i l1 = _mm512_castsi512_si256(a1), h1 = _mm512_extracti64x4_epi64(a1, 1);
+    __m512i q0 = qp_rq16(sgn ? _mm512_cvtepi16_epi32(l0) : _mm512_cvtepu16_epi32(l0), z, mul, zpf);
+    __m512i q1 = qp_rq16(sgn ? _mm512_cvtepi16_epi32(h0) : _mm512_cvtepu16_epi32(h0), z + 16,
+                         mul + 16, zpf);
+    __m512i q2 = qp_rq16(sgn ? _mm512_cvtepi16_epi32(l1) : _mm512_cvtepu16_epi32(l1), z + 32,
+                         mul + 32, zpf);
+    __m512i q3 = qp_rq16(sgn ? _mm512_cvtepi16_epi32(h1) : _mm512_cvtepu16_epi32(h1), z + 48,
+                         mul + 48, zpf);
+    __m512i w0 = _mm512_packs_epi32(q0, q1), w1 = _mm512_packs_epi32(q2, q3);
+    __m512i b = sgn ? _mm512_packs_epi16(w0, w1) : _mm512_packus_epi16(w0, w1);
+    _mm512_mask_storeu_epi8(o, _bzhi_u64(~0ULL, (unsigned)n), _mm512_permutexvar_epi32(idx, b));
+}
+
+/* two: chunks c and c + 1 in one walk (64 outputs; c + 1 must exist), so the row loop and
+ * the requantize's packs serve twice the outputs. The table reads stay inside the tables'
+ * 32 spare entries: chunk c + 1 starts before OW. */
 QP_ALWAYS void qp_avg_col(const uint8_t *const *dp, int nd, const qp_geom *g, ptrdiff_t oa,
                           ptrdiff_t ob, uint8_t *o, ptrdiff_t c, const int32_t *cls,
                           const int32_t *zt, const float *mtab, __m512 zpf,
-                          const __mmask64 *mt, const ptrdiff_t *off, int nl,
+                          const __mmask64 *mt, const ptrdiff_t *off, int nl, int s2, int two,
                           int sgn) {
-    __m512i ring[QP_RING];
-    const ptrdiff_t ow0 = c * 32, n = g->OW - ow0 < 32 ? g->OW - ow0 : 32;
-    const ptrdiff_t W = g->W, H = g->H, OW = g->OW;
+    __m512i ring[2 * QP_RING];
+    const ptrdiff_t span = two ? 64 : 32;
+    const ptrdiff_t ow0 = c * 32, n = g->OW - ow0 < span ? g->OW - ow0 : span;
+    const ptrdiff_t W = g->W, H = g->H, OW = g->OW, sH = g->sH, pH = g->pH, kH = g->kH;
+    const ptrdiff_t kW = g->kW, b0 = ow0 * (s2 ? 2 : 1) - g->pW, b1 = b0 + (s2 ? 64 : 32);
     const uint8_t *rows[QP_MAX_ROWS_];
-    __m512i v = _mm512_setzero_si512();
+    /* the chunks' masks and offsets in locals (registers when nl is constant): through the
+     * pointers GCC reloaded them for every input row, as the ring stores might alias them */
+    __mmask64 lm[2 * QP_MAX_ROWS_];
+    ptrdiff_t lo[QP_MAX_ROWS_];
+    for (int j = 0; j < nl; j++) {
+        lm[j] = mt[j];
+        lm[nl + j] = two ? mt[nl + j] : 0;
+        lo[j] = off[j];
+    }
+    __m512i v0 = _mm512_setzero_si512(), v1 = v0;
     ptrdiff_t cur0 = 0, cur1 = 0;            /* v = sum of the ring rows [cur0, cur1) */
     o += ow0;
     for (ptrdiff_t oh = oa; oh < ob; oh++, o += OW) {
-        ptrdiff_t h0 = oh * g->sH - g->pH, h1 = h0 + g->kH;
+        ptrdiff_t h0 = oh * sH - pH, h1 = h0 + kH;
         if (h0 < 0) h0 = 0;
         if (h1 > H) h1 = H;
-        if (h0 >= cur1) { v = _mm512_setzero_si512(); cur0 = cur1 = h0; }
+        if (h0 >= cur1) { v0 = v1 = _mm512_setzero_si512(); cur0 = cur1 = h0; }
         for (; cur1 < h1; cur1++) {
-            for (int i = 0; i < nd; i++) rows[i] = dp[i] + cur1 * W;
-            __m512i s = qp_sum_chunk(rows, nd, g, ow0, mt, off, nl, sgn);
-            ring[cur1 & (QP_RING - 1)] = s;
-            v = _mm512_add_epi16(v, s);
+            for (int i = 0; i < nd; i++) {
+                rows[i] = dp[i] + cur1 * W;
+                /* rows some steps ahead: several planes are walked at once (3-d pools),
+                 * which the hardware prefetcher follows poorly (a hint never faults) */
+                _mm_prefetch((const char *)(rows[i] + QP_AHEAD * W + b0), _MM_HINT_T0);
+            }
+            __m512i s = qp_sum_chunk(rows, nd, kW, b0, lm, lo, nl, s2, sgn);
+            ring[2 * (cur1 & (QP_RING - 1))] = s;
+            v0 = _mm512_add_epi16(v0, s);
+            if (two) {
+                __m512i t = qp_sum_chunk(rows, nd, kW, b1, lm + nl, lo, nl, s2, sgn);
+                ring[2 * (cur1 & (QP_RING - 1)) + 1] = t;
+                v1 = _mm512_add_epi16(v1, t);
+            }
         }
-        for (; cur0 < h0; cur0++) v = _mm512_sub_epi16(v, ring[cur0 & (QP_RING - 1)]);
+        for (; cur0 < h0; cur0++) {
+            v0 = _mm512_sub_epi16(v0, ring[2 * (cur0 & (QP_RING - 1))]);
+            if (two) v1 = _mm512_sub_epi16(v1, ring[2 * (cur0 & (QP_RING - 1)) + 1]);
+        }
         ptrdiff_t cz = (ptrdiff_t)cls[oh] * OW + ow0;
-        qp_avg_store(v, zt + cz, mtab + cz, o, n, zpf, sgn);
+        if (two) qp_avg_store2(v0, v1, zt + cz, mtab + cz, o, n, zpf, sgn);
+        else qp_avg_store(v0, zt + cz, mtab + cz, o, n, zpf, sgn);
     }
 }
 
-/* One output row (od, oh) straight from its input rows, chunk after chunk: runs of a single
+/* One output row (od, oh) straight from its input rows, two chunks at a time: runs of a single
  * row (every 1-d pool) would pay a column walk's setup per chunk for no row to share. */
 QP_ALWAYS void qp_avg_row1(const uint8_t *plane, const qp_geom *g, ptrdiff_t od, ptrdiff_t oh,
                            uint8_t *o, const int32_t *z, const float *mul, __m512 zpf,
                            const __mmask64 *mt, const ptrdiff_t *off, int nl, ptrdiff_t nc,
-                           int sgn) {
+                           int s2, int sgn) {
     const uint8_t *rows[QP_MAX_ROWS_];
     int nr = qp_rows(g, plane, od, oh, rows);
-    for (ptrdiff_t c = 0; c < nc; c++, mt += nl) {
-        ptrdiff_t ow0 = c * 32, n = g->OW - ow0 < 32 ? g->OW - ow0 : 32;
-        qp_avg_store(qp_sum_chunk(rows, nr, g, ow0, mt, off, nl, sgn), z + ow0, mul + ow0,
-                     o + ow0, n, zpf, sgn);
+    const ptrdiff_t sw = s2 ? 2 : 1, pW = g->pW, kW = g->kW, OW = g->OW;
+    ptrdiff_t c = 0;
+    for (; c + 1 < nc; c += 2, mt += 2 * nl) {
+        ptrdiff_t ow0 = c * 32, n = OW - ow0 < 64 ? OW - ow0 : 64;
+        __m512i a0 = qp_sum_chunk(rows, nr, kW, ow0 * sw - pW, mt, off, nl, s2, sgn);
+        __m512i a1 = qp_sum_chunk(rows, nr, kW, (ow0 + 32) * sw - pW, mt + nl, off, nl, s2, sgn);
+        qp_avg_store2(a0, a1, z + ow0, mul + ow0, o + ow0, n, zpf, sgn);
+    }
+    if (c < nc) {
+        ptrdiff_t ow0 = c * 32, n = OW - ow0 < 32 ? OW - ow0 : 32;
+        qp_avg_store(qp_sum_chunk(rows, nr, kW, ow0 * sw - pW, mt, off, nl, s2, sgn), z + ow0,
+                     mul + ow0, o + ow0, n, zpf, sgn);
     }
 }
 
@@ -608,15 +665,49 @@ QP_ALWAYS void qp_max_rows_t(const uint8_t *x, uint8_t *out, const qp_geom *g, p
     free(mt);
 }
 
-/* (one D plane, the 1-d and 2-d pools, gets its own copy: the row loops fold away) */
-#define QP_AVG_COL(NL) do { \
-    if (nd == 1) \
-        qp_avg_col(dp, 1, g, oa, ob, orow, c, cls + od * g->OH, zt, mtab, zpf, \
-                   mt + c * nl, off, NL, sgn); \
+/* Each (load count, stride, sign, one D plane or not) variant of the column walk and of the
+ * lone-row walk is its own small function: inlined into one large dispatcher, GCC spilled the
+ * loop state to the stack and reloaded the geometry on every output row. nl == 0: any count. */
+#define QP_AVG_FN(NL, S2, SG, ND1) \
+static __attribute__((noinline)) void qp_avg_col_##NL##_##S2##_##SG##_##ND1( \
+        const uint8_t *const *dp, int nd, const qp_geom *g, ptrdiff_t oa, ptrdiff_t ob, \
+        uint8_t *o, ptrdiff_t c, const int32_t *cls, const int32_t *zt, const float *mtab, \
+        __m512 zpf, const __mmask64 *mt, const ptrdiff_t *off, int nl, int two) { \
+    (void)nl; \
+    if (two) \
+        qp_avg_col(dp, ND1 ? 1 : nd, g, oa, ob, o, c, cls, zt, mtab, zpf, mt, off, \
+                   NL ? NL : nl, S2, 1, SG); \
     else \
-        qp_avg_col(dp, nd, g, oa, ob, orow, c, cls + od * g->OH, zt, mtab, zpf, \
-                   mt + c * nl, off, NL, sgn); \
-} while (0)
+        qp_avg_col(dp, ND1 ? 1 : nd, g, oa, ob, o, c, cls, zt, mtab, zpf, mt, off, \
+                   NL ? NL : nl, S2, 0, SG); \
+}
+#define QP_AVG_FN1(NL, S2, SG) \
+static __attribute__((noinline)) void qp_avg_row1_##NL##_##S2##_##SG( \
+        const uint8_t *plane, const qp_geom *g, ptrdiff_t od, ptrdiff_t oh, uint8_t *o, \
+        const int32_t *z, const float *mul, __m512 zpf, const __mmask64 *mt, \
+        const ptrdiff_t *off, int nl, ptrdiff_t nc) { \
+    (void)nl; \
+    qp_avg_row1(plane, g, od, oh, o, z, mul, zpf, mt, off, NL ? NL : nl, nc, S2, SG); \
+}
+#define QP_AVG_FNS(NL, S2, SG) QP_AVG_FN(NL, S2, SG, 1) QP_AVG_FN(NL, S2, SG, 0) \
+    QP_AVG_FN1(NL, S2, SG)
+#define QP_AVG_FNS2(NL) QP_AVG_FNS(NL, 0, 0) QP_AVG_FNS(NL, 0, 1) QP_AVG_FNS(NL, 1, 0) \
+    QP_AVG_FNS(NL, 1, 1)
+QP_AVG_FNS2(0)
+QP_AVG_FNS2(1)
+QP_AVG_FNS2(2)
+QP_AVG_FNS2(3)
+
+/* the variant for (nl, s2, sgn, nd == 1); F: col or row1; ARGS: its arguments */
+#define QP_AVG_PICK1(F, NL, SG, ND1, ARGS) do { \
+    if (s2) F##_##NL##_1_##SG##ND1 ARGS; else F##_##NL##_0_##SG##ND1 ARGS; } while (0)
+#define QP_AVG_PICK2(F, SG, ND1, ARGS) do { \
+    if (nl == 1) QP_AVG_PICK1(F, 1, SG, ND1, ARGS); \
+    else if (nl == 2) QP_AVG_PICK1(F, 2, SG, ND1, ARGS); \
+    else if (nl == 3) QP_AVG_PICK1(F, 3, SG, ND1, ARGS); \
+    else QP_AVG_PICK1(F, 0, SG, ND1, ARGS); } while (0)
+#define QP_AVG_PICK(F, ND1, ARGS) do { \
+    if (sgn) QP_AVG_PICK2(F, 1, ND1, ARGS); else QP_AVG_PICK2(F, 0, ND1, ARGS); } while (0)
 
 QP_ALWAYS void qp_avg_rows_t(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
                              ptrdiff_t g1, const int32_t *cls, const int32_t *zt,
@@ -629,20 +720,23 @@ QP_ALWAYS void qp_avg_rows_t(const uint8_t *x, uint8_t *out, const qp_geom *g, p
     __mmask64 *mt = qp_masks(g, 32, 1, off, nl, &nc);
     if (!mt) return;
     const __m512 zpf = _mm512_set1_ps(zp);
+    const int s2 = g->sW == 2;
     (void)qmin; (void)qmax;     /* the saturating packs clamp to the dtype's range */
     QP_FOR_RUNS(g, x, out, g0, g1, {
         if (ob - oa == 1) {
             ptrdiff_t cz = (ptrdiff_t)cls[od * g->OH + oa] * g->OW;
-            if (nl == 2) qp_avg_row1(plane, g, od, oa, orow, zt + cz, mtab + cz, zpf, mt, off, 2, nc, sgn);
-            else if (nl == 3) qp_avg_row1(plane, g, od, oa, orow, zt + cz, mtab + cz, zpf, mt, off, 3, nc, sgn);
-            else qp_avg_row1(plane, g, od, oa, orow, zt + cz, mtab + cz, zpf, mt, off, nl, nc, sgn);
+            QP_AVG_PICK(qp_avg_row1, , (plane, g, od, oa, orow, zt + cz, mtab + cz, zpf, mt, off,
+                                        nl, nc));
         } else {
             int nd = qp_dplanes(g, plane, od, dp);
-            for (ptrdiff_t c = 0; c < nc; c++) {
-                if (nl == 1) QP_AVG_COL(1);
-                else if (nl == 2) QP_AVG_COL(2);
-                else if (nl == 3) QP_AVG_COL(3);
-                else QP_AVG_COL(nl);
+            for (ptrdiff_t c = 0; c < nc; c += 2) {
+                int two = c + 1 < nc;        /* chunk pairs, then a last single chunk */
+                if (nd == 1)
+                    QP_AVG_PICK(qp_avg_col, _1, (dp, nd, g, oa, ob, orow, c, cls + od * g->OH,
+                                                 zt, mtab, zpf, mt + c * nl, off, nl, two));
+                else
+                    QP_AVG_PICK(qp_avg_col, _0, (dp, nd, g, oa, ob, orow, c, cls + od * g->OH,
+                                                 zt, mtab, zpf, mt + c * nl, off, nl, two));
             }
         }
     });
