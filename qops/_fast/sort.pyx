@@ -7,7 +7,8 @@
 # its key's next slot (prefetching a line ahead); a long row is split between
 # threads by index range, each range owning, per key, the slots after the earlier ranges'.
 # Top-k with small k: a bound from the 64 lane maxima, then one compare-mask pass collecting
-# the few candidates, so the row is read twice with vector loads.
+# the few candidates, so the row is read twice with vector loads; with AVX-512 and at most 64
+# candidates, each candidate's output slot is its rank among them (two mask compares).
 import numpy as np
 from cython.parallel cimport prange
 from qops._fast._common cimport *
@@ -198,6 +199,97 @@ cdef extern from *:
         memcpy(lm, acc, 64);
     }
 
+    #if defined(__AVX512BW__)
+    /* Top-k for k <= 64 when at most 64 keys reach the lane-max bound (the usual case): one
+     * pass of lane maxima, the bound, one compare pass collecting the candidates, then each
+     * candidate's rank (keys above it, plus equal keys at lower indices) from two compares
+     * against all candidates at once; ranks below k are the output slots. No key table to
+     * clear and walk, no branch on the data in the last step. */
+
+    /* Lane maxima of the keys of x[0:n] (absent bytes of the partial block left out), and
+     * the largest L with count(lane max >= L) >= k: k lanes hold distinct keys >= L, so the
+     * k-th largest key is >= L. Also the partial block's keys and mask, for the next pass. */
+    static inline unsigned qops_topk_bound(const uint8_t* x, ptrdiff_t n, ptrdiff_t k,
+                                           __m512i f, __mmask64* tm_out, __m512i* tv_out) {
+        __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+        ptrdiff_t b = 0, nf = n & ~(ptrdiff_t)63;
+        for (; b + 128 <= nf; b += 128) {
+            a0 = _mm512_max_epu8(a0, _mm512_xor_si512(_mm512_loadu_si512((const void*)(x + b)), f));
+            a1 = _mm512_max_epu8(a1, _mm512_xor_si512(_mm512_loadu_si512((const void*)(x + b + 64)), f));
+        }
+        if (b < nf)
+            a0 = _mm512_max_epu8(a0, _mm512_xor_si512(_mm512_loadu_si512((const void*)(x + b)), f));
+        __mmask64 tm = (__mmask64)((1ULL << (n - nf)) - 1);
+        __m512i tv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(tm, x + nf), f);
+        a1 = _mm512_mask_max_epu8(a1, tm, a1, tv);
+        __m512i lm = _mm512_max_epu8(a0, a1);
+        /* count(lane max >= t) falls as t rises, so the number of t in 1..15 passing is the
+         * largest that does: the high nibble, then the low one, from 15 independent compares
+         * each instead of a chain of 8 dependent ones. */
+        unsigned hi = 0, lo;
+        for (int t = 1; t < 16; t++)
+            hi += __builtin_popcountll(_mm512_cmpge_epu8_mask(lm, _mm512_set1_epi8((char)(t << 4)))) >= k;
+        lo = hi << 4;
+        const __m512i base = _mm512_set1_epi8((char)lo);
+        for (int t = 1; t < 16; t++)
+            lo += __builtin_popcountll(_mm512_cmpge_epu8_mask(
+                      lm, _mm512_add_epi8(base, _mm512_set1_epi8((char)t)))) >= k;
+        *tm_out = tm;
+        *tv_out = tv;
+        return lo;
+    }
+
+    /* Candidates (keys >= the bound) collected one by one from the compare masks, in index
+     * order; returns 0 (nothing written) when more than 64 keys reach the bound. */
+    static inline int qops_topk_small(const uint8_t* x, ptrdiff_t n, ptrdiff_t k, uint8_t flip,
+                                      uint8_t* vals, int64_t* restrict idx) {
+        const __m512i f = _mm512_set1_epi8((char)flip);
+        __mmask64 tm;
+        __m512i tv;
+        const __m512i L = _mm512_set1_epi8((char)qops_topk_bound(x, n, k, f, &tm, &tv));
+        ptrdiff_t b, nf = n & ~(ptrdiff_t)63, nc = 0;
+        int64_t ci[64];
+        uint8_t ck[64];
+        __m512i K = _mm512_setzero_si512();
+        for (b = 0; b <= nf; b += 64) {
+            uint64_t m;
+            if (b < nf)
+                m = _mm512_cmpge_epu8_mask(_mm512_xor_si512(_mm512_loadu_si512((const void*)(x + b)), f), L);
+            else
+                m = _mm512_mask_cmpge_epu8_mask(tm, tv, L);
+            if (!m) continue;
+            if (nc + __builtin_popcountll(m) > 64) return 0;
+            do {
+                int j = __builtin_ctzll(m);
+                m &= m - 1;
+                uint8_t key = x[b + j] ^ flip;
+                K = _mm512_mask_set1_epi8(K, (__mmask64)1 << nc, (char)key);
+                ci[nc] = b + j;
+                ck[nc++] = key;
+            } while (m);
+        }
+        /* Candidate i goes to slot rank = keys above it + equal keys before it (two compares
+         * against K, which holds key i in byte i); ranks are distinct and those below k are
+         * the output. A rank >= k stores into a dummy slot instead of branching, and nothing
+         * reloads what was stored byte by byte (a wide load of narrow stores stalls). */
+        uint8_t dv;
+        int64_t di;
+        uint64_t cm = nc >= 64 ? ~0ULL : (1ULL << nc) - 1;
+        for (ptrdiff_t i = 0; i < nc; i++) {
+            __m512i ki = _mm512_set1_epi8((char)ck[i]);
+            uint64_t gt = _mm512_mask_cmpgt_epu8_mask(cm, K, ki);
+            uint64_t eq = _mm512_mask_cmpeq_epu8_mask((1ULL << i) - 1, K, ki);
+            int r = __builtin_popcountll(gt) + __builtin_popcountll(eq);
+            uint8_t* pv = r < k ? vals + r : &dv;
+            int64_t* pi = r < k ? idx + r : &di;
+            *pv = ck[i] ^ flip;
+            *pi = ci[i];
+        }
+        return 1;
+    }
+
+    #endif
+
     #define QOPS_TOPK_CAND 512      /* candidates kept while scanning; more: one more pass */
 
     /* The k largest keys of a row, largest first, equal keys by increasing index. T = the k-th
@@ -213,6 +305,9 @@ cdef extern from *:
         uint64_t valid, m;
         ptrdiff_t i, b;
         if (k <= 0) return;
+    #if defined(__AVX512BW__)
+        if (k <= 64 && qops_topk_small(x, n, k, flip, vals, idx)) return;
+    #endif
         int lo;
         ptrdiff_t nb = (n + 63) / 64;
         if (k <= 64) {
