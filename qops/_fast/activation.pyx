@@ -119,7 +119,7 @@ def clamp_raw(q, lo, hi, out=None):
     cdef Py_ssize_t n = q.size
     if n == 0:
         return out
-    if q.dtype == np.uint8:
+    if q.dtype.kind == "u":       # (cheaper than `== np.uint8`, which builds a dtype)
         _clamp_flat[uint8_t](<const uint8_t*>qops_ptr(q), <uint8_t*>qops_ptr(out, True), n, lo, hi)
     else:
         _clamp_flat[int8_t](<const int8_t*>qops_ptr(q), <int8_t*>qops_ptr(out, True), n, lo, hi)

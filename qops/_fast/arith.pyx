@@ -59,9 +59,8 @@ cdef void _not_flat(const uint8_t* q, uint8_t* out, Py_ssize_t n) noexcept nogil
     # One contiguous 64-byte-aligned chunk per thread.
     cdef int threads = qops_threads_for(n, LUT_GRAIN), t
     cdef Py_ssize_t chunk = ((n + threads - 1) // threads + 63) & ~63, start
-    if threads == 1:
-        _not_run(q, out, n)
-        return
+    # (always a parallel region, even of one thread: the outlined loop keeps its pointers in
+    # registers, where inlined into the Python wrapper GCC spilled them every iteration)
     for t in prange(threads, schedule="static", num_threads=threads):
         start = t * chunk
         if start < n:
