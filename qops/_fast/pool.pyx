@@ -162,6 +162,19 @@ cdef inline void _hmax(const qint_t* v, qint_t* o, Py_ssize_t OW, Py_ssize_t kW,
                 o[ow] = a if a > b else b
 
 
+cdef inline void _fold_max(qint_t* buf, const qint_t* src, Py_ssize_t W, bint first) noexcept nogil:
+    # buf = src (the window's first row) or max(buf, src): the vertical half of a max window.
+    cdef Py_ssize_t w
+    cdef qint_t a, b
+    if first:
+        memcpy(buf, src, W * sizeof(qint_t))
+        return
+    for w in range(W):
+        a = buf[w]
+        b = src[w]
+        buf[w] = a if a > b else b
+
+
 cdef void _max_rows(const qint_t[:, :, :, :, ::1] x, qint_t[:, :, :, :, ::1] out,
                     Py_ssize_t kD, Py_ssize_t kH, Py_ssize_t kW, Py_ssize_t sD, Py_ssize_t sH,
                     Py_ssize_t sW, Py_ssize_t pD, Py_ssize_t pH, Py_ssize_t pW, Py_ssize_t dD,
@@ -198,15 +211,8 @@ cdef void _max_rows(const qint_t[:, :, :, :, ::1] x, qint_t[:, :, :, :, ::1] out
                     ih = oh * sH - pH + kh * dH
                     if ih < 0 or ih >= H:
                         continue
-                    src = &x[n, c, idd, ih, 0]
-                    if first:
-                        memcpy(vrow, src, W * sizeof(qint_t))
-                        first = 0
-                    else:
-                        for w in range(W):
-                            a = vrow[w]
-                            b = src[w]
-                            vrow[w] = a if a > b else b
+                    _fold_max(vrow, &x[n, c, idd, ih, 0], W, first)
+                    first = 0
             if first:
                 for w in range(W):
                     vrow[w] = lowest
@@ -711,15 +717,8 @@ cdef inline void _amax_plane(const qint_t* xp, qint_t* o, qint_t* buf, Py_ssize_
         first = 1
         for idd in range(d0, d1):
             for ih in range(h0[oh], h1[oh]):
-                src = xp + (idd * H + ih) * W
-                if first:
-                    memcpy(buf, src, W * sizeof(qint_t))
-                    first = 0
-                else:
-                    for w in range(W):
-                        a = buf[w]
-                        b = src[w]
-                        buf[w] = a if a > b else b
+                _fold_max(buf, xp + (idd * H + ih) * W, W, first)
+                first = 0
         for ow in range(OW):
             a = buf[w0[ow]]
             for w in range(w0[ow] + 1, w1[ow]):
