@@ -187,8 +187,6 @@ cdef void _max_rows(const qint_t[:, :, :, :, ::1] x, qint_t[:, :, :, :, ::1] out
     cdef int first
     cdef qint_t* vbuf = NULL
     cdef qint_t* vrow = NULL
-    cdef const qint_t* src
-    cdef qint_t a, b
     i = 0
     with parallel(num_threads=nthreads):
         # padded slots stay at the dtype's lowest value, so they never win a max
@@ -710,7 +708,6 @@ cdef inline void _amax_plane(const qint_t* xp, qint_t* o, qint_t* buf, Py_ssize_
     cdef const Py_ssize_t* h1 = lim + OH
     cdef const Py_ssize_t* w0 = lim + 2 * OH
     cdef const Py_ssize_t* w1 = lim + 2 * OH + OW
-    cdef const qint_t* src
     cdef qint_t a, b
     cdef int first
     for oh in range(OH):
