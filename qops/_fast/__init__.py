@@ -66,7 +66,3 @@ def load(family):
         _loaded[family] = mod
     return mod
 
-
-def set_threads(n):
-    """Make the OpenMP runtime use `n` threads in this Python thread's parallel regions."""
-    _cpu.set_num_threads(n)

@@ -99,9 +99,8 @@ cdef inline void _clamp_run(const q8_t *src, q8_t *dst, Py_ssize_t n, q8_t lo,
 
 
 cdef void _clamp_flat(const q8_t* src, q8_t* dst, Py_ssize_t n, q8_t lo, q8_t hi) noexcept nogil:
-    # One contiguous 64-byte-aligned chunk per thread.
     cdef int threads = qops_threads_for(n, GRAIN), t
-    cdef Py_ssize_t chunk = ((n + threads - 1) // threads + 63) & ~63, start
+    cdef Py_ssize_t chunk = qops_chunk64(n, threads), start
     for t in prange(threads, schedule="static", num_threads=threads):
         start = t * chunk
         if start < n:

@@ -37,9 +37,8 @@ LUT_VECTORIZED = bool(qops_lut_vectorized())   # runs the CPU check once, outsid
 
 cdef void _add_flat(const char* a, const char* b, char* out, Py_ssize_t n, bint is_signed,
                     const qops_add_params* p) noexcept nogil:
-    # One contiguous 64-byte-aligned chunk per thread.
     cdef int threads = qops_threads_for(n, GRAIN), t
-    cdef Py_ssize_t chunk = ((n + threads - 1) // threads + 63) & ~63, start
+    cdef Py_ssize_t chunk = qops_chunk64(n, threads), start
     if threads == 1:
         qops_add_run(a, b, out, n, is_signed, p)
         return
@@ -56,9 +55,8 @@ cdef inline void _not_run(const uint8_t* q, uint8_t* out, Py_ssize_t n) noexcept
 
 
 cdef void _not_flat(const uint8_t* q, uint8_t* out, Py_ssize_t n) noexcept nogil:
-    # One contiguous 64-byte-aligned chunk per thread.
     cdef int threads = qops_threads_for(n, LUT_GRAIN), t
-    cdef Py_ssize_t chunk = ((n + threads - 1) // threads + 63) & ~63, start
+    cdef Py_ssize_t chunk = qops_chunk64(n, threads), start
     # (always a parallel region, even of one thread: the outlined loop keeps its pointers in
     # registers, where inlined into the Python wrapper GCC spilled them every iteration)
     for t in prange(threads, schedule="static", num_threads=threads):

@@ -26,6 +26,12 @@ static inline int qops_threads_for(ptrdiff_t work, ptrdiff_t grain) {
 #endif
 }
 
+/* Elements per thread when `n` is split into `threads` contiguous chunks: a multiple of 64,
+ * so no two threads write the same cache line (for 1-byte elements). */
+static inline ptrdiff_t qops_chunk64(ptrdiff_t n, int threads) {
+    return ((n + threads - 1) / threads + 63) & ~(ptrdiff_t)63;
+}
+
 /* Round half to even. SSE2 has no vector round instruction, so the baseline build uses the
  * add-and-subtract-2^23 identity (exact for |x| < 2^22 under round-to-nearest); wider ISAs
  * inline rintf as vroundps. */

@@ -10,6 +10,7 @@
 #define QOPS_LUT_H
 #include <stddef.h>
 #include <stdint.h>
+#include "qops_common.h"
 #if defined(__AVX512BW__)
 #include <immintrin.h>
 #endif
@@ -91,7 +92,7 @@ static void qops_lut_apply_threads(const uint8_t *src, uint8_t *dst, ptrdiff_t n
         qops_lut_apply(src, dst, n, table);
         return;
     }
-    ptrdiff_t chunk = ((n + threads - 1) / threads + 63) & ~(ptrdiff_t)63;
+    ptrdiff_t chunk = qops_chunk64(n, threads);
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) num_threads(threads)
 #endif
