@@ -1,7 +1,8 @@
 # Element-wise arithmetic and concatenation (mirror of qops/_ref/arith.py).
 # Contract: uint8/int8 in, same dtype out; add = Q_vec(D_vec(a) + D_vec(b)) in float32, mul and
 # add_scalar's requantization = R_int (int product, one float32 multiply); cat = Q_fma(D_sc(q))
-# or a copy. Flat stride-1 loops that GCC vectorizes; blocks of BLOCK elements per thread.
+# or a copy. Maps of one 8-bit input (add_scalar, cat's requantize) are 256-entry table lookups;
+# add is qops_arith.h; flat loops split one contiguous chunk per thread, mul and cat blocks of BLOCK.
 import numpy as np
 from cython.parallel cimport prange
 from libc.string cimport memcpy
