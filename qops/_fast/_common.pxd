@@ -51,7 +51,7 @@ cdef inline object qops_empty(object np, object shape, object dtype):
     longer (one allocation, so a loop of calls keeps reusing the same cache-warm block); small
     ones keep the cheaper plain allocation.
     """
-    d = np.dtype(dtype)
+    d = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
     cdef Py_ssize_t n = 1, nbytes
     for e in shape:
         n *= <Py_ssize_t>e
@@ -60,4 +60,5 @@ cdef inline object qops_empty(object np, object shape, object dtype):
         return np.empty(shape, d)
     buf = np.empty(nbytes + 64, np.uint8)
     cdef Py_ssize_t off = (64 - (<size_t>qops_ptr(buf, True)) % 64) % 64
-    return buf[off:off + nbytes].view(d).reshape(shape)
+    # one constructor call: half the cost of slicing, viewing and reshaping
+    return np.ndarray(shape, d, buf, off)
