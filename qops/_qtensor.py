@@ -159,7 +159,7 @@ class QTensor:
 
     def clone(self):
         """A copy that owns its integer data (contiguous)."""
-        t = self._like(np.ascontiguousarray(self._int).copy())
+        t = self._like(_config.impl("quant").copy_raw(self._int))
         if t._axis is not None:
             t._scales = self._scales.copy()
             t._zero_points = self._zero_points.copy()

@@ -151,3 +151,8 @@ def requantize_per_tensor(q, scale, zero_point, inv_out_scale, out_zero_point, d
     """Re-express `q` with new qparams: D_sc, then quantize as quantize_per_tensor does."""
     return quantize_per_tensor(dequantize_per_tensor(q, scale, zero_point),
                                inv_out_scale, out_zero_point, dtype)
+
+
+def copy_raw(q):
+    """A C-contiguous copy of integer array `q` (QTensor.clone's data)."""
+    return np.array(q, order="C", copy=True)

@@ -4,7 +4,6 @@ import numpy as np
 
 import qops
 from qops import functional as F
-from qops._qtensor import QTensor
 from qops._ref import activation as R
 from qops._ref.quant import d_sc, d_vec
 from qops._registry import Case, OpSpec
@@ -206,9 +205,9 @@ def _torch_tanh(case):
 
 
 def _relu_inplace_runner(case):
-    # relu_ writes into its input: run it on a private copy (same strides order) each call.
+    # relu_ writes into its input: run it on a fresh clone each call, as PyTorch's runner does.
     q = case.args[0]
-    return lambda: F.relu_(QTensor._make(q._int.copy(order="K"), q.dtype, q._scale, q._zero_point))
+    return lambda: F.relu_(q.clone())
 
 
 # -- real values before rounding, for the tie-aware comparisons -----------------------------------

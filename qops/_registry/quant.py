@@ -1,4 +1,4 @@
-"""Registry entries of the quant family: quantize, dequantize, requantize."""
+"""Registry entries of the quant family: quantize, dequantize, requantize, clone."""
 import numpy as np
 
 import qops
@@ -162,6 +162,34 @@ def _torch_rq(case):
     return lambda: torch.quantize_per_tensor(t.dequantize(), scale, zp, u.torch_dtype(d))
 
 
+def _clone_cases():
+    r = u.rng(4)
+    cases = []
+    for d in DTYPES:
+        for n in u.EDGE_LENGTHS:
+            cases.append(Case((u.random_qtensor(r, (n,), d),), label=f"{d.name}-n{n}"))
+        for layout in ("t", "neg"):
+            cases.append(Case((u.random_qtensor(r, (33, 70), d, layout=layout),), label=f"{d.name}-{layout}"))
+        cases.append(Case((u.random_qtensor(r, (300, 301), d),), label=f"{d.name}-300x301"))
+    cases.append(Case((qops.quantize_per_channel(r.normal(size=(3, 4, 5)).astype(np.float32),
+                                                 np.array([0.1, 0.2, 0.3]), np.array([1, 2, 3]), 0,
+                                                 qops.qint8),), label="per-channel"))
+    return cases
+
+
+def _clone_strategy():
+    return u.qtensor_strategy(dtype=None).map(lambda q: Case((q,)))
+
+
+def _torch_clone(case):
+    t = u.to_torch(case.args[0])
+    return lambda: t.clone()
+
+
+def _clone(q):
+    return q.clone()
+
+
 def _bench_x():
     return u.rng(10).normal(0, 1, size=(1, 64, 112, 112)).astype(np.float32)
 
@@ -187,4 +215,7 @@ SPECS = [
            bench={"64x112x112": lambda: Case((qops.quantize_per_tensor(_bench_x(), 0.02, 128, qops.quint8),
                                               0.03, 120, qops.quint8))},
            torch=_torch_rq),
+    OpSpec("clone", "quant", ("copy_raw",), _clone, _clone_cases, _clone_strategy,
+           bench={"64x112x112": lambda: Case((qops.quantize_per_tensor(_bench_x(), 0.02, 128, qops.quint8),))},
+           torch=_torch_clone),
 ]
