@@ -40,6 +40,23 @@ def _median_us(fn, seconds, max_single=2.0):
     return times[len(times) // 2] * 1e6
 
 
+def _rotated_us(calls, seconds, rounds=5):
+    """Median times (µs) of several callables timed in alternating blocks.
+
+    Each gets `rounds` blocks of about seconds / rounds, in turn, and reports the smallest of
+    its block medians: a drift of the machine's speed (shared VM, clocks, a neighbour) then
+    hits every callable alike instead of whichever happened to run during it, and noise, which
+    only ever slows a block down, is left out as far as one block is free of it.
+    """
+    for fn in calls.values():
+        fn()                                     # warm-up
+    blocks = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            blocks[name].append(_median_us(fn, seconds / rounds))
+    return {name: min(v) for name, v in blocks.items()}
+
+
 def _nbytes(obj):
     """Bytes of the arrays in `obj` (QTensors, ndarrays, and tuples/lists of them)."""
     if isinstance(obj, qops.QTensor):
@@ -94,20 +111,23 @@ def run(ops=None, families=None, threads=(1,), seconds=0.3, backends=("ref", "fa
             _progress(step, total, f"{spec.name} {name} t{n}")
             times = {}
             with qops.threads(n):
-                for b in ("ref", "fast"):
-                    if b in backends:
-                        with qops.backend(b):
-                            call = spec.qops_call(case)
-                            times[b] = _median_us(call, seconds)
-                            if bandwidth and b == "fast":
-                                moved = _nbytes(case.args) + _nbytes(call())
-                                times["bytes"] = moved
-                                times["copy"] = _copy_us(moved, seconds)
-            if torch is not None and spec.torch is not None:
-                torch.set_num_threads(n)
-                with warnings.catch_warnings():
+                if "ref" in backends:
+                    with qops.backend("ref"):
+                        times["ref"] = _median_us(spec.qops_call(case), seconds)
+                calls = {}
+                if "fast" in backends:
+                    calls["fast"] = spec.qops_call(case)
+                if torch is not None and spec.torch is not None:
+                    torch.set_num_threads(n)
+                    calls["torch"] = spec.torch(case)
+                # fast and PyTorch in alternating blocks ("fast" is the backend throughout)
+                with qops.backend("fast"), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    times["torch"] = _median_us(spec.torch(case), seconds)
+                    times.update(_rotated_us(calls, seconds))
+                    if bandwidth and "fast" in calls:
+                        moved = _nbytes(case.args) + _nbytes(calls["fast"]())
+                        times["bytes"] = moved
+                        times["copy"] = _copy_us(moved, seconds)
             rows.append((spec.name, name, n, times))
             step += 1
     _progress(total, total, "done")
