@@ -62,3 +62,8 @@ cdef inline object qops_empty(object np, object shape, object dtype):
     cdef Py_ssize_t off = (64 - (<size_t>qops_ptr(buf, True)) % 64) % 64
     # one constructor call: half the cost of slicing, viewing and reshaping
     return np.ndarray(shape, d, buf, off)
+
+
+cdef inline tuple qops_range8(object dtype):
+    """(qmin, qmax) of an 8-bit integer numpy dtype (np.iinfo is slow)."""
+    return (0, 255) if dtype.kind == "u" else (-128, 127)

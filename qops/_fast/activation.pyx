@@ -67,14 +67,13 @@ cdef void _build_table(uint8_t[::1] table, int kind, float scale, int32_t zp, fl
         table[<uint8_t>r] = <uint8_t>qops_q_vec(y, out_inv, out_zp, lo, hi)
 
 
-_RANGE = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}   # np.iinfo is slow
 
 
 def _map(q, int kind, float scale, int32_t zero_point, float p, float out_inv_scale,
          int32_t out_zero_point):
     shape = q.shape                       # ascontiguousarray makes 0-d arrays 1-d
     q = np.ascontiguousarray(q)
-    qmin, qmax = _RANGE[q.dtype]
+    qmin, qmax = qops_range8(q.dtype)
     table = np.empty(256, dtype=np.uint8)
     _build_table(table, kind, scale, zero_point, p, out_inv_scale, out_zero_point, qmin, qmax)
     out = qops_empty(np, shape, q.dtype)

@@ -26,7 +26,6 @@ DEF BLOCK = 16384         # elements per parallel chunk
 DEF GRAIN = 131072        # below this many elements one thread is faster
 DEF LUT_GRAIN = 262144    # the same for a table lookup (L2-resident data, cheaper per byte)
 
-_RANGE = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}   # np.iinfo is slow
 LUT_VECTORIZED = bool(qops_lut_vectorized())   # runs the CPU check once, outside any prange
 
 
@@ -160,7 +159,7 @@ def _flat(x):
 def add(a, b, a_scale, a_zero_point, b_scale, b_zero_point, out_inv_scale, out_zero_point, relu):
     """Quantized add: Q_vec(D_vec(a) + D_vec(b)), relu = max(sum, 0) before quantizing."""
     out = qops_empty(np, a.shape, a.dtype)
-    qmin, qmax = _RANGE[a.dtype]
+    qmin, qmax = qops_range8(a.dtype)
     cdef qops_add_params p
     p.sa = a_scale
     p.sb = b_scale
@@ -182,7 +181,7 @@ def add(a, b, a_scale, a_zero_point, b_scale, b_zero_point, out_inv_scale, out_z
 def mul(a, b, a_zero_point, b_zero_point, multiplier, out_zero_point, relu):
     """Quantized mul: R_int((a - za) * (b - zb), M), relu = max(out, out_zero_point)."""
     out = qops_empty(np, a.shape, a.dtype)
-    qmin, qmax = _RANGE[a.dtype]
+    qmin, qmax = qops_range8(a.dtype)
     cdef float lo = qmin - out_zero_point, hi = qmax - out_zero_point
     if relu and lo < 0:
         lo = 0
@@ -208,7 +207,7 @@ def _lut(q, table):
 
 def requant_int(q, zero_point, offset, multiplier, out_zero_point):
     """add_scalar's requantization: R_int((q - zero_point) + offset, M)."""
-    qmin, qmax = _RANGE[q.dtype]
+    qmin, qmax = qops_range8(q.dtype)
     table = np.empty(256, dtype=np.uint8)
     _requant_int_table(<uint8_t*>qops_ptr(table, True), qmin, qmax,
                        <int64_t>offset - <int64_t>zero_point, multiplier, out_zero_point)
@@ -229,7 +228,7 @@ def reflect(q):
 
 def cat_into(q, out, col_offset, scale, zero_point, out_inv_scale, out_zero_point, requant, relu):
     """Write one cat input into out[:, col_offset:]: Q_fma(D_sc(q)) or a copy, then relu."""
-    qmin, qmax = _RANGE[q.dtype]
+    qmin, qmax = qops_range8(q.dtype)
     q = np.ascontiguousarray(q)
     if (requant or relu) and LUT_VECTORIZED and q.size >= 4096:
         table = np.empty(256, np.uint8)
