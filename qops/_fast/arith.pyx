@@ -93,46 +93,10 @@ cdef void _requant_int_table(uint8_t* table, int qmin, int qmax, int64_t base, f
             qops_rintf(<float>(<int64_t>r + base) * m), lo, hi) + zo)
 
 
-cdef inline void _cat_run(const q8_t *q, q8_t *out, Py_ssize_t n, float s, int32_t zp, float inv,
-                          float zo, float qmin, float qmax, bint requant, bint relu) noexcept nogil:
-    cdef Py_ssize_t i
-    cdef q8_t lo = <q8_t>zo
-    cdef q8_t v
-    if requant:
-        if relu:
-            for i in range(n):
-                v = <q8_t>qops_q_fma(qops_d_sc(q[i], s, zp), inv, zo, qmin, qmax)
-                out[i] = v if v > lo else lo
-        else:
-            for i in range(n):
-                out[i] = <q8_t>qops_q_fma(qops_d_sc(q[i], s, zp), inv, zo, qmin, qmax)
-    elif relu:
-        for i in range(n):
-            v = q[i]
-            out[i] = v if v > lo else lo
-    else:
-        memcpy(out, q, n * sizeof(q8_t))
-
-
-cdef void _cat_rows(const q8_t[:, ::1] q, q8_t[:, ::1] out, Py_ssize_t off, float s, int32_t zp,
-                    float inv, float zo, float qmin, float qmax, bint requant,
-                    bint relu) noexcept nogil:
-    # Work items are (row, column block) pairs, so one wide row (dim 0 or 1 of a batch-1
-    # tensor) still splits across threads.
-    cdef Py_ssize_t rows = q.shape[0], cols = q.shape[1]
-    cdef Py_ssize_t nbc = (cols + BLOCK - 1) // BLOCK, w, r, c0
-    if cols == 0:
-        return
-    for w in prange(rows * nbc, schedule="static", num_threads=qops_threads_for(rows * cols, GRAIN)):
-        r = w // nbc
-        c0 = (w % nbc) * BLOCK
-        _cat_run(&q[r, c0], &out[r, off + c0], min(BLOCK, cols - c0), s, zp, inv, zo, qmin, qmax,
-                 requant, relu)
-
-
 cdef void _cat_table(uint8_t* table, int qmin, int qmax, float s, int32_t zp, float inv,
                      float zo, bint requant, bint relu) noexcept nogil:
-    # What _cat_run computes for each of the 256 raw values (indexed by the raw byte).
+    # Q_fma(D_sc(r)) (or r itself), then relu, for each of the 256 raw values r, indexed by
+    # the raw byte (int8 through its two's complement).
     cdef int r, v
     for r in range(qmin, qmax + 1):
         v = qops_q_fma(qops_d_sc(r, s, zp), inv, zo, qmin, qmax) if requant else r
@@ -141,15 +105,25 @@ cdef void _cat_table(uint8_t* table, int qmin, int qmax, float s, int32_t zp, fl
         table[<uint8_t>r] = <uint8_t>v
 
 
-cdef void _cat_rows_lut(const uint8_t* q, uint8_t* out, Py_ssize_t rows, Py_ssize_t cols,
-                        Py_ssize_t out_cols, Py_ssize_t off, const uint8_t* table) noexcept nogil:
-    # _cat_rows by table lookup: requantizing a byte is a function of the byte.
+cdef void _cat_rows(const uint8_t* q, uint8_t* out, Py_ssize_t rows, Py_ssize_t cols,
+                    Py_ssize_t out_cols, Py_ssize_t off, const uint8_t* table) noexcept nogil:
+    # Rows of q into columns [off, off + cols) of out: copied, or mapped through `table`
+    # (requantizing or clamping a byte is a function of the byte). Work items are (row, column
+    # block) pairs, so one wide row (dim 0 or 1 of a batch-1 tensor) still splits across threads.
     cdef Py_ssize_t nbc = (cols + BLOCK - 1) // BLOCK, w, r, c0
+    cdef const uint8_t* src
+    cdef uint8_t* dst
+    if cols == 0:
+        return
     for w in prange(rows * nbc, schedule="static", num_threads=qops_threads_for(rows * cols, GRAIN)):
         r = w // nbc
         c0 = (w % nbc) * BLOCK
-        qops_lut_apply(q + r * cols + c0, out + r * out_cols + off + c0, min(BLOCK, cols - c0),
-                       table)
+        src = q + r * cols + c0
+        dst = out + r * out_cols + off + c0
+        if table == NULL:
+            memcpy(dst, src, min(BLOCK, cols - c0))
+        else:
+            qops_lut_apply(src, dst, min(BLOCK, cols - c0), table)
 
 
 def _flat(x):
@@ -230,16 +204,11 @@ def cat_into(q, out, col_offset, scale, zero_point, out_inv_scale, out_zero_poin
     """Write one cat input into out[:, col_offset:]: Q_fma(D_sc(q)) or a copy, then relu."""
     qmin, qmax = qops_range8(q.dtype)
     q = np.ascontiguousarray(q)
-    if (requant or relu) and LUT_VECTORIZED and q.size >= 4096:
+    cdef const uint8_t* tp = NULL
+    if requant or relu:
         table = np.empty(256, np.uint8)
-        _cat_table(<uint8_t*>qops_ptr(table, True), qmin, qmax, scale, zero_point,
-                   out_inv_scale, out_zero_point, requant, relu)
-        _cat_rows_lut(<const uint8_t*>qops_ptr(q), <uint8_t*>qops_ptr(out, True), q.shape[0],
-                      q.shape[1], out.shape[1], col_offset, <const uint8_t*>qops_ptr(table))
-        return
-    if q.dtype == np.uint8:
-        _cat_rows[uint8_t](q, out, col_offset, scale, zero_point, out_inv_scale, out_zero_point,
-                           qmin, qmax, requant, relu)
-    else:
-        _cat_rows[int8_t](q, out, col_offset, scale, zero_point, out_inv_scale, out_zero_point,
-                          qmin, qmax, requant, relu)
+        tp = <const uint8_t*>qops_ptr(table, True)
+        _cat_table(<uint8_t*>tp, qmin, qmax, scale, zero_point, out_inv_scale, out_zero_point,
+                   requant, relu)
+    _cat_rows(<const uint8_t*>qops_ptr(q), <uint8_t*>qops_ptr(out, True), q.shape[0], q.shape[1],
+              out.shape[1], col_offset, tp)
