@@ -9,6 +9,9 @@
 # then slide the W window over that buffer; their average pools run prange over the N*C*OD
 # output planes, so the requantize loop runs over a whole plane. Adaptive max pools without
 # indices fold a window's rows the same way. Buffers are per thread.
+# AVX-512 only: adaptive pools (and max pools whose W windows tile rows of <= 64 bytes) run
+# the short-row kernel of pool_simd.h; average pools with odd divisors requantize with integer
+# tables (_int_tables) checked against the float formula for every reachable sum.
 import numpy as np
 from cython.parallel cimport prange, parallel
 from libc.stdlib cimport malloc, free
@@ -22,13 +25,21 @@ cdef extern from "pool_simd.h" nogil:
     ctypedef struct qp_geom:
         Py_ssize_t D, H, W, OD, OH, OW
         Py_ssize_t kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW
+    ctypedef struct qp_irq:
+        const int16_t* t
+        Py_ssize_t stride
+        int sh
     int QP_MAX_ROWS
     int qp_simd_ok(const qp_geom* g)
     void qp_max_rows(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t g0,
                      Py_ssize_t g1, int sgn)
     void qp_avg_rows(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t g0,
                      Py_ssize_t g1, const int32_t* cls, const int32_t* zt, const float* mt,
-                     float zp, int32_t qmin, int32_t qmax, int sgn)
+                     float zp, int32_t qmin, int32_t qmax, int sgn, const qp_irq* iq)
+    int QP_SHORT
+    void qp_short_rows(const uint8_t* x, uint8_t* out, Py_ssize_t D, Py_ssize_t H, Py_ssize_t W,
+                       Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW, const Py_ssize_t* lim,
+                       const float* recip, Py_ssize_t g0, Py_ssize_t g1, int avg, int sgn)
 
 
 cdef qp_geom _geom(x, out, kernel_size, stride, padding, dilation):
@@ -44,21 +55,51 @@ cdef qp_geom _geom(x, out, kernel_size, stride, padding, dilation):
 
 cdef void _simd_split(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t rows,
                       const int32_t* cls, const int32_t* zt, const float* mt, float zp,
-                      int32_t qmin, int32_t qmax, int sgn, bint avg, int nt) noexcept nogil:
+                      int32_t qmin, int32_t qmax, int sgn, bint avg, int nt,
+                      const qp_irq* iq=NULL) noexcept nogil:
     # one contiguous range of output rows per thread: the kernels' per-call cost stays tiny
     cdef Py_ssize_t t
     if nt <= 1:
         if avg:
-            qp_avg_rows(x, out, g, 0, rows, cls, zt, mt, zp, qmin, qmax, sgn)
+            qp_avg_rows(x, out, g, 0, rows, cls, zt, mt, zp, qmin, qmax, sgn, iq)
         else:
             qp_max_rows(x, out, g, 0, rows, sgn)
         return
     for t in prange(nt, schedule="static", num_threads=nt):
         if avg:
             qp_avg_rows(x, out, g, rows * t // nt, rows * (t + 1) // nt, cls, zt, mt, zp,
-                        qmin, qmax, sgn)
+                        qmin, qmax, sgn, iq)
         else:
             qp_max_rows(x, out, g, rows * t // nt, rows * (t + 1) // nt, sgn)
+
+
+cdef void _short_split(const uint8_t* x, uint8_t* out, Py_ssize_t D, Py_ssize_t H,
+                       Py_ssize_t W, Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
+                       const Py_ssize_t* lim, const float* recip, Py_ssize_t rows, int avg,
+                       int sgn, int nt) noexcept nogil:
+    # the short-row adaptive kernel over one contiguous range of output rows per thread
+    cdef Py_ssize_t t
+    if nt <= 1:
+        qp_short_rows(x, out, D, H, W, OD, OH, OW, lim, recip, 0, rows, avg, sgn)
+        return
+    for t in prange(nt, schedule="static", num_threads=nt):
+        qp_short_rows(x, out, D, H, W, OD, OH, OW, lim, recip, rows * t // nt,
+                      rows * (t + 1) // nt, avg, sgn)
+
+
+cdef bint _short_ok(const Py_ssize_t* lim, Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
+                    Py_ssize_t W, bint avg) noexcept nogil:
+    # the short-row kernel's limits: rows of one vector, 16-bit window sums of <= 256 taps
+    cdef Py_ssize_t i, kd = 0, kh = 0, kw = 0
+    if not QP_SHORT or W > 64 or OW > 32:
+        return False
+    for i in range(OD):
+        kd = max(kd, lim[OD + i] - lim[i])
+    for i in range(OH):
+        kh = max(kh, lim[2 * OD + OH + i] - lim[2 * OD + i])
+    for i in range(OW):
+        kw = max(kw, lim[2 * OD + 2 * OH + OW + i] - lim[2 * OD + 2 * OH + i])
+    return not avg or kd * kh * kw <= 256
 
 
 cdef void _axis_counts(Py_ssize_t O, Py_ssize_t s, Py_ssize_t p, Py_ssize_t k, Py_ssize_t L,
@@ -105,8 +146,12 @@ def _avg_tables(out_size, stride, padding, kernel_size, in_size, bint cip, int64
     # 32 spare entries past the end: the vector requantize loads whole 16-lane rows
     zt = np.zeros(n * OW + 32, np.int32)[:n * OW].reshape(n, OW)
     mt = np.zeros(n * OW + 32, np.float32)[:n * OW].reshape(n, OW)
+    sz = np.empty((n, OW), np.int64)
+    dvs = np.empty((n, OW), np.int64)
     cdef int32_t[:, ::1] z = zt
     cdef float[:, ::1] m = mt
+    cdef int64_t[:, ::1] szv = sz
+    cdef int64_t[:, ::1] dvv = dvs
     r = -1
     ls = lp = -1
     for od in range(OD):
@@ -121,8 +166,52 @@ def _avg_tables(out_size, stride, padding, kernel_size, in_size, bint cip, int64
                 dv = div_o if div_o else (vp * wp[ow] if cip else vs * ws[ow])
                 z[r, ow] = <int32_t>(vs * ws[ow] * zp)
                 m[r, ow] = <float>(1.0 / <double>dv)          # f32(1.0 / div)
+                szv[r, ow] = vs * ws[ow]
+                dvv[r, ow] = dv
     free(cnt)
-    return cls, zt, mt
+    return cls, zt, mt, sz, dvs
+
+
+def _int_tables(sz, dvs, int64_t zp, bint sgn):
+    """Integer requantize tables (qp_irq of pool_simd.h) equal to the float formula
+    clampQ(rint(f32(f32(s - size*zp) * f32(1/div)) + f32(zp))) for every reachable window sum
+    s, checked here sum by sum: (int16 table (3, entries + 64), shift), or None (the float
+    path runs).
+
+    With an odd divisor the exact quotient never ends in .5, so rounding to nearest is
+    floor((s - size*zp + (div-1)/2) / div), and floor(x / div) is
+    mulhi(x, ceil(2**(16+sh) / div)) >> sh for the x that occur; even divisors have ties
+    (rounded to even), which this form cannot follow."""
+    cdef int64_t qmin = -128 if sgn else 0, qmax = 127 if sgn else 255
+    pairs = sorted(set(zip(sz.ravel().tolist(), dvs.ravel().tolist())))
+    if any(d <= 0 or d % 2 == 0 for _, d in pairs):
+        return None
+    for sh in range(8):
+        params = {}
+        for size, d in pairs:
+            lo, hi, z = qmin * size, qmax * size, size * zp
+            a = lo - z + (d - 1) // 2
+            b = a % d
+            M = -(-(1 << (16 + sh)) // d)
+            e = zp - (b - a) // d
+            if M > 0xFFFF or hi - lo + b > 0xFFFF or not -32768 <= e <= 32767:
+                break
+            c = (b - lo) & 0xFFFF
+            s = np.arange(lo, hi + 1, dtype=np.int64)
+            ref = np.rint((s - z).astype(np.float32) * np.float32(1.0 / d) + np.float32(zp))
+            ref = np.clip(ref, qmin, qmax)
+            v = ((((s & 0xFFFF) + c) & 0xFFFF) * M >> (16 + sh)) + e
+            v = ((v + 32768) & 0xFFFF) - 32768                      # int16 lanes
+            if not np.array_equal(np.clip(v, qmin, qmax), ref):
+                break
+            params[size, d] = (c, M, e & 0xFFFF)
+        else:
+            n = sz.size
+            tab = np.zeros((3, n + 64), np.uint16)
+            for i, (size, d) in enumerate(zip(sz.ravel().tolist(), dvs.ravel().tolist())):
+                tab[:, i] = params[size, d]
+            return tab.view(np.int16), sh
+    return None
 
 
 # -- max pool -----------------------------------------------------------------------------
@@ -261,6 +350,32 @@ cdef void _max_indices(const qint_t[:, :, :, :, ::1] x, qint_t[:, :, :, :, ::1] 
             index[n, c, od, oh, ow] = best_i
 
 
+cdef object _max_short(x, out, qp_geom g, bint sgn, int nt):
+    # clipped D and H windows and uniform W windows in the lim layout of the adaptive pools
+    cdef Py_ssize_t n = 2 * (g.OD + g.OH + g.OW), i, a
+    cdef Py_ssize_t* lim = <Py_ssize_t*>malloc(n * sizeof(Py_ssize_t))
+    if lim == NULL:
+        raise MemoryError()
+    for i in range(g.OD):
+        a = i * g.sD - g.pD
+        lim[i] = max(a, 0)
+        lim[g.OD + i] = min(a + g.kD, g.D)
+    for i in range(g.OH):
+        a = i * g.sH - g.pH
+        lim[2 * g.OD + i] = max(a, 0)
+        lim[2 * g.OD + g.OH + i] = min(a + g.kH, g.H)
+    for i in range(g.OW):
+        lim[2 * (g.OD + g.OH) + i] = i * g.kW
+        lim[2 * (g.OD + g.OH) + g.OW + i] = (i + 1) * g.kW
+    cdef const uint8_t* xp = <const uint8_t*>qops_ptr(x)
+    cdef uint8_t* op = <uint8_t*>qops_ptr(out, True)
+    cdef Py_ssize_t rows = out.size // g.OW
+    with nogil:
+        _short_split(xp, op, g.D, g.H, g.W, g.OD, g.OH, g.OW, lim, NULL, rows, False, sgn, nt)
+    free(lim)
+    return out
+
+
 def max_pool(x, kernel_size, stride, padding, dilation, out_size, with_indices):
     """Max of raw values over the valid (non-padded) taps of each dilated window."""
     if not x.flags.c_contiguous:
@@ -277,6 +392,11 @@ def max_pool(x, kernel_size, stride, padding, dilation, out_size, with_indices):
     if out.size == 0:
         return (out, np.zeros(shape, np.int64)) if with_indices else out
     cdef qp_geom g = _geom(x, out, kernel_size, stride, padding, dilation)
+    if (not with_indices and isz == 1 and QP_SHORT and dD == dH == dW == 1 and pW == 0
+            and sW == kW and kW in (2, 4, 8) and OW * kW == x.shape[4] <= 64):
+        # windows tiling short rows (3-d 2x2x2 pools on 56-wide planes): the short-row
+        # kernel reduces each row in place, with no column walk over several planes
+        return _max_short(x, out, g, sgn, nt)
     if (not with_indices and isz == 1 and qp_simd_ok(&g)
             and kD * kH <= QP_MAX_ROWS and kW <= QP_MAX_ROWS):
         _simd_split(<const uint8_t*>qops_ptr(x), <uint8_t*>qops_ptr(out, True), &g,
@@ -398,22 +518,34 @@ def avg_pool(x, kernel_size, stride, padding, out_size, count_include_pad, divis
     OW = shape[4]
     # the tables depend on the geometry and zero point only: models call the same pool often
     key = (tuple(out_size), tuple(stride), tuple(padding), tuple(kernel_size), x.shape[2:],
-           bool(count_include_pad), divisor_override, zero_point)
+           bool(count_include_pad), divisor_override, zero_point, sgn)
     tabs = _TABLES.get(key)
     if tabs is None:
-        tabs = _avg_tables(out_size, stride, padding, kernel_size, x.shape[2:],
-                           count_include_pad, divisor_override, zero_point)
+        cls, zt, mt, sz, dvs = _avg_tables(out_size, stride, padding, kernel_size, x.shape[2:],
+                                           count_include_pad, divisor_override, zero_point)
+        it = None
+        if QP_SHORT and kD * kH * kW <= 256:
+            # only the AVX-512 kernels use them (QP_SHORT: this build has those)
+            it = _int_tables(sz, dvs, zero_point, sgn)
+        tabs = cls, zt, mt, it
         if len(_TABLES) >= 64:
             _TABLES.clear()
         _TABLES[key] = tabs
-    cls, zt, mt = tabs
+    cls, zt, mt, it = tabs
+    cdef qp_irq iq
+    iq.t = NULL
+    if it is not None:
+        iq.t = <const int16_t*>qops_ptr(it[0])
+        iq.stride = it[0].shape[1]
+        iq.sh = it[1]
     nt = qops_threads_for(x.size * kD + out.size * kW, GRAIN)
     cdef qp_geom g = _geom(x, out, kernel_size, stride, padding, (1, 1, 1))
     if qp_simd_ok(&g) and kD * kH <= QP_MAX_ROWS and kW <= QP_MAX_ROWS and kD * kH * kW <= 256:
         # 16-bit window sums are exact up to 256 taps (see pool_simd.h)
         _simd_split(<const uint8_t*>qops_ptr(x), <uint8_t*>qops_ptr(out, True), &g,
                     out.size // OW, <const int32_t*>qops_ptr(cls), <const int32_t*>qops_ptr(zt),
-                    <const float*>qops_ptr(mt), <float>zero_point, qmin, qmax, sgn, True, nt)
+                    <const float*>qops_ptr(mt), <float>zero_point, qmin, qmax, sgn, True, nt,
+                    &iq)
         return out
     Wp = max(x.shape[4] + 2 * pW, (OW - 1) * sW + kW)
     mult = mt[cls].reshape(shape[2:])
@@ -660,7 +792,10 @@ def adaptive_avg_pool(x, out_size):
                 recip[(i * OH + j) * OW + k] = r
     nt = qops_threads_for(n * c * D * H * W, GRAIN)
     with nogil:
-        _adaptive_avg_planes(xp, op, P * OD, D, H, W, OD, OH, OW, lim, recip, sgn, nt)
+        if _short_ok(lim, OD, OH, OW, W, True):
+            _short_split(xp, op, D, H, W, OD, OH, OW, lim, recip, P * OD * OH, True, sgn, nt)
+        else:
+            _adaptive_avg_planes(xp, op, P * OD, D, H, W, OD, OH, OW, lim, recip, sgn, nt)
     free(lim)
     free(recip)
     return out
@@ -767,7 +902,10 @@ def adaptive_max_pool(x, out_size, with_indices):
     cdef char* op = qops_ptr(out, True)
     cdef int kind = 2 if x.itemsize == 4 else (1 if x.dtype.kind == "i" else 0)
     with nogil:
-        if kind == 0:
+        if kind < 2 and _short_ok(lim, OD, OH, OW, W, False):
+            _short_split(<const uint8_t*>xp, <uint8_t*>op, D, H, W, OD, OH, OW, lim, NULL,
+                         planes * OH, False, kind, nt)
+        elif kind == 0:
             _amax_planes[uint8_t](<const uint8_t*>xp, <uint8_t*>op, planes, D, H, W, OD, OH,
                                   OW, lim, nt)
         elif kind == 1:

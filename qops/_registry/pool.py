@@ -44,7 +44,10 @@ _SHAPES = {
     # (1, 2, 70, 9): more input rows than the 64-row ring of the AVX-512 column walks
     2: [(2, 3, 9, 11), (1, 2, 16, 17), (1, 1, 5, 65), (1, 2, 70, 9), (3, 7, 6), (0, 3, 5, 5),
         (1, 0, 4, 4)],
-    3: [(1, 3, 5, 6, 7), (2, 17, 3, 4, 5), (2, 4, 5, 6), (0, 2, 3, 3, 3)],
+    # (1, 2, 5, 9, 57), (2, 3, 5, 7, 56): odd sizes with rows near a vector's width; the
+    # second with windows tiling its rows (the short-row kernel of 2x2x2 max pools)
+    3: [(1, 3, 5, 6, 7), (2, 17, 3, 4, 5), (2, 4, 5, 6), (1, 2, 5, 9, 57), (2, 3, 5, 7, 56),
+        (0, 2, 3, 3, 3)],
 }
 
 _MAX_ARGS = {
@@ -53,19 +56,23 @@ _MAX_ARGS = {
     2: [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2, stride=1, dilation=2),
         dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 0), ceil_mode=True),
         dict(kernel_size=3, stride=3, padding=1, ceil_mode=True), dict(kernel_size=(1, 4))],
-    3: [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+    3: [dict(kernel_size=2), dict(kernel_size=(3, 3, 2), stride=(2, 2, 2), ceil_mode=True),
+        dict(kernel_size=3, stride=2, padding=1),
         dict(kernel_size=(1, 2, 3), stride=(1, 2, 1), dilation=(1, 1, 2), ceil_mode=True)],
 }
 
 _AVG_ARGS = {
     1: [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2),
         dict(kernel_size=4, stride=3, padding=2, ceil_mode=True, count_include_pad=False),
-        dict(kernel_size=3, padding=1, divisor_override=5)],
+        dict(kernel_size=3, padding=1, divisor_override=5),
+        dict(kernel_size=3, stride=1, padding=1, count_include_pad=False),
+        dict(kernel_size=5, stride=1, padding=2)],
     2: [dict(kernel_size=3, stride=1, padding=1), dict(kernel_size=2),
         dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 0), ceil_mode=True,
              count_include_pad=False),
         dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, divisor_override=7),
-        dict(kernel_size=(1, 4), stride=(2, 1))],
+        dict(kernel_size=(1, 4), stride=(2, 1)),
+        dict(kernel_size=3, stride=1, padding=1, count_include_pad=False)],
     3: [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1, count_include_pad=False),
         dict(kernel_size=(1, 2, 3), stride=(1, 2, 1), ceil_mode=True, divisor_override=3)],
 }
@@ -276,9 +283,12 @@ def _compare_avg3d(case, ours, theirs):
 _ADAPTIVE = {
     1: [((2, 3, 17), 4), ((1, 2, 9), 13), ((3, 16), 1), ((1, 4, 65), (7,)), ((0, 2, 5), 2)],
     2: [((2, 3, 9, 11), (4, 7)), ((1, 2, 7, 7), 1), ((1, 3, 5, 6), (13, 17)), ((3, 7, 6), (2, None)),
-        ((1, 16, 14, 14), 7), ((1, 3, 1, 1), 2), ((0, 2, 4, 4), 2)],
+        ((1, 16, 14, 14), 7), ((1, 3, 1, 1), 2), ((0, 2, 4, 4), 2),
+        # uniform windows of 4, 8, 2 (and 3: no shortcut) columns; rows of 33-64 bytes
+        ((2, 3, 28, 28), 7), ((1, 4, 16, 56), (4, 7)), ((1, 3, 8, 64), (2, 32)),
+        ((1, 2, 5, 33), (3, 11)), ((1, 2, 7, 40), (4, 9))],
     3: [((1, 3, 5, 6, 7), (2, 3, 4)), ((2, 2, 3, 4, 5), 1), ((2, 4, 5, 6), (7, 3, 2)),
-        ((1, 2, 2, 3, 3), (3, None, 5))],
+        ((1, 2, 2, 3, 3), (3, None, 5)), ((1, 3, 4, 8, 16), (2, 4, 4))],
 }
 
 
@@ -367,26 +377,32 @@ SPECS = [
     OpSpec("max_pool2d", "pool", ("max_pool",), F.max_pool2d,
            lambda: _max_cases(2, 2), lambda: _max_strategy(2),
            bench={"3x3s2_64_112": _b((1, 64, 112, 112), kernel_size=3, stride=2, padding=1),
-                  "2x2s2_64_112": _b((1, 64, 112, 112), kernel_size=2, stride=2)},
+                  "2x2s2_64_112": _b((1, 64, 112, 112), kernel_size=2, stride=2),
+                  "3x3s2_8x64_112": _b((8, 64, 112, 112), kernel_size=3, stride=2)},
            torch=_torch_pool("max_pool2d", 2)),
     OpSpec("max_pool3d", "pool", ("max_pool",), F.max_pool3d,
            lambda: _max_cases(3, 3), lambda: _max_strategy(3),
-           bench={"2x2x2_64x8x56": _b((1, 64, 8, 56, 56), kernel_size=2)},
+           bench={"2x2x2_64x8x56": _b((1, 64, 8, 56, 56), kernel_size=2),
+                  "2x2x2_8x64x8x56": _b((8, 64, 8, 56, 56), kernel_size=2)},
            torch=_torch_pool("max_pool3d", 3)),
     OpSpec("avg_pool1d", "pool", ("avg_pool",), F.avg_pool1d,
            lambda: _pool_cases(1, _AVG_ARGS, Q8, 4), lambda: _pool_strategy(1, "avg", Q8),
-           bench={"3s1p1_64x3136": _b((1, 64, 3136), kernel_size=3, stride=1, padding=1)},
+           bench={"3s1p1_64x3136": _b((1, 64, 3136), kernel_size=3, stride=1, padding=1),
+                  "3s1p1_8x64x12544": _b((8, 64, 12544), kernel_size=3, stride=1, padding=1)},
            torch=_torch_pool("avg_pool1d", 1)),
     OpSpec("avg_pool2d", "pool", ("avg_pool",), F.avg_pool2d,
            lambda: _pool_cases(2, _AVG_ARGS, Q8, 5), lambda: _pool_strategy(2, "avg", Q8),
            bench={"2x2s2_128_56": _b((1, 128, 56, 56), kernel_size=2, stride=2),
                   "2x2s2_64_56": _b((1, 64, 56, 56), kernel_size=2, stride=2),
                   "3x3s1p1_64_56": _b((1, 64, 56, 56), kernel_size=3, stride=1, padding=1),
-                  "3x3s1p1_256_28": _b((1, 256, 28, 28), kernel_size=3, stride=1, padding=1)},
+                  "3x3s1p1_256_28": _b((1, 256, 28, 28), kernel_size=3, stride=1, padding=1),
+                  "3x3s1p1_8x256_56": _b((8, 256, 56, 56), kernel_size=3, stride=1, padding=1),
+                  "2x2s2_8x256_56": _b((8, 256, 56, 56), kernel_size=2, stride=2)},
            torch=_torch_pool("avg_pool2d", 2)),
     OpSpec("avg_pool3d", "pool", ("avg_pool",), F.avg_pool3d,
            lambda: _pool_cases(3, _AVG_ARGS, Q8, 6), lambda: _pool_strategy(3, "avg", Q8),
-           bench={"2x2x2_64x8x56": _b((1, 64, 8, 56, 56), kernel_size=2)},
+           bench={"2x2x2_64x8x56": _b((1, 64, 8, 56, 56), kernel_size=2),
+                  "2x2x2_8x64x8x56": _b((8, 64, 8, 56, 56), kernel_size=2)},
            torch=_torch_pool("avg_pool3d", 3), compare=_compare_avg3d,
            tolerance="±1 only at exact .5 ties with an odd zero point: qops adds the zero point "
                      "before rounding for every channel (as PyTorch's avg_pool2d); PyTorch's "
@@ -402,7 +418,8 @@ SPECS = [
                   "1x1_512x14x14": _b((1, 512, 14, 14), output_size=1),
                   "7x7_512x14x14": _b((1, 512, 14, 14), output_size=7),
                   "1x1_256x56x56": _b((1, 256, 56, 56), output_size=1),
-                  "7x7_256x56x56": _b((1, 256, 56, 56), output_size=7)},
+                  "7x7_256x56x56": _b((1, 256, 56, 56), output_size=7),
+                  "7x7_8x512x28x28": _b((8, 512, 28, 28), output_size=7)},
            torch=_torch_adaptive_avg(2)),
     OpSpec("adaptive_avg_pool3d", "pool", ("adaptive_avg_pool",), F.adaptive_avg_pool3d,
            lambda: _adaptive_cases(3, Q8, 9), lambda: _adaptive_strategy(3, Q8),
@@ -417,6 +434,7 @@ SPECS = [
     OpSpec("adaptive_max_pool2d", "pool", ("adaptive_max_pool",), F.adaptive_max_pool2d,
            lambda: _adaptive_cases(2, QALL, 11, indices=True),
            lambda: _adaptive_strategy(2, QALL, indices=True),
-           bench={"7x7_512x28x28": _b((1, 512, 28, 28), output_size=7)},
+           bench={"7x7_512x28x28": _b((1, 512, 28, 28), output_size=7),
+                  "7x7_8x512x28x28": _b((8, 512, 28, 28), output_size=7)},
            torch=_torch_adaptive_max(2)),
 ]
