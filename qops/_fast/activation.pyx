@@ -69,13 +69,25 @@ cdef void _build_table(uint8_t[::1] table, int kind, float scale, int32_t zp, fl
 
 
 
+_TABLES = {}
+
+
 def _map(q, int kind, float scale, int32_t zero_point, float p, float out_inv_scale,
          int32_t out_zero_point):
     shape = q.shape                       # ascontiguousarray makes 0-d arrays 1-d
     q = np.ascontiguousarray(q)
     qmin, qmax = qops_range8(q.dtype)
-    table = np.empty(256, dtype=np.uint8)
-    _build_table(table, kind, scale, zero_point, p, out_inv_scale, out_zero_point, qmin, qmax)
+    # A model calls each activation with a few parameter sets: keep their tables (building
+    # one runs the float formula 256 times, elu's with expm1).
+    key = (kind, scale, zero_point, p, out_inv_scale, out_zero_point, qmin)
+    table = _TABLES.get(key)
+    if table is None:
+        table = np.empty(256, dtype=np.uint8)
+        _build_table(table, kind, scale, zero_point, p, out_inv_scale, out_zero_point, qmin, qmax)
+        table.flags.writeable = False
+        if len(_TABLES) >= 1024:
+            _TABLES.clear()
+        _TABLES[key] = table
     out = qops_empty(np, shape, q.dtype)
     cdef Py_ssize_t n = q.size
     if n:

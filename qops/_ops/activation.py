@@ -58,6 +58,28 @@ def _finish(input, data, inplace, scale=None, zero_point=None):
     return QTensor._make(data, input.dtype, scale, zero_point)
 
 
+_PREPARED = {}
+
+
+def _prepared(key, make):
+    """make() memoized by `key`: the checked, float32-rounded kernel arguments of a call.
+
+    Keys hold each argument's type next to its value (1 and 1.0 and True differ), so a hit is
+    an argument list that was checked before; a model calls each activation with a handful of
+    qparams, and the checks and numpy float32 scalars cost microseconds per call.
+    """
+    try:
+        v = _PREPARED.get(key)
+    except TypeError:             # an unhashable argument: make() names it in its error
+        return make()
+    if v is None:
+        v = make()
+        if len(_PREPARED) >= 4096:
+            _PREPARED.clear()
+        _PREPARED[key] = v
+    return v
+
+
 def _bool(v, argname):
     if not isinstance(v, (bool, np.bool_)):
         raise TypeError(f"{argname} must be a bool; got {v!r}")
@@ -166,19 +188,29 @@ def leaky_relu(input, negative_slope=0.01, inplace=False, scale=None, zero_point
     """
     _input(input)
     inplace = _bool(inplace, "inplace")
-    slope = qp.f32(_check.real(negative_slope, "negative_slope"))
-    if (scale is None) != (zero_point is None):
-        raise ValueError("leaky_relu: give both scale and zero_point, or neither")
-    if scale is None:
-        scale, zero_point = input._scale, input._zero_point
-    else:
-        if inplace:
-            raise ValueError("leaky_relu: cannot rescale (scale/zero_point given) with inplace=True")
-        scale = qp.check_scale(scale)
-        zero_point = qp.check_zero_point(zero_point, input.dtype)
-    data = _kernels().leaky_relu(input._int, qp.f32(input._scale), input._zero_point, slope,
-                                 qp.inv_scale(scale), zero_point)
-    return _finish(input, data, inplace, scale, zero_point)
+
+    def make():
+        slope = qp.f32(_check.real(negative_slope, "negative_slope"))
+        if (scale is None) != (zero_point is None):
+            raise ValueError("leaky_relu: give both scale and zero_point, or neither")
+        if scale is None:
+            out_scale, out_zp = input._scale, input._zero_point
+        else:
+            out_scale = qp.check_scale(scale)
+            out_zp = qp.check_zero_point(zero_point, input.dtype)
+        return (qp.f32(input._scale), slope, qp.inv_scale(out_scale), out_scale, out_zp)
+    sf, slope, inv, out_scale, out_zp = _prepared(
+        ("leaky_relu", input._dtype, input._scale, input._zero_point, type(negative_slope),
+         negative_slope, type(scale), scale, type(zero_point), zero_point), make)
+    if inplace and scale is not None:
+        raise ValueError("leaky_relu: cannot rescale (scale/zero_point given) with inplace=True")
+    data = _kernels().leaky_relu(input._int, sf, input._zero_point, slope, inv, out_zp)
+    return _finish(input, data, inplace, out_scale, out_zp)
+
+
+def _f32_scale(input):
+    # the input's scale rounded to float32 (memoized: a numpy scalar costs ~1 us)
+    return _prepared(("f32", input._scale), lambda: qp.f32(input._scale))
 
 
 def _fixed(input, fixed):
@@ -198,7 +230,7 @@ def hardsigmoid(input, inplace=False):
     _input(input)
     inplace = _bool(inplace, "inplace")
     scale, zp, inv = _fixed(input, _HARDSIGMOID)
-    data = _kernels().hardsigmoid(input._int, qp.f32(input._scale), input._zero_point, inv, zp)
+    data = _kernels().hardsigmoid(input._int, _f32_scale(input), input._zero_point, inv, zp)
     return _finish(input, data, inplace, scale, zp)
 
 
@@ -212,11 +244,16 @@ def hardswish(input, scale, zero_point):
     zero_point : int, output zero point
     """
     _input(input)
-    scale = qp.check_scale(scale)
-    zero_point = qp.check_zero_point(zero_point, input.dtype)
-    data = _kernels().hardswish(input._int, qp.f32(input._scale), input._zero_point,
-                                qp.inv_scale_f64(scale), zero_point)
-    return QTensor._make(data, input.dtype, scale, zero_point)
+
+    def make():
+        out_scale = qp.check_scale(scale)
+        out_zp = qp.check_zero_point(zero_point, input.dtype)
+        return qp.f32(input._scale), qp.inv_scale_f64(out_scale), out_scale, out_zp
+    sf, inv, out_scale, out_zp = _prepared(
+        ("hardswish", input._dtype, input._scale, input._zero_point, type(scale), scale,
+         type(zero_point), zero_point), make)
+    data = _kernels().hardswish(input._int, sf, input._zero_point, inv, out_zp)
+    return QTensor._make(data, input._dtype, out_scale, out_zp)
 
 
 def elu(input, scale, zero_point, alpha=1.0):
@@ -230,13 +267,18 @@ def elu(input, scale, zero_point, alpha=1.0):
     alpha : float
     """
     _input(input)
-    scale = qp.check_scale(scale)
-    zero_point = qp.check_zero_point(zero_point, input.dtype)
-    alpha = qp.f32(_check.real(alpha, "alpha"))
-    # PyTorch: float o_scale, then 1.0 / o_scale in double, rounded to float.
-    data = _kernels().elu(input._int, qp.f32(input._scale), input._zero_point, alpha,
-                          qp.inv_scale_f64(qp.f32(scale)), zero_point)
-    return QTensor._make(data, input.dtype, scale, zero_point)
+
+    def make():
+        out_scale = qp.check_scale(scale)
+        out_zp = qp.check_zero_point(zero_point, input.dtype)
+        a = qp.f32(_check.real(alpha, "alpha"))
+        # PyTorch: float o_scale, then 1.0 / o_scale in double, rounded to float.
+        return qp.f32(input._scale), a, qp.inv_scale_f64(qp.f32(out_scale)), out_scale, out_zp
+    sf, a, inv, out_scale, out_zp = _prepared(
+        ("elu", input._dtype, input._scale, input._zero_point, type(scale), scale,
+         type(zero_point), zero_point, type(alpha), alpha), make)
+    data = _kernels().elu(input._int, sf, input._zero_point, a, inv, out_zp)
+    return QTensor._make(data, input._dtype, out_scale, out_zp)
 
 
 def sigmoid(input):
@@ -248,7 +290,7 @@ def sigmoid(input):
     """
     _input(input)
     scale, zp, inv = _fixed(input, _SIGMOID)
-    data = _kernels().sigmoid(input._int, qp.f32(input._scale), input._zero_point, inv, zp)
+    data = _kernels().sigmoid(input._int, _f32_scale(input), input._zero_point, inv, zp)
     return QTensor._make(data, input.dtype, scale, zp)
 
 
@@ -261,5 +303,5 @@ def tanh(input):
     """
     _input(input)
     scale, zp, inv = _fixed(input, _TANH)
-    data = _kernels().tanh(input._int, qp.f32(input._scale), input._zero_point, inv, zp)
+    data = _kernels().tanh(input._int, _f32_scale(input), input._zero_point, inv, zp)
     return QTensor._make(data, input.dtype, scale, zp)
