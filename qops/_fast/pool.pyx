@@ -9,9 +9,10 @@
 # then slide the W window over that buffer; their average pools run prange over the N*C*OD
 # output planes, so the requantize loop runs over a whole plane. Adaptive max pools without
 # indices fold a window's rows the same way. Buffers are per thread.
-# AVX-512 only: adaptive pools (and max pools whose W windows tile rows of <= 64 bytes) run
-# the short-row kernel of pool_simd.h; average pools with odd divisors requantize with integer
-# tables (_int_tables) checked against the float formula for every reachable sum.
+# AVX-512 only: adaptive pools (and max and average pools whose W windows tile rows of <= 64
+# bytes) run the short-row kernel of pool_simd.h; average pools with odd or power-of-two
+# divisors requantize with integer tables (_int_tables) checked against the float formula for
+# every reachable sum, and those with 3-tap stride-1 W windows run the 3-tap kernel.
 import numpy as np
 from cython.parallel cimport prange, parallel
 from libc.stdlib cimport malloc, free
@@ -29,6 +30,7 @@ cdef extern from "pool_simd.h" nogil:
         const int16_t* t
         Py_ssize_t stride
         int sh
+        int kind
     int QP_MAX_ROWS
     int qp_simd_ok(const qp_geom* g)
     void qp_max_rows(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t g0,
@@ -36,7 +38,21 @@ cdef extern from "pool_simd.h" nogil:
     void qp_avg_rows(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t g0,
                      Py_ssize_t g1, const int32_t* cls, const int32_t* zt, const float* mt,
                      float zp, int32_t qmin, int32_t qmax, int sgn, const qp_irq* iq)
+    ctypedef struct qp_avgq:
+        const int32_t* cls
+        const int32_t* zt
+        const float* mt
+        float zp
+        const qp_irq* iq
+    int QP_AVG3
+    void qp_avg3_rows(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t g0,
+                      Py_ssize_t g1, const int32_t* cls, const qp_irq* iq, Py_ssize_t ow3,
+                      int cmp, int sgn)
     int QP_SHORT
+    void qp_short_avg_rows(const uint8_t* x, uint8_t* out, Py_ssize_t D, Py_ssize_t H,
+                           Py_ssize_t W, Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
+                           const Py_ssize_t* lim, Py_ssize_t g0, Py_ssize_t g1, int sgn,
+                           const qp_avgq* aq)
     void qp_short_rows(const uint8_t* x, uint8_t* out, Py_ssize_t D, Py_ssize_t H, Py_ssize_t W,
                        Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW, const Py_ssize_t* lim,
                        const float* recip, Py_ssize_t g0, Py_ssize_t g1, int avg, int sgn)
@@ -175,16 +191,22 @@ def _avg_tables(out_size, stride, padding, kernel_size, in_size, bint cip, int64
 def _int_tables(sz, dvs, int64_t zp, bint sgn):
     """Integer requantize tables (qp_irq of pool_simd.h) equal to the float formula
     clampQ(rint(f32(f32(s - size*zp) * f32(1/div)) + f32(zp))) for every reachable window sum
-    s, checked here sum by sum: (int16 table (3, entries + 64), shift), or None (the float
-    path runs).
+    s, checked here sum by sum: (int16 table (3, entries + 64), shift, kind), or None (the
+    float path runs).
 
-    With an odd divisor the exact quotient never ends in .5, so rounding to nearest is
+    kind 0, odd divisors: the exact quotient never ends in .5, so rounding to nearest is
     floor((s - size*zp + (div-1)/2) / div), and floor(x / div) is
-    mulhi(x, ceil(2**(16+sh) / div)) >> sh for the x that occur; even divisors have ties
-    (rounded to even), which this form cannot follow."""
+    mulhi(x, ceil(2**(16+sh) / div)) >> sh for the x that occur.
+    kind 1, divisors 2**k: f32(1/div) is exact and so is the float sum, so the formula is
+    t / 2**k rounded half to even with t = s - size*zp + div*zp, in shifts (see qp_irq).
+    Other even divisors have ties the float products round either way: None."""
     cdef int64_t qmin = -128 if sgn else 0, qmax = 127 if sgn else 255
     pairs = sorted(set(zip(sz.ravel().tolist(), dvs.ravel().tolist())))
-    if any(d <= 0 or d % 2 == 0 for _, d in pairs):
+    if any(d <= 0 for _, d in pairs):
+        return None
+    if all((d & (d - 1)) == 0 for _, d in pairs):
+        return _pow2_tables(sz, dvs, pairs, zp, qmin, qmax)
+    if any(d % 2 == 0 for _, d in pairs):
         return None
     for sh in range(8):
         params = {}
@@ -198,20 +220,50 @@ def _int_tables(sz, dvs, int64_t zp, bint sgn):
                 break
             c = (b - lo) & 0xFFFF
             s = np.arange(lo, hi + 1, dtype=np.int64)
-            ref = np.rint((s - z).astype(np.float32) * np.float32(1.0 / d) + np.float32(zp))
-            ref = np.clip(ref, qmin, qmax)
+            ref = _float_ref(s, size, d, zp, qmin, qmax)
             v = ((((s & 0xFFFF) + c) & 0xFFFF) * M >> (16 + sh)) + e
             v = ((v + 32768) & 0xFFFF) - 32768                      # int16 lanes
             if not np.array_equal(np.clip(v, qmin, qmax), ref):
                 break
             params[size, d] = (c, M, e & 0xFFFF)
         else:
-            n = sz.size
-            tab = np.zeros((3, n + 64), np.uint16)
-            for i, (size, d) in enumerate(zip(sz.ravel().tolist(), dvs.ravel().tolist())):
-                tab[:, i] = params[size, d]
-            return tab.view(np.int16), sh
+            return _table(sz, dvs, params), sh, 0
     return None
+
+
+def _float_ref(s, int64_t size, int64_t d, int64_t zp, int64_t qmin, int64_t qmax):
+    # the reference's formula for window sums s (int64 array)
+    ref = np.rint((s - size * zp).astype(np.float32) * np.float32(1.0 / d) + np.float32(zp))
+    return np.clip(ref, qmin, qmax)
+
+
+def _table(sz, dvs, params):
+    # (3, entries + 64) int16: per output the three values of its (size, div) pair
+    tab = np.zeros((3, sz.size + 64), np.uint16)
+    for i, (size, d) in enumerate(zip(sz.ravel().tolist(), dvs.ravel().tolist())):
+        tab[:, i] = params[size, d]
+    return tab.view(np.int16)
+
+
+def _pow2_tables(sz, dvs, pairs, int64_t zp, int64_t qmin, int64_t qmax):
+    """kind 1 tables (c, k, h): x = s + c, q = (x + h + ((x >> k) & min(k, 1))) >> k in int16
+    lanes (arithmetic shifts), c = (div - size)*zp, h = 2**(k-1) - 1 (0 for k = 0): round
+    half to even of x / 2**k; checked for every reachable sum, None if any differs."""
+    params = {}
+    for size, d in pairs:
+        k = d.bit_length() - 1
+        c = (d - size) * zp
+        h = (1 << k >> 1) - 1 if k else 0
+        s = np.arange(qmin * size, qmax * size + 1, dtype=np.int64)
+        x = s + c
+        # every intermediate must be the true value in int16 lanes (sums wrap modulo 2**16)
+        if x.min() < -32768 or x.max() + h + 1 > 32767:
+            return None
+        v = (x + h + ((x >> k) & min(k, 1))) >> k
+        if not np.array_equal(np.clip(v, qmin, qmax), _float_ref(s, size, d, zp, qmin, qmax)):
+            return None
+        params[size, d] = (c & 0xFFFF, k, h)
+    return _table(sz, dvs, params), 0, 1
 
 
 # -- max pool -----------------------------------------------------------------------------
@@ -350,12 +402,13 @@ cdef void _max_indices(const qint_t[:, :, :, :, ::1] x, qint_t[:, :, :, :, ::1] 
             index[n, c, od, oh, ow] = best_i
 
 
-cdef object _max_short(x, out, qp_geom g, bint sgn, int nt):
+cdef Py_ssize_t* _short_lim(const qp_geom* gp) noexcept nogil:
     # clipped D and H windows and uniform W windows in the lim layout of the adaptive pools
+    cdef qp_geom g = gp[0]
     cdef Py_ssize_t n = 2 * (g.OD + g.OH + g.OW), i, a
     cdef Py_ssize_t* lim = <Py_ssize_t*>malloc(n * sizeof(Py_ssize_t))
     if lim == NULL:
-        raise MemoryError()
+        return NULL
     for i in range(g.OD):
         a = i * g.sD - g.pD
         lim[i] = max(a, 0)
@@ -367,6 +420,13 @@ cdef object _max_short(x, out, qp_geom g, bint sgn, int nt):
     for i in range(g.OW):
         lim[2 * (g.OD + g.OH) + i] = i * g.kW
         lim[2 * (g.OD + g.OH) + g.OW + i] = (i + 1) * g.kW
+    return lim
+
+
+cdef object _max_short(x, out, qp_geom g, bint sgn, int nt):
+    cdef Py_ssize_t* lim = _short_lim(&g)
+    if lim == NULL:
+        raise MemoryError()
     cdef const uint8_t* xp = <const uint8_t*>qops_ptr(x)
     cdef uint8_t* op = <uint8_t*>qops_ptr(out, True)
     cdef Py_ssize_t rows = out.size // g.OW
@@ -499,6 +559,50 @@ cdef void _avg_planes(const q8_t[:, :, :, :, ::1] x, q8_t[:, :, :, :, ::1] out,
         free(sums)
 
 
+cdef void _short_avg_split(const uint8_t* x, uint8_t* out, const qp_geom* g,
+                           const Py_ssize_t* lim, Py_ssize_t rows, int sgn, const qp_avgq* aq,
+                           int nt) noexcept nogil:
+    # the short-row kernel of pair-tiling average pools, one range of output rows per thread
+    cdef Py_ssize_t t
+    if nt <= 1:
+        qp_short_avg_rows(x, out, g.D, g.H, g.W, g.OD, g.OH, g.OW, lim, 0, rows, sgn, aq)
+        return
+    for t in prange(nt, schedule="static", num_threads=nt):
+        qp_short_avg_rows(x, out, g.D, g.H, g.W, g.OD, g.OH, g.OW, lim, rows * t // nt,
+                          rows * (t + 1) // nt, sgn, aq)
+
+
+cdef void _avg3_split(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t rows,
+                      const int32_t* cls, const qp_irq* iq, Py_ssize_t ow3, int cmp, int sgn,
+                      int nt) noexcept nogil:
+    # the 3-tap stride-1 kernel, one contiguous range of output rows per thread
+    cdef Py_ssize_t t
+    if nt <= 1:
+        qp_avg3_rows(x, out, g, 0, rows, cls, iq, ow3, cmp, sgn)
+        return
+    for t in prange(nt, schedule="static", num_threads=nt):
+        qp_avg3_rows(x, out, g, rows * t // nt, rows * (t + 1) // nt, cls, iq, ow3, cmp, sgn)
+
+
+def _split_tables(tab, Py_ssize_t classes, Py_ssize_t OW):
+    """The integer tables de-interleaved for the 3-tap kernel: each class row padded to whole
+    64-output chunks, each chunk's 32 even outputs first, then its 32 odd ones. Returns the
+    table, a class row's length and 1 if the rows keep only their first, one inner and last
+    chunk (more than three chunks whose inner ones are all equal: long 1-d rows), else 0."""
+    cdef Py_ssize_t nc = (OW + 63) // 64
+    t = np.zeros((3, classes, nc * 64), np.int16)
+    t[:, :, :OW] = tab[:, :classes * OW].reshape(3, classes, OW)
+    t = t.reshape(3, classes, nc, 32, 2).transpose(0, 1, 2, 4, 3)
+    t = t.reshape(3, classes, nc, 64)
+    cmp = nc > 3 and bool((t[:, :, 1:nc - 1] == t[:, :, 1:2]).all())
+    if cmp:
+        t = t[:, :, [0, 1, nc - 1]]
+    n = t.shape[1] * t.shape[2] * 64
+    out = np.zeros((3, n + 64), np.int16)
+    out[:, :n] = t.reshape(3, n)
+    return out, t.shape[2] * 64, int(cmp)
+
+
 _TABLES = {}
 
 
@@ -527,19 +631,67 @@ def avg_pool(x, kernel_size, stride, padding, out_size, count_include_pad, divis
         if QP_SHORT and kD * kH * kW <= 256:
             # only the AVX-512 kernels use them (QP_SHORT: this build has those)
             it = _int_tables(sz, dvs, zero_point, sgn)
-        tabs = cls, zt, mt, it
+        t3 = None
+        if it is not None and QP_AVG3 and kW == 3 and sW == 1:
+            t3 = _split_tables(it[0], zt.shape[0], OW)
+        tabs = cls, zt, mt, it, t3
         if len(_TABLES) >= 64:
             _TABLES.clear()
         _TABLES[key] = tabs
-    cls, zt, mt, it = tabs
+    cls, zt, mt, it, t3 = tabs
     cdef qp_irq iq
     iq.t = NULL
     if it is not None:
         iq.t = <const int16_t*>qops_ptr(it[0])
         iq.stride = it[0].shape[1]
         iq.sh = it[1]
+        iq.kind = it[2]
     nt = qops_threads_for(x.size * kD + out.size * kW, GRAIN)
     cdef qp_geom g = _geom(x, out, kernel_size, stride, padding, (1, 1, 1))
+    cdef qp_avgq aq
+    cdef Py_ssize_t* lim
+    cdef const uint8_t* xp
+    cdef uint8_t* op
+    cdef Py_ssize_t rows
+    cdef int ntc
+    cdef Py_ssize_t ow3
+    cdef int cmp
+    cdef const int32_t* cp
+    if (QP_SHORT and kW == sW == 2 and pW == 0 and OW * 2 == x.shape[4] <= 64
+            and kD * kH <= 128):
+        # W windows of pairs tiling short rows (2x2 stride-2 pools on 56-wide planes, 3-d
+        # 2x2x2): each input row is reduced in place by the short-row kernel
+        lim = _short_lim(&g)
+        if lim == NULL:
+            raise MemoryError()
+        aq.cls = <const int32_t*>qops_ptr(cls)
+        aq.zt = <const int32_t*>qops_ptr(zt)
+        aq.mt = <const float*>qops_ptr(mt)
+        aq.zp = <float>zero_point
+        aq.iq = &iq
+        xp = <const uint8_t*>qops_ptr(x)
+        op = <uint8_t*>qops_ptr(out, True)
+        rows = out.size // OW
+        ntc = nt
+        with nogil:
+            _short_avg_split(xp, op, &g, lim, rows, sgn, &aq, ntc)
+        free(lim)
+        return out
+    if (t3 is not None and kD * kH <= QP_MAX_ROWS and kH <= 64 and kD * kH * 3 <= 256):
+        # 3-tap stride-1 windows (3x3 stride-1 pools, 1-d 3-tap pools): 64 outputs per
+        # chunk from three loads (see pool_simd.h)
+        iq.t = <const int16_t*>qops_ptr(t3[0])
+        iq.stride = t3[0].shape[1]
+        xp = <const uint8_t*>qops_ptr(x)
+        op = <uint8_t*>qops_ptr(out, True)
+        rows = out.size // OW
+        ntc = nt
+        ow3 = t3[1]
+        cmp = t3[2]
+        cp = <const int32_t*>qops_ptr(cls)
+        with nogil:
+            _avg3_split(xp, op, &g, rows, cp, &iq, ow3, cmp, sgn, ntc)
+        return out
     if qp_simd_ok(&g) and kD * kH <= QP_MAX_ROWS and kW <= QP_MAX_ROWS and kD * kH * kW <= 256:
         # 16-bit window sums are exact up to 256 taps (see pool_simd.h)
         _simd_split(<const uint8_t*>qops_ptr(x), <uint8_t*>qops_ptr(out, True), &g,

@@ -40,10 +40,12 @@ def _valid(nsp, shape, kw):
 # -- shapes and parameters shared by the fixed cases ---------------------------------------
 
 _SHAPES = {
-    1: [(2, 3, 17), (1, 2, 65), (3, 16), (0, 3, 9), (1, 0, 9)],
+    # (2, 3, 200): rows of several 64-output chunks of the 3-tap kernel
+    1: [(2, 3, 17), (1, 2, 65), (3, 16), (2, 3, 200), (0, 3, 9), (1, 0, 9)],
     # (1, 2, 70, 9): more input rows than the 64-row ring of the AVX-512 column walks
-    2: [(2, 3, 9, 11), (1, 2, 16, 17), (1, 1, 5, 65), (1, 2, 70, 9), (3, 7, 6), (0, 3, 5, 5),
-        (1, 0, 4, 4)],
+    # (2, 3, 9, 64): pairs tiling a whole vector of W
+    2: [(2, 3, 9, 11), (1, 2, 16, 17), (1, 1, 5, 65), (1, 2, 70, 9), (3, 7, 6), (2, 3, 9, 64),
+        (0, 3, 5, 5), (1, 0, 4, 4)],
     # (1, 2, 5, 9, 57), (2, 3, 5, 7, 56): odd sizes with rows near a vector's width; the
     # second with windows tiling its rows (the short-row kernel of 2x2x2 max pools)
     3: [(1, 3, 5, 6, 7), (2, 17, 3, 4, 5), (2, 4, 5, 6), (1, 2, 5, 9, 57), (2, 3, 5, 7, 56),
@@ -61,20 +63,32 @@ _MAX_ARGS = {
         dict(kernel_size=(1, 2, 3), stride=(1, 2, 1), dilation=(1, 1, 2), ceil_mode=True)],
 }
 
+# Besides the usual windows: 3-tap stride-1 W windows with odd divisors (the AVX-512 3-tap
+# kernel, with and without padding, over one or several D planes), power-of-two divisors
+# (integer rounding half to even: kernel 2 or 4, clipped edges of 2 and 1 taps, overrides) and
+# pairs tiling W with padding along D and H (the short-row kernel).
 _AVG_ARGS = {
     1: [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2),
         dict(kernel_size=4, stride=3, padding=2, ceil_mode=True, count_include_pad=False),
         dict(kernel_size=3, padding=1, divisor_override=5),
         dict(kernel_size=3, stride=1, padding=1, count_include_pad=False),
-        dict(kernel_size=5, stride=1, padding=2)],
+        dict(kernel_size=5, stride=1, padding=2), dict(kernel_size=3, stride=1),
+        dict(kernel_size=2, ceil_mode=True, count_include_pad=False),
+        dict(kernel_size=4, stride=2, padding=1, divisor_override=8)],
     2: [dict(kernel_size=3, stride=1, padding=1), dict(kernel_size=2),
         dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 0), ceil_mode=True,
              count_include_pad=False),
         dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, divisor_override=7),
         dict(kernel_size=(1, 4), stride=(2, 1)),
-        dict(kernel_size=3, stride=1, padding=1, count_include_pad=False)],
+        dict(kernel_size=3, stride=1, padding=1, count_include_pad=False),
+        dict(kernel_size=3, stride=1), dict(kernel_size=2, ceil_mode=True,
+                                            count_include_pad=False),
+        dict(kernel_size=2, padding=(1, 0), divisor_override=16)],
     3: [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1, count_include_pad=False),
-        dict(kernel_size=(1, 2, 3), stride=(1, 2, 1), ceil_mode=True, divisor_override=3)],
+        dict(kernel_size=(1, 2, 3), stride=(1, 2, 1), ceil_mode=True, divisor_override=3),
+        dict(kernel_size=(1, 3, 3), stride=1, padding=(0, 1, 1)),
+        dict(kernel_size=(3, 1, 3), stride=1, padding=(1, 0, 1)),
+        dict(kernel_size=2, padding=(1, 1, 0), count_include_pad=False)],
 }
 
 
