@@ -5,6 +5,7 @@
 # add is qops_arith.h; flat loops split one contiguous chunk per thread, mul and cat blocks of BLOCK.
 import numpy as np
 from cython.parallel cimport prange
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 from qops._fast._common cimport *
 
@@ -105,25 +106,46 @@ cdef void _cat_table(uint8_t* table, int qmin, int qmax, float s, int32_t zp, fl
         table[<uint8_t>r] = <uint8_t>v
 
 
-cdef void _cat_rows(const uint8_t* q, uint8_t* out, Py_ssize_t rows, Py_ssize_t cols,
-                    Py_ssize_t out_cols, Py_ssize_t off, const uint8_t* table) noexcept nogil:
-    # Rows of q into columns [off, off + cols) of out: copied, or mapped through `table`
-    # (requantizing or clamping a byte is a function of the byte). Work items are (row, column
-    # block) pairs, so one wide row (dim 0 or 1 of a batch-1 tensor) still splits across threads.
-    cdef Py_ssize_t nbc = (cols + BLOCK - 1) // BLOCK, w, r, c0
-    cdef const uint8_t* src
-    cdef uint8_t* dst
-    if cols == 0:
-        return
-    for w in prange(rows * nbc, schedule="static", num_threads=qops_threads_for(rows * cols, GRAIN)):
-        r = w // nbc
-        c0 = (w % nbc) * BLOCK
-        src = q + r * cols + c0
-        dst = out + r * out_cols + off + c0
-        if table == NULL:
-            memcpy(dst, src, min(BLOCK, cols - c0))
+ctypedef struct cat_part:
+    const uint8_t* src       # (rows, cols) C-contiguous
+    const uint8_t* table     # NULL: copy, else the byte map (requantize and/or relu)
+    Py_ssize_t cols, off     # its columns and their first column in out
+    Py_ssize_t nbc, first    # column blocks per row; its first work item
+
+
+cdef void _cat_item(const cat_part* parts, Py_ssize_t nparts, Py_ssize_t w, uint8_t* out,
+                    Py_ssize_t out_cols) noexcept nogil:
+    # Work item w (a row and column block of one input, items numbered input by input).
+    cdef Py_ssize_t lo = 0, hi = nparts - 1, mid, r, c0, n
+    while lo < hi:                 # the last part whose first item is <= w
+        mid = (lo + hi + 1) // 2
+        if parts[mid].first <= w:
+            lo = mid
         else:
-            qops_lut_apply(src, dst, min(BLOCK, cols - c0), table)
+            hi = mid - 1
+    cdef const cat_part* p = &parts[lo]
+    w -= p.first
+    r = w // p.nbc
+    c0 = (w % p.nbc) * BLOCK
+    n = min(BLOCK, p.cols - c0)
+    if p.table == NULL:
+        memcpy(out + r * out_cols + p.off + c0, p.src + r * p.cols + c0, n)
+    else:
+        qops_lut_apply(p.src + r * p.cols + c0, out + r * out_cols + p.off + c0, n, p.table)
+
+
+cdef void _cat_parts(const cat_part* parts, Py_ssize_t nparts, Py_ssize_t items, uint8_t* out,
+                     Py_ssize_t out_cols, int nt) noexcept nogil:
+    # All inputs in one pass (one parallel region, however many inputs): work items are
+    # (input, row, column block), so one wide row (dim 0 or 1 of a batch-1 tensor) still
+    # splits across threads.
+    cdef Py_ssize_t w
+    if nt <= 1:
+        for w in range(items):
+            _cat_item(parts, nparts, w, out, out_cols)
+        return
+    for w in prange(items, schedule="static", num_threads=nt):
+        _cat_item(parts, nparts, w, out, out_cols)
 
 
 def _flat(x):
@@ -200,15 +222,60 @@ def reflect(q):
     return out
 
 
-def cat_into(q, out, col_offset, scale, zero_point, out_inv_scale, out_zero_point, requant, relu):
-    """Write one cat input into out[:, col_offset:]: Q_fma(D_sc(q)) or a copy, then relu."""
-    qmin, qmax = qops_range8(q.dtype)
-    q = np.ascontiguousarray(q)
-    cdef const uint8_t* tp = NULL
-    if requant or relu:
+_CAT_TABLES = {}
+
+
+def _cat_map(dtype, scale, zero_point, out_inv_scale, out_zero_point, requant, relu):
+    # The byte map of one input, memoized: a model concatenates the same qparams every call.
+    key = (dtype.char, scale, zero_point, out_inv_scale, out_zero_point, requant, relu)
+    table = _CAT_TABLES.get(key)
+    if table is None:
+        qmin, qmax = qops_range8(dtype)
         table = np.empty(256, np.uint8)
-        tp = <const uint8_t*>qops_ptr(table, True)
-        _cat_table(<uint8_t*>tp, qmin, qmax, scale, zero_point, out_inv_scale, out_zero_point,
-                   requant, relu)
-    _cat_rows(<const uint8_t*>qops_ptr(q), <uint8_t*>qops_ptr(out, True), q.shape[0], q.shape[1],
-              out.shape[1], col_offset, tp)
+        _cat_table(<uint8_t*>qops_ptr(table, True), qmin, qmax, scale, zero_point,
+                   out_inv_scale, out_zero_point, requant, relu)
+        if len(_CAT_TABLES) >= 256:
+            _CAT_TABLES.clear()
+        _CAT_TABLES[key] = table
+    return table
+
+
+def cat_into(qs, out, col_offsets, scales, zero_points, out_inv_scale, out_zero_point, requants,
+             relu):
+    """Write each cat input into its columns of out: Q_fma(D_sc(q)) or a copy, then relu."""
+    cdef Py_ssize_t nparts = len(qs), i, items = 0, rows = out.shape[0]
+    cdef Py_ssize_t out_cols = out.shape[1], nbytes = 0
+    cdef uint8_t* op
+    cdef int nt
+    if nparts == 0 or rows == 0:
+        return
+    cdef cat_part* parts = <cat_part*>malloc(nparts * sizeof(cat_part))
+    if parts == NULL:
+        raise MemoryError()
+    keep = []                      # the arrays the parts point into, alive until the end
+    try:
+        for i in range(nparts):
+            q = np.ascontiguousarray(qs[i])
+            if q.dtype != out.dtype or q.ndim != 2 or q.shape[0] != rows or \
+                    not 0 <= col_offsets[i] <= out_cols - q.shape[1]:
+                raise ValueError(f"cat_into: input {i} does not fit its slot of out")
+            parts[i].src = <const uint8_t*>qops_ptr(q)
+            parts[i].table = NULL
+            if requants[i] or relu:
+                table = _cat_map(q.dtype, scales[i], zero_points[i], out_inv_scale,
+                                 out_zero_point, bool(requants[i]), bool(relu))
+                keep.append(table)
+                parts[i].table = <const uint8_t*>qops_ptr(table)
+            keep.append(q)
+            parts[i].cols = q.shape[1]
+            parts[i].off = col_offsets[i]
+            parts[i].nbc = (q.shape[1] + BLOCK - 1) // BLOCK
+            parts[i].first = items
+            items += rows * parts[i].nbc
+            nbytes += rows * q.shape[1]
+        nt = qops_threads_for(nbytes, GRAIN)
+        op = <uint8_t*>qops_ptr(out, True)
+        with nogil:
+            _cat_parts(parts, nparts, items, op, out_cols, nt)
+    finally:
+        free(parts)

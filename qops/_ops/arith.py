@@ -173,12 +173,28 @@ def mul_scalar(input, other):
     return QTensor._make(data, d, scale, zp)
 
 
-def _cat(tensors, dim, scale, zero_point, relu, what):
-    if isinstance(tensors, QTensor) or not isinstance(tensors, (list, tuple)):
-        raise TypeError(f"{what}: tensors must be a list or tuple of QTensors; got "
-                        f"{type(tensors).__name__}")
-    if len(tensors) == 0:
-        raise ValueError(f"{what}: tensors must not be empty")
+def _cat_ok(tensors, dim):
+    """dim normalized when `tensors` is a valid cat input (the usual call, checked in one
+    cheap pass), else None: `_cat_check` then finds the fault and names it."""
+    first = tensors[0]
+    if type(first) is not QTensor or first._axis is not None or first._dtype not in _DTYPES:
+        return None
+    shape = first._int.shape
+    nd = len(shape)
+    if type(dim) is not int or not -nd <= dim < nd:
+        return None
+    dim %= nd
+    for t in tensors:
+        if type(t) is not QTensor or t._axis is not None or t._dtype is not first._dtype:
+            return None
+        s = t._int.shape
+        if len(s) != nd or s[:dim] != shape[:dim] or s[dim + 1:] != shape[dim + 1:]:
+            return None
+    return dim
+
+
+def _cat_check(tensors, dim, what):
+    """Raise the error that names what is wrong with the cat input; else dim normalized."""
     for i, t in enumerate(tensors):
         _check.qtensor(t, f"tensors[{i}]", dtypes=_DTYPES)
     first = tensors[0]
@@ -195,26 +211,41 @@ def _cat(tensors, dim, scale, zero_point, relu, what):
         if t.shape[:dim] != first.shape[:dim] or t.shape[dim + 1:] != first.shape[dim + 1:]:
             raise ValueError(f"{what}: tensors[{i}] has shape {t.shape}, which differs from "
                              f"tensors[0] {first.shape} outside dim {dim}")
+    return dim
+
+
+def _cat(tensors, dim, scale, zero_point, relu, what):
+    if isinstance(tensors, QTensor) or not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"{what}: tensors must be a list or tuple of QTensors; got "
+                        f"{type(tensors).__name__}")
+    if len(tensors) == 0:
+        raise ValueError(f"{what}: tensors must not be empty")
+    d = _cat_ok(tensors, dim)
+    dim = _cat_check(tensors, dim, what) if d is None else d
+    first = tensors[0]
     scale = first._scale if scale is None else qp.check_scale(scale)
     zero_point = first._zero_point if zero_point is None else \
         qp.check_zero_point(zero_point, first.dtype)
-    sizes = [t.shape[dim] for t in tensors]
-    shape = first.shape[:dim] + (sum(sizes),) + first.shape[dim + 1:]
-    out = np.empty(shape, dtype=first.dtype.storage)
+    sizes = [t._int.shape[dim] for t in tensors]
+    shape = first._int.shape
+    shape = shape[:dim] + (sum(sizes),) + shape[dim + 1:]
+    out = np.empty(shape, dtype=first._int.dtype)
     outer = math.prod(shape[:dim])
     inner = math.prod(shape[dim + 1:])
     out2 = out.reshape(outer, sum(sizes) * inner)
     so, inv = qp.f32(scale), qp.inv_scale(scale)
-    kernels = _kernels()
+    qs, offsets, scales, zps, requants = [], [], [], [], []
     offset = 0
     for t, c in zip(tensors, sizes):
         si = qp.f32(t._scale)
         # Equal qparams reproduce the input exactly (Q_fma(D_sc(q)) == q for a normal scale).
-        requant = not (si == so and t._zero_point == zero_point and so >= 1.2e-38)
-        q2 = np.ascontiguousarray(t._int).reshape(outer, c * inner)
-        kernels.cat_into(q2, out2, offset * inner, si, t._zero_point,
-                         inv, zero_point, requant, relu)
+        requants.append(not (si == so and t._zero_point == zero_point and so >= 1.2e-38))
+        qs.append(np.ascontiguousarray(t._int).reshape(outer, c * inner))
+        offsets.append(offset * inner)
+        scales.append(si)
+        zps.append(t._zero_point)
         offset += c
+    _kernels().cat_into(qs, out2, offsets, scales, zps, inv, zero_point, requants, relu)
     return QTensor._make(out, first.dtype, scale, zero_point)
 
 

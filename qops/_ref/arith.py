@@ -88,25 +88,27 @@ def reflect(q):
     return np.asarray(qmax + qmin - q.astype(np.int64)).astype(q.dtype)
 
 
-def cat_into(q, out, col_offset, scale, zero_point, out_inv_scale, out_zero_point, requant, relu):
-    """Write one cat input into out[:, col_offset:col_offset + cols]: Q_fma(D_sc(q)) or a
-    copy, then relu.
+def cat_into(qs, out, col_offsets, scales, zero_points, out_inv_scale, out_zero_point, requants,
+             relu):
+    """Write each cat input into its columns of out: Q_fma(D_sc(q)) or a copy, then relu.
 
     Parameters
     ----------
-    q : uint8 or int8 ndarray of shape (rows, cols), C-contiguous
-    out : C-contiguous ndarray (rows, total columns) of q's dtype, the result, written in place
-    col_offset : int, first column of q's slot in `out`
-    scale, zero_point : the input's qparams (f32 scale)
+    qs : list of uint8 or int8 ndarrays of shape (rows, cols_i), C-contiguous, out's dtype
+    out : C-contiguous ndarray (rows, total columns), the result, written in place
+    col_offsets : list of int, first column of each input's slot in `out`
+    scales, zero_points : lists, each input's qparams (f32 scales)
     out_inv_scale, out_zero_point : the output's (f32 inverse scale)
-    requant : bool, False when the qparams are equal (Q_fma(D_sc(q)) == q then)
+    requants : list of bool, False where an input's qparams equal the output's
+        (Q_fma(D_sc(q)) == q then)
     relu : bool, max(q, out_zero_point) after requantizing
     """
-    qmin, qmax = _limits(q.dtype)
-    if requant:
-        v = q_fma(d_sc(q, scale, zero_point), out_inv_scale, out_zero_point, qmin, qmax)
-    else:
-        v = q.astype(np.int64)
-    if relu:
-        v = np.maximum(v, out_zero_point)
-    out[:, col_offset:col_offset + q.shape[1]] = v.astype(q.dtype)
+    qmin, qmax = _limits(out.dtype)
+    for q, off, s, zp, requant in zip(qs, col_offsets, scales, zero_points, requants):
+        if requant:
+            v = q_fma(d_sc(q, s, zp), out_inv_scale, out_zero_point, qmin, qmax)
+        else:
+            v = q.astype(np.int64)
+        if relu:
+            v = np.maximum(v, out_zero_point)
+        out[:, off:off + q.shape[1]] = v.astype(out.dtype)
