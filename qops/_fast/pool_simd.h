@@ -480,6 +480,38 @@ QP_ALWAYS void qp_avg_col(const uint8_t *const *dp, int nd, const qp_geom *g, pt
     __m512i v0 = _mm512_setzero_si512(), v1 = v0;
     ptrdiff_t cur0 = 0, cur1 = 0;            /* v = sum of the ring rows [cur0, cur1) */
     o += ow0;
+    if (kH - sH <= 1) {
+        /* windows sharing at most one row: its sums stay in registers, no ring (as
+         * qp_max_col) */
+        __m512i c0 = v0, c1 = v0;
+        ptrdiff_t crow = -1;                 /* the input row whose sums are in c0, c1 */
+        for (ptrdiff_t oh = oa; oh < ob; oh++, o += OW) {
+            ptrdiff_t h0 = oh * sH - pH, h1 = h0 + kH;
+            if (h0 < 0) h0 = 0;
+            if (h1 > H) h1 = H;
+            ptrdiff_t ih = h0;
+            v0 = v1 = _mm512_setzero_si512();
+            if (ih == crow) { v0 = c0; v1 = c1; ih++; }
+            for (; ih < h1; ih++) {
+                for (int i = 0; i < nd; i++) {
+                    rows[i] = dp[i] + ih * W;
+                    _mm_prefetch((const char *)(rows[i] + QP_AHEAD * W + b0), _MM_HINT_T0);
+                }
+                c0 = qp_sum_chunk(rows, nd, kW, b0, lm, lo, nl, s2, sgn);
+                v0 = _mm512_add_epi16(v0, c0);
+                if (two) {
+                    c1 = qp_sum_chunk(rows, nd, kW, b1, lm + nl, lo, nl, s2, sgn);
+                    v1 = _mm512_add_epi16(v1, c1);
+                }
+            }
+            crow = h1 - 1;
+            ptrdiff_t cz = (ptrdiff_t)cls[oh] * OW + ow0;
+            qp_pfw(o + QP_AHEAD * OW);
+            if (two) qp_avg_store2(v0, v1, zt + cz, mtab + cz, o, n, zpf, sgn, iq, cz);
+            else qp_avg_store(v0, zt + cz, mtab + cz, o, n, zpf, sgn, iq, cz);
+        }
+        return;
+    }
     for (ptrdiff_t oh = oa; oh < ob; oh++, o += OW) {
         ptrdiff_t h0 = oh * sH - pH, h1 = h0 + kH;
         if (h0 < 0) h0 = 0;
