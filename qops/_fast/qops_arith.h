@@ -47,6 +47,39 @@ static inline __m128i qops_add16(__m512i ia, __m512i ib, const qops_add_vec v) {
     return _mm512_cvtepi32_epi8(_mm512_add_epi32(r, v.zo));
 }
 
+/* 16 sums scaled and clamped above only, as int32 (before the zero point): the saturating
+ * packs of qops_add64 clamp below. The upper clamp stays: a product beyond int32 would
+ * convert to INT32_MIN. */
+static inline __m512i qops_add16_i32(__m512i ia, __m512i ib, const qops_add_vec v) {
+    __m512 fa = _mm512_fmadd_ps(v.sa, _mm512_cvtepi32_ps(ia), v.sa_negzp);
+    __m512 fb = _mm512_fmadd_ps(v.sb, _mm512_cvtepi32_ps(ib), v.sb_negzp);
+    __m512 y = _mm512_add_ps(fa, fb);
+    if (v.relu) y = _mm512_max_ps(y, _mm512_setzero_ps());
+    __m512 t = _mm512_min_ps(_mm512_mul_ps(y, v.inv), v.hi);
+    return _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+/* 64 results: the four int32 vectors narrow with saturating packs (int32 -> int16, the
+ * zero point added with 16-bit saturation, int16 -> 8-bit), which clamp to the dtype's range
+ * as the scalar path's clamp does (rint is monotonic and the bounds are integers); the packs
+ * interleave 128-bit lanes, one dword permute restores the order. Per 64 outputs this is 8
+ * instructions fewer than four qops_add16. */
+#define QOPS_ADD64(WIDEN, PACK8)                                                            \
+    for (; i + 64 <= n; i += 64) {                                                          \
+        __m512i r0 = qops_add16_i32(WIDEN(_mm_loadu_si128((const __m128i *)(pa + i))),      \
+                                    WIDEN(_mm_loadu_si128((const __m128i *)(pb + i))), v);  \
+        __m512i r1 = qops_add16_i32(WIDEN(_mm_loadu_si128((const __m128i *)(pa + i + 16))), \
+                                    WIDEN(_mm_loadu_si128((const __m128i *)(pb + i + 16))), v); \
+        __m512i r2 = qops_add16_i32(WIDEN(_mm_loadu_si128((const __m128i *)(pa + i + 32))), \
+                                    WIDEN(_mm_loadu_si128((const __m128i *)(pb + i + 32))), v); \
+        __m512i r3 = qops_add16_i32(WIDEN(_mm_loadu_si128((const __m128i *)(pa + i + 48))), \
+                                    WIDEN(_mm_loadu_si128((const __m128i *)(pb + i + 48))), v); \
+        __m512i w0 = _mm512_adds_epi16(_mm512_packs_epi32(r0, r1), zo16);                   \
+        __m512i w1 = _mm512_adds_epi16(_mm512_packs_epi32(r2, r3), zo16);                   \
+        __m512i q = _mm512_permutexvar_epi32(perm, PACK8(w0, w1));                          \
+        _mm512_storeu_si512((void *)(po + i), q);                                           \
+    }
+
 #define QOPS_ADD_VECTOR(WIDEN)                                                              \
     for (; i + 16 <= n; i += 16) {                                                          \
         __m128i ra = _mm_loadu_si128((const __m128i *)(pa + i));                            \
@@ -71,9 +104,13 @@ static void qops_add_run(const void *a, const void *b, void *out, ptrdiff_t n, i
                             _mm512_set1_ps(p->sb), _mm512_set1_ps(p->sb_negzp),
                             _mm512_set1_ps(p->inv), _mm512_set1_ps(p->lo), _mm512_set1_ps(p->hi),
                             _mm512_set1_epi32(p->zo), p->relu};
+    const __m512i zo16 = _mm512_set1_epi16((short)p->zo);
+    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     if (is_signed) {
+        QOPS_ADD64(_mm512_cvtepi8_epi32, _mm512_packs_epi16)
         QOPS_ADD_VECTOR(_mm512_cvtepi8_epi32)
     } else {
+        QOPS_ADD64(_mm512_cvtepu8_epi32, _mm512_packus_epi16)
         QOPS_ADD_VECTOR(_mm512_cvtepu8_epi32)
     }
     return;
