@@ -2,7 +2,7 @@
 # Contract: uint8/int8 in, same dtype out; add = Q_vec(D_vec(a) + D_vec(b)) in float32, mul and
 # add_scalar's requantization = R_int (int product, one float32 multiply); cat = Q_fma(D_sc(q))
 # or a copy. Maps of one 8-bit input (add_scalar, cat's requantize) are 256-entry table lookups;
-# add is qops_arith.h; flat loops split one contiguous chunk per thread, mul and cat blocks of BLOCK.
+# add and mul are qops_arith.h; add splits one contiguous chunk per thread, mul blocks of BLOCK.
 import numpy as np
 from cython.parallel cimport prange
 from libc.stdlib cimport free, malloc
@@ -16,6 +16,12 @@ cdef extern from "qops_arith.h" nogil:
         int relu
     void qops_add_run(const void *a, const void *b, void *out, Py_ssize_t n, int is_signed,
                       const qops_add_params *p)
+    ctypedef struct qops_mul_params:
+        int32_t za, zb, zo
+        float m, lo, hi
+        int clamp_lo
+    void qops_mul_run(const void *a, const void *b, void *out, Py_ssize_t n, int is_signed,
+                      const qops_mul_params *p)
 
 cdef extern from "qops_lut.h" nogil:
     void qops_lut_apply(const uint8_t *src, uint8_t *dst, Py_ssize_t n, const uint8_t *table)
@@ -66,22 +72,16 @@ cdef void _not_flat(const uint8_t* q, uint8_t* out, Py_ssize_t n) noexcept nogil
             _not_run(q + start, out + start, min(chunk, n - start))
 
 
-cdef inline void _mul_run(const q8_t *a, const q8_t *b, q8_t *out, Py_ssize_t n, int32_t za,
-                          int32_t zb, float m, int32_t zo, float lo, float hi) noexcept nogil:
-    # relu is folded into lo (max(out, zo) == clamp of the rounded value at 0).
-    cdef Py_ssize_t i
-    cdef int32_t acc
-    for i in range(n):
-        acc = (<int32_t>a[i] - za) * (<int32_t>b[i] - zb)
-        out[i] = <q8_t>(<int32_t>qops_clampf(qops_rintf(<float>acc * m), lo, hi) + zo)
-
-
-cdef void _mul_flat(const q8_t[::1] a, const q8_t[::1] b, q8_t[::1] out, int32_t za, int32_t zb,
-                    float m, int32_t zo, float lo, float hi) noexcept nogil:
-    cdef Py_ssize_t n = a.shape[0], nb = (n + BLOCK - 1) // BLOCK, blk, s
-    for blk in prange(nb, schedule="static", num_threads=qops_threads_for(n, GRAIN)):
+cdef void _mul_flat(const char* a, const char* b, char* out, Py_ssize_t n, bint is_signed,
+                    const qops_mul_params* p) noexcept nogil:
+    cdef Py_ssize_t nb = (n + BLOCK - 1) // BLOCK, blk, s
+    cdef int threads = qops_threads_for(n, GRAIN)
+    if threads == 1:
+        qops_mul_run(a, b, out, n, is_signed, p)
+        return
+    for blk in prange(nb, schedule="static", num_threads=threads):
         s = blk * BLOCK
-        _mul_run(&a[s], &b[s], &out[s], min(BLOCK, n - s), za, zb, m, zo, lo, hi)
+        qops_mul_run(a + s, b + s, out + s, min(BLOCK, n - s), is_signed, p)
 
 
 cdef void _requant_int_table(uint8_t* table, int qmin, int qmax, int64_t base, float m,
@@ -148,10 +148,6 @@ cdef void _cat_parts(const cat_part* parts, Py_ssize_t nparts, Py_ssize_t items,
         _cat_item(parts, nparts, w, out, out_cols)
 
 
-def _flat(x):
-    return np.ascontiguousarray(x).reshape(-1)
-
-
 def add(a, b, a_scale, a_zero_point, b_scale, b_zero_point, out_inv_scale, out_zero_point, relu):
     """Quantized add: Q_vec(D_vec(a) + D_vec(b)), relu = max(sum, 0) before quantizing."""
     out = qops_empty(np, a.shape, a.dtype)
@@ -178,15 +174,22 @@ def mul(a, b, a_zero_point, b_zero_point, multiplier, out_zero_point, relu):
     """Quantized mul: R_int((a - za) * (b - zb), M), relu = max(out, out_zero_point)."""
     out = qops_empty(np, a.shape, a.dtype)
     qmin, qmax = qops_range8(a.dtype)
-    cdef float lo = qmin - out_zero_point, hi = qmax - out_zero_point
-    if relu and lo < 0:
-        lo = 0
-    if a.dtype == np.uint8:
-        _mul_flat[uint8_t](_flat(a), _flat(b), out.reshape(-1), a_zero_point, b_zero_point,
-                           multiplier, out_zero_point, lo, hi)
-    else:
-        _mul_flat[int8_t](_flat(a), _flat(b), out.reshape(-1), a_zero_point, b_zero_point,
-                          multiplier, out_zero_point, lo, hi)
+    cdef qops_mul_params p
+    p.za = a_zero_point
+    p.zb = b_zero_point
+    p.zo = out_zero_point
+    p.m = multiplier
+    p.lo = qmin - p.zo
+    p.hi = qmax - p.zo
+    # relu is folded into lo (max(out, zo) == clamp of the rounded value at 0)
+    p.clamp_lo = bool(relu) and p.lo < 0
+    if p.clamp_lo:
+        p.lo = 0
+    a = np.ascontiguousarray(a)
+    b = np.ascontiguousarray(b)
+    cdef Py_ssize_t n = a.size
+    if n:
+        _mul_flat(qops_ptr(a), qops_ptr(b), qops_ptr(out, True), n, qmin < 0, &p)
     return out
 
 

@@ -121,4 +121,68 @@ static void qops_add_run(const void *a, const void *b, void *out, ptrdiff_t n, i
         QOPS_ADD_SCALAR(uint8_t)
     }
 }
+/* Quantized mul of two 8-bit arrays: out = R_int((a - za) * (b - zb), m) (SEMANTICS.md, mul):
+ * the exact int32 product, one float32 multiply, round to nearest even, clamp to [lo, hi],
+ * plus zo. lo > qmin - zo only for mul_relu (relu folded into the clamp). */
+typedef struct {
+    int32_t za, zb, zo;
+    float m, lo, hi;
+    int clamp_lo;                       /* lo is above what the 8-bit packs clamp to */
+} qops_mul_params;
+
+#define QOPS_MUL_SCALAR(T)                                                                  \
+    for (; i < n; i++) {                                                                    \
+        int32_t acc = ((int32_t)((const T *)a)[i] - p->za) * ((int32_t)((const T *)b)[i] - p->zb); \
+        ((T *)out)[i] = (T)((int32_t)qops_clampf(qops_rintf((float)acc * p->m), p->lo, p->hi) \
+                            + p->zo);                                                       \
+    }
+
+#ifdef QOPS_ARITH_AVX512
+/* 16 products scaled and clamped (above, and below for relu), as int32 before the zero
+ * point; the packs of QOPS_MUL64 clamp below to the dtype's range. */
+static inline __m512i qops_mul16_i32(__m512i ia, __m512i ib, __m512i za, __m512i zb, __m512 m,
+                                     __m512 lo, __m512 hi, int clamp_lo) {
+    __m512i acc = _mm512_mullo_epi32(_mm512_sub_epi32(ia, za), _mm512_sub_epi32(ib, zb));
+    __m512 t = _mm512_min_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), m), hi);
+    if (clamp_lo) t = _mm512_max_ps(t, lo);
+    return _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+#define QOPS_MUL64(WIDEN, PACK8)                                                            \
+    for (; i + 64 <= n; i += 64) {                                                          \
+        __m512i r[4];                                                                       \
+        for (int k = 0; k < 4; k++)                                                         \
+            r[k] = qops_mul16_i32(WIDEN(_mm_loadu_si128((const __m128i *)(pa + i + 16 * k))), \
+                                  WIDEN(_mm_loadu_si128((const __m128i *)(pb + i + 16 * k))), \
+                                  za, zb, m, lo, hi, p->clamp_lo);                          \
+        __m512i w0 = _mm512_adds_epi16(_mm512_packs_epi32(r[0], r[1]), zo16);               \
+        __m512i w1 = _mm512_adds_epi16(_mm512_packs_epi32(r[2], r[3]), zo16);               \
+        _mm512_storeu_si512((void *)(po + i), _mm512_permutexvar_epi32(perm, PACK8(w0, w1))); \
+    }
+#endif
+
+/* out[0:n] from a[0:n], b[0:n]; is_signed: int8 data, else uint8. The 64-wide body (as
+ * qops_add_run's) covers all but the last n % 64 elements, which the scalar loop does. */
+static void qops_mul_run(const void *a, const void *b, void *out, ptrdiff_t n, int is_signed,
+                         const qops_mul_params *p) {
+    ptrdiff_t i = 0;
+#ifdef QOPS_ARITH_AVX512
+    const uint8_t *pa = (const uint8_t *)a, *pb = (const uint8_t *)b;
+    uint8_t *po = (uint8_t *)out;
+    const __m512i za = _mm512_set1_epi32(p->za), zb = _mm512_set1_epi32(p->zb);
+    const __m512i zo16 = _mm512_set1_epi16((short)p->zo);
+    const __m512 m = _mm512_set1_ps(p->m), lo = _mm512_set1_ps(p->lo), hi = _mm512_set1_ps(p->hi);
+    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    if (is_signed) {
+        QOPS_MUL64(_mm512_cvtepi8_epi32, _mm512_packs_epi16)
+    } else {
+        QOPS_MUL64(_mm512_cvtepu8_epi32, _mm512_packus_epi16)
+    }
+#endif
+    if (is_signed) {
+        QOPS_MUL_SCALAR(int8_t)
+    } else {
+        QOPS_MUL_SCALAR(uint8_t)
+    }
+}
 #endif
