@@ -39,6 +39,7 @@
 
 #define QP_ALWAYS static inline __attribute__((always_inline))
 #define QP_MAX_ROWS_ 64   /* (kd, kh) taps a vector row handles: QP_MAX_ROWS */
+#define QP_AHEAD_B 1024   /* bytes prefetched ahead along one long row (see qp_pfw) */
 
 /* Geometry of one pool call, shared by every row. */
 typedef struct {
@@ -757,6 +758,9 @@ QP_ALWAYS void qp_avg3_row1(const uint8_t *plane, const qp_geom *g, ptrdiff_t od
         __mmask64 ma, mb, mc;
         __m512i e, od_;
         qp_masks3(ow0 - pW, W, &ma, &mb, &mc);
+        for (int i = 0; i < nr; i++)        /* (see qp_pfw) */
+            _mm_prefetch((const char *)(rows[i] + ow0 + QP_AHEAD_B), _MM_HINT_T0);
+        qp_pfw(o + ow0 + QP_AHEAD_B);
         qp_sum3(rows, nr, ow0 - pW, ma, mb, mc, sgn, &e, &od_);
         if (j != last) {
             last = j;
