@@ -1,10 +1,13 @@
-/* Quantized add of two 8-bit arrays: out = Q_vec(D_vec(a) + D_vec(b)) (SEMANTICS.md, add).
+/* Quantized add and mul of two 8-bit arrays (SEMANTICS.md, add and mul):
+ * add = Q_vec(D_vec(a) + D_vec(b)), mul = R_int((a - za) * (b - zb), m).
  *
- * The AVX-512 body does per 16 elements exactly the scalar steps: widen, fma(s, q, s*-zp) for
- * each input, add, (relu: max with 0), multiply by 1/out_scale, then round and clamp. It clamps
- * before rounding (equal, since rint is monotonic and the bounds are integers) so that one
- * convert with round-to-nearest-even does the rounding, and adds the zero point in int32.
- * Other ISAs run the scalar loop, which GCC vectorizes as it can.
+ * The AVX-512 bodies do per element exactly the scalar steps (add: widen, fma(s, q, s*-zp)
+ * for each input, add, relu: max with 0, multiply by 1/out_scale; mul: the exact int32
+ * product times m), then round and clamp. They clamp above before rounding (equal, since rint
+ * is monotonic and the bounds are integers) so that one convert with round-to-nearest-even
+ * rounds, and clamp below after it: in int32 on 16-element tails, by the saturating packs of
+ * qops_narrow64 on 64-element steps. Other ISAs run the scalar loops, which GCC vectorizes as
+ * it can.
  */
 #ifndef QOPS_ARITH_H
 #define QOPS_ARITH_H
@@ -34,22 +37,11 @@ typedef struct {
 #ifdef QOPS_ARITH_AVX512
 /* The parameters as vectors, in registers: byte stores may alias a struct in memory, so GCC
  * would reload it after every store. */
-typedef struct { __m512 sa, sa_negzp, sb, sb_negzp, inv, lo, hi; __m512i zo; int relu; } qops_add_vec;
+typedef struct { __m512 sa, sa_negzp, sb, sb_negzp, inv, hi; __m512i lo, zo; int relu; } qops_add_vec;
 
-/* 16 results from 16 widened inputs of each side. */
-static inline __m128i qops_add16(__m512i ia, __m512i ib, const qops_add_vec v) {
-    __m512 fa = _mm512_fmadd_ps(v.sa, _mm512_cvtepi32_ps(ia), v.sa_negzp);
-    __m512 fb = _mm512_fmadd_ps(v.sb, _mm512_cvtepi32_ps(ib), v.sb_negzp);
-    __m512 y = _mm512_add_ps(fa, fb);
-    if (v.relu) y = _mm512_max_ps(y, _mm512_setzero_ps());
-    __m512 t = _mm512_max_ps(_mm512_min_ps(_mm512_mul_ps(y, v.inv), v.hi), v.lo);
-    __m512i r = _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    return _mm512_cvtepi32_epi8(_mm512_add_epi32(r, v.zo));
-}
-
-/* 16 sums scaled and clamped above only, as int32 (before the zero point): the saturating
- * packs of qops_add64 clamp below. The upper clamp stays: a product beyond int32 would
- * convert to INT32_MIN. */
+/* 16 sums scaled and clamped above only, as int32 (before the zero point); the lower clamp
+ * is the caller's. The upper clamp stays in float: a product beyond int32 would convert to
+ * INT32_MIN. */
 static inline __m512i qops_add16_i32(__m512i ia, __m512i ib, const qops_add_vec v) {
     __m512 fa = _mm512_fmadd_ps(v.sa, _mm512_cvtepi32_ps(ia), v.sa_negzp);
     __m512 fb = _mm512_fmadd_ps(v.sb, _mm512_cvtepi32_ps(ib), v.sb_negzp);
@@ -59,25 +51,33 @@ static inline __m512i qops_add16_i32(__m512i ia, __m512i ib, const qops_add_vec 
     return _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
-/* 64 results: the four int32 vectors narrow with saturating packs (int32 -> int16, the
- * zero point added with 16-bit saturation, int16 -> 8-bit), which clamp to the dtype's range
- * as the scalar path's clamp does (rint is monotonic and the bounds are integers); the packs
- * interleave 128-bit lanes, one dword permute restores the order. Per 64 outputs this is 8
- * instructions fewer than four qops_add16. */
-#define QOPS_ADD64(WIDEN, PACK8)                                                            \
+/* 16 results from 16 widened inputs of each side (the tails of qops_add_run). */
+static inline __m128i qops_add16(__m512i ia, __m512i ib, const qops_add_vec v) {
+    __m512i r = _mm512_max_epi32(qops_add16_i32(ia, ib, v), v.lo);
+    return _mm512_cvtepi32_epi8(_mm512_add_epi32(r, v.zo));
+}
+
+/* 64 bytes in order from four vectors of 16 int32 results (before the zero point): saturating
+ * packs (int32 -> int16, the zero point added with 16-bit saturation, int16 -> 8-bit) clamp
+ * to the dtype's range as the scalar path's clamp does (rint is monotonic and the bounds are
+ * integers); the packs interleave 128-bit lanes, one dword permute restores the order. Per 64
+ * outputs this is 8 instructions fewer than four 2-uop down-converts and lower clamps. */
+static inline __m512i qops_narrow64(__m512i r0, __m512i r1, __m512i r2, __m512i r3,
+                                    __m512i zo16, int is_signed) {
+    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    __m512i w0 = _mm512_adds_epi16(_mm512_packs_epi32(r0, r1), zo16);
+    __m512i w1 = _mm512_adds_epi16(_mm512_packs_epi32(r2, r3), zo16);
+    return _mm512_permutexvar_epi32(perm, is_signed ? _mm512_packs_epi16(w0, w1)
+                                                    : _mm512_packus_epi16(w0, w1));
+}
+
+#define QOPS_ADD64(WIDEN, SIGNED)                                                           \
     for (; i + 64 <= n; i += 64) {                                                          \
-        __m512i r0 = qops_add16_i32(WIDEN(_mm_loadu_si128((const __m128i *)(pa + i))),      \
-                                    WIDEN(_mm_loadu_si128((const __m128i *)(pb + i))), v);  \
-        __m512i r1 = qops_add16_i32(WIDEN(_mm_loadu_si128((const __m128i *)(pa + i + 16))), \
-                                    WIDEN(_mm_loadu_si128((const __m128i *)(pb + i + 16))), v); \
-        __m512i r2 = qops_add16_i32(WIDEN(_mm_loadu_si128((const __m128i *)(pa + i + 32))), \
-                                    WIDEN(_mm_loadu_si128((const __m128i *)(pb + i + 32))), v); \
-        __m512i r3 = qops_add16_i32(WIDEN(_mm_loadu_si128((const __m128i *)(pa + i + 48))), \
-                                    WIDEN(_mm_loadu_si128((const __m128i *)(pb + i + 48))), v); \
-        __m512i w0 = _mm512_adds_epi16(_mm512_packs_epi32(r0, r1), zo16);                   \
-        __m512i w1 = _mm512_adds_epi16(_mm512_packs_epi32(r2, r3), zo16);                   \
-        __m512i q = _mm512_permutexvar_epi32(perm, PACK8(w0, w1));                          \
-        _mm512_storeu_si512((void *)(po + i), q);                                           \
+        __m512i r[4];                                                                       \
+        for (int k = 0; k < 4; k++)                                                         \
+            r[k] = qops_add16_i32(WIDEN(_mm_loadu_si128((const __m128i *)(pa + i + 16 * k))), \
+                                  WIDEN(_mm_loadu_si128((const __m128i *)(pb + i + 16 * k))), v); \
+        _mm512_storeu_si512((void *)(po + i), qops_narrow64(r[0], r[1], r[2], r[3], zo16, SIGNED)); \
     }
 
 #define QOPS_ADD_VECTOR(WIDEN)                                                              \
@@ -102,15 +102,14 @@ static void qops_add_run(const void *a, const void *b, void *out, ptrdiff_t n, i
     uint8_t *po = (uint8_t *)out;
     const qops_add_vec v = {_mm512_set1_ps(p->sa), _mm512_set1_ps(p->sa_negzp),
                             _mm512_set1_ps(p->sb), _mm512_set1_ps(p->sb_negzp),
-                            _mm512_set1_ps(p->inv), _mm512_set1_ps(p->lo), _mm512_set1_ps(p->hi),
-                            _mm512_set1_epi32(p->zo), p->relu};
+                            _mm512_set1_ps(p->inv), _mm512_set1_ps(p->hi),
+                            _mm512_set1_epi32((int32_t)p->lo), _mm512_set1_epi32(p->zo), p->relu};
     const __m512i zo16 = _mm512_set1_epi16((short)p->zo);
-    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     if (is_signed) {
-        QOPS_ADD64(_mm512_cvtepi8_epi32, _mm512_packs_epi16)
+        QOPS_ADD64(_mm512_cvtepi8_epi32, 1)
         QOPS_ADD_VECTOR(_mm512_cvtepi8_epi32)
     } else {
-        QOPS_ADD64(_mm512_cvtepu8_epi32, _mm512_packus_epi16)
+        QOPS_ADD64(_mm512_cvtepu8_epi32, 0)
         QOPS_ADD_VECTOR(_mm512_cvtepu8_epi32)
     }
     return;
@@ -148,16 +147,14 @@ static inline __m512i qops_mul16_i32(__m512i ia, __m512i ib, __m512i za, __m512i
     return _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
-#define QOPS_MUL64(WIDEN, PACK8)                                                            \
+#define QOPS_MUL64(WIDEN, SIGNED)                                                           \
     for (; i + 64 <= n; i += 64) {                                                          \
         __m512i r[4];                                                                       \
         for (int k = 0; k < 4; k++)                                                         \
             r[k] = qops_mul16_i32(WIDEN(_mm_loadu_si128((const __m128i *)(pa + i + 16 * k))), \
                                   WIDEN(_mm_loadu_si128((const __m128i *)(pb + i + 16 * k))), \
                                   za, zb, m, lo, hi, p->clamp_lo);                          \
-        __m512i w0 = _mm512_adds_epi16(_mm512_packs_epi32(r[0], r[1]), zo16);               \
-        __m512i w1 = _mm512_adds_epi16(_mm512_packs_epi32(r[2], r[3]), zo16);               \
-        _mm512_storeu_si512((void *)(po + i), _mm512_permutexvar_epi32(perm, PACK8(w0, w1))); \
+        _mm512_storeu_si512((void *)(po + i), qops_narrow64(r[0], r[1], r[2], r[3], zo16, SIGNED)); \
     }
 #endif
 
@@ -172,11 +169,10 @@ static void qops_mul_run(const void *a, const void *b, void *out, ptrdiff_t n, i
     const __m512i za = _mm512_set1_epi32(p->za), zb = _mm512_set1_epi32(p->zb);
     const __m512i zo16 = _mm512_set1_epi16((short)p->zo);
     const __m512 m = _mm512_set1_ps(p->m), lo = _mm512_set1_ps(p->lo), hi = _mm512_set1_ps(p->hi);
-    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     if (is_signed) {
-        QOPS_MUL64(_mm512_cvtepi8_epi32, _mm512_packs_epi16)
+        QOPS_MUL64(_mm512_cvtepi8_epi32, 1)
     } else {
-        QOPS_MUL64(_mm512_cvtepu8_epi32, _mm512_packus_epi16)
+        QOPS_MUL64(_mm512_cvtepu8_epi32, 0)
     }
 #endif
     if (is_signed) {
