@@ -411,6 +411,31 @@ QP_ALWAYS void qp_max_col(const uint8_t *const *dp, int nd, const qp_geom *g, pt
         }
         return;
     }
+    if (g->kH == 3 && g->sH == 1) {
+        /* 3 rows per window, stride 1: the window's first two rows are the last step's last
+         * two, rotated through registers (as qp_avg3_col); rows outside the input reduce to
+         * the identity of max */
+        __m512i p, q, r;
+#define QP_HMAX_ROW(IH, V) do { \
+            ptrdiff_t ih_ = (IH); \
+            if (ih_ < 0 || ih_ >= H) { (V) = low; break; } \
+            for (int i = 0; i < nd; i++) \
+                _mm_prefetch((const char *)(dp[i] + (ih_ + QP_AHEAD) * W + b0), _MM_HINT_T0); \
+            (V) = qp_hmax(dp, nd, ih_ * W, b0, s2, two, mt, off, pair, nl, sgn); \
+        } while (0)
+        QP_HMAX_ROW(oa - g->pH, p);
+        QP_HMAX_ROW(oa - g->pH + 1, q);
+        for (ptrdiff_t oh = oa; oh < ob; oh++, o += OW) {
+            QP_HMAX_ROW(oh - g->pH + 2, r);
+            __m512i v = qp_vmax(qp_vmax(p, ~0ULL, q, sgn), ~0ULL, r, sgn);
+            qp_pfw(o + QP_AHEAD * OW);
+            _mm512_mask_storeu_epi8(o, km, v);
+            p = q;
+            q = r;
+        }
+#undef QP_HMAX_ROW
+        return;
+    }
     for (ptrdiff_t oh = oa; oh < ob; oh++, o += OW) {
         ptrdiff_t h0 = oh * g->sH - g->pH, h1 = h0 + g->kH;
         if (h0 < 0) h0 = 0;
