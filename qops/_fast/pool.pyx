@@ -49,6 +49,8 @@ cdef extern from "pool_simd.h" nogil:
                       Py_ssize_t g1, const int32_t* cls, const qp_irq* iq, Py_ssize_t ow3,
                       int cmp, int sgn)
     int QP_SHORT
+    void qp_avg2x2_rows(const uint8_t* x, uint8_t* out, Py_ssize_t W, Py_ssize_t OW,
+                        Py_ssize_t g0, Py_ssize_t g1, int sgn, const qp_irq* iq, Py_ssize_t cz)
     void qp_short_avg_rows(const uint8_t* x, uint8_t* out, Py_ssize_t D, Py_ssize_t H,
                            Py_ssize_t W, Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
                            const Py_ssize_t* lim, Py_ssize_t g0, Py_ssize_t g1, int sgn,
@@ -572,6 +574,18 @@ cdef void _short_avg_split(const uint8_t* x, uint8_t* out, const qp_geom* g,
                           rows * (t + 1) // nt, sgn, aq)
 
 
+cdef void _avg2x2_split(const uint8_t* x, uint8_t* out, Py_ssize_t W, Py_ssize_t OW,
+                        Py_ssize_t rows, int sgn, const qp_irq* iq, Py_ssize_t cz,
+                        int nt) noexcept nogil:
+    # the flat 2x2 kernel, one contiguous range of output rows per thread
+    cdef Py_ssize_t t
+    if nt <= 1:
+        qp_avg2x2_rows(x, out, W, OW, 0, rows, sgn, iq, cz)
+        return
+    for t in prange(nt, schedule="static", num_threads=nt):
+        qp_avg2x2_rows(x, out, W, OW, rows * t // nt, rows * (t + 1) // nt, sgn, iq, cz)
+
+
 cdef void _avg3_split(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t rows,
                       const int32_t* cls, const qp_irq* iq, Py_ssize_t ow3, int cmp, int sgn,
                       int nt) noexcept nogil:
@@ -657,6 +671,21 @@ def avg_pool(x, kernel_size, stride, padding, out_size, count_include_pad, divis
     cdef Py_ssize_t ow3
     cdef int cmp
     cdef const int32_t* cp
+    cdef Py_ssize_t cz, w_in, w_out
+    if (QP_SHORT and it is not None and kD == sD == 1 and kH == sH == kW == sW == 2
+            and pH == pW == 0 and OW * 2 == x.shape[4] <= 64 and shape[3] * 2 == x.shape[3]
+            and x.shape[2] == 1 and bool((cls == cls[0]).all())):
+        # 2-d 2x2 stride-2 pools on short rows, every window full: a flat stream of row pairs
+        xp = <const uint8_t*>qops_ptr(x)
+        op = <uint8_t*>qops_ptr(out, True)
+        rows = out.size // OW
+        ntc = nt
+        cz = <Py_ssize_t>cls[0] * OW
+        w_in = x.shape[4]
+        w_out = OW
+        with nogil:
+            _avg2x2_split(xp, op, w_in, w_out, rows, sgn, &iq, cz, ntc)
+        return out
     if (QP_SHORT and kW == sW == 2 and pW == 0 and OW * 2 == x.shape[4] <= 64
             and kD * kH <= 128):
         # W windows of pairs tiling short rows (2x2 stride-2 pools on 56-wide planes, 3-d

@@ -1423,8 +1423,43 @@ static void qp_short_avg_rows(const uint8_t *x, uint8_t *out, ptrdiff_t D, ptrdi
         else qp_short_rows_t(x, out, D, H, W, OD, OH, OW, lim, NULL, g0, g1, 3, 0, 2, 0, &a);
     }
 }
+/* Output rows [g0, g1) of a 2-d 2x2 stride-2 average pool on rows of <= 64 bytes whose
+ * windows all have the divisor of class row cz of the integer tables iq (no padding, even H
+ * and W): output row r is input rows 2r and 2r + 1 of the flat stream, across planes. Two
+ * output rows share one pack and permute (32 outputs per row at most), with plain pointer
+ * steps instead of the general kernel's window bookkeeping. */
+static void qp_avg2x2_rows(const uint8_t *x, uint8_t *out, ptrdiff_t W, ptrdiff_t OW,
+                           ptrdiff_t g0, ptrdiff_t g1, int sgn, const qp_irq *iq, ptrdiff_t cz) {
+    const __mmask64 lm = _bzhi_u64(~0ULL, (unsigned)W);
+    const __mmask32 om = _bzhi_u32(~0U, (unsigned)OW);
+    const __m512i perm = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+    const uint8_t *q = x + 2 * g0 * W;
+    uint8_t *o = out + g0 * OW;
+    ptrdiff_t r = g0;
+#define QP_PAIRSUM(P) _mm512_add_epi16( \
+        qp_hsum_u(_mm512_maskz_loadu_epi8(lm, qp_pf(P)), 2, sgn), \
+        qp_hsum_u(_mm512_maskz_loadu_epi8(lm, qp_pf((P) + W)), 2, sgn))
+    for (; r + 2 <= g1; r += 2, q += 4 * W, o += 2 * OW) {
+        __m512i a = qp_irq32(QP_PAIRSUM(q), iq, cz), b = qp_irq32(QP_PAIRSUM(q + 2 * W), iq, cz);
+        __m512i v = _mm512_permutexvar_epi64(perm, sgn ? _mm512_packs_epi16(a, b)
+                                                       : _mm512_packus_epi16(a, b));
+        _mm256_mask_storeu_epi8(o, om, _mm512_castsi512_si256(v));
+        _mm256_mask_storeu_epi8(o + OW, om, _mm512_extracti64x4_epi64(v, 1));
+    }
+    if (r < g1) {
+        __m512i a = qp_irq32(QP_PAIRSUM(q), iq, cz);
+        __m512i v = _mm512_permutexvar_epi64(perm, sgn ? _mm512_packs_epi16(a, a)
+                                                       : _mm512_packus_epi16(a, a));
+        _mm256_mask_storeu_epi8(o, om, _mm512_castsi512_si256(v));
+    }
+#undef QP_PAIRSUM
+}
 #else
 #define QP_SHORT 0
+static void qp_avg2x2_rows(const uint8_t *x, uint8_t *out, ptrdiff_t W, ptrdiff_t OW,
+                           ptrdiff_t g0, ptrdiff_t g1, int sgn, const qp_irq *iq, ptrdiff_t cz) {
+    (void)x; (void)out; (void)W; (void)OW; (void)g0; (void)g1; (void)sgn; (void)iq; (void)cz;
+}
 static void qp_short_avg_rows(const uint8_t *x, uint8_t *out, ptrdiff_t D, ptrdiff_t H,
                               ptrdiff_t W, ptrdiff_t OD, ptrdiff_t OH, ptrdiff_t OW,
                               const ptrdiff_t *lim, ptrdiff_t g0, ptrdiff_t g1, int sgn,
