@@ -28,6 +28,21 @@ cdef extern from *:
     #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
         const __m512 vi = _mm512_set1_ps(inv), vz = _mm512_set1_ps(zpf);
         const __m512 lo = _mm512_set1_ps(qmin), hi = _mm512_set1_ps(qmax);
+        /* 64 at a time, the lower clamp and the narrowing done by saturating packs (a
+         * value below int32's range converts to INT32_MIN, which saturates to qmin too);
+         * the packs interleave 128-bit lanes and one dword permute restores the order */
+        const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        const int sgn = qmin < 0;
+        for (; i + 64 <= n; i += 64) {
+            __m512i r[4];
+            for (int k = 0; k < 4; k++)
+                r[k] = _mm512_cvt_roundps_epi32(
+                    _mm512_min_ps(_mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16 * k), vi, vz), hi),
+                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            __m512i w0 = _mm512_packs_epi32(r[0], r[1]), w1 = _mm512_packs_epi32(r[2], r[3]);
+            _mm512_storeu_si512((void *)(out + i), _mm512_permutexvar_epi32(
+                perm, sgn ? _mm512_packs_epi16(w0, w1) : _mm512_packus_epi16(w0, w1)));
+        }
         for (; i < n; i += 16) {
             __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
             __m512 t = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), vi, vz);
