@@ -648,11 +648,13 @@ def avg_pool(x, kernel_size, stride, padding, out_size, count_include_pad, divis
         t3 = None
         if it is not None and QP_AVG3 and kW == 3 and sW == 1:
             t3 = _split_tables(it[0], zt.shape[0], OW)
-        tabs = cls, zt, mt, it, t3
+        # one divisor for every window (the flat 2x2 kernel needs one table row)
+        uniform = bool((cls == cls[0]).all())
+        tabs = cls, zt, mt, it, t3, uniform
         if len(_TABLES) >= 64:
             _TABLES.clear()
         _TABLES[key] = tabs
-    cls, zt, mt, it, t3 = tabs
+    cls, zt, mt, it, t3, uniform = tabs
     cdef qp_irq iq
     iq.t = NULL
     if it is not None:
@@ -674,7 +676,7 @@ def avg_pool(x, kernel_size, stride, padding, out_size, count_include_pad, divis
     cdef Py_ssize_t cz, w_in, w_out
     if (QP_SHORT and it is not None and kD == sD == 1 and kH == sH == kW == sW == 2
             and pH == pW == 0 and OW * 2 == x.shape[4] <= 64 and shape[3] * 2 == x.shape[3]
-            and x.shape[2] == 1 and bool((cls == cls[0]).all())):
+            and x.shape[2] == 1 and uniform):
         # 2-d 2x2 stride-2 pools on short rows, every window full: a flat stream of row pairs
         xp = <const uint8_t*>qops_ptr(x)
         op = <uint8_t*>qops_ptr(out, True)

@@ -298,19 +298,24 @@ QP_ALWAYS __m512i qp_rq16(__m512i s, const int32_t *z, const float *m, __m512 zp
     return _mm512_cvtps_epi32(_mm512_add_ps(t, zpf));
 }
 
-/* 32 integer-requantized results (16-bit lanes, before the saturating pack's clamp). */
-QP_ALWAYS __m512i qp_irq32(__m512i acc, const qp_irq *iq, ptrdiff_t cz) {
-    const int16_t *t = iq->t + cz;
-    __m512i x = _mm512_add_epi16(acc, _mm512_loadu_si512((const void *)t));
-    if (iq->kind) {
-        __m512i k = _mm512_loadu_si512((const void *)(t + iq->stride));
-        __m512i r = _mm512_and_si512(_mm512_srav_epi16(x, k), _mm512_min_epu16(k, _mm512_set1_epi16(1)));
-        x = _mm512_add_epi16(_mm512_add_epi16(x, _mm512_loadu_si512((const void *)(t + 2 * iq->stride))), r);
-        return _mm512_srav_epi16(x, k);
+/* 32 integer-requantized results (16-bit lanes, before the saturating pack's clamp) from
+ * the three table rows t[0..2] of qp_irq, in registers. */
+QP_ALWAYS __m512i qp_irq32v(__m512i acc, const __m512i *t, __m128i sh, int kind) {
+    __m512i x = _mm512_add_epi16(acc, t[0]);
+    if (kind) {
+        __m512i r = _mm512_and_si512(_mm512_srav_epi16(x, t[1]), _mm512_min_epu16(t[1], _mm512_set1_epi16(1)));
+        return _mm512_srav_epi16(_mm512_add_epi16(_mm512_add_epi16(x, t[2]), r), t[1]);
     }
-    __m512i h = _mm512_mulhi_epu16(x, _mm512_loadu_si512((const void *)(t + iq->stride)));
-    h = _mm512_srl_epi16(h, _mm_cvtsi32_si128(iq->sh));
-    return _mm512_add_epi16(h, _mm512_loadu_si512((const void *)(t + 2 * iq->stride)));
+    return _mm512_add_epi16(_mm512_srl_epi16(_mm512_mulhi_epu16(x, t[1]), sh), t[2]);
+}
+
+/* The same with the table rows of entries cz.. loaded from iq. */
+QP_ALWAYS __m512i qp_irq32(__m512i acc, const qp_irq *iq, ptrdiff_t cz) {
+    const int16_t *p = iq->t + cz;
+    const __m512i t[3] = {_mm512_loadu_si512((const void *)p),
+                          _mm512_loadu_si512((const void *)(p + iq->stride)),
+                          _mm512_loadu_si512((const void *)(p + 2 * iq->stride))};
+    return qp_irq32v(acc, t, _mm_cvtsi32_si128(iq->sh), iq->kind);
 }
 
 /* Requantize the 32 window sums of acc (16-bit lanes, unsigned or signed as the input) into
@@ -637,16 +642,6 @@ QP_ALWAYS void qp_sum3(const uint8_t *const *rows, int nr, ptrdiff_t b, __mmask6
     }
     *e = se;
     *o = so;
-}
-
-/* The integer requantize of qp_irq32 with the three table rows t[0..2] in registers. */
-QP_ALWAYS __m512i qp_irq32v(__m512i acc, const __m512i *t, __m128i sh, int kind) {
-    __m512i x = _mm512_add_epi16(acc, t[0]);
-    if (kind) {
-        __m512i r = _mm512_and_si512(_mm512_srav_epi16(x, t[1]), _mm512_min_epu16(t[1], _mm512_set1_epi16(1)));
-        return _mm512_srav_epi16(_mm512_add_epi16(_mm512_add_epi16(x, t[2]), r), t[1]);
-    }
-    return _mm512_add_epi16(_mm512_srl_epi16(_mm512_mulhi_epu16(x, t[1]), sh), t[2]);
 }
 
 /* Table rows of chunk entries cz (even outputs) and cz + 32 (odd) into te[3], to[3]. */

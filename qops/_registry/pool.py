@@ -43,9 +43,10 @@ _SHAPES = {
     # (2, 3, 200): rows of several 64-output chunks of the 3-tap kernel
     1: [(2, 3, 17), (1, 2, 65), (3, 16), (2, 3, 200), (0, 3, 9), (1, 0, 9)],
     # (1, 2, 70, 9): more input rows than the 64-row ring of the AVX-512 column walks
-    # (2, 3, 9, 64): pairs tiling a whole vector of W
+    # (2, 3, 9, 64): pairs tiling a whole vector of W; (2, 3, 10, 56): even H and W <= 64,
+    # every 2x2 window full (the flat 2x2 kernel, its pairs of output rows crossing planes)
     2: [(2, 3, 9, 11), (1, 2, 16, 17), (1, 1, 5, 65), (1, 2, 70, 9), (3, 7, 6), (2, 3, 9, 64),
-        (0, 3, 5, 5), (1, 0, 4, 4)],
+        (2, 3, 10, 56), (0, 3, 5, 5), (1, 0, 4, 4)],
     # (1, 2, 5, 9, 57), (2, 3, 5, 7, 56): odd sizes with rows near a vector's width; the
     # second with windows tiling its rows (the short-row kernel of 2x2x2 max pools)
     3: [(1, 3, 5, 6, 7), (2, 17, 3, 4, 5), (2, 4, 5, 6), (1, 2, 5, 9, 57), (2, 3, 5, 7, 56),
@@ -55,11 +56,14 @@ _SHAPES = {
 _MAX_ARGS = {
     1: [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2, stride=1, dilation=2),
         dict(kernel_size=4, stride=3, padding=2, ceil_mode=True), dict(kernel_size=1)],
+    # kernel 3, stride 1 along H: the column walk's rotation of three row maxima
     2: [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2, stride=1, dilation=2),
         dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 0), ceil_mode=True),
-        dict(kernel_size=3, stride=3, padding=1, ceil_mode=True), dict(kernel_size=(1, 4))],
+        dict(kernel_size=3, stride=3, padding=1, ceil_mode=True), dict(kernel_size=(1, 4)),
+        dict(kernel_size=3, stride=1, padding=1), dict(kernel_size=(3, 2), stride=(1, 2))],
     3: [dict(kernel_size=2), dict(kernel_size=(3, 3, 2), stride=(2, 2, 2), ceil_mode=True),
         dict(kernel_size=3, stride=2, padding=1),
+        dict(kernel_size=(2, 3, 3), stride=1, padding=(0, 1, 1)),
         dict(kernel_size=(1, 2, 3), stride=(1, 2, 1), dilation=(1, 1, 2), ceil_mode=True)],
 }
 
