@@ -49,6 +49,8 @@ cdef extern from "pool_simd.h" nogil:
                       Py_ssize_t g1, const int32_t* cls, const qp_irq* iq, Py_ssize_t ow3,
                       int cmp, int sgn)
     int QP_SHORT
+    void qp_fold_max128(const uint8_t* x, Py_ssize_t W, Py_ssize_t rows, uint8_t* buf, int first,
+                        int sgn)
     void qp_avg2x2_rows(const uint8_t* x, uint8_t* out, Py_ssize_t W, Py_ssize_t OW,
                         Py_ssize_t g0, Py_ssize_t g1, int sgn, const qp_irq* iq, Py_ssize_t cz)
     void qp_short_avg_rows(const uint8_t* x, uint8_t* out, Py_ssize_t D, Py_ssize_t H,
@@ -1031,6 +1033,11 @@ cdef inline void _amax_plane(const qint_t* xp, qint_t* o, qint_t* buf, Py_ssize_
     for oh in range(OH):
         first = 1
         for idd in range(d0, d1):
+            if qint_t is not int32_t and QP_SHORT and W <= 128:
+                qp_fold_max128(<const uint8_t*>(xp + (idd * H + h0[oh]) * W), W, h1[oh] - h0[oh],
+                               <uint8_t*>buf, first, qint_t is int8_t)
+                first = 0
+                continue
             for ih in range(h0[oh], h1[oh]):
                 _fold_max(buf, xp + (idd * H + ih) * W, W, first)
                 first = 0

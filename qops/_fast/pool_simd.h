@@ -1449,6 +1449,24 @@ static void qp_avg2x2_rows(const uint8_t *x, uint8_t *out, ptrdiff_t W, ptrdiff_
     }
 #undef QP_PAIRSUM
 }
+/* buf[0:W] = max over r < rows of the rows x + r*W (W <= 128), merged with buf's own values
+ * unless `first`: the vertical half of an adaptive max window on rows of up to two vectors,
+ * the running maxima kept in registers (a store and reload per row was most of the cost). */
+static void qp_fold_max128(const uint8_t *x, ptrdiff_t W, ptrdiff_t rows, uint8_t *buf,
+                           int first, int sgn) {
+    const __mmask64 m0 = W >= 64 ? ~0ULL : (1ULL << W) - 1;
+    const __mmask64 m1 = W >= 128 ? ~0ULL : W > 64 ? (1ULL << (W - 64)) - 1 : 0;
+    __m512i a0 = _mm512_maskz_loadu_epi8(m0, first ? x : buf);
+    __m512i a1 = _mm512_maskz_loadu_epi8(m1, (first ? x : buf) + 64);
+    for (ptrdiff_t r = first ? 1 : 0; r < rows; r++) {
+        const uint8_t *p = x + r * W;
+        __m512i b0 = _mm512_maskz_loadu_epi8(m0, p), b1 = _mm512_maskz_loadu_epi8(m1, p + 64);
+        a0 = sgn ? _mm512_max_epi8(a0, b0) : _mm512_max_epu8(a0, b0);
+        a1 = sgn ? _mm512_max_epi8(a1, b1) : _mm512_max_epu8(a1, b1);
+    }
+    _mm512_mask_storeu_epi8(buf, m0, a0);
+    _mm512_mask_storeu_epi8(buf + 64, m1, a1);
+}
 #else
 #define QP_SHORT 0
 static void qp_avg2x2_rows(const uint8_t *x, uint8_t *out, ptrdiff_t W, ptrdiff_t OW,
@@ -1467,6 +1485,10 @@ static void qp_short_rows(const uint8_t *x, uint8_t *out, ptrdiff_t D, ptrdiff_t
                           const float *recip, ptrdiff_t g0, ptrdiff_t g1, int avg, int sgn) {
     (void)x; (void)out; (void)D; (void)H; (void)W; (void)OD; (void)OH; (void)OW; (void)lim;
     (void)recip; (void)g0; (void)g1; (void)avg; (void)sgn;
+}
+static void qp_fold_max128(const uint8_t *x, ptrdiff_t W, ptrdiff_t rows, uint8_t *buf,
+                           int first, int sgn) {
+    (void)x; (void)W; (void)rows; (void)buf; (void)first; (void)sgn;
 }
 #endif
 
