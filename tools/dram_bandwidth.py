@@ -42,13 +42,26 @@ def main():
     q2 = q.clone()
     nb = q.int_repr().nbytes
     # (name, call, input bytes per input byte, output bytes per input byte)
+    b = args.batch
+    q3 = q.reshape(b, 32, 8, 56, 56)         # the same bytes as 3-d and 1-d pooling inputs
+    q1 = q.reshape(b, 64, 12544)
+    # (name, call, input bytes per input byte, output bytes per input byte): the memory-bound
+    # ops with a "large" benchmark case in the registry, plus nearest x2 (bilinear computes
+    # 4 taps per output and is not memory-bound)
     cases = [
         ("relu", lambda: F.relu(q), 1, 1),
+        ("hardswish", lambda: F.hardswish(q, 0.05, 128), 1, 1),
         ("add", lambda: F.add(q, q2, 0.1, 128), 2, 1),
+        ("mul", lambda: F.mul(q, q2, 0.1, 128), 2, 1),
+        ("cat of two (dim 1)", lambda: F.cat([q, q2], 1, 0.05, 128), 2, 2),
         ("max_pool2d 3x3/2", lambda: F.max_pool2d(q, 3, 2), 1, 0.25),
+        ("max_pool3d 2x2x2", lambda: F.max_pool3d(q3, 2), 1, 0.125),
+        ("avg_pool1d 3/1 pad 1", lambda: F.avg_pool1d(q1, 3, 1, 1), 1, 1),
         ("avg_pool2d 2x2/2", lambda: F.avg_pool2d(q, 2, 2), 1, 0.25),
         ("avg_pool2d 3x3/1 pad 1", lambda: F.avg_pool2d(q, 3, 1, 1), 1, 1),
+        ("avg_pool3d 2x2x2", lambda: F.avg_pool3d(q3, 2), 1, 0.125),
         ("adaptive_avg_pool2d 7x7", lambda: F.adaptive_avg_pool2d(q, (7, 7)), 1, 0),
+        ("adaptive_max_pool2d 7x7", lambda: F.adaptive_max_pool2d(q, (7, 7)), 1, 0),
         ("interpolate nearest x2", lambda: F.interpolate(q, scale_factor=2, mode="nearest"), 1, 4),
     ]
     a = q.int_repr()
