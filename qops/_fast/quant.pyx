@@ -144,13 +144,24 @@ cdef void _d_sc_flat(const qint_t[::1] q, float[::1] out, float s, int32_t zp) n
 
 cdef void _d_pc_channels(const qint_t[:, :, ::1] q, float[:, :, ::1] out, const double[::1] scales,
                          const int32_t[::1] zp) noexcept nogil:
-    cdef Py_ssize_t n0 = q.shape[0], nc = q.shape[1], n2 = q.shape[2], r
+    cdef Py_ssize_t n0 = q.shape[0], nc = q.shape[1], n2 = q.shape[2], r, c
     if n0 * nc * n2 == 0:
         return
     cdef const qint_t* qp = &q[0, 0, 0]
     cdef float* op = &out[0, 0, 0]
     cdef const double* sp = &scales[0]
     cdef const int32_t* zpp = &zp[0]
+    # D_pc in float32 when that gives the same bits: 8-bit q - zp is an integer of at most 24
+    # bits, a scale that is a float32 has 24, so the double product is exact and both paths
+    # round it to float once. The scales from observers are float32 (PyTorch's as ours).
+    cdef bint f32 = qint_t is not int32_t
+    for c in range(nc):
+        f32 = f32 and <double><float>sp[c] == sp[c] and -(1 << 23) <= zpp[c] <= (1 << 23)
+    if f32:
+        for r in prange(n0 * nc, schedule="static",
+                        num_threads=qops_threads_for(n0 * nc * n2, GRAIN)):
+            _d_sc_run(qp + r * n2, op + r * n2, n2, <float>sp[r % nc], zpp[r % nc])
+        return
     for r in prange(n0 * nc, schedule="static",
                     num_threads=qops_threads_for(n0 * nc * n2, GRAIN)):
         _d_pc_run(qp + r * n2, op + r * n2, n2, sp[r % nc], zpp[r % nc])

@@ -119,6 +119,11 @@ def _dq_cases():
         cases.append(Case((qops.quantize_per_channel(r.normal(size=(2, 3, 70)).astype(np.float32),
                                                      r.uniform(0.01, 1, 70), r.integers(0, 5, 70), 2, d),),
                           label=f"pc-{d.name}-ax2"))
+        # float32 scales, as observers give: the 8-bit kernels multiply in float32 then
+        cases.append(Case((qops.quantize_per_channel(r.normal(size=(3, 6, 40)).astype(np.float32),
+                                                     r.uniform(1e-6, 1e3, 6).astype(np.float32),
+                                                     r.integers(-3, 3, 6) + (128 if d is qops.quint8 else 0),
+                                                     1, d),), label=f"pc-{d.name}-f32"))
     return cases
 
 
@@ -209,7 +214,11 @@ SPECS = [
            qops.dequantize, _dq_cases, _dq_strategy,
            bench={"64x112x112": lambda: Case((qops.quantize_per_tensor(_bench_x(), 0.02, 128, qops.quint8),)),
                   "64x112x112_per_channel": lambda: Case((qops.quantize_per_channel(
-                      _bench_x(), np.linspace(0.01, 0.05, 64), np.arange(64) + 100, 1, qops.quint8),))},
+                      _bench_x(), np.linspace(0.01, 0.05, 64), np.arange(64) + 100, 1, qops.quint8),)),
+                  # scales that are float32 values, as observers produce
+                  "64x112x112_per_channel_f32": lambda: Case((qops.quantize_per_channel(
+                      _bench_x(), np.linspace(0.01, 0.05, 64, dtype=np.float32), np.arange(64) + 100, 1,
+                      qops.quint8),))},
            torch=_torch_dq),
     OpSpec("requantize", "quant", ("requantize_per_tensor",), F.requantize, _rq_cases, _rq_strategy,
            bench={"64x112x112": lambda: Case((qops.quantize_per_tensor(_bench_x(), 0.02, 128, qops.quint8),
