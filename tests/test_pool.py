@@ -166,3 +166,26 @@ def test_large_values_and_threads():
         with qops.threads(threads):
             assert (F.adaptive_avg_pool2d(q, 1)._int == 255).all()
             assert (F.avg_pool2d(q, 5)._int == 255).all()
+
+
+@pytest.mark.parametrize("name", ["max_pool1d", "max_pool2d", "max_pool3d", "adaptive_max_pool2d"])
+def test_max_pools_without_vbmi(name):
+    # The AVX-512 build has a VBMI kernel for stride-2 max pools and falls back to the column
+    # walk on CPUs without VBMI: with it switched off, the fallback must agree with ref too.
+    from qops._config import impl
+    from qops._registry import all_specs
+    with qops.backend("fast"):
+        pool = impl("pool")
+    spec = next(s for s in all_specs() if s.name == name)
+    was = pool._use_vbmi(False)
+    try:
+        for case in spec.cases():
+            with qops.backend("ref"):
+                want = case.call(spec.op)
+            with qops.backend("fast"):
+                got = case.call(spec.op)
+            for g, w in zip(got if isinstance(got, tuple) else (got,),
+                            want if isinstance(want, tuple) else (want,)):
+                assert (g.equal(w) if isinstance(w, qops.QTensor) else np.array_equal(g, w)), case.label
+    finally:
+        pool._use_vbmi(was)

@@ -51,6 +51,9 @@ cdef extern from "pool_simd.h" nogil:
     int QP_SHORT
     void qp_fold_max128(const uint8_t* x, Py_ssize_t W, Py_ssize_t rows, uint8_t* buf, int first,
                         int sgn)
+    int qp_cpu_vbmi()
+    void qp_max_s2_rows(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t g0,
+                        Py_ssize_t g1, int sgn)
     void qp_avg2x2_rows(const uint8_t* x, uint8_t* out, Py_ssize_t W, Py_ssize_t OW,
                         Py_ssize_t g0, Py_ssize_t g1, int sgn, const qp_irq* iq, Py_ssize_t cz)
     void qp_short_avg_rows(const uint8_t* x, uint8_t* out, Py_ssize_t D, Py_ssize_t H,
@@ -60,6 +63,30 @@ cdef extern from "pool_simd.h" nogil:
     void qp_short_rows(const uint8_t* x, uint8_t* out, Py_ssize_t D, Py_ssize_t H, Py_ssize_t W,
                        Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW, const Py_ssize_t* lim,
                        const float* recip, Py_ssize_t g0, Py_ssize_t g1, int avg, int sgn)
+
+
+# the CPU has AVX-512 VBMI (byte permutes) and this build the AVX-512 kernels
+cdef bint _VBMI = QP_SHORT and qp_cpu_vbmi()
+
+
+def _use_vbmi(on=None):
+    """Whether max pools use their VBMI kernel; `on` switches it (it stays off where the CPU
+    lacks VBMI), for the tests to run both kernels. Returns the previous setting."""
+    global _VBMI
+    was = _VBMI
+    if on is not None:
+        _VBMI = bool(on) and QP_SHORT and qp_cpu_vbmi()
+    return was
+
+
+cdef void _s2_split(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t rows, int sgn,
+                    int nt) noexcept nogil:
+    cdef Py_ssize_t t
+    if nt <= 1:
+        qp_max_s2_rows(x, out, g, 0, rows, sgn)
+        return
+    for t in prange(nt, schedule="static", num_threads=nt):
+        qp_max_s2_rows(x, out, g, rows * t // nt, rows * (t + 1) // nt, sgn)
 
 
 cdef qp_geom _geom(x, out, kernel_size, stride, padding, dilation):
@@ -461,6 +488,12 @@ def max_pool(x, kernel_size, stride, padding, dilation, out_size, with_indices):
         # windows tiling short rows (3-d 2x2x2 pools on 56-wide planes): the short-row
         # kernel reduces each row in place, with no column walk over several planes
         return _max_short(x, out, g, sgn, nt)
+    if (not with_indices and isz == 1 and _VBMI and sW == 2 and kW <= 3 and dH == dW == 1
+            and kD == sD == 1 and pD == 0 and x.shape[4] <= 128 and OW <= 64):
+        # stride-2 columns of rows up to two vectors (3x3/2 and 2x2/2 on 112-wide planes)
+        _s2_split(<const uint8_t*>qops_ptr(x), <uint8_t*>qops_ptr(out, True), &g,
+                  out.size // OW, sgn, nt)
+        return out
     if (not with_indices and isz == 1 and qp_simd_ok(&g)
             and kD * kH <= QP_MAX_ROWS and kW <= QP_MAX_ROWS):
         _simd_split(<const uint8_t*>qops_ptr(x), <uint8_t*>qops_ptr(out, True), &g,
