@@ -1368,6 +1368,108 @@ QP_ALWAYS void qp_short_rows_t(const uint8_t *x, uint8_t *out, ptrdiff_t D, ptrd
     }
 }
 
+/* Adaptive pools of 2-d planes (D = OD = 1) with uniform windows, kh = H / OH rows by
+ * kw = W / OW columns (kw 2, 4 or 8), whose kh rows fit two vectors (kh*W <= 128) and W <= 64:
+ * output row r is the flat chunk of kh*W bytes at r*kh*W, whatever the plane. Each chunk is
+ * reduced within kw-byte lanes (as qp_short_rows_t does per row), then its kh row results
+ * are gathered by lane permutes and added (maxed): two loads per output row instead of kh,
+ * and no window bookkeeping. 7x7 from 8x512x28x28: max 0.113 -> 0.059 cycles per input
+ * byte, average 0.135 -> 0.084. */
+QP_ALWAYS void qp_flat_rows_t(const uint8_t *x, uint8_t *out, ptrdiff_t W, ptrdiff_t OH,
+                              ptrdiff_t OW, ptrdiff_t kh, const float *recip, ptrdiff_t g0,
+                              ptrdiff_t g1, int avg, int sgn, int kw) {
+    const ptrdiff_t C = kh * W, lanes = 64 / kw;   /* lanes of one vector after the reduce */
+    const __mmask64 m0 = qp_m64(0, C), m1 = qp_m64(0, C - 64);
+    const __mmask32 om = _bzhi_u32(~0U, (unsigned)OW);
+    const __mmask16 om0 = (__mmask16)(om & 0xFFFF), om1 = (__mmask16)(om >> 16);
+    __m512i idx[64];
+    for (ptrdiff_t k = 0; k < kh; k++) {
+        /* lane ow of permute k: lane k*OW + ow of the pair (first vector's lanes, then the
+         * second's), as 16-, 32- or 64-bit indices */
+        uint64_t t[8] = {0};
+        uint16_t *t16 = (uint16_t *)t;
+        uint32_t *t32 = (uint32_t *)t;
+        for (ptrdiff_t ow = 0; ow < lanes; ow++) {
+            ptrdiff_t j = k * OW + (ow < OW ? ow : 0);
+            if (kw == 2) t16[ow] = (uint16_t)j;
+            else if (kw == 4) t32[ow] = (uint32_t)j;
+            else t[ow] = (uint64_t)j;
+        }
+        idx[k] = _mm512_loadu_si512((const void *)t);
+    }
+    for (ptrdiff_t r = g0; r < g1; r++) {
+        const uint8_t *q = qp_pf(x + r * C);
+        uint8_t *o = out + r * OW;
+        __m512i a = _mm512_maskz_loadu_epi8(m0, q), b = _mm512_maskz_loadu_epi8(m1, q + 64);
+        __m512i acc;
+        if (avg) {
+            a = qp_hsum_u(a, kw, sgn);
+            b = qp_hsum_u(b, kw, sgn);
+            acc = _mm512_setzero_si512();
+            for (ptrdiff_t k = 0; k < kh; k++) {
+                __m512i v = kw == 2 ? _mm512_permutex2var_epi16(a, idx[k], b)
+                          : kw == 4 ? _mm512_permutex2var_epi32(a, idx[k], b)
+                          : _mm512_permutex2var_epi64(a, idx[k], b);
+                acc = kw == 2 ? _mm512_add_epi16(acc, v)
+                    : kw == 4 ? _mm512_add_epi32(acc, v) : _mm512_add_epi64(acc, v);
+            }
+        } else {
+            a = qp_hmax_u(a, kw, sgn);
+            b = qp_hmax_u(b, kw, sgn);
+            /* the lanes' low bytes hold the maxima; the other bytes do not matter */
+            acc = kw == 2 ? _mm512_permutex2var_epi16(a, idx[0], b)
+                : kw == 4 ? _mm512_permutex2var_epi32(a, idx[0], b)
+                : _mm512_permutex2var_epi64(a, idx[0], b);
+            for (ptrdiff_t k = 1; k < kh; k++) {
+                __m512i v = kw == 2 ? _mm512_permutex2var_epi16(a, idx[k], b)
+                          : kw == 4 ? _mm512_permutex2var_epi32(a, idx[k], b)
+                          : _mm512_permutex2var_epi64(a, idx[k], b);
+                acc = sgn ? _mm512_max_epi8(acc, v) : _mm512_max_epu8(acc, v);
+            }
+            if (kw == 2) _mm512_mask_cvtepi16_storeu_epi8(o, om, acc);
+            else if (kw == 4) _mm512_mask_cvtepi32_storeu_epi8(o, om0, acc);
+            else _mm512_mask_cvtepi64_storeu_epi8(o, (__mmask8)om, acc);
+            continue;
+        }
+        /* rint(f32(f32(sum) * r)), as qp_short_rows_t */
+        const float *rc = recip + (r % OH) * OW;
+        if (kw == 8) {
+            if (sgn) acc = _mm512_sub_epi64(acc, _mm512_set1_epi64(128 * 8 * kh));
+            __m256 f = _mm256_mul_ps(_mm512_cvtepi64_ps(acc), _mm256_maskz_loadu_ps((__mmask8)om, rc));
+            _mm256_mask_cvtepi32_storeu_epi8(o, (__mmask8)om, _mm256_cvtps_epi32(f));
+        } else if (kw == 4) {
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_maskz_loadu_ps(om0, rc));
+            _mm512_mask_cvtepi32_storeu_epi8(o, om0, _mm512_cvtps_epi32(f));
+        } else {
+            __m256i h = _mm512_castsi512_si256(acc);
+            __m512 f = _mm512_cvtepi32_ps(sgn ? _mm512_cvtepi16_epi32(h) : _mm512_cvtepu16_epi32(h));
+            f = _mm512_mul_ps(f, _mm512_maskz_loadu_ps(om0, rc));
+            _mm512_mask_cvtepi32_storeu_epi8(o, om0, _mm512_cvtps_epi32(f));
+            if (om1) {
+                h = _mm512_extracti64x4_epi64(acc, 1);
+                f = _mm512_cvtepi32_ps(sgn ? _mm512_cvtepi16_epi32(h) : _mm512_cvtepu16_epi32(h));
+                f = _mm512_mul_ps(f, _mm512_maskz_loadu_ps(om1, rc + 16));
+                _mm512_mask_cvtepi32_storeu_epi8(o + 16, om1, _mm512_cvtps_epi32(f));
+            }
+        }
+    }
+}
+
+static void qp_flat_rows(const uint8_t *x, uint8_t *out, ptrdiff_t W, ptrdiff_t OH, ptrdiff_t OW,
+                         ptrdiff_t kh, const float *recip, ptrdiff_t g0, ptrdiff_t g1, int avg,
+                         int sgn, int kw) {
+#define QP_FLAT(KW) do { \
+        if (avg) { if (sgn) qp_flat_rows_t(x, out, W, OH, OW, kh, recip, g0, g1, 1, 1, KW); \
+                   else qp_flat_rows_t(x, out, W, OH, OW, kh, recip, g0, g1, 1, 0, KW); } \
+        else { if (sgn) qp_flat_rows_t(x, out, W, OH, OW, kh, recip, g0, g1, 0, 1, KW); \
+               else qp_flat_rows_t(x, out, W, OH, OW, kh, recip, g0, g1, 0, 0, KW); } \
+    } while (0)
+    if (kw == 2) QP_FLAT(2);
+    else if (kw == 4) QP_FLAT(4);
+    else QP_FLAT(8);
+#undef QP_FLAT
+}
+
 /* The uniform window width (2, 4, 8) of W windows, or 0 (the permute path). */
 static inline int qp_short_kw(const ptrdiff_t *w0, const ptrdiff_t *w1, ptrdiff_t W, ptrdiff_t OW) {
     ptrdiff_t k = W / OW;
@@ -1391,6 +1493,17 @@ static void qp_short_rows(const uint8_t *x, uint8_t *out, ptrdiff_t D, ptrdiff_t
     if (g1 <= g0) return;
     const ptrdiff_t *w0 = lim + 2 * OD + 2 * OH;
     int kw = qp_short_kw(w0, w0 + OW, W, OW);
+    if (kw && D == 1 && OD == 1 && W <= 64 && H % OH == 0 && (H / OH) * W <= 128) {
+        /* uniform H windows too (adaptive windows of a size dividing the input are the
+         * uniform ones, whose rows form flat chunks): the flat kernel */
+        ptrdiff_t kh = H / OH, ok = 1;
+        for (ptrdiff_t oh = 0; oh < OH; oh++)
+            ok &= lim[2 * OD + oh] == oh * kh && lim[2 * OD + OH + oh] == (oh + 1) * kh;
+        if (ok) {
+            qp_flat_rows(x, out, W, OH, OW, kh, recip, g0, g1, avg, sgn, kw);
+            return;
+        }
+    }
     /* one instance per (avg, sgn, kw): the lane-type choices leave the row loop */
     if (avg) {
         if (sgn) QP_SHORT_CALL(1, 1);
