@@ -133,3 +133,38 @@ def test_long_rows_threads_and_ref(dtype, kind):
             with qops.backend("ref"):
                 b = F.topk(x, k)
             assert a[0].equal(b[0]) and np.array_equal(a[1], b[1])
+
+
+def test_topk_without_vbmi2():
+    # The AVX-512 build collects top-k candidates with VBMI2 where the CPU has it, and one by
+    # one elsewhere: with VBMI2 switched off, that path must agree with ref on the registry's
+    # cases and on batches of rows (8 rows share one bound search) with ties and odd sizes.
+    from qops._config import impl
+    from qops._registry import all_specs
+    with qops.backend("fast"):
+        sort = impl("sort")
+    spec = next(s for s in all_specs() if s.name == "topk")
+    r = np.random.default_rng(11)
+    extra = [qops.make_per_tensor_quantized_tensor(r.integers(0, 256, (m, n)).astype(np.uint8), 0.1, 0)
+             for m, n in ((16, 1000), (19, 70), (24, 3), (8, 200))]
+    extra.append(qops.make_per_tensor_quantized_tensor(np.full((17, 130), 7, np.int8), 0.1, 0))
+    was = sort._topk_vbmi(False)
+    try:
+        for off in (False, True):
+            sort._topk_vbmi(not off and was)
+            for case in spec.cases():
+                with qops.backend("ref"):
+                    want = case.call(spec.op)
+                with qops.backend("fast"):
+                    got = case.call(spec.op)
+                assert got[0].equal(want[0]) and np.array_equal(got[1], want[1]), case.label
+            for q in extra:
+                for k in sorted({1, min(10, q.shape[1]), min(64, q.shape[1]), q.shape[1]}):
+                    with qops.backend("ref"):
+                        want = F.topk(q, k)
+                    for threads in (1, 2):
+                        with qops.backend("fast"), qops.threads(threads):
+                            got = F.topk(q, k)
+                        assert got[0].equal(want[0]) and np.array_equal(got[1], want[1])
+    finally:
+        sort._topk_vbmi(was)

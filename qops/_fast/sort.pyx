@@ -8,7 +8,9 @@
 # threads by index range, each range owning, per key, the slots after the earlier ranges'.
 # Top-k with small k: a bound from the 64 lane maxima, then one compare-mask pass collecting
 # the few candidates, so the row is read twice with vector loads; with AVX-512 and at most 64
-# candidates, each candidate's output slot is its rank among them (two mask compares).
+# candidates, each candidate's output slot is its rank among them (two mask compares). Rows
+# go in batches of 8 whose bound searches interleave; with VBMI2 the candidates of a block are
+# collected by one byte compress, so no branch depends on the data.
 import numpy as np
 from cython.parallel cimport prange
 from qops._fast._common cimport *
@@ -206,11 +208,8 @@ cdef extern from *:
      * against all candidates at once; ranks below k are the output slots. No key table to
      * clear and walk, no branch on the data in the last step. */
 
-    /* Lane maxima of the keys of x[0:n] (absent bytes of the partial block left out), and
-     * the largest L with count(lane max >= L) >= k: k lanes hold distinct keys >= L, so the
-     * k-th largest key is >= L. Also the partial block's keys and mask, for the next pass. */
-    static inline unsigned qops_topk_bound(const uint8_t* x, ptrdiff_t n, ptrdiff_t k,
-                                           __m512i f, __mmask64* tm_out, __m512i* tv_out) {
+    /* Lane maxima of the keys of x[0:n] (absent bytes of the partial block left out). */
+    static inline __m512i qops_topk_lanemax(const uint8_t* x, ptrdiff_t n, __m512i f) {
         __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
         ptrdiff_t b = 0, nf = n & ~(ptrdiff_t)63;
         for (; b + 128 <= nf; b += 128) {
@@ -220,34 +219,34 @@ cdef extern from *:
         if (b < nf)
             a0 = _mm512_max_epu8(a0, _mm512_xor_si512(_mm512_loadu_si512((const void*)(x + b)), f));
         __mmask64 tm = (__mmask64)((1ULL << (n - nf)) - 1);
-        __m512i tv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(tm, x + nf), f);
-        a1 = _mm512_mask_max_epu8(a1, tm, a1, tv);
-        __m512i lm = _mm512_max_epu8(a0, a1);
-        /* count(lane max >= t) falls as t rises, so the number of t in 1..15 passing is the
-         * largest that does: the high nibble, then the low one, from 15 independent compares
-         * each instead of a chain of 8 dependent ones. */
-        unsigned hi = 0, lo;
-        for (int t = 1; t < 16; t++)
-            hi += __builtin_popcountll(_mm512_cmpge_epu8_mask(lm, _mm512_set1_epi8((char)(t << 4)))) >= k;
-        lo = hi << 4;
-        const __m512i base = _mm512_set1_epi8((char)lo);
-        for (int t = 1; t < 16; t++)
-            lo += __builtin_popcountll(_mm512_cmpge_epu8_mask(
-                      lm, _mm512_add_epi8(base, _mm512_set1_epi8((char)t)))) >= k;
-        *tm_out = tm;
-        *tv_out = tv;
-        return lo;
+        a1 = _mm512_mask_max_epu8(a1, tm, a1, _mm512_xor_si512(_mm512_maskz_loadu_epi8(tm, x + nf), f));
+        return _mm512_max_epu8(a0, a1);
     }
 
-    /* Candidates (keys >= the bound) collected one by one from the compare masks, in index
+    /* The bounds L of QOPS_TOPK_BATCH rows from their lane maxima: the largest L with
+     * count(lane max >= L) >= k (k lanes hold distinct keys >= L, so the k-th largest key is
+     * >= L), bit by bit from the top. Each step is a chain of compare, popcount and select;
+     * the rows' chains interleave, so a batch costs about what one row's search alone did
+     * (8 rows of 1000 bytes, k = 10: 71 -> 55 ns a row in a C harness). */
+    #define QOPS_TOPK_BATCH 8
+    static inline void qops_topk_bounds(const __m512i* lm, ptrdiff_t k, unsigned* lo) {
+        for (int i = 0; i < QOPS_TOPK_BATCH; i++) lo[i] = 0;
+        for (int bit = 7; bit >= 0; bit--)
+            for (int i = 0; i < QOPS_TOPK_BATCH; i++) {
+                unsigned t = lo[i] | (1u << bit);
+                lo[i] = __builtin_popcountll(_mm512_cmpge_epu8_mask(
+                            lm[i], _mm512_set1_epi8((char)t))) >= k ? t : lo[i];
+            }
+    }
+
+    /* Candidates (keys >= the bound Lb) collected one by one from the compare masks, in index
      * order; returns 0 (nothing written) when more than 64 keys reach the bound. */
-    static inline int qops_topk_small(const uint8_t* x, ptrdiff_t n, ptrdiff_t k, uint8_t flip,
-                                      uint8_t* vals, int64_t* restrict idx) {
-        const __m512i f = _mm512_set1_epi8((char)flip);
-        __mmask64 tm;
-        __m512i tv;
-        const __m512i L = _mm512_set1_epi8((char)qops_topk_bound(x, n, k, f, &tm, &tv));
+    static inline int qops_topk_given(const uint8_t* x, ptrdiff_t n, ptrdiff_t k, uint8_t flip,
+                                      unsigned Lb, uint8_t* vals, int64_t* restrict idx) {
+        const __m512i f = _mm512_set1_epi8((char)flip), L = _mm512_set1_epi8((char)Lb);
         ptrdiff_t b, nf = n & ~(ptrdiff_t)63, nc = 0;
+        const __mmask64 tm = (__mmask64)((1ULL << (n - nf)) - 1);
+        const __m512i tv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(tm, x + nf), f);
         int64_t ci[64];
         uint8_t ck[64];
         __m512i K = _mm512_setzero_si512();
@@ -288,7 +287,126 @@ cdef extern from *:
         return 1;
     }
 
+    /* One row: its bound alone, then qops_topk_given. count(lane max >= t) falls as t
+     * rises, so the number of t in 1..15 passing is the largest that does: the high nibble,
+     * then the low one, from 15 independent compares each instead of a chain of 8 dependent
+     * ones (whose branches mispredict). */
+    static inline int qops_topk_small(const uint8_t* x, ptrdiff_t n, ptrdiff_t k, uint8_t flip,
+                                      uint8_t* vals, int64_t* restrict idx) {
+        __m512i lm = qops_topk_lanemax(x, n, _mm512_set1_epi8((char)flip));
+        unsigned hi = 0, lo;
+        for (int t = 1; t < 16; t++)
+            hi += __builtin_popcountll(_mm512_cmpge_epu8_mask(lm, _mm512_set1_epi8((char)(t << 4)))) >= k;
+        lo = hi << 4;
+        const __m512i base = _mm512_set1_epi8((char)lo);
+        for (int t = 1; t < 16; t++)
+            lo += __builtin_popcountll(_mm512_cmpge_epu8_mask(
+                      lm, _mm512_add_epi8(base, _mm512_set1_epi8((char)t)))) >= k;
+        return qops_topk_given(x, n, k, flip, lo, vals, idx);
+    }
+
+    /* qops_topk_given with VBMI2, chosen at run time (qops_topk_use_vbmi): each block's
+     * candidates are compressed into the key and index lists at once, so no branch depends
+     * on how many a block holds. Those branches mispredict on data the predictor has not
+     * seen: in a C harness, batches of fresh 1000-byte rows with k = 10 took 179 -> 81 ns a
+     * row; on the same rows over and over (as a benchmark repeats its input) 54 -> 60. */
+    static const uint8_t qops_iota64[64] = {
+         0,  1,  2,  3,  4,  5,  6,  7,  8,  9, 10, 11, 12, 13, 14, 15,
+        16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+        32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,
+        48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
+
+    __attribute__((target("avx512vbmi,avx512vbmi2")))
+    static int qops_topk_given_vbmi(const uint8_t* x, ptrdiff_t n, ptrdiff_t k, uint8_t flip,
+                                    unsigned Lb, uint8_t* vals, int64_t* restrict idx) {
+        const __m512i f = _mm512_set1_epi8((char)flip), L = _mm512_set1_epi8((char)Lb);
+        const __m512i iota = _mm512_loadu_si512((const void*)qops_iota64);
+        ptrdiff_t b, nf = n & ~(ptrdiff_t)63, nc = 0;
+        const __mmask64 tm = (__mmask64)((1ULL << (n - nf)) - 1);
+        const __m512i tv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(tm, x + nf), f);
+        int64_t ci[64 + 64];               /* a block's stores may run 64 past the count */
+        uint8_t ck[64 + 64];
+        for (b = 0; b <= nf; b += 64) {
+            __m512i v;
+            __mmask64 m;
+            if (b < nf) {
+                v = _mm512_xor_si512(_mm512_loadu_si512((const void*)(x + b)), f);
+                m = _mm512_cmpge_epu8_mask(v, L);
+            } else {
+                v = tv;
+                m = _mm512_mask_cmpge_epu8_mask(tm, tv, L);
+            }
+            ptrdiff_t pc = __builtin_popcountll(m);
+            if (nc + pc > 64) return 0;
+            _mm512_storeu_si512((void*)(ck + nc), _mm512_maskz_compress_epi8(m, v));
+            const __m512i j = _mm512_maskz_compress_epi8(m, iota), base = _mm512_set1_epi64(b);
+            _mm512_storeu_si512((void*)(ci + nc),
+                _mm512_add_epi64(base, _mm512_cvtepu8_epi64(_mm512_castsi512_si128(j))));
+            if (pc > 8) {
+                uint8_t t[64];
+                _mm512_storeu_si512((void*)t, j);
+                for (ptrdiff_t s = 8; s < pc; s += 8)
+                    _mm512_storeu_si512((void*)(ci + nc + s), _mm512_add_epi64(base,
+                        _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i*)(t + s)))));
+            }
+            nc += pc;
+        }
+        /* ranks as in qops_topk_given */
+        const __m512i K = _mm512_loadu_si512((const void*)ck);
+        uint8_t dv;
+        int64_t di;
+        uint64_t cm = nc >= 64 ? ~0ULL : (1ULL << nc) - 1;
+        for (ptrdiff_t i = 0; i < nc; i++) {
+            __m512i ki = _mm512_set1_epi8((char)ck[i]);
+            uint64_t gt = _mm512_mask_cmpgt_epu8_mask(cm, K, ki);
+            uint64_t eq = _mm512_mask_cmpeq_epu8_mask((1ULL << i) - 1, K, ki);
+            int r = __builtin_popcountll(gt) + __builtin_popcountll(eq);
+            uint8_t* pv = r < k ? vals + r : &dv;
+            int64_t* pi = r < k ? idx + r : &di;
+            *pv = ck[i] ^ flip;
+            *pi = ci[i];
+        }
+        return 1;
+    }
+
+    /* 1: the CPU has VBMI and VBMI2 (set at import; the tests also clear it) */
+    static int qops_topk_use_vbmi = 0;
+    static int qops_cpu_vbmi2(void) {
+        return __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2");
+    }
+    #else
+    static int qops_topk_use_vbmi = 0;
+    static int qops_cpu_vbmi2(void) { return 0; }
     #endif
+    #ifndef QOPS_TOPK_BATCH
+    #define QOPS_TOPK_BATCH 8
+    #endif
+    static void qops_topk_row(const uint8_t* x, ptrdiff_t n, ptrdiff_t k, uint8_t flip,
+                              uint8_t* vals, int64_t* restrict idx);
+
+    /* QOPS_TOPK_BATCH consecutive rows (row i at x + i*n, its k results at vals + i*k), their
+     * bounds searched together when the kernel above applies; rows it declines, and other
+     * builds, take qops_topk_row. */
+    static void qops_topk_batch(const uint8_t* x, ptrdiff_t n, ptrdiff_t k, uint8_t flip,
+                                uint8_t* vals, int64_t* idx) {
+    #if defined(__AVX512BW__)
+        if (k >= 1 && k <= 64) {
+            const __m512i f = _mm512_set1_epi8((char)flip);
+            __m512i lm[QOPS_TOPK_BATCH];
+            unsigned lo[QOPS_TOPK_BATCH];
+            for (int i = 0; i < QOPS_TOPK_BATCH; i++) lm[i] = qops_topk_lanemax(x + i * n, n, f);
+            qops_topk_bounds(lm, k, lo);
+            for (int i = 0; i < QOPS_TOPK_BATCH; i++)
+                if (!(qops_topk_use_vbmi
+                      ? qops_topk_given_vbmi(x + i * n, n, k, flip, lo[i], vals + i * k, idx + i * k)
+                      : qops_topk_given(x + i * n, n, k, flip, lo[i], vals + i * k, idx + i * k)))
+                    qops_topk_row(x + i * n, n, k, flip, vals + i * k, idx + i * k);
+            return;
+        }
+    #endif
+        for (int i = 0; i < QOPS_TOPK_BATCH; i++)
+            qops_topk_row(x + i * n, n, k, flip, vals + i * k, idx + i * k);
+    }
 
     #define QOPS_TOPK_CAND 512      /* candidates kept while scanning; more: one more pass */
 
@@ -437,6 +555,24 @@ cdef extern from *:
                        int64_t* idx) nogil
     void qops_topk_row(const uint8_t* x, Py_ssize_t n, Py_ssize_t k, uint8_t flip,
                        uint8_t* vals, int64_t* idx) nogil
+    void qops_topk_batch(const uint8_t* x, Py_ssize_t n, Py_ssize_t k, uint8_t flip,
+                         uint8_t* vals, int64_t* idx) nogil
+    int QOPS_TOPK_BATCH
+    int qops_topk_use_vbmi
+    int qops_cpu_vbmi2()
+
+qops_topk_use_vbmi = qops_cpu_vbmi2()
+
+
+def _topk_vbmi(on=None):
+    """Whether top-k uses its VBMI2 candidate collection; `on` switches it (it stays off on
+    CPUs without VBMI2), for the tests to run both. Returns the previous setting."""
+    global qops_topk_use_vbmi
+    was = bool(qops_topk_use_vbmi)
+    if on is not None:
+        qops_topk_use_vbmi = 1 if (on and qops_cpu_vbmi2()) else 0
+    return was
+
 
 DEF GRAIN = 8192         # elements per thread below which a second thread costs more than it gives
 DEF LONG_ROW = 65536     # from here one row is split between the threads
@@ -523,12 +659,15 @@ def sort(x, descending):
 
 cdef void _topk_rows(const uint8_t* x, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, uint8_t* vals,
                      int64_t* idx, uint8_t flip, int nthreads) noexcept nogil:
-    cdef Py_ssize_t r
-    if nthreads == 1:
-        for r in range(m):
-            qops_topk_row(x + r * n, n, k, flip, vals + r * k, idx + r * k)
-        return
-    for r in prange(m, schedule="static", num_threads=nthreads):
+    # whole batches of rows (see qops_topk_batch) split between the threads, then the rest
+    cdef Py_ssize_t r, B = QOPS_TOPK_BATCH, nb = m // QOPS_TOPK_BATCH
+    if nthreads == 1 or nb < 2:
+        for r in range(nb):
+            qops_topk_batch(x + r * B * n, n, k, flip, vals + r * B * k, idx + r * B * k)
+    else:
+        for r in prange(nb, schedule="static", num_threads=nthreads):
+            qops_topk_batch(x + r * B * n, n, k, flip, vals + r * B * k, idx + r * B * k)
+    for r in range(nb * B, m):
         qops_topk_row(x + r * n, n, k, flip, vals + r * k, idx + r * k)
 
 
