@@ -53,9 +53,33 @@ cdef extern from *:
     #endif
         for (; i < n; i++) out[i] = (uint8_t)qops_q_fma(x[i], inv, zpf, qmin, qmax);
     }
+
+    /* D_pc of n 8-bit values (int8 when sgn) with a double scale, for |zp| <= 2**23: then
+     * f32(q) - f32(zp) is the exact integer q - zp, so the AVX-512 body subtracts in int32,
+     * multiplies in double and rounds to float once, as the scalar formula does. GCC's own
+     * vectorization of that formula ran 10% behind PyTorch's kernel. */
+    static void qops_dequantize_pc8(const uint8_t *q, float *out, ptrdiff_t n, double s,
+                                    int32_t zp, int sgn) {
+        ptrdiff_t i = 0;
+    #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+        /* 8 values per step (one zmm of doubles): in a C harness 60 us for 64x112x112 where
+         * 16 per step took 68 and GCC's loop 87; masked loads and stores only in the tail */
+        const __m512d vs = _mm512_set1_pd(s);
+        const __m256i vz = _mm256_set1_epi32(zp);
+        for (; i + 8 <= n; i += 8) {
+            __m128i b = _mm_loadl_epi64((const __m128i *)(q + i));
+            __m256i v = _mm256_sub_epi32(sgn ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b), vz);
+            _mm256_storeu_ps(out + i, _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtepi32_pd(v), vs)));
+        }
+    #endif
+        for (; i < n; i++)
+            out[i] = qops_d_pc(sgn ? (int32_t)(int8_t)q[i] : (int32_t)q[i], s, zp);
+    }
     """
     void qops_quantize_fma(const float* x, uint8_t* out, Py_ssize_t n, float inv, float zpf,
                            float qmin, float qmax) nogil
+    void qops_dequantize_pc8(const uint8_t* q, float* out, Py_ssize_t n, double s, int32_t zp,
+                             int sgn) nogil
 
 
 cdef inline void _q_fma_run(const float* x, q8_t* out, Py_ssize_t n, float inv, float zpf,
@@ -161,6 +185,15 @@ cdef void _d_pc_channels(const qint_t[:, :, ::1] q, float[:, :, ::1] out, const 
         for r in prange(n0 * nc, schedule="static",
                         num_threads=qops_threads_for(n0 * nc * n2, GRAIN)):
             _d_sc_run(qp + r * n2, op + r * n2, n2, <float>sp[r % nc], zpp[r % nc])
+        return
+    cdef bint small_zp = qint_t is not int32_t
+    for c in range(nc):
+        small_zp = small_zp and -(1 << 23) <= zpp[c] <= (1 << 23)
+    if small_zp:
+        for r in prange(n0 * nc, schedule="static",
+                        num_threads=qops_threads_for(n0 * nc * n2, GRAIN)):
+            qops_dequantize_pc8(<const uint8_t*>(qp + r * n2), op + r * n2, n2, sp[r % nc],
+                                zpp[r % nc], qint_t is int8_t)
         return
     for r in prange(n0 * nc, schedule="static",
                     num_threads=qops_threads_for(n0 * nc * n2, GRAIN)):
