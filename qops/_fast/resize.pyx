@@ -1,7 +1,8 @@
 # Interpolation kernels (mirror of qops/_ref/resize.py): raw uint8/int8/int32 (N, C, D, H, W)
 # in, same dtype out. Nearest modes gather raw values; bilinear blends in float32 exactly as
 # the reference writes it (no fused multiply-add: the build uses -ffp-contract=off) and
-# quantizes with Q_leg, rint half to even.
+# quantizes with Q_leg, rint half to even. An exact x2 without align_corners has weights 0,
+# 1/4, 3/4 and 1, where that float formula is exact: an integer kernel computes its bits.
 #
 # Source indices and weights per output coordinate are computed once per call (numpy, the
 # reference's float32 formulas); the kernels then run per output row. prange goes over
@@ -40,6 +41,7 @@ def _is_twice(out_len, in_len, ratio, exact):
 
 cdef extern from *:
     """
+    #include <string.h>
     #if defined(__AVX512BW__)
     #include <immintrin.h>
     #endif
@@ -80,9 +82,102 @@ cdef extern from *:
         else if (copies == 1 && !pf) qops_double_k(src, dst, n, 1, stride, 0);
         else qops_double_k(src, dst, n, copies, stride, pf);
     }
+
+    /* Bilinear x2 (align_corners false, both dims doubled): every weight is 0, 1/4, 3/4 or 1,
+     * so each float32 step of the NCHW formula is exact and the result is rint(S / 16) with
+     * the integer S = sum of weights*16 times raw values (S/16 lies within the inputs'
+     * range, so the clamp never acts). With edge rows and columns repeated, S is uniform:
+     * each input row widens to h[2j] = x[j-1] + 3x[j], h[2j+1] = 3x[j] + x[j+1] (int16),
+     * and output rows 2i, 2i+1 are h(i-1) + 3h(i) and 3h(i) + h(i+1). rint(S/16) with
+     * ties to even is (S + 7 + ((S >> 4) & 1)) >> 4, arithmetic shifts (int8 too).
+     * pad: W + 2 + 64 bytes; hb: 3 * (2W + 64) int16 (the vector loops run past the row). */
+    static inline void qops_bl2_hrow(const uint8_t *x, ptrdiff_t W, int sgn, uint8_t *pad,
+                                     int16_t *h) {
+        pad[0] = x[0];
+        memcpy(pad + 1, x, (size_t)W);
+        pad[W + 1] = x[W - 1];
+        ptrdiff_t j = 0;
+    #if defined(__AVX512BW__)
+        const __m512i ilo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
+                                             40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1,
+                                             32, 0);
+        const __m512i ihi = _mm512_add_epi16(ilo, _mm512_set1_epi16(16));
+        for (; j < W; j += 32) {
+            __m256i l8 = _mm256_loadu_si256((const __m256i *)(pad + j));
+            __m256i c8 = _mm256_loadu_si256((const __m256i *)(pad + j + 1));
+            __m256i r8 = _mm256_loadu_si256((const __m256i *)(pad + j + 2));
+            __m512i L = sgn ? _mm512_cvtepi8_epi16(l8) : _mm512_cvtepu8_epi16(l8);
+            __m512i C = sgn ? _mm512_cvtepi8_epi16(c8) : _mm512_cvtepu8_epi16(c8);
+            __m512i R = sgn ? _mm512_cvtepi8_epi16(r8) : _mm512_cvtepu8_epi16(r8);
+            __m512i C3 = _mm512_add_epi16(C, _mm512_add_epi16(C, C));
+            __m512i E = _mm512_add_epi16(L, C3), O = _mm512_add_epi16(C3, R);
+            _mm512_storeu_si512((void *)(h + 2 * j), _mm512_permutex2var_epi16(E, ilo, O));
+            _mm512_storeu_si512((void *)(h + 2 * j + 32), _mm512_permutex2var_epi16(E, ihi, O));
+        }
+    #endif
+        for (; j < W; j++) {
+            int l = sgn ? (int8_t)pad[j] : pad[j], c = sgn ? (int8_t)pad[j + 1] : pad[j + 1];
+            int r = sgn ? (int8_t)pad[j + 2] : pad[j + 2];
+            h[2 * j] = (int16_t)(l + 3 * c);
+            h[2 * j + 1] = (int16_t)(3 * c + r);
+        }
+    }
+
+    /* out[0:n] = rint((a + 3b) / 16) */
+    static inline void qops_bl2_vrow(const int16_t *a, const int16_t *b, uint8_t *out,
+                                     ptrdiff_t n, int sgn) {
+        ptrdiff_t o = 0;
+    #if defined(__AVX512BW__)
+        const __m512i seven = _mm512_set1_epi16(7), one = _mm512_set1_epi16(1);
+        const __m512i perm = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+        for (; o < n; o += 64) {
+            __m512i s[2];
+            for (int k = 0; k < 2; k++) {
+                __m512i B = _mm512_loadu_si512((const void *)(b + o + 32 * k));
+                __m512i S = _mm512_add_epi16(_mm512_loadu_si512((const void *)(a + o + 32 * k)),
+                                             _mm512_add_epi16(B, _mm512_add_epi16(B, B)));
+                __m512i odd = _mm512_and_si512(_mm512_srai_epi16(S, 4), one);
+                s[k] = _mm512_srai_epi16(_mm512_add_epi16(_mm512_add_epi16(S, seven), odd), 4);
+            }
+            __m512i v = _mm512_permutexvar_epi64(perm, sgn ? _mm512_packs_epi16(s[0], s[1])
+                                                            : _mm512_packus_epi16(s[0], s[1]));
+            ptrdiff_t rem = n - o;
+            _mm512_mask_storeu_epi8(out + o, rem >= 64 ? ~0ULL : (1ULL << rem) - 1, v);
+        }
+    #endif
+        for (; o < n; o++) {
+            int S = a[o] + 3 * b[o];
+            out[o] = (uint8_t)((S + 7 + ((S >> 4) & 1)) >> 4);
+        }
+    }
+
+    /* One (H, W) plane into (2H, 2W). */
+    static void qops_bilinear2x_plane(const uint8_t *x, uint8_t *out, ptrdiff_t H, ptrdiff_t W,
+                                      int sgn, uint8_t *pad, int16_t *hb) {
+        const ptrdiff_t OW = 2 * W, stride = OW + 64;
+        int16_t *prev = hb, *cur = hb, *next, *spare = hb + stride;
+        qops_bl2_hrow(x, W, sgn, pad, cur);
+        for (ptrdiff_t i = 0; i < H; i++) {
+            if (i + 1 < H) {
+                /* the buffer neither prev nor cur uses */
+                next = hb;
+                while (next == prev || next == cur) next += stride;
+                qops_bl2_hrow(x + (i + 1) * W, W, sgn, pad, next);
+            } else {
+                next = cur;
+            }
+            qops_bl2_vrow(prev, cur, out + 2 * i * OW, OW, sgn);
+            qops_bl2_vrow(next, cur, out + (2 * i + 1) * OW, OW, sgn);
+            prev = cur;
+            cur = next;
+        }
+        (void)spare;
+    }
     """
     void qops_double_bytes(const uint8_t* src, uint8_t* dst, Py_ssize_t n, int copies,
                            Py_ssize_t stride, int pf) nogil
+    void qops_bilinear2x_plane(const uint8_t* x, uint8_t* out, Py_ssize_t H, Py_ssize_t W,
+                               int sgn, uint8_t* pad, int16_t* hb) nogil
 
 
 cdef inline void _nearest_plane(const qint_t* x, qint_t* o, Py_ssize_t H, Py_ssize_t W,
@@ -237,6 +332,20 @@ cdef void _bilinear_planes(const q8_t[:, :, ::1] x, q8_t[:, :, ::1] out,
         free(tags)
 
 
+cdef void _bilinear2x_planes(const uint8_t* x, uint8_t* out, Py_ssize_t P, Py_ssize_t H,
+                             Py_ssize_t W, int sgn, int nthreads) noexcept nogil:
+    cdef Py_ssize_t p
+    cdef uint8_t* pad = NULL
+    cdef int16_t* hb = NULL
+    with parallel(num_threads=nthreads):
+        pad = <uint8_t*>malloc(W + 2 + 64)
+        hb = <int16_t*>malloc(3 * (2 * W + 64) * sizeof(int16_t))
+        for p in prange(P, schedule="static"):
+            qops_bilinear2x_plane(x + p * H * W, out + p * 4 * H * W, H, W, sgn, pad, hb)
+        free(pad)
+        free(hb)
+
+
 def upsample_bilinear(x, out_size, ratios, align_corners, zero_point):
     """Bilinear resize of (N, C, 1, H, W) as PyTorch's NCHW kernel, output qparams = input's."""
     x = np.ascontiguousarray(x)
@@ -244,6 +353,13 @@ def upsample_bilinear(x, out_size, ratios, align_corners, zero_point):
     OH, OW = out_size[1], out_size[2]
     out = qops_empty(np, (n, c, 1, OH, OW), x.dtype)
     if out.size == 0:
+        return out
+    if (not align_corners and OH == 2 * H and OW == 2 * W
+            and np.float32(ratios[1]) == 0.5 and np.float32(ratios[2]) == 0.5):
+        # x2 with ratio 1/2: weights 0, 1/4, 3/4, 1, so the float formula is exact and an
+        # integer kernel gives its bits (qops_bilinear2x_plane)
+        _bilinear2x_planes(<const uint8_t*>qops_ptr(x), <uint8_t*>qops_ptr(out, True), n * c,
+                           H, W, x.dtype.kind == "i", qops_threads_for(out.size, GRAIN))
         return out
     h0, h1, l1, l0 = _linear_source(OH, H, ratios[1], align_corners)
     w0, w1, m1, m0 = _linear_source(OW, W, ratios[2], align_corners)
