@@ -843,6 +843,45 @@ cdef extern from *:
         else { for (; i < n; i++) s += p[i]; }
         return s;
     }
+    /* out[p] = rint(f32(f32(sum of plane p) * recip)) for planes [p0, p1) of L bytes each.
+     * Planes of at most 64 bytes (the 1x1 pool of 7x7 maps) go 8 at a time: 8 masked loads
+     * and vpsadbw, then the 8 vectors of partial sums reduce together (unpack, then 128-bit
+     * shuffles) into one vector of 8 sums, and the float steps run once for all 8, where one
+     * plane at a time spent a whole horizontal reduction and scalar tail on 49 bytes. */
+    static void qp_plane_means(const uint8_t *x, uint8_t *out, ptrdiff_t p0, ptrdiff_t p1,
+                               ptrdiff_t L, float recip, int sgn) {
+        ptrdiff_t p = p0;
+    #if defined(__AVX512BW__) && defined(__AVX512DQ__)
+        if (L <= 64) {
+            const __mmask64 m = _bzhi_u64(~0ULL, (unsigned)L);
+            const __m512i z = _mm512_setzero_si512(), b = _mm512_set1_epi8((char)0x80);
+            const __m256 r = _mm256_set1_ps(recip);
+            const __m512i bias = _mm512_set1_epi64(sgn ? 128 * (int64_t)L : 0);
+            for (; p + 8 <= p1; p += 8) {
+                __m512i v[8], a[4], c[2];
+                for (int k = 0; k < 8; k++) {
+                    __m512i t = _mm512_maskz_loadu_epi8(m, x + (p + k) * L);
+                    if (sgn) t = _mm512_maskz_mov_epi8(m, _mm512_xor_si512(t, b));
+                    v[k] = _mm512_sad_epu8(t, z);
+                }
+                for (int k = 0; k < 4; k++)   /* lane j: (plane 2k, plane 2k+1) halves */
+                    a[k] = _mm512_add_epi64(_mm512_unpacklo_epi64(v[2 * k], v[2 * k + 1]),
+                                            _mm512_unpackhi_epi64(v[2 * k], v[2 * k + 1]));
+                for (int k = 0; k < 2; k++)   /* lanes: planes (4k, 4k+1) twice, (4k+2, 4k+3) twice */
+                    c[k] = _mm512_add_epi64(_mm512_shuffle_i64x2(a[2 * k], a[2 * k + 1], 0x88),
+                                            _mm512_shuffle_i64x2(a[2 * k], a[2 * k + 1], 0xDD));
+                __m512i sum = _mm512_sub_epi64(_mm512_add_epi64(
+                    _mm512_shuffle_i64x2(c[0], c[1], 0x88), _mm512_shuffle_i64x2(c[0], c[1], 0xDD)), bias);
+                __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm512_cvtepi64_ps(sum), r));
+                _mm_storel_epi64((__m128i *)(out + p), _mm256_cvtepi32_epi8(q));
+            }
+        }
+    #endif
+        for (; p < p1; p++) {
+            int32_t s = (int32_t)qp_sum8(x + p * L, L, sgn);
+            out[p] = (uint8_t)(int32_t)qops_rintf((float)s * recip);
+        }
+    }
     /* acc[w] (=|+=) row[w] over a row of n raw values (restrict: no aliasing check). */
     /* 8 values at a time (AVX2 widening loads) so short rows (W = 28) vectorize too: GCC's
      * own vectorization of a widening loop needs a whole vector of bytes (64 with AVX-512). */
@@ -867,6 +906,8 @@ cdef extern from *:
     QP_ROW(qp_row_s8, int8_t, QP_CVT_s8)
     """
     int64_t qp_sum8(const uint8_t* p, Py_ssize_t n, int sgn) noexcept nogil
+    void qp_plane_means(const uint8_t* x, uint8_t* out, Py_ssize_t p0, Py_ssize_t p1,
+                        Py_ssize_t L, float recip, int sgn) noexcept nogil
     void qp_row_u8(int32_t* a, const uint8_t* s, Py_ssize_t n, int first) noexcept nogil
     void qp_row_s8(int32_t* a, const int8_t* s, Py_ssize_t n, int first) noexcept nogil
     float floorf(float) noexcept nogil
@@ -935,23 +976,16 @@ cdef void _adaptive_avg_planes(const uint8_t* x, uint8_t* out, Py_ssize_t planes
 
 cdef void _plane_mean(const uint8_t* x, uint8_t* out, Py_ssize_t P, Py_ssize_t L, float recip,
                       int sgn, int nthreads) noexcept nogil:
-    # Output 1x1(x1): one contiguous exact sum per (n, c) plane.
-    cdef Py_ssize_t p
-    cdef int32_t s
+    # Output 1x1(x1): one contiguous exact sum per (n, c) plane; each thread a range of
+    # planes (whole groups of 8, as qp_plane_means takes them).
+    cdef Py_ssize_t t, a, b
     if nthreads <= 1:
-        for p in range(P):
-            s = <int32_t>qp_sum8(x + p * L, L, sgn)
-            if sgn:
-                (<int8_t*>out)[p] = <int8_t><int32_t>qops_rintf(<float>s * recip)
-            else:
-                out[p] = <uint8_t><int32_t>qops_rintf(<float>s * recip)
+        qp_plane_means(x, out, 0, P, L, recip, sgn)
         return
-    for p in prange(P, schedule="static", num_threads=nthreads):
-        s = <int32_t>qp_sum8(x + p * L, L, sgn)
-        if sgn:
-            (<int8_t*>out)[p] = <int8_t><int32_t>qops_rintf(<float>s * recip)
-        else:
-            out[p] = <uint8_t><int32_t>qops_rintf(<float>s * recip)
+    for t in prange(nthreads, schedule="static", num_threads=nthreads):
+        a = (P * t // nthreads) // 8 * 8
+        b = P if t == nthreads - 1 else (P * (t + 1) // nthreads) // 8 * 8
+        qp_plane_means(x, out, a, b, L, recip, sgn)
 
 
 def adaptive_avg_pool(x, out_size):
