@@ -787,6 +787,7 @@ cdef extern from *:
     #if defined(__AVX2__) || defined(__AVX512BW__)
     #include <immintrin.h>
     #endif
+    #include "reduce_sum.h"
     /* Exact sum of n raw 8-bit values (int8 biased to unsigned by xor 0x80, bias removed at
      * the end): psadbw adds 8 bytes into a 64-bit lane per instruction. */
     static inline int64_t qp_sum8(const uint8_t *p, ptrdiff_t n, int sgn) {
@@ -843,37 +844,18 @@ cdef extern from *:
         else { for (; i < n; i++) s += p[i]; }
         return s;
     }
-    /* out[p] = rint(f32(f32(sum of plane p) * recip)) for planes [p0, p1) of L bytes each.
-     * Planes of at most 64 bytes (the 1x1 pool of 7x7 maps) go 8 at a time: 8 masked loads
-     * and vpsadbw, then the 8 vectors of partial sums reduce together (unpack, then 128-bit
-     * shuffles) into one vector of 8 sums, and the float steps run once for all 8, where one
-     * plane at a time spent a whole horizontal reduction and scalar tail on 49 bytes. */
+    /* out[p] = rint(f32(f32(sum of plane p) * recip)) for planes [p0, p1) of L bytes each,
+     * 8 at a time where reduce_sum.h's qops_sums8 applies (planes of at most 256 bytes: the
+     * 1x1 pools of 7x7 and 14x14 maps). */
     static void qp_plane_means(const uint8_t *x, uint8_t *out, ptrdiff_t p0, ptrdiff_t p1,
                                ptrdiff_t L, float recip, int sgn) {
         ptrdiff_t p = p0;
-    #if defined(__AVX512BW__) && defined(__AVX512DQ__)
-        if (L <= 64) {
-            const __mmask64 m = _bzhi_u64(~0ULL, (unsigned)L);
-            const __m512i z = _mm512_setzero_si512(), b = _mm512_set1_epi8((char)0x80);
+    #ifdef QOPS_SUMS8
+        if (L <= 256) {
             const __m256 r = _mm256_set1_ps(recip);
-            const __m512i bias = _mm512_set1_epi64(sgn ? 128 * (int64_t)L : 0);
             for (; p + 8 <= p1; p += 8) {
-                __m512i v[8], a[4], c[2];
-                for (int k = 0; k < 8; k++) {
-                    __m512i t = _mm512_maskz_loadu_epi8(m, x + (p + k) * L);
-                    if (sgn) t = _mm512_maskz_mov_epi8(m, _mm512_xor_si512(t, b));
-                    v[k] = _mm512_sad_epu8(t, z);
-                }
-                for (int k = 0; k < 4; k++)   /* lane j: (plane 2k, plane 2k+1) halves */
-                    a[k] = _mm512_add_epi64(_mm512_unpacklo_epi64(v[2 * k], v[2 * k + 1]),
-                                            _mm512_unpackhi_epi64(v[2 * k], v[2 * k + 1]));
-                for (int k = 0; k < 2; k++)   /* lanes: planes (4k, 4k+1) twice, (4k+2, 4k+3) twice */
-                    c[k] = _mm512_add_epi64(_mm512_shuffle_i64x2(a[2 * k], a[2 * k + 1], 0x88),
-                                            _mm512_shuffle_i64x2(a[2 * k], a[2 * k + 1], 0xDD));
-                __m512i sum = _mm512_sub_epi64(_mm512_add_epi64(
-                    _mm512_shuffle_i64x2(c[0], c[1], 0x88), _mm512_shuffle_i64x2(c[0], c[1], 0xDD)), bias);
-                __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm512_cvtepi64_ps(sum), r));
-                _mm_storel_epi64((__m128i *)(out + p), _mm256_cvtepi32_epi8(q));
+                __m256 f = _mm256_mul_ps(_mm512_cvtepi64_ps(qops_sums8(x + p * L, L, L, sgn)), r);
+                _mm_storel_epi64((__m128i *)(out + p), _mm256_cvtepi32_epi8(_mm256_cvtps_epi32(f)));
             }
         }
     #endif

@@ -10,6 +10,7 @@
 #define QOPS_REDUCE_SUM_H
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #if defined(__AVX512BW__)
 #include <immintrin.h>
 #endif
@@ -44,5 +45,63 @@ static inline int64_t qops_sum_bytes(const uint8_t *p, ptrdiff_t n, int is_signe
     }
     return s;
 #endif
+}
+
+#if defined(__AVX512BW__) && defined(__AVX512DQ__)
+#define QOPS_SUMS8 1
+/* The exact sums of 8 runs of n <= 256 bytes, x + k*stride for k < 8, as 8 int64 lanes in
+ * order. Each run's vpsadbw partial sums stay in one vector; the 8 vectors then reduce
+ * together (unpack, then 128-bit shuffles), where summing one short run at a time spent a
+ * whole horizontal reduction on it: the 49 bytes of a 7x7 map cost as much as 256. */
+static inline __m512i qops_sums8(const uint8_t *x, ptrdiff_t stride, ptrdiff_t n,
+                                 int is_signed) {
+    const __m512i zero = _mm512_setzero_si512(), bias = _mm512_set1_epi8((char)0x80);
+    const ptrdiff_t full = n & ~(ptrdiff_t)63;
+    const __mmask64 m = _bzhi_u64(~0ULL, (unsigned)(n - full));
+    __m512i v[8], a[4], c[2];
+    for (int k = 0; k < 8; k++) {
+        const uint8_t *p = x + k * stride;
+        __m512i acc = zero;
+        for (ptrdiff_t i = 0; i < full; i += 64) {
+            __m512i t = _mm512_loadu_si512((const void *)(p + i));
+            if (is_signed) t = _mm512_xor_si512(t, bias);
+            acc = _mm512_add_epi64(acc, _mm512_sad_epu8(t, zero));
+        }
+        if (m) {
+            __m512i t = _mm512_maskz_loadu_epi8(m, p + full);
+            if (is_signed) t = _mm512_maskz_mov_epi8(m, _mm512_xor_si512(t, bias));
+            acc = _mm512_add_epi64(acc, _mm512_sad_epu8(t, zero));
+        }
+        v[k] = acc;
+    }
+    for (int k = 0; k < 4; k++)         /* 128-bit lane j: runs 2k, 2k+1 (lane j's share) */
+        a[k] = _mm512_add_epi64(_mm512_unpacklo_epi64(v[2 * k], v[2 * k + 1]),
+                                _mm512_unpackhi_epi64(v[2 * k], v[2 * k + 1]));
+    for (int k = 0; k < 2; k++)         /* lanes: runs 4k..4k+3 in pairs, half sums each */
+        c[k] = _mm512_add_epi64(_mm512_shuffle_i64x2(a[2 * k], a[2 * k + 1], 0x88),
+                                _mm512_shuffle_i64x2(a[2 * k], a[2 * k + 1], 0xDD));
+    __m512i s = _mm512_add_epi64(_mm512_shuffle_i64x2(c[0], c[1], 0x88),
+                                 _mm512_shuffle_i64x2(c[0], c[1], 0xDD));
+    return is_signed ? _mm512_sub_epi64(s, _mm512_set1_epi64(128 * (int64_t)n)) : s;
+}
+#endif
+
+/* out[r] = rint(f32(f32(sum of row r) / f32(n))) for rows [r0, r1) of n bytes (the mean
+ * kernels' formula), 8 rows at a time where qops_sums8 applies. */
+static inline void qops_row_means(const uint8_t *x, uint8_t *out, ptrdiff_t r0, ptrdiff_t r1,
+                                  ptrdiff_t n, int is_signed) {
+    ptrdiff_t r = r0;
+    const float fn = (float)n;
+#ifdef QOPS_SUMS8
+    if (n <= 256) {
+        const __m256 d = _mm256_set1_ps(fn);
+        for (; r + 8 <= r1; r += 8) {
+            __m256 f = _mm256_div_ps(_mm512_cvtepi64_ps(qops_sums8(x + r * n, n, n, is_signed)), d);
+            _mm_storel_epi64((__m128i *)(out + r), _mm256_cvtepi32_epi8(_mm256_cvtps_epi32(f)));
+        }
+    }
+#endif
+    for (; r < r1; r++)
+        out[r] = (uint8_t)(int32_t)rintf((float)qops_sum_bytes(x + r * n, n, is_signed) / fn);
 }
 #endif
