@@ -11,6 +11,8 @@ cdef extern from "reduce_sum.h" nogil:
     int64_t qops_sum_bytes(const uint8_t *p, Py_ssize_t n, int is_signed)
     void qops_row_means(const uint8_t *x, uint8_t *out, Py_ssize_t r0, Py_ssize_t r1,
                         Py_ssize_t n, int is_signed)
+    void qops_col_means(const uint8_t *x, Py_ssize_t stride, Py_ssize_t n, Py_ssize_t c0,
+                        Py_ssize_t c1, uint8_t *out, int is_signed)
 
 DEF CHUNK = 65536         # elements summed in int32 before a flush to int64 (65536 * 255 < 2^31)
 DEF IBLOCK = 1024         # inner (column) block of the strided mean and max/min: 1 KB rows
@@ -167,7 +169,16 @@ cdef void _column_block_mean(const q8_t[:, :, ::1] q, q8_t[:, ::1] out, Py_ssize
 
 cdef void _column_means(const q8_t[:, :, ::1] q, q8_t[:, ::1] out) noexcept nogil:
     cdef Py_ssize_t n0 = q.shape[0], n = q.shape[1], n2 = q.shape[2]
-    cdef Py_ssize_t nbi = (n2 + IBLOCK - 1) // IBLOCK, w
+    cdef Py_ssize_t nbi = (n2 + IBLOCK - 1) // IBLOCK, w, o, i0
+    if n <= (1 << 23):
+        # int32 column totals suffice (n * 255 < 2**31): reduce_sum.h's 16-bit blocks
+        for w in prange(n0 * nbi, schedule="static",
+                        num_threads=qops_threads_for(n0 * n * n2, GRAIN)):
+            o = w // nbi
+            i0 = (w % nbi) * IBLOCK
+            qops_col_means(<const uint8_t*>&q[o, 0, 0], n2, n, i0, min(i0 + IBLOCK, n2),
+                           <uint8_t*>&out[o, i0], q8_t is int8_t)
+        return
     for w in prange(n0 * nbi, schedule="static",
                     num_threads=qops_threads_for(n0 * n * n2, GRAIN)):
         _column_block_mean(q, out, w // nbi, (w % nbi) * IBLOCK,

@@ -144,6 +144,9 @@ def _mean_cases():
         out.append(Case((u.random_qtensor(r, (2, 70000), d), 1), label=f"{d.name}-long-rows"))
         out.append(Case((u.random_qtensor(r, (1, 70000, 3), d), 1), label=f"{d.name}-long-cols"))
         out.append(Case((u.random_qtensor(r, (2, 5, 300), d), 1), label=f"{d.name}-wide-inner"))
+        # over 256 rows (two 16-bit column blocks) and 64 + 6 columns; 8-row batches of runs
+        out.append(Case((u.random_qtensor(r, (2, 300, 70), d), 1), label=f"{d.name}-cols-blocks"))
+        out.append(Case((u.random_qtensor(r, (19, 3, 7, 7), d), (2, 3)), label=f"{d.name}-hw-7x7"))
     return out
 
 
