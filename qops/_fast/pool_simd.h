@@ -1228,6 +1228,34 @@ QP_ALWAYS const uint8_t *qp_pf2(const uint8_t *p) {
     _mm_prefetch((const char *)(p + QP_SPF2), _MM_HINT_T0);
     return p;
 }
+/* An adaptive average's outputs o[0, n) (om = the first n bits) from the window sums in
+ * acc: kw-byte lanes of 16 (kw 2), 32 (kw 4) or 64 bits (kw 8, int8 sums biased by 128 per
+ * byte over `rows` rows), as rint(f32(f32(sum) * r)) with cvtps2dq's round half to even and
+ * r = rc[ow]; an average of raw values is in range, so vpmovdb's truncation is exact. */
+QP_ALWAYS void qp_adaptive_store(__m512i acc, int kw, int sgn, ptrdiff_t rows, const float *rc,
+                                 uint8_t *o, __mmask32 om) {
+    const __mmask16 om0 = (__mmask16)(om & 0xFFFF), om1 = (__mmask16)(om >> 16);
+    if (kw == 8) {
+        if (sgn) acc = _mm512_sub_epi64(acc, _mm512_set1_epi64(128 * 8 * rows));
+        __m256 f = _mm256_mul_ps(_mm512_cvtepi64_ps(acc), _mm256_maskz_loadu_ps((__mmask8)om, rc));
+        _mm256_mask_cvtepi32_storeu_epi8(o, (__mmask8)om, _mm256_cvtps_epi32(f));
+    } else if (kw == 4) {
+        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_maskz_loadu_ps(om0, rc));
+        _mm512_mask_cvtepi32_storeu_epi8(o, om0, _mm512_cvtps_epi32(f));
+    } else {
+        __m256i a = _mm512_castsi512_si256(acc);
+        __m512 f = _mm512_cvtepi32_ps(sgn ? _mm512_cvtepi16_epi32(a) : _mm512_cvtepu16_epi32(a));
+        f = _mm512_mul_ps(f, _mm512_maskz_loadu_ps(om0, rc));
+        _mm512_mask_cvtepi32_storeu_epi8(o, om0, _mm512_cvtps_epi32(f));
+        if (om1) {
+            a = _mm512_extracti64x4_epi64(acc, 1);
+            f = _mm512_cvtepi32_ps(sgn ? _mm512_cvtepi16_epi32(a) : _mm512_cvtepu16_epi32(a));
+            f = _mm512_mul_ps(f, _mm512_maskz_loadu_ps(om1, rc + 16));
+            _mm512_mask_cvtepi32_storeu_epi8(o + 16, om1, _mm512_cvtps_epi32(f));
+        }
+    }
+}
+
 /* kw: 0 for any windows (the permute path), else the uniform window width 2, 4 or 8.
  * avg: 0 max, 1 adaptive average, 2 and 3 average pools (kw == 2 only; the requantize of aq;
  * 2 when the windows span several D planes). */
@@ -1260,7 +1288,7 @@ QP_ALWAYS void qp_short_rows_t(const uint8_t *x, uint8_t *out, ptrdiff_t D, ptrd
     }
     const __mmask64 lm = _bzhi_u64(~0ULL, (unsigned)W);
     const __mmask32 om = _bzhi_u32(~0U, (unsigned)OW);
-    const __mmask16 om0 = (__mmask16)(om & 0xFFFF), om1 = (__mmask16)(om >> 16);
+    const __mmask16 om0 = (__mmask16)(om & 0xFFFF);
     const ptrdiff_t rpp = OD * OH, HW = H * W;
     ptrdiff_t p = g0 / rpp, rem = g0 - p * rpp;
     ptrdiff_t od = rem / OH, oh = rem - od * OH;
@@ -1341,27 +1369,7 @@ QP_ALWAYS void qp_short_rows_t(const uint8_t *x, uint8_t *out, ptrdiff_t D, ptrd
                          aq->iq, cz);
             goto next;
         }
-        /* rint(f32(f32(sum) * r)) with cvtps2dq's round half to even; an average of raw
-         * values is in range, so vpmovdb's truncation is exact */
-        if (kw == 8) {
-            if (sgn) acc = _mm512_sub_epi64(acc, _mm512_set1_epi64(128 * 8 * (ib - ia) * (jb - ja)));
-            __m256 f = _mm256_mul_ps(_mm512_cvtepi64_ps(acc), _mm256_maskz_loadu_ps((__mmask8)om, rc));
-            _mm256_mask_cvtepi32_storeu_epi8(o, (__mmask8)om, _mm256_cvtps_epi32(f));
-        } else if (kw == 4) {
-            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_maskz_loadu_ps(om0, rc));
-            _mm512_mask_cvtepi32_storeu_epi8(o, om0, _mm512_cvtps_epi32(f));
-        } else {
-            __m256i a = _mm512_castsi512_si256(acc);
-            __m512 f = _mm512_cvtepi32_ps(sgn ? _mm512_cvtepi16_epi32(a) : _mm512_cvtepu16_epi32(a));
-            f = _mm512_mul_ps(f, _mm512_maskz_loadu_ps(om0, rc));
-            _mm512_mask_cvtepi32_storeu_epi8(o, om0, _mm512_cvtps_epi32(f));
-            if (om1) {
-                a = _mm512_extracti64x4_epi64(acc, 1);
-                f = _mm512_cvtepi32_ps(sgn ? _mm512_cvtepi16_epi32(a) : _mm512_cvtepu16_epi32(a));
-                f = _mm512_mul_ps(f, _mm512_maskz_loadu_ps(om1, rc + 16));
-                _mm512_mask_cvtepi32_storeu_epi8(o + 16, om1, _mm512_cvtps_epi32(f));
-            }
-        }
+        qp_adaptive_store(acc, kw, sgn, (ib - ia) * (jb - ja), rc, o, om);
     next:
         rem++;
         if (++oh == OH) { oh = 0; if (++od == OD) { od = 0; rem = 0; p++; } }
@@ -1381,7 +1389,7 @@ QP_ALWAYS void qp_flat_rows_t(const uint8_t *x, uint8_t *out, ptrdiff_t W, ptrdi
     const ptrdiff_t C = kh * W, lanes = 64 / kw;   /* lanes of one vector after the reduce */
     const __mmask64 m0 = qp_m64(0, C), m1 = qp_m64(0, C - 64);
     const __mmask32 om = _bzhi_u32(~0U, (unsigned)OW);
-    const __mmask16 om0 = (__mmask16)(om & 0xFFFF), om1 = (__mmask16)(om >> 16);
+    const __mmask16 om0 = (__mmask16)(om & 0xFFFF);
     __m512i idx[64];
     for (ptrdiff_t k = 0; k < kh; k++) {
         /* lane ow of permute k: lane k*OW + ow of the pair (first vector's lanes, then the
@@ -1431,27 +1439,7 @@ QP_ALWAYS void qp_flat_rows_t(const uint8_t *x, uint8_t *out, ptrdiff_t W, ptrdi
             else _mm512_mask_cvtepi64_storeu_epi8(o, (__mmask8)om, acc);
             continue;
         }
-        /* rint(f32(f32(sum) * r)), as qp_short_rows_t */
-        const float *rc = recip + (r % OH) * OW;
-        if (kw == 8) {
-            if (sgn) acc = _mm512_sub_epi64(acc, _mm512_set1_epi64(128 * 8 * kh));
-            __m256 f = _mm256_mul_ps(_mm512_cvtepi64_ps(acc), _mm256_maskz_loadu_ps((__mmask8)om, rc));
-            _mm256_mask_cvtepi32_storeu_epi8(o, (__mmask8)om, _mm256_cvtps_epi32(f));
-        } else if (kw == 4) {
-            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_maskz_loadu_ps(om0, rc));
-            _mm512_mask_cvtepi32_storeu_epi8(o, om0, _mm512_cvtps_epi32(f));
-        } else {
-            __m256i h = _mm512_castsi512_si256(acc);
-            __m512 f = _mm512_cvtepi32_ps(sgn ? _mm512_cvtepi16_epi32(h) : _mm512_cvtepu16_epi32(h));
-            f = _mm512_mul_ps(f, _mm512_maskz_loadu_ps(om0, rc));
-            _mm512_mask_cvtepi32_storeu_epi8(o, om0, _mm512_cvtps_epi32(f));
-            if (om1) {
-                h = _mm512_extracti64x4_epi64(acc, 1);
-                f = _mm512_cvtepi32_ps(sgn ? _mm512_cvtepi16_epi32(h) : _mm512_cvtepu16_epi32(h));
-                f = _mm512_mul_ps(f, _mm512_maskz_loadu_ps(om1, rc + 16));
-                _mm512_mask_cvtepi32_storeu_epi8(o + 16, om1, _mm512_cvtps_epi32(f));
-            }
-        }
+        qp_adaptive_store(acc, kw, sgn, kh, recip + (r % OH) * OW, o, om);
     }
 }
 

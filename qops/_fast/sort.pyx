@@ -239,6 +239,28 @@ cdef extern from *:
             }
     }
 
+    /* The nc <= 64 candidates (keys ck, indices ci, in index order; K holds key i in byte
+     * i) to their output slots: candidate i goes to rank = keys above it + equal keys before
+     * it (two compares against K); ranks are distinct and those below k are the output. A
+     * rank >= k stores into a dummy slot instead of branching. */
+    static inline void qops_topk_rank(__m512i K, const uint8_t* ck, const int64_t* ci,
+                                      ptrdiff_t nc, ptrdiff_t k, uint8_t flip, uint8_t* vals,
+                                      int64_t* restrict idx) {
+        uint8_t dv;
+        int64_t di;
+        uint64_t cm = nc >= 64 ? ~0ULL : (1ULL << nc) - 1;
+        for (ptrdiff_t i = 0; i < nc; i++) {
+            __m512i ki = _mm512_set1_epi8((char)ck[i]);
+            uint64_t gt = _mm512_mask_cmpgt_epu8_mask(cm, K, ki);
+            uint64_t eq = _mm512_mask_cmpeq_epu8_mask((1ULL << i) - 1, K, ki);
+            int r = __builtin_popcountll(gt) + __builtin_popcountll(eq);
+            uint8_t* pv = r < k ? vals + r : &dv;
+            int64_t* pi = r < k ? idx + r : &di;
+            *pv = ck[i] ^ flip;
+            *pi = ci[i];
+        }
+    }
+
     /* Candidates (keys >= the bound Lb) collected one by one from the compare masks, in index
      * order; returns 0 (nothing written) when more than 64 keys reach the bound. */
     static inline int qops_topk_given(const uint8_t* x, ptrdiff_t n, ptrdiff_t k, uint8_t flip,
@@ -249,6 +271,8 @@ cdef extern from *:
         const __m512i tv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(tm, x + nf), f);
         int64_t ci[64];
         uint8_t ck[64];
+        /* the keys also go into K byte by byte: a wide load of ck after its narrow stores
+         * would stall on store forwarding */
         __m512i K = _mm512_setzero_si512();
         for (b = 0; b <= nf; b += 64) {
             uint64_t m;
@@ -267,23 +291,7 @@ cdef extern from *:
                 ck[nc++] = key;
             } while (m);
         }
-        /* Candidate i goes to slot rank = keys above it + equal keys before it (two compares
-         * against K, which holds key i in byte i); ranks are distinct and those below k are
-         * the output. A rank >= k stores into a dummy slot instead of branching, and nothing
-         * reloads what was stored byte by byte (a wide load of narrow stores stalls). */
-        uint8_t dv;
-        int64_t di;
-        uint64_t cm = nc >= 64 ? ~0ULL : (1ULL << nc) - 1;
-        for (ptrdiff_t i = 0; i < nc; i++) {
-            __m512i ki = _mm512_set1_epi8((char)ck[i]);
-            uint64_t gt = _mm512_mask_cmpgt_epu8_mask(cm, K, ki);
-            uint64_t eq = _mm512_mask_cmpeq_epu8_mask((1ULL << i) - 1, K, ki);
-            int r = __builtin_popcountll(gt) + __builtin_popcountll(eq);
-            uint8_t* pv = r < k ? vals + r : &dv;
-            int64_t* pi = r < k ? idx + r : &di;
-            *pv = ck[i] ^ flip;
-            *pi = ci[i];
-        }
+        qops_topk_rank(K, ck, ci, nc, k, flip, vals, idx);
         return 1;
     }
 
@@ -351,21 +359,7 @@ cdef extern from *:
             }
             nc += pc;
         }
-        /* ranks as in qops_topk_given */
-        const __m512i K = _mm512_loadu_si512((const void*)ck);
-        uint8_t dv;
-        int64_t di;
-        uint64_t cm = nc >= 64 ? ~0ULL : (1ULL << nc) - 1;
-        for (ptrdiff_t i = 0; i < nc; i++) {
-            __m512i ki = _mm512_set1_epi8((char)ck[i]);
-            uint64_t gt = _mm512_mask_cmpgt_epu8_mask(cm, K, ki);
-            uint64_t eq = _mm512_mask_cmpeq_epu8_mask((1ULL << i) - 1, K, ki);
-            int r = __builtin_popcountll(gt) + __builtin_popcountll(eq);
-            uint8_t* pv = r < k ? vals + r : &dv;
-            int64_t* pi = r < k ? idx + r : &di;
-            *pv = ck[i] ^ flip;
-            *pi = ci[i];
-        }
+        qops_topk_rank(_mm512_loadu_si512((const void*)ck), ck, ci, nc, k, flip, vals, idx);
         return 1;
     }
 
