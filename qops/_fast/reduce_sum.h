@@ -59,6 +59,10 @@ static inline __m512i qops_sums8(const uint8_t *x, ptrdiff_t stride, ptrdiff_t n
     const ptrdiff_t full = n & ~(ptrdiff_t)63;
     const __mmask64 m = _bzhi_u64(~0ULL, (unsigned)(n - full));
     __m512i v[8], a[4], c[2];
+    /* the runs 4 batches ahead (contiguous runs, the usual case, are one stream; beyond the
+     * caches the hardware alone left these sums at ~40% of a copy's speed) */
+    for (ptrdiff_t off = 0; off < 8 * stride; off += 64)
+        _mm_prefetch((const char *)(x + 32 * stride + off), _MM_HINT_T0);
     for (int k = 0; k < 8; k++) {
         const uint8_t *p = x + k * stride;
         __m512i acc = zero;
