@@ -45,6 +45,7 @@ def main():
     b = args.batch
     q3 = q.reshape(b, 32, 8, 56, 56)         # the same bytes as 3-d and 1-d pooling inputs
     q1 = q.reshape(b, 64, 12544)
+    q7 = q.reshape(b, 16384, 7, 7)           # many short planes, as a network's last maps
     # (name, call, input bytes per input byte, output bytes per input byte): the memory-bound
     # ops with a "large" benchmark case in the registry, plus nearest x2 (bilinear computes
     # 4 taps per output and is not memory-bound)
@@ -62,6 +63,9 @@ def main():
         ("avg_pool3d 2x2x2", lambda: F.avg_pool3d(q3, 2), 1, 0.125),
         ("adaptive_avg_pool2d 7x7", lambda: F.adaptive_avg_pool2d(q, (7, 7)), 1, 0),
         ("adaptive_max_pool2d 7x7", lambda: F.adaptive_max_pool2d(q, (7, 7)), 1, 0),
+        ("adaptive_avg_pool2d 1x1", lambda: F.adaptive_avg_pool2d(q, 1), 1, 0),
+        ("mean over H, W", lambda: q.mean((2, 3)), 1, 0),
+        ("adaptive_avg 1x1 7x7 maps", lambda: F.adaptive_avg_pool2d(q7, 1), 1, 0),
         ("interpolate nearest x2", lambda: F.interpolate(q, scale_factor=2, mode="nearest"), 1, 4),
     ]
     a = q.int_repr()
