@@ -189,3 +189,15 @@ def test_max_pools_without_vbmi(name):
                 assert (g.equal(w) if isinstance(w, qops.QTensor) else np.array_equal(g, w)), case.label
     finally:
         pool._use_vbmi(was)
+
+
+def test_argument_memo_keeps_checks():
+    # _pool_args memoizes plain int arguments: forms that compare equal to a memoized key but
+    # are not plain ints (bool, float) must still be checked and refused
+    q = qops.quantize_per_tensor(np.zeros((1, 2, 8, 8), np.float32), 0.1, 3, qops.quint8)
+    F.max_pool2d(q, 2, 1)
+    F.max_pool2d(q, (2, 2), (1, 1))
+    for kw in (dict(kernel_size=2.0, stride=1), dict(kernel_size=2, stride=True),
+               dict(kernel_size=(2, 2), stride=(1, 1.0)), dict(kernel_size=2, stride=1, ceil_mode=1)):
+        with pytest.raises((TypeError, ValueError)):
+            F.max_pool2d(q, **kw)
