@@ -16,7 +16,10 @@ def config_info():
         from qops import _fast
         info.update(openmp=_fast.OPENMP, isas_compiled=_fast.ISAS, isas_cpu=_fast.CPU_ISAS,
                     isa=_fast.ISA, debug_build=_fast.DEBUG,
-                    omp_max_threads=_fast._cpu.get_max_threads())
+                    omp_max_threads=_fast._cpu.get_max_threads(),
+                    # kernels the AVX-512 build picks at run time by CPU feature
+                    vbmi_max_pool=_fast.load("pool")._use_vbmi(),
+                    vbmi2_topk=_fast.load("sort")._topk_vbmi())
     except ImportError as exc:
         info.update(fast_error=str(exc))
     return info
@@ -35,6 +38,9 @@ def show_config():
                  ("ISAs compiled", ", ".join(info["isas_compiled"])),
                  ("ISAs this CPU runs", ", ".join(info["isas_cpu"])),
                  ("ISA in use", info["isa"] + ("  (forced by QOPS_ISA)" if _forced() else "")),
+                 ("VBMI kernels (stride-2 max pool, top-k)",
+                  f"{'on' if info['vbmi_max_pool'] else 'off'}, "
+                  f"{'on' if info['vbmi2_topk'] else 'off'}"),
                  ("debug build (bounds checks)", "yes" if info["debug_build"] else "no")]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:

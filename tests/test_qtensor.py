@@ -207,5 +207,5 @@ def test_backend_and_threads_settings():
 def test_show_config(capsys):
     qops.show_config()
     out = capsys.readouterr().out
-    for key in ("numpy", "OpenMP", "threads", "ISAs compiled", "ISA in use"):
+    for key in ("numpy", "OpenMP", "threads", "ISAs compiled", "ISA in use", "VBMI kernels"):
         assert key in out
