@@ -788,82 +788,6 @@ cdef extern from *:
     #include <immintrin.h>
     #endif
     #include "reduce_sum.h"
-    /* Exact sum of n raw 8-bit values (int8 biased to unsigned by xor 0x80, bias removed at
-     * the end): psadbw adds 8 bytes into a 64-bit lane per instruction. */
-    static inline int64_t qp_sum8(const uint8_t *p, ptrdiff_t n, int sgn) {
-        ptrdiff_t i = 0;
-        int64_t s = 0;
-    #if defined(__AVX512BW__)
-        const __m512i z5 = _mm512_setzero_si512();
-        const __m512i b5 = _mm512_set1_epi8((char)0x80);
-        __m512i a5 = _mm512_setzero_si512();
-        __m512i c0 = a5, c1 = a5, c2 = a5, c3 = a5;
-        const uint8_t *q4 = p;
-        __m512i xb = sgn ? b5 : z5;        /* xor with 0 is the identity */
-        for (; i + 256 <= n; i += 256) {
-            q4 = p + i;
-            c0 = _mm512_add_epi64(c0, _mm512_sad_epu8(_mm512_xor_si512(_mm512_loadu_si512((const void *)q4), xb), z5));
-            c1 = _mm512_add_epi64(c1, _mm512_sad_epu8(_mm512_xor_si512(_mm512_loadu_si512((const void *)(q4 + 64)), xb), z5));
-            c2 = _mm512_add_epi64(c2, _mm512_sad_epu8(_mm512_xor_si512(_mm512_loadu_si512((const void *)(q4 + 128)), xb), z5));
-            c3 = _mm512_add_epi64(c3, _mm512_sad_epu8(_mm512_xor_si512(_mm512_loadu_si512((const void *)(q4 + 192)), xb), z5));
-        }
-        a5 = _mm512_add_epi64(_mm512_add_epi64(c0, c1), _mm512_add_epi64(c2, c3));
-        if (sgn) {
-            for (; i + 64 <= n; i += 64)
-                a5 = _mm512_add_epi64(a5, _mm512_sad_epu8(_mm512_xor_si512(
-                    _mm512_loadu_si512((const void *)(p + i)), b5), z5));
-        } else {
-            for (; i + 64 <= n; i += 64)
-                a5 = _mm512_add_epi64(a5, _mm512_sad_epu8(
-                    _mm512_loadu_si512((const void *)(p + i)), z5));
-        }
-        if (i < n) {
-            __mmask64 m = _bzhi_u64(~0ULL, (unsigned)(n - i));
-            __m512i v = _mm512_maskz_loadu_epi8(m, p + i);
-            if (sgn) v = _mm512_maskz_mov_epi8(m, _mm512_xor_si512(v, b5));
-            a5 = _mm512_add_epi64(a5, _mm512_sad_epu8(v, z5));
-            i = n;
-        }
-        s = _mm512_reduce_add_epi64(a5);
-        if (sgn) s -= 128 * (int64_t)n;
-        return s;
-    #elif defined(__AVX2__)
-        const __m256i z2 = _mm256_setzero_si256();
-        const __m256i b2 = _mm256_set1_epi8((char)0x80);
-        __m256i a2 = _mm256_setzero_si256();
-        for (; i + 32 <= n; i += 32) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(p + i));
-            if (sgn) v = _mm256_xor_si256(v, b2);
-            a2 = _mm256_add_epi64(a2, _mm256_sad_epu8(v, z2));
-        }
-        __m128i h = _mm_add_epi64(_mm256_castsi256_si128(a2), _mm256_extracti128_si256(a2, 1));
-        s = _mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1);
-        if (sgn) s -= 128 * (int64_t)i;
-    #endif
-        if (sgn) { const int8_t *q = (const int8_t *)p; for (; i < n; i++) s += q[i]; }
-        else { for (; i < n; i++) s += p[i]; }
-        return s;
-    }
-    /* out[p] = rint(f32(f32(sum of plane p) * recip)) for planes [p0, p1) of L bytes each,
-     * 8 at a time where reduce_sum.h's qops_sums8 applies (planes of at most 256 bytes: the
-     * 1x1 pools of 7x7 and 14x14 maps). */
-    static void qp_plane_means(const uint8_t *x, uint8_t *out, ptrdiff_t p0, ptrdiff_t p1,
-                               ptrdiff_t L, float recip, int sgn) {
-        ptrdiff_t p = p0;
-    #ifdef QOPS_SUMS8
-        if (L <= 256) {
-            const __m256 r = _mm256_set1_ps(recip);
-            for (; p + 8 <= p1; p += 8) {
-                __m256 f = _mm256_mul_ps(_mm512_cvtepi64_ps(qops_sums8(x + p * L, L, L, sgn)), r);
-                _mm_storel_epi64((__m128i *)(out + p), _mm256_cvtepi32_epi8(_mm256_cvtps_epi32(f)));
-            }
-        }
-    #endif
-        for (; p < p1; p++) {
-            int32_t s = (int32_t)qp_sum8(x + p * L, L, sgn);
-            out[p] = (uint8_t)(int32_t)qops_rintf((float)s * recip);
-        }
-    }
     /* acc[w] (=|+=) row[w] over a row of n raw values (restrict: no aliasing check). */
     /* 8 values at a time (AVX2 widening loads) so short rows (W = 28) vectorize too: GCC's
      * own vectorization of a widening loop needs a whole vector of bytes (64 with AVX-512). */
@@ -887,9 +811,8 @@ cdef extern from *:
     QP_ROW(qp_row_u8, uint8_t, QP_CVT_u8)
     QP_ROW(qp_row_s8, int8_t, QP_CVT_s8)
     """
-    int64_t qp_sum8(const uint8_t* p, Py_ssize_t n, int sgn) noexcept nogil
-    void qp_plane_means(const uint8_t* x, uint8_t* out, Py_ssize_t p0, Py_ssize_t p1,
-                        Py_ssize_t L, float recip, int sgn) noexcept nogil
+    void qops_run_means(const uint8_t* x, uint8_t* out, Py_ssize_t r0, Py_ssize_t r1,
+                        Py_ssize_t n, int is_signed, float mul, float div) noexcept nogil
     void qp_row_u8(int32_t* a, const uint8_t* s, Py_ssize_t n, int first) noexcept nogil
     void qp_row_s8(int32_t* a, const int8_t* s, Py_ssize_t n, int first) noexcept nogil
     float floorf(float) noexcept nogil
@@ -958,16 +881,17 @@ cdef void _adaptive_avg_planes(const uint8_t* x, uint8_t* out, Py_ssize_t planes
 
 cdef void _plane_mean(const uint8_t* x, uint8_t* out, Py_ssize_t P, Py_ssize_t L, float recip,
                       int sgn, int nthreads) noexcept nogil:
-    # Output 1x1(x1): one contiguous exact sum per (n, c) plane; each thread a range of
-    # planes (whole groups of 8, as qp_plane_means takes them).
+    # Output 1x1(x1): one contiguous exact sum per (n, c) plane, rint(f32(f32(sum) * recip))
+    # (the "/ 1" of reduce_sum.h's formula is exact); each thread a range of planes (whole
+    # groups of 8, as qops_run_means takes them).
     cdef Py_ssize_t t, a, b
     if nthreads <= 1:
-        qp_plane_means(x, out, 0, P, L, recip, sgn)
+        qops_run_means(x, out, 0, P, L, sgn, recip, 1.0)
         return
     for t in prange(nthreads, schedule="static", num_threads=nthreads):
         a = (P * t // nthreads) // 8 * 8
         b = P if t == nthreads - 1 else (P * (t + 1) // nthreads) // 8 * 8
-        qp_plane_means(x, out, a, b, L, recip, sgn)
+        qops_run_means(x, out, a, b, L, sgn, recip, 1.0)
 
 
 def adaptive_avg_pool(x, out_size):

@@ -96,6 +96,16 @@ static inline __m512i qops_narrow64(__m512i r0, __m512i r1, __m512i r2, __m512i 
     }
 #endif
 
+/* Whether the 64-wide add needs its upper clamp in float: only when a result could leave
+ * int32 (which converts to INT32_MIN). |y * inv| is bounded over every input pair; below 2**30
+ * the packs' saturation is the whole clamp and the loop drops one instruction in twelve. */
+static inline int qops_add_needs_hi(const qops_add_params *p, int is_signed) {
+    const double qlo = is_signed ? -128.0 : 0.0, qhi = is_signed ? 127.0 : 255.0;
+    double fa = fmax(fabs((double)p->sa * qlo + p->sa_negzp), fabs((double)p->sa * qhi + p->sa_negzp));
+    double fb = fmax(fabs((double)p->sb * qlo + p->sb_negzp), fabs((double)p->sb * qhi + p->sb_negzp));
+    return !((fa + fb) * 1.001 * fabs((double)p->inv) + 1.0 < 1073741824.0);
+}
+
 /* out[0:n] from a[0:n], b[0:n]; is_signed: int8 data, else uint8. */
 static void qops_add_run(const void *a, const void *b, void *out, ptrdiff_t n, int is_signed,
                          const qops_add_params *p) {
@@ -103,21 +113,11 @@ static void qops_add_run(const void *a, const void *b, void *out, ptrdiff_t n, i
 #ifdef QOPS_ARITH_AVX512
     const uint8_t *pa = (const uint8_t *)a, *pb = (const uint8_t *)b;
     uint8_t *po = (uint8_t *)out;
-    qops_add_vec v = {_mm512_set1_ps(p->sa), _mm512_set1_ps(p->sa_negzp),
+    const qops_add_vec v = {_mm512_set1_ps(p->sa), _mm512_set1_ps(p->sa_negzp),
                             _mm512_set1_ps(p->sb), _mm512_set1_ps(p->sb_negzp),
                             _mm512_set1_ps(p->inv), _mm512_set1_ps(p->hi),
                             _mm512_set1_epi32((int32_t)p->lo), _mm512_set1_epi32(p->zo), p->relu,
-                            1};
-    /* The upper clamp in float only matters when a result could leave int32 (which converts
-     * to INT32_MIN): bound |y * inv| over every input pair; below 2**30 the packs' saturation
-     * is the whole clamp and the 64-wide loop drops one instruction in twelve. */
-    {
-        double qlo = is_signed ? -128.0 : 0.0, qhi = is_signed ? 127.0 : 255.0;
-        double fa = fmax(fabs((double)p->sa * qlo + p->sa_negzp), fabs((double)p->sa * qhi + p->sa_negzp));
-        double fb = fmax(fabs((double)p->sb * qlo + p->sb_negzp), fabs((double)p->sb * qhi + p->sb_negzp));
-        double bound = (fa + fb) * 1.001 * fabs((double)p->inv) + 1.0;
-        v.clamp_hi = !(bound < 1073741824.0);
-    }
+                            qops_add_needs_hi(p, is_signed)};
     const __m512i zo16 = _mm512_set1_epi16((short)p->zo);
     if (is_signed) {
         QOPS_ADD64(_mm512_cvtepi8_epi32, 1)

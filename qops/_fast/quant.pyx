@@ -178,17 +178,16 @@ cdef void _d_pc_channels(const qint_t[:, :, ::1] q, float[:, :, ::1] out, const 
     # D_pc in float32 when that gives the same bits: 8-bit q - zp is an integer of at most 24
     # bits, a scale that is a float32 has 24, so the double product is exact and both paths
     # round it to float once. The scales from observers are float32 (PyTorch's as ours).
-    cdef bint f32 = qint_t is not int32_t
+    # Both 8-bit kernels need f32(q) - f32(zp) to be the integer q - zp: |zp| <= 2**23.
+    cdef bint small_zp = qint_t is not int32_t, f32 = True
     for c in range(nc):
-        f32 = f32 and <double><float>sp[c] == sp[c] and -(1 << 23) <= zpp[c] <= (1 << 23)
-    if f32:
+        small_zp = small_zp and -(1 << 23) <= zpp[c] <= (1 << 23)
+        f32 = f32 and <double><float>sp[c] == sp[c]
+    if small_zp and f32:
         for r in prange(n0 * nc, schedule="static",
                         num_threads=qops_threads_for(n0 * nc * n2, GRAIN)):
             _d_sc_run(qp + r * n2, op + r * n2, n2, <float>sp[r % nc], zpp[r % nc])
         return
-    cdef bint small_zp = qint_t is not int32_t
-    for c in range(nc):
-        small_zp = small_zp and -(1 << 23) <= zpp[c] <= (1 << 23)
     if small_zp:
         for r in prange(n0 * nc, schedule="static",
                         num_threads=qops_threads_for(n0 * nc * n2, GRAIN)):

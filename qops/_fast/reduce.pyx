@@ -9,8 +9,8 @@ from qops._fast._common cimport *
 
 cdef extern from "reduce_sum.h" nogil:
     int64_t qops_sum_bytes(const uint8_t *p, Py_ssize_t n, int is_signed)
-    void qops_row_means(const uint8_t *x, uint8_t *out, Py_ssize_t r0, Py_ssize_t r1,
-                        Py_ssize_t n, int is_signed)
+    void qops_run_means(const uint8_t *x, uint8_t *out, Py_ssize_t r0, Py_ssize_t r1,
+                        Py_ssize_t n, int is_signed, float mul, float div)
     void qops_col_means(const uint8_t *x, Py_ssize_t stride, Py_ssize_t n, Py_ssize_t c0,
                         Py_ssize_t c1, uint8_t *out, int is_signed)
 
@@ -187,17 +187,17 @@ cdef void _column_means(const q8_t[:, :, ::1] q, q8_t[:, ::1] out) noexcept nogi
 
 cdef void _row_means(const q8_t[:, ::1] q, q8_t[::1] out) noexcept nogil:
     # Exact int64 sum per row, then the mean (reduce_sum.h); each thread a range of rows in
-    # whole groups of 8, as qops_row_means takes them.
+    # whole groups of 8, as qops_run_means takes them.
     cdef Py_ssize_t rows = q.shape[0], n = q.shape[1], t, a, b
     cdef int nt = qops_threads_for(rows * n, GRAIN)
     cdef int sgn = q8_t is int8_t
     if nt <= 1:
-        qops_row_means(<const uint8_t*>&q[0, 0], <uint8_t*>&out[0], 0, rows, n, sgn)
+        qops_run_means(<const uint8_t*>&q[0, 0], <uint8_t*>&out[0], 0, rows, n, sgn, 1.0, n)
         return
     for t in prange(nt, schedule="static", num_threads=nt):
         a = (rows * t // nt) // 8 * 8
         b = rows if t == nt - 1 else (rows * (t + 1) // nt) // 8 * 8
-        qops_row_means(<const uint8_t*>&q[0, 0], <uint8_t*>&out[0], a, b, n, sgn)
+        qops_run_means(<const uint8_t*>&q[0, 0], <uint8_t*>&out[0], a, b, n, sgn, 1.0, n)
 
 
 def mean_dims(q):

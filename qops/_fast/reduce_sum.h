@@ -3,48 +3,76 @@
  * With AVX512BW, vpsadbw adds each 8 bytes into a 64-bit lane (one instruction per 64 bytes,
  * and a masked load for the tail), so short rows such as the 49 pixels of a 7x7 map are
  * summed in a few instructions instead of one add per byte. int8 values are biased by 128
- * (xor 0x80) to unsigned and the bias is subtracted at the end. Other builds use a plain loop.
- * Both are exact integer sums, so they give the same result.
+ * (xor 0x80) to unsigned and the bias is subtracted at the end. AVX2 builds do the same 32
+ * bytes at a time, others use a plain loop; all are exact integer sums, so they agree. The
+ * mean kernels of the pool family (adaptive average to 1x1) use them too.
  */
 #ifndef QOPS_REDUCE_SUM_H
 #define QOPS_REDUCE_SUM_H
 #include <stddef.h>
 #include <stdint.h>
 #include <math.h>
-#if defined(__AVX512BW__)
+#include "qops_common.h"
+#if defined(__AVX2__) || defined(__AVX512BW__)
 #include <immintrin.h>
 #endif
 
-static inline int64_t qops_sum_bytes(const uint8_t *p, ptrdiff_t n, int is_signed) {
-#if defined(__AVX512BW__)
-    const __m512i zero = _mm512_setzero_si512();
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
-    __m512i acc = _mm512_setzero_si512();
+/* Exact sum of n raw 8-bit values (int8 biased to unsigned by xor 0x80, bias removed at
+ * the end): psadbw adds 8 bytes into a 64-bit lane per instruction, four accumulators over
+ * long runs. */
+static inline int64_t qops_sum_bytes(const uint8_t *p, ptrdiff_t n, int sgn) {
     ptrdiff_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        __m512i x = _mm512_loadu_si512((const void *)(p + i));
-        if (is_signed) x = _mm512_xor_si512(x, bias);
-        acc = _mm512_add_epi64(acc, _mm512_sad_epu8(x, zero));
+    int64_t s = 0;
+#if defined(__AVX512BW__)
+    const __m512i z5 = _mm512_setzero_si512();
+    const __m512i b5 = _mm512_set1_epi8((char)0x80);
+    __m512i a5 = _mm512_setzero_si512();
+    __m512i c0 = a5, c1 = a5, c2 = a5, c3 = a5;
+    const uint8_t *q4 = p;
+    __m512i xb = sgn ? b5 : z5;        /* xor with 0 is the identity */
+    for (; i + 256 <= n; i += 256) {
+        q4 = p + i;
+        c0 = _mm512_add_epi64(c0, _mm512_sad_epu8(_mm512_xor_si512(_mm512_loadu_si512((const void *)q4), xb), z5));
+        c1 = _mm512_add_epi64(c1, _mm512_sad_epu8(_mm512_xor_si512(_mm512_loadu_si512((const void *)(q4 + 64)), xb), z5));
+        c2 = _mm512_add_epi64(c2, _mm512_sad_epu8(_mm512_xor_si512(_mm512_loadu_si512((const void *)(q4 + 128)), xb), z5));
+        c3 = _mm512_add_epi64(c3, _mm512_sad_epu8(_mm512_xor_si512(_mm512_loadu_si512((const void *)(q4 + 192)), xb), z5));
+    }
+    a5 = _mm512_add_epi64(_mm512_add_epi64(c0, c1), _mm512_add_epi64(c2, c3));
+    if (sgn) {
+        for (; i + 64 <= n; i += 64)
+            a5 = _mm512_add_epi64(a5, _mm512_sad_epu8(_mm512_xor_si512(
+                _mm512_loadu_si512((const void *)(p + i)), b5), z5));
+    } else {
+        for (; i + 64 <= n; i += 64)
+            a5 = _mm512_add_epi64(a5, _mm512_sad_epu8(
+                _mm512_loadu_si512((const void *)(p + i)), z5));
     }
     if (i < n) {
         __mmask64 m = _bzhi_u64(~0ULL, (unsigned)(n - i));
-        __m512i x = _mm512_maskz_loadu_epi8(m, p + i);
-        if (is_signed) x = _mm512_maskz_mov_epi8(m, _mm512_xor_si512(x, bias));
-        acc = _mm512_add_epi64(acc, _mm512_sad_epu8(x, zero));
+        __m512i v = _mm512_maskz_loadu_epi8(m, p + i);
+        if (sgn) v = _mm512_maskz_mov_epi8(m, _mm512_xor_si512(v, b5));
+        a5 = _mm512_add_epi64(a5, _mm512_sad_epu8(v, z5));
+        i = n;
     }
-    int64_t s = _mm512_reduce_add_epi64(acc);
-    return is_signed ? s - 128 * (int64_t)n : s;
-#else
-    int64_t s = 0;
-    ptrdiff_t i;
-    if (is_signed) {
-        const int8_t *q = (const int8_t *)p;
-        for (i = 0; i < n; i++) s += q[i];
-    } else {
-        for (i = 0; i < n; i++) s += p[i];
-    }
+    s = _mm512_reduce_add_epi64(a5);
+    if (sgn) s -= 128 * (int64_t)n;
     return s;
+#elif defined(__AVX2__)
+    const __m256i z2 = _mm256_setzero_si256();
+    const __m256i b2 = _mm256_set1_epi8((char)0x80);
+    __m256i a2 = _mm256_setzero_si256();
+    for (; i + 32 <= n; i += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(p + i));
+        if (sgn) v = _mm256_xor_si256(v, b2);
+        a2 = _mm256_add_epi64(a2, _mm256_sad_epu8(v, z2));
+    }
+    __m128i h = _mm_add_epi64(_mm256_castsi256_si128(a2), _mm256_extracti128_si256(a2, 1));
+    s = _mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1);
+    if (sgn) s -= 128 * (int64_t)i;
 #endif
+    if (sgn) { const int8_t *q = (const int8_t *)p; for (; i < n; i++) s += q[i]; }
+    else { for (; i < n; i++) s += p[i]; }
+    return s;
 }
 
 #if defined(__AVX512BW__) && defined(__AVX512DQ__)
@@ -131,26 +159,27 @@ static inline void qops_col_means(const uint8_t *x, ptrdiff_t stride, ptrdiff_t 
         int64_t s = 0;
         for (ptrdiff_t j = 0; j < n; j++)
             s += is_signed ? (int8_t)x[j * stride + c] : x[j * stride + c];
-        out[c - c0] = (uint8_t)(int32_t)rintf((float)s / fn);
+        out[c - c0] = (uint8_t)(int32_t)qops_rintf((float)s / fn);
     }
 }
 
-/* out[r] = rint(f32(f32(sum of row r) / f32(n))) for rows [r0, r1) of n bytes (the mean
- * kernels' formula), 8 rows at a time where qops_sums8 applies. */
-static inline void qops_row_means(const uint8_t *x, uint8_t *out, ptrdiff_t r0, ptrdiff_t r1,
-                                  ptrdiff_t n, int is_signed) {
+/* out[r] = rint(f32(f32(f32(sum of row r) * mul) / div)) for rows [r0, r1) of n bytes, 8
+ * rows at a time where qops_sums8 applies. The mean kernels pass (1, n), the adaptive average
+ * to 1x1 (reciprocal, 1); the other factor of each is exact, so each gets its own formula. */
+static inline void qops_run_means(const uint8_t *x, uint8_t *out, ptrdiff_t r0, ptrdiff_t r1,
+                                  ptrdiff_t n, int is_signed, float mul, float div) {
     ptrdiff_t r = r0;
-    const float fn = (float)n;
 #ifdef QOPS_SUMS8
     if (n <= 256) {
-        const __m256 d = _mm256_set1_ps(fn);
+        const __m256 m = _mm256_set1_ps(mul), d = _mm256_set1_ps(div);
         for (; r + 8 <= r1; r += 8) {
-            __m256 f = _mm256_div_ps(_mm512_cvtepi64_ps(qops_sums8(x + r * n, n, n, is_signed)), d);
+            __m256 f = _mm512_cvtepi64_ps(qops_sums8(x + r * n, n, n, is_signed));
+            f = _mm256_div_ps(_mm256_mul_ps(f, m), d);
             _mm_storel_epi64((__m128i *)(out + r), _mm256_cvtepi32_epi8(_mm256_cvtps_epi32(f)));
         }
     }
 #endif
     for (; r < r1; r++)
-        out[r] = (uint8_t)(int32_t)rintf((float)qops_sum_bytes(x + r * n, n, is_signed) / fn);
+        out[r] = (uint8_t)(int32_t)qops_rintf((float)qops_sum_bytes(x + r * n, n, is_signed) * mul / div);
 }
 #endif

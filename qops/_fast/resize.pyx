@@ -164,7 +164,7 @@ cdef extern from *:
     static void qops_bilinear2x_plane(const uint8_t *x, uint8_t *out, ptrdiff_t H, ptrdiff_t W,
                                       int sgn, uint8_t *pad, int16_t *hb) {
         const ptrdiff_t OW = 2 * W, stride = OW + 64;
-        int16_t *prev = hb, *cur = hb, *next, *spare = hb + stride;
+        int16_t *prev = hb, *cur = hb, *next;
         qops_bl2_hrow(x, W, sgn, pad, cur);
         for (ptrdiff_t i = 0; i < H; i++) {
             if (i + 1 < H) {
@@ -180,7 +180,6 @@ cdef extern from *:
             prev = cur;
             cur = next;
         }
-        (void)spare;
     }
     """
     void qops_double_bytes(const uint8_t* src, uint8_t* dst, Py_ssize_t n, int copies,
