@@ -8,6 +8,7 @@ from qops._fast._common cimport *
 
 cdef extern from *:
     """
+    #include "qops_common.h"
     #if defined(__AVX2__)
     #include <immintrin.h>
     #endif
@@ -63,9 +64,160 @@ cdef extern from *:
         *s_out = s;
         *ss_out = ss;
     }
+
+    /* Row kernels of the three norm affines. The AVX2 bodies compute each element's float32
+     * value with the scalar steps (same ops, same order), then round with one vcvtps2dq
+     * (round half to even, as rintf) and clamp with saturating packs: int32 -> int16, the
+     * zero point added in int16 with saturation, int16 -> 8 bits. That equals the scalar
+     * clamp(rint(y), lo, hi) + zp whenever |y| < 2^30 and y is not NaN, which the caller's
+     * bound (qops_norm_vec_ok) guarantees; rows that fail it (or ISAs without AVX2) run the
+     * scalar loops, which GCC vectorizes less well (round, two float clamps, a convert). */
+    static inline int qops_norm_vec_ok(double bound) {
+    #if defined(__AVX2__)
+        return bound < 1073741824.0;     /* false for NaN and inf too */
+    #else
+        (void)bound;
+        return 0;
+    #endif
+    }
+    #if defined(__AVX2__)
+    /* (q - zp) as float32 for the 8 raw values at p. */
+    static inline __attribute__((always_inline)) __m256 qops_norm_ld8(const uint8_t *p, int sgn,
+                                                                      __m256i zp) {
+        __m128i v = _mm_loadl_epi64((const __m128i *)p);
+        __m256i q = sgn ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
+        return _mm256_cvtepi32_ps(_mm256_sub_epi32(q, zp));
+    }
+    /* 32 output bytes, in order, from the float values of elements 0-7, 8-15, 16-23, 24-31. */
+    static inline __attribute__((always_inline)) __m256i
+    qops_norm_narrow(__m256 y0, __m256 y1, __m256 y2, __m256 y3, __m256i ozp16, __m256i floor8,
+                     int sgn, int relu) {
+        __m256i w01 = _mm256_adds_epi16(_mm256_packs_epi32(_mm256_cvtps_epi32(y0),
+                                                           _mm256_cvtps_epi32(y1)), ozp16);
+        __m256i w23 = _mm256_adds_epi16(_mm256_packs_epi32(_mm256_cvtps_epi32(y2),
+                                                           _mm256_cvtps_epi32(y3)), ozp16);
+        __m256i b = sgn ? _mm256_packs_epi16(w01, w23) : _mm256_packus_epi16(w01, w23);
+        /* the packs interleave the 128-bit lanes: dwords 0,4,1,5,... are elements 0-3,4-7,... */
+        b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        if (relu) b = sgn ? _mm256_max_epi8(b, floor8) : _mm256_max_epu8(b, floor8);
+        return b;
+    }
+    #endif
+
+    /* Batch norm: out = clamp(rint(fma(a, q - zp, b)), lo, hi) + ozp. */
+    static inline __attribute__((always_inline)) void
+    qops_bn_row_t(const uint8_t *x, uint8_t *out, ptrdiff_t n, float a, float b, int32_t zp,
+                  int32_t ozp, float lo, float hi, int relu, int sgn) {
+        ptrdiff_t i = 0;
+    #if defined(__AVX2__)
+        if (qops_norm_vec_ok(fabs((double)a) * 256.0 + fabs((double)b))) {
+            const __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b);
+            const __m256i zv = _mm256_set1_epi32(zp), o16 = _mm256_set1_epi16((short)ozp);
+            const __m256i f8 = _mm256_set1_epi8((char)ozp);
+            for (; i + 32 <= n; i += 32) {
+                __m256 y0 = _mm256_fmadd_ps(av, qops_norm_ld8(x + i, sgn, zv), bv);
+                __m256 y1 = _mm256_fmadd_ps(av, qops_norm_ld8(x + i + 8, sgn, zv), bv);
+                __m256 y2 = _mm256_fmadd_ps(av, qops_norm_ld8(x + i + 16, sgn, zv), bv);
+                __m256 y3 = _mm256_fmadd_ps(av, qops_norm_ld8(x + i + 24, sgn, zv), bv);
+                _mm256_storeu_si256((__m256i *)(out + i),
+                                    qops_norm_narrow(y0, y1, y2, y3, o16, f8, sgn, relu));
+            }
+        }
+    #endif
+        for (; i < n; i++) {
+            int32_t q = sgn ? (int32_t)(int8_t)x[i] : (int32_t)x[i];
+            out[i] = (uint8_t)qops_q_vec(fmaf(a, (float)(q - zp), b), 1.0f, ozp, lo, hi);
+        }
+    }
+    static void qops_bn_row(const uint8_t *x, uint8_t *out, ptrdiff_t n, float a, float b,
+                            int32_t zp, int32_t ozp, float lo, float hi, int relu, int sgn) {
+        if (sgn) {
+            if (relu) qops_bn_row_t(x, out, n, a, b, zp, ozp, lo, hi, 1, 1);
+            else qops_bn_row_t(x, out, n, a, b, zp, ozp, lo, hi, 0, 1);
+        } else {
+            if (relu) qops_bn_row_t(x, out, n, a, b, zp, ozp, lo, hi, 1, 0);
+            else qops_bn_row_t(x, out, n, a, b, zp, ozp, lo, hi, 0, 0);
+        }
+    }
+
+    /* Group norm, one channel: out = clamp(rint(((q - zp - mean) * g + b) * inv), lo, hi) + ozp,
+     * every step rounded as written (no fma). */
+    static inline __attribute__((always_inline)) void
+    qops_gn_row_t(const uint8_t *x, uint8_t *out, ptrdiff_t n, float mean, float g, float b,
+                  int32_t zp, float inv, int32_t ozp, float lo, float hi, int sgn) {
+        ptrdiff_t i = 0;
+    #if defined(__AVX2__)
+        if (qops_norm_vec_ok(((256.0 + fabs((double)mean)) * fabs((double)g) + fabs((double)b))
+                             * fabs((double)inv) * 1.001)) {
+            const __m256 mv = _mm256_set1_ps(mean), gv = _mm256_set1_ps(g);
+            const __m256 bv = _mm256_set1_ps(b), iv = _mm256_set1_ps(inv);
+            const __m256i zv = _mm256_set1_epi32(zp), o16 = _mm256_set1_epi16((short)ozp);
+            #define QOPS_GN(k) _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(          \
+                qops_norm_ld8(x + i + 8 * (k), sgn, zv), mv), gv), bv), iv)
+            for (; i + 32 <= n; i += 32)
+                _mm256_storeu_si256((__m256i *)(out + i),
+                                    qops_norm_narrow(QOPS_GN(0), QOPS_GN(1), QOPS_GN(2), QOPS_GN(3),
+                                                     o16, o16, sgn, 0));
+            #undef QOPS_GN
+        }
+    #endif
+        for (; i < n; i++) {
+            int32_t q = sgn ? (int32_t)(int8_t)x[i] : (int32_t)x[i];
+            out[i] = (uint8_t)qops_q_vec(((float)(q - zp) - mean) * g + b, inv, ozp, lo, hi);
+        }
+    }
+    static void qops_gn_row(const uint8_t *x, uint8_t *out, ptrdiff_t n, float mean, float g,
+                            float b, int32_t zp, float inv, int32_t ozp, float lo, float hi,
+                            int sgn) {
+        if (sgn) qops_gn_row_t(x, out, n, mean, g, b, zp, inv, ozp, lo, hi, 1);
+        else qops_gn_row_t(x, out, n, mean, g, b, zp, inv, ozp, lo, hi, 0);
+    }
+
+    /* Layer norm, one row: out = clamp(rint((((q - zp - mean) * r) * w[i] + b[i]) * inv), lo,
+     * hi) + ozp; wb_max bounds |w[i]| and |b[i]| (found once by the caller, inf if not finite). */
+    static inline __attribute__((always_inline)) void
+    qops_ln_row_t(const uint8_t *x, uint8_t *out, ptrdiff_t n, const float *w, const float *b,
+                  double wb_max, float mean, float r, int32_t zp, float inv, int32_t ozp,
+                  float lo, float hi, int sgn) {
+        ptrdiff_t i = 0;
+    #if defined(__AVX2__)
+        if (qops_norm_vec_ok(((256.0 + fabs((double)mean)) * fabs((double)r) + 1.0) * wb_max
+                             * fabs((double)inv) * 1.001)) {
+            const __m256 mv = _mm256_set1_ps(mean), rv = _mm256_set1_ps(r);
+            const __m256 iv = _mm256_set1_ps(inv);
+            const __m256i zv = _mm256_set1_epi32(zp), o16 = _mm256_set1_epi16((short)ozp);
+            #define QOPS_LN(k) _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(          \
+                _mm256_sub_ps(qops_norm_ld8(x + i + 8 * (k), sgn, zv), mv), rv),                \
+                _mm256_loadu_ps(w + i + 8 * (k))), _mm256_loadu_ps(b + i + 8 * (k))), iv)
+            for (; i + 32 <= n; i += 32)
+                _mm256_storeu_si256((__m256i *)(out + i),
+                                    qops_norm_narrow(QOPS_LN(0), QOPS_LN(1), QOPS_LN(2), QOPS_LN(3),
+                                                     o16, o16, sgn, 0));
+            #undef QOPS_LN
+        }
+    #endif
+        for (; i < n; i++) {
+            int32_t q = sgn ? (int32_t)(int8_t)x[i] : (int32_t)x[i];
+            out[i] = (uint8_t)qops_q_vec((((float)(q - zp) - mean) * r) * w[i] + b[i], inv, ozp,
+                                         lo, hi);
+        }
+    }
+    static void qops_ln_row(const uint8_t *x, uint8_t *out, ptrdiff_t n, const float *w,
+                            const float *b, double wb_max, float mean, float r, int32_t zp,
+                            float inv, int32_t ozp, float lo, float hi, int sgn) {
+        if (sgn) qops_ln_row_t(x, out, n, w, b, wb_max, mean, r, zp, inv, ozp, lo, hi, 1);
+        else qops_ln_row_t(x, out, n, w, b, wb_max, mean, r, zp, inv, ozp, lo, hi, 0);
+    }
     """
     void qops_norm_sums(const uint8_t* p, Py_ssize_t n, uint8_t flip, int64_t* s_out,
                         int64_t* ss_out) nogil
+    void qops_bn_row(const uint8_t* x, uint8_t* out, Py_ssize_t n, float a, float b, int32_t zp,
+                     int32_t ozp, float lo, float hi, int relu, int sgn) nogil
+    void qops_gn_row(const uint8_t* x, uint8_t* out, Py_ssize_t n, float mean, float g, float b,
+                     int32_t zp, float inv, int32_t ozp, float lo, float hi, int sgn) nogil
+    void qops_ln_row(const uint8_t* x, uint8_t* out, Py_ssize_t n, const float* w,
+                     const float* b, double wb_max, float mean, float r, int32_t zp, float inv,
+                     int32_t ozp, float lo, float hi, int sgn) nogil
 
 cdef extern from "qops_lut.h" nogil:
     void qops_lut_apply(const uint8_t *src, uint8_t *dst, Py_ssize_t n, const uint8_t *table)
@@ -82,14 +234,6 @@ cdef inline bint _use_lut(Py_ssize_t length) noexcept nogil:
     return length >= LUT_MIN and qops_lut_vectorized()
 
 
-cdef void _affine_row(const q8_t* x, q8_t* out, Py_ssize_t n, float a, float b, int32_t zp,
-                     int32_t ozp, float lo, float hi) noexcept nogil:
-    # Plain pointers (not memoryview fields, which byte stores could alias) so GCC vectorizes.
-    cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = <q8_t>qops_q_vec(fmaf(a, <float>(<int32_t>x[i] - zp), b), 1.0, ozp, lo, hi)
-
-
 cdef void _affine_lut(q8_t dummy, uint8_t* lut, float a, float b, int32_t zp, int32_t ozp,
                      float lo, float hi) noexcept nogil:
     # lut[byte] = the result for raw value (q8_t)byte: the same formula as _affine_row.
@@ -102,7 +246,7 @@ cdef void _affine_lut(q8_t dummy, uint8_t* lut, float a, float b, int32_t zp, in
 
 cdef void _batch_norm_rows(const q8_t[:, :, ::1] x, q8_t[:, :, ::1] out, const float[::1] alpha,
                            const float[::1] beta, int32_t zp, int32_t ozp, float lo,
-                           float hi, uint8_t[:, ::1] luts) noexcept nogil:
+                           float hi, bint relu, uint8_t[:, ::1] luts) noexcept nogil:
     # One (batch, channel) row per iteration: alpha/beta are constants of the inner loop. Long
     # rows use per-channel tables built once (luts[c]) before the parallel loop.
     cdef Py_ssize_t nb = x.shape[0], nc = x.shape[1], length = x.shape[2], r, c
@@ -116,8 +260,8 @@ cdef void _batch_norm_rows(const q8_t[:, :, ::1] x, q8_t[:, :, ::1] out, const f
             qops_lut_apply(<const uint8_t*>&x[r // nc, c, 0], <uint8_t*>&out[r // nc, c, 0],
                                length, &luts[c, 0])
         else:
-            _affine_row(&x[r // nc, c, 0], &out[r // nc, c, 0], length, alpha[c], beta[c], zp,
-                        ozp, lo, hi)
+            qops_bn_row(<const uint8_t*>&x[r // nc, c, 0], <uint8_t*>&out[r // nc, c, 0], length,
+                        alpha[c], beta[c], zp, ozp, lo, hi, relu, q8_t is int8_t)
 
 
 def batch_norm(x, alpha, beta, zero_point, output_zero_point, relu):
@@ -134,9 +278,9 @@ def batch_norm(x, alpha, beta, zero_point, output_zero_point, relu):
         return out
     luts = np.empty((x.shape[1], 256), np.uint8)
     if x.dtype == np.uint8:
-        _batch_norm_rows[uint8_t](x, out, a, b, zero_point, output_zero_point, lo, hi, luts)
+        _batch_norm_rows[uint8_t](x, out, a, b, zero_point, output_zero_point, lo, hi, relu, luts)
     else:
-        _batch_norm_rows[int8_t](x, out, a, b, zero_point, output_zero_point, lo, hi, luts)
+        _batch_norm_rows[int8_t](x, out, a, b, zero_point, output_zero_point, lo, hi, relu, luts)
     return out
 
 
@@ -160,25 +304,17 @@ cdef inline void _stats(const q8_t* p, Py_ssize_t n, int32_t zp, float xs, doubl
     r_out[0] = <float>(<double>xs / sqrt(<double>(var * xs * xs) + eps))
 
 
-cdef void _layer_norm_row(const q8_t* x, q8_t* out, Py_ssize_t n, const float* w,
-                          const float* b, float mean, float r, int32_t zp, float inv,
-                          int32_t ozp, float lo, float hi) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = <q8_t>qops_q_vec(((<float>(<int32_t>x[i] - zp) - mean) * r) * w[i] + b[i],
-                                  inv, ozp, lo, hi)
-
-
 cdef void _layer_norm_rows(const q8_t[:, ::1] x, q8_t[:, ::1] out, const float[::1] w,
-                           const float[::1] b, float xs, int32_t zp, double eps, float inv,
-                           int32_t ozp, float lo, float hi) noexcept nogil:
+                           const float[::1] b, double wb_max, float xs, int32_t zp, double eps,
+                           float inv, int32_t ozp, float lo, float hi) noexcept nogil:
     cdef Py_ssize_t m = x.shape[0], n = x.shape[1], row
     cdef float mean, r
     for row in prange(m, schedule="static", num_threads=qops_threads_for(m * n, GRAIN)):
         mean = 0.0      # assigned in the loop body so each thread has its own copy
         r = 0.0
         _stats(&x[row, 0], n, zp, xs, eps, &mean, &r)
-        _layer_norm_row(&x[row, 0], &out[row, 0], n, &w[0], &b[0], mean, r, zp, inv, ozp, lo, hi)
+        qops_ln_row(<const uint8_t*>&x[row, 0], <uint8_t*>&out[row, 0], n, &w[0], &b[0], wb_max,
+                    mean, r, zp, inv, ozp, lo, hi, q8_t is int8_t)
 
 
 def layer_norm(x, weight, bias, scale, zero_point, eps, inv_output_scale, output_zero_point):
@@ -195,21 +331,15 @@ def layer_norm(x, weight, bias, scale, zero_point, eps, inv_output_scale, output
     hi = info.max - output_zero_point
     if x.size == 0:
         return out
+    # A bound on |w| and |b| for the vector path's range check (inf or NaN: never taken).
+    wb_max = float(np.max(np.abs(np.concatenate([w, b]))))
     if x.dtype == np.uint8:
-        _layer_norm_rows[uint8_t](x, out, w, b, scale, zero_point, eps, inv_output_scale,
+        _layer_norm_rows[uint8_t](x, out, w, b, wb_max, scale, zero_point, eps, inv_output_scale,
                                   output_zero_point, lo, hi)
     else:
-        _layer_norm_rows[int8_t](x, out, w, b, scale, zero_point, eps, inv_output_scale,
+        _layer_norm_rows[int8_t](x, out, w, b, wb_max, scale, zero_point, eps, inv_output_scale,
                                  output_zero_point, lo, hi)
     return out
-
-
-cdef void _group_norm_row(const q8_t* x, q8_t* out, Py_ssize_t n, float mean, float g,
-                          float b, int32_t zp, float inv, int32_t ozp, float lo,
-                          float hi) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        out[i] = <q8_t>qops_q_vec((<float>(<int32_t>x[i] - zp) - mean) * g + b, inv, ozp, lo, hi)
 
 
 cdef void _group_norm_group(const q8_t* x, q8_t* out, Py_ssize_t cpg, Py_ssize_t length,
@@ -231,8 +361,8 @@ cdef void _group_norm_group(const q8_t* x, q8_t* out, Py_ssize_t cpg, Py_ssize_t
             qops_lut_apply(<const uint8_t*>(x + c * length), <uint8_t*>(out + c * length),
                                length, table)
         else:
-            _group_norm_row(x + c * length, out + c * length, length, mean, g, b[c], zp, inv,
-                            ozp, lo, hi)
+            qops_gn_row(<const uint8_t*>(x + c * length), <uint8_t*>(out + c * length), length,
+                        mean, g, b[c], zp, inv, ozp, lo, hi, q8_t is int8_t)
 
 
 cdef void _group_norm_groups(const q8_t[:, :, ::1] x, q8_t[:, :, ::1] out, Py_ssize_t groups,
