@@ -106,17 +106,31 @@ cdef extern from *:
     }
 
     /* Index i to pos[x[i]]++ for i in [lo, hi): in index order, so equal keys stay in
-     * increasing index order. On outputs beyond the caches 256 write streams are too many for
-     * the hardware prefetchers and each new line would wait for its read for ownership;
-     * prefetching one line ahead of each store keeps those reads in flight (and costs nothing
-     * measurable on short rows). */
+     * increasing index order. Eight keys come from one 64-bit load: with a byte load per
+     * index the loop ran 2.2-2.5x slower on Zen 3 (64x1000 and 1e6 rows). On outputs beyond
+     * the caches 256 write streams are too many for the hardware prefetchers and each new
+     * line would wait for its read for ownership; prefetching one line ahead of each store
+     * keeps those reads in flight there (Zen 5), but costs 15-30% on Zen 3 when the output
+     * fits in cache, so only long ranges prefetch. */
+    static inline __attribute__((always_inline)) void
+    qops_scatter_t(const uint8_t* restrict x, ptrdiff_t lo, ptrdiff_t hi, int64_t* restrict pos,
+                   int64_t* restrict idx, int pf) {
+        ptrdiff_t i = lo;
+        for (; i + 8 <= hi; i += 8) {
+            uint64_t w;
+            memcpy(&w, x + i, 8);
+            for (int j = 0; j < 8; j++) {
+                int64_t p = pos[(w >> (8 * j)) & 255]++;
+                idx[p] = i + j;
+                if (pf) __builtin_prefetch(idx + p + 8, 1, 3);
+            }
+        }
+        for (; i < hi; i++) idx[pos[x[i]]++] = i;
+    }
     static void qops_scatter(const uint8_t* restrict x, ptrdiff_t lo, ptrdiff_t hi,
                              int64_t* restrict pos, int64_t* restrict idx) {
-        for (ptrdiff_t i = lo; i < hi; i++) {
-            int64_t p = pos[x[i]]++;
-            idx[p] = i;
-            __builtin_prefetch(idx + p + 8, 1, 3);
-        }
+        if (hi - lo >= ((ptrdiff_t)1 << 21)) qops_scatter_t(x, lo, hi, pos, idx, 1);
+        else qops_scatter_t(x, lo, hi, pos, idx, 0);
     }
 
     /* Start position of each raw byte, keys (byte ^ flip) in increasing order. */
