@@ -222,8 +222,11 @@ cdef extern from *:
      * against all candidates at once; ranks below k are the output slots. No key table to
      * clear and walk, no branch on the data in the last step. */
 
+    typedef __m512i qops_lanes;     /* 64 key lanes */
+
     /* Lane maxima of the keys of x[0:n] (absent bytes of the partial block left out). */
-    static inline __m512i qops_topk_lanemax(const uint8_t* x, ptrdiff_t n, __m512i f) {
+    static inline __m512i qops_topk_lanemax(const uint8_t* x, ptrdiff_t n, uint8_t flip) {
+        const __m512i f = _mm512_set1_epi8((char)flip);
         __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
         ptrdiff_t b = 0, nf = n & ~(ptrdiff_t)63;
         for (; b + 128 <= nf; b += 128) {
@@ -315,7 +318,7 @@ cdef extern from *:
      * ones (whose branches mispredict). */
     static inline int qops_topk_small(const uint8_t* x, ptrdiff_t n, ptrdiff_t k, uint8_t flip,
                                       uint8_t* vals, int64_t* restrict idx) {
-        __m512i lm = qops_topk_lanemax(x, n, _mm512_set1_epi8((char)flip));
+        __m512i lm = qops_topk_lanemax(x, n, flip);
         unsigned hi = 0, lo;
         for (int t = 1; t < 16; t++)
             hi += __builtin_popcountll(_mm512_cmpge_epu8_mask(lm, _mm512_set1_epi8((char)(t << 4)))) >= k;
@@ -382,6 +385,107 @@ cdef extern from *:
     static int qops_cpu_vbmi2(void) {
         return __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2");
     }
+    #elif defined(__AVX2__)
+    /* The same kernel on AVX2: 64 lanes are two 32-byte vectors (lanes 0-31 take bytes 0-31
+     * of each 64-byte block, lanes 32-63 bytes 32-63), masks come from movemask. */
+    typedef struct { __m256i a, b; } qops_lanes;
+    #define QOPS_TOPK_BATCH 8
+    static inline uint64_t qops_lanes_ge(qops_lanes v, __m256i t) {
+        uint64_t ma = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(v.a, t), v.a));
+        uint64_t mb = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(v.b, t), v.b));
+        return ma | (mb << 32);
+    }
+
+    /* Lane maxima of the keys of x[0:n]; the partial block is padded with key 0. */
+    static inline qops_lanes qops_topk_lanemax(const uint8_t* x, ptrdiff_t n, uint8_t flip) {
+        const __m256i f = _mm256_set1_epi8((char)flip);
+        qops_lanes r = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        ptrdiff_t b = 0, nf = n & ~(ptrdiff_t)63;
+        for (; b < nf; b += 64) {
+            r.a = _mm256_max_epu8(r.a, _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(x + b)), f));
+            r.b = _mm256_max_epu8(r.b, _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(x + b + 32)), f));
+        }
+        if (b < n) {
+            uint8_t pad[64];
+            memset(pad, flip, 64);
+            memcpy(pad, x + b, (size_t)(n - b));
+            r.a = _mm256_max_epu8(r.a, _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)pad), f));
+            r.b = _mm256_max_epu8(r.b, _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(pad + 32)), f));
+        }
+        return r;
+    }
+
+    /* As the AVX-512 qops_topk_bounds: the rows' branch-free bit searches interleaved. */
+    static inline void qops_topk_bounds(const qops_lanes* lm, ptrdiff_t k, unsigned* lo) {
+        for (int i = 0; i < QOPS_TOPK_BATCH; i++) lo[i] = 0;
+        for (int bit = 7; bit >= 0; bit--)
+            for (int i = 0; i < QOPS_TOPK_BATCH; i++) {
+                unsigned t = lo[i] | (1u << bit);
+                lo[i] = __builtin_popcountll(qops_lanes_ge(lm[i], _mm256_set1_epi8((char)t))) >= k
+                        ? t : lo[i];
+            }
+    }
+
+    /* As the AVX-512 qops_topk_given: candidates (keys >= Lb, at most 64, else 0 is returned
+     * and nothing written) in index order, then each one's rank = keys above it + equal keys
+     * before it, from compares against all candidates; ranks >= k store into a dummy slot. */
+    static inline int qops_topk_given(const uint8_t* x, ptrdiff_t n, ptrdiff_t k, uint8_t flip,
+                                      unsigned Lb, uint8_t* vals, int64_t* restrict idx) {
+        uint8_t pad[64], ck[64];
+        int64_t ci[64];
+        uint64_t valid, m;
+        ptrdiff_t nc = 0;
+        memset(ck, 0, 64);
+        for (ptrdiff_t b = 0; b < n; b += 64) {
+            const uint8_t* p = qops_block(x, n, b, flip, pad, &valid);
+            m = qops_mask64_ge(p, flip, (uint8_t)Lb) & valid;
+            if (!m) continue;
+            if (nc + __builtin_popcountll(m) > 64) return 0;
+            do {
+                int j = __builtin_ctzll(m);
+                m &= m - 1;
+                ci[nc] = b + j;
+                ck[nc++] = p[j] ^ flip;
+            } while (m);
+        }
+        /* keys as signed bytes (^ 0x80) so that cmpgt_epi8 orders them as unsigned */
+        const __m256i s = _mm256_set1_epi8((char)0x80);
+        const __m256i Ka = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)ck), s);
+        const __m256i Kb = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(ck + 32)), s);
+        uint64_t cm = nc >= 64 ? ~0ULL : (1ULL << nc) - 1;
+        uint8_t dv;
+        int64_t di;
+        for (ptrdiff_t i = 0; i < nc; i++) {
+            __m256i ki = _mm256_set1_epi8((char)(ck[i] ^ 0x80));
+            uint64_t gt = (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi8(Ka, ki))
+                          | (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi8(Kb, ki)) << 32;
+            uint64_t eq = (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(Ka, ki))
+                          | (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(Kb, ki)) << 32;
+            int r = __builtin_popcountll(gt & cm) + __builtin_popcountll(eq & ((1ULL << i) - 1));
+            uint8_t* pv = r < k ? vals + r : &dv;
+            int64_t* pi = r < k ? idx + r : &di;
+            *pv = ck[i] ^ flip;
+            *pi = ci[i];
+        }
+        return 1;
+    }
+
+    /* One row: its bound (high nibble, then low nibble, from independent compares), then
+     * qops_topk_given. */
+    static inline int qops_topk_small(const uint8_t* x, ptrdiff_t n, ptrdiff_t k, uint8_t flip,
+                                      uint8_t* vals, int64_t* restrict idx) {
+        qops_lanes lm = qops_topk_lanemax(x, n, flip);
+        unsigned hi = 0, lo;
+        for (int t = 1; t < 16; t++)
+            hi += __builtin_popcountll(qops_lanes_ge(lm, _mm256_set1_epi8((char)(t << 4)))) >= k;
+        lo = hi << 4;
+        for (int t = 1; t < 16; t++)
+            lo += __builtin_popcountll(qops_lanes_ge(lm, _mm256_set1_epi8((char)((hi << 4) + t)))) >= k;
+        return qops_topk_given(x, n, k, flip, lo, vals, idx);
+    }
+    #define qops_topk_given_vbmi qops_topk_given     /* never chosen: no VBMI2 here */
+    static int qops_topk_use_vbmi = 0;
+    static int qops_cpu_vbmi2(void) { return 0; }
     #else
     static int qops_topk_use_vbmi = 0;
     static int qops_cpu_vbmi2(void) { return 0; }
@@ -397,12 +501,11 @@ cdef extern from *:
      * builds, take qops_topk_row. */
     static void qops_topk_batch(const uint8_t* x, ptrdiff_t n, ptrdiff_t k, uint8_t flip,
                                 uint8_t* vals, int64_t* idx) {
-    #if defined(__AVX512BW__)
+    #if defined(__AVX512BW__) || defined(__AVX2__)
         if (k >= 1 && k <= 64) {
-            const __m512i f = _mm512_set1_epi8((char)flip);
-            __m512i lm[QOPS_TOPK_BATCH];
+            qops_lanes lm[QOPS_TOPK_BATCH];
             unsigned lo[QOPS_TOPK_BATCH];
-            for (int i = 0; i < QOPS_TOPK_BATCH; i++) lm[i] = qops_topk_lanemax(x + i * n, n, f);
+            for (int i = 0; i < QOPS_TOPK_BATCH; i++) lm[i] = qops_topk_lanemax(x + i * n, n, flip);
             qops_topk_bounds(lm, k, lo);
             for (int i = 0; i < QOPS_TOPK_BATCH; i++)
                 if (!(qops_topk_use_vbmi
@@ -431,7 +534,7 @@ cdef extern from *:
         uint64_t valid, m;
         ptrdiff_t i, b;
         if (k <= 0) return;
-    #if defined(__AVX512BW__)
+    #if defined(__AVX512BW__) || defined(__AVX2__)
         if (k <= 64 && qops_topk_small(x, n, k, flip, vals, idx)) return;
     #endif
         int lo;
