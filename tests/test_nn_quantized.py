@@ -33,8 +33,11 @@ def qinput(shape, scale=0.05, zp=17, seed=0, dtype=qops.quint8):
 
 
 def qweight(shape, per_channel, seed=1):
+    # |w| <= 64: PyTorch's fbgemm AVX2 kernels (CPUs without AVX512-VNNI) saturate u8 x s8 pair
+    # sums beyond int16, qops does not; these module tests compare with PyTorch on any CPU, and
+    # full-range weights are covered by the kernel tests (registry fast == ref, overflow).
     rng = _rng(seed)
-    data = rng.integers(-128, 128, size=shape).astype(np.int8)
+    data = rng.integers(-64, 65, size=shape).astype(np.int8)
     if per_channel:
         scales = rng.uniform(0.002, 0.02, shape[0])
         zps = rng.integers(-3, 4, shape[0])
@@ -411,7 +414,9 @@ def test_from_float_conv_and_linear_match_torch(fbgemm, qz):
         assert qq.scale == pytest.approx(tq.scale, rel=1e-7) and qq.zero_point == tq.zero_point
         tw = qops.nn.quantized._torch.qtensor_from_torch(tq.weight())
         np.testing.assert_array_equal(qq.weight().int_repr(), tw.int_repr())
-        xq = qops.quantize_per_tensor(xin, 0.02, 128, qops.quint8)
+        # inputs below 128 (|x| <= 4 sigma): no u8 x s8 pair sum leaves int16, so PyTorch's
+        # AVX2 kernels (which saturate there) agree with qops on every CPU
+        xq = qops.quantize_per_tensor(xin, 0.05, 40, qops.quint8)
         assert_same(qq(xq), tq(to_torch(torch, xq)))
 
 

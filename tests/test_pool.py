@@ -127,10 +127,12 @@ def test_avg_pool3d_ties_counted(torch):
     tie = (t - np.floor(t)) == 0.5
     diff = ours != theirs
     assert tie.mean() > 0.05, "the case should have many ties"
-    # PyTorch rounds ties of the first 32 channels (AVX-512 blocks of 16) with the zero point
-    # added after rounding; every such tie differs by one, nothing else differs.
+    # PyTorch rounds ties of the first 32 channels (its vector blocks) with the zero point
+    # added after rounding; every such tie differs by one, nothing else differs. The last 8
+    # channels are its scalar tail on AVX-512 builds (no difference) but another vector step
+    # on AVX2 ones (ties differ): there only "differences are ties" holds on every CPU.
     np.testing.assert_array_equal(diff[:, :32], tie[:, :32])
-    assert not diff[:, 32:].any()
+    assert not (diff[:, 32:] & ~tie[:, 32:]).any()
     assert np.abs(ours - theirs).max() == 1
     print(f"avg_pool3d ties: {int(tie.sum())} of {tie.size}; differing: {int(diff.sum())}")
     # an even zero point has no differences at all

@@ -46,6 +46,8 @@ class OpSpec:
     tolerance : the agreement expected with PyTorch and why ("exact" if bit-exact)
     runner : Case -> (() -> result), how a benchmark calls qops (e.g. with prepacked
         weights); None means ``lambda: case.call(op)``
+    oracle_case : Case -> Case, the case as compared with PyTorch on this machine (e.g.
+        weights PyTorch's kernels here cannot get wrong); None means the case itself
     """
     name: str
     family: str
@@ -59,6 +61,7 @@ class OpSpec:
     compare: Optional[Callable[[Case, Any, Any], None]] = None
     tolerance: str = "exact"
     runner: Optional[Callable[[Case], Callable[[], Any]]] = None
+    oracle_case: Optional[Callable[[Case], Case]] = None
 
     def qops_call(self, case):
         """A zero-argument callable running this op on `case` with the active backend."""

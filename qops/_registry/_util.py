@@ -161,3 +161,48 @@ def saturated_fraction(out):
         v = out._int
         return float(np.mean((v == d.qmin) | (v == d.qmax)))
     return None
+
+
+_SATURATES = []
+
+
+def torch_int8_saturates():
+    """Whether PyTorch's int8 conv/linear kernels saturate 16-bit pair sums on this CPU.
+
+    fbgemm's AVX2 kernels (CPUs without AVX512-VNNI) multiply with vpmaddubsw, which adds each
+    pair of u8 x s8 products into int16 with saturation: 255*127 + 255*127 comes out as 32767.
+    (This is why PyTorch's x86 qconfigs default to reduce_range.) VNNI kernels are exact, as
+    qops is everywhere. Probed once with a two-element linear whose exact result is 64770.
+    """
+    if not _SATURATES:
+        import torch
+        x = torch.quantize_per_tensor(torch.full((1, 2), 255.0), 1.0, 0, torch.quint8)
+        w = torch.quantize_per_tensor(torch.full((1, 2), 127.0), 1.0, 0, torch.qint8)
+        prev = torch.backends.quantized.engine
+        torch.backends.quantized.engine = "fbgemm"
+        try:
+            y = torch.ops.quantized.linear(x, torch.ops.quantized.linear_prepack(w, None),
+                                           1024.0, 0)
+        finally:
+            torch.backends.quantized.engine = prev
+        _SATURATES.append(int(y.int_repr().item()) != round(64770 / 1024))
+    return _SATURATES[0]
+
+
+def saturation_free(case, weight_index=1, limit=64):
+    """`case` with its qint8 weight's raw values clipped to [-limit, limit] where PyTorch's
+    int8 kernels saturate (torch_int8_saturates), so that PyTorch computes the exact sums
+    qops does: with |w| <= 64 every u8 x s8 pair sum fits int16. Elsewhere the case itself."""
+    if not torch_int8_saturates():
+        return case
+    from qops._registry import Case
+    w = case.args[weight_index]
+    raw = np.clip(w.int_repr(), -limit, limit).astype(np.int8)
+    if w._axis is not None:
+        w2 = qops.make_per_channel_quantized_tensor(raw, w.q_per_channel_scales(),
+                                                    w.q_per_channel_zero_points(),
+                                                    w.q_per_channel_axis())
+    else:
+        w2 = qops.make_per_tensor_quantized_tensor(raw, w.q_scale(), w.q_zero_point())
+    args = case.args[:weight_index] + (w2,) + case.args[weight_index + 1:]
+    return Case(args, case.kwargs, label=case.label + f" (|w| <= {limit})")

@@ -123,6 +123,11 @@ def _engine(case):
     # saturates 16-bit pair sums; onednn is exact for depthwise but needs symmetric weights.
     x, w = case.args
     groups = case.kwargs.get("groups", 1)
+    if u.torch_int8_saturates():
+        # AVX2 kernels: the weights compared are clipped (saturation_free), so no fbgemm
+        # kernel saturates; onednn's AVX2 depthwise kernel rounds differently (seen: one
+        # output in ~1400 off by one), so fbgemm serves every case there
+        return "fbgemm"
     return "onednn" if _is_depthwise(w, groups) and _symmetric(w) else "fbgemm"
 
 
@@ -183,19 +188,36 @@ DW_FBGEMM_MAX = 32
 
 def _compare(case, ours, theirs):
     x, w = case.args
-    if _engine(case) == "fbgemm" and _is_depthwise(w, case.kwargs.get("groups", 1)):
+    if (_engine(case) == "fbgemm" and _is_depthwise(w, case.kwargs.get("groups", 1))
+            and not u.torch_int8_saturates()):
         assert ours[0] == theirs[0] and ours[3:] == theirs[3:], "qparams differ"
         a, b = ours[2].astype(np.int32), theirs[2].astype(np.int32)
         assert a.shape == b.shape, f"shape {a.shape} vs {b.shape}"
         diff = np.abs(a - b)
         assert diff.size == 0 or diff.max() <= DW_FBGEMM_MAX, f"depthwise diff {diff.max()}"
         return
+    if u.torch_int8_saturates():
+        # fbgemm's AVX2 requantization orders its float32 steps differently from the AVX-512
+        # path of SEMANTICS.md section 8: a value within rounding of a .5 tie can land on the
+        # other side (seen: 1 output of 1377, 105.49999 before the zero point). Allowed: +-1
+        # on at most 1% of the outputs; everything else exact.
+        assert ours[0] == theirs[0] and ours[3:] == theirs[3:], "qparams differ"
+        a, b = ours[2].astype(np.int32), theirs[2].astype(np.int32)
+        assert a.shape == b.shape, f"shape {a.shape} vs {b.shape}"
+        diff = np.abs(a - b)
+        assert diff.size == 0 or (diff.max() <= 1 and (diff > 0).mean() <= 0.01), \
+            f"{case.label}: {int((diff > 0).sum())} of {diff.size} differ, max {diff.max()}"
+        return
     u.assert_same(ours, theirs, f"{case.label}: ref vs PyTorch")
 
 
 TOLERANCE = ("exact (fbgemm engine; onednn for symmetric depthwise weights), except depthwise "
              "convs with non-zero weight zero points, where only fbgemm's depthwise kernel runs "
-             "and it saturates 16-bit pair sums: there up to 32 steps are allowed (qops exact)")
+             "and it saturates 16-bit pair sums: there up to 32 steps are allowed (qops exact). "
+             "On CPUs without AVX512-VNNI every fbgemm int8 kernel saturates pair sums, so there "
+             "the weights compared are clipped to [-64, 64] (_util.saturation_free), and +-1 is "
+             "allowed on <= 1% of outputs: fbgemm's AVX2 requantization rounds near-ties "
+             "differently")
 
 
 # -- benchmarks -----------------------------------------------------------------------------
@@ -247,7 +269,7 @@ def _spec(nd, relu):
         benches = {k + "_relu": v for k, v in list(benches.items())[:1]}
     return OpSpec(name, "conv", ("pack_weight", "conv"), getattr(F, name), _cases(nd), _strategy(nd),
                   bench=benches, torch=_torch(nd, relu), compare=_compare, tolerance=TOLERANCE,
-                  runner=_runner(nd, relu))
+                  runner=_runner(nd, relu), oracle_case=u.saturation_free)
 
 
 SPECS = [_spec(nd, relu) for relu in (False, True) for nd in (1, 2, 3)]

@@ -214,23 +214,31 @@ def _torch_dynamic(relu):
     return build
 
 
+_TOLERANCE = ("exact. On CPUs without AVX512-VNNI PyTorch's fbgemm kernels saturate 16-bit pair "
+              "sums (qops is exact), so there the weights compared are clipped to [-64, 64] "
+              "(_util.saturation_free)")
+
 SPECS = [
     OpSpec("linear", "linear", ("pack_linear", "linear"), F.linear, _static_cases,
            _static_strategy,
            bench={"linear_b1_768to3072": _bench_static(1),
                   "linear_m128_768to3072": _bench_static(128)},
-           torch=_torch_static(False), runner=_runner(F.linear)),
+           torch=_torch_static(False), runner=_runner(F.linear),
+           oracle_case=u.saturation_free, tolerance=_TOLERANCE),
     OpSpec("linear_relu", "linear", ("pack_linear", "linear"), F.linear_relu, _static_cases,
            _static_strategy,
            bench={"linear_relu_m128_768to3072": _bench_static(128)},
-           torch=_torch_static(True), runner=_runner(F.linear_relu)),
+           torch=_torch_static(True), runner=_runner(F.linear_relu),
+           oracle_case=u.saturation_free, tolerance=_TOLERANCE),
     OpSpec("linear_dynamic", "linear", ("pack_linear", "minmax", "linear_dynamic"),
            F.linear_dynamic, _dynamic_cases, _dynamic_strategy,
            bench={"linear_dyn_b1_768to3072": _bench_dynamic(1),
                   "linear_dyn_m128_768to3072": _bench_dynamic(128)},
-           torch=_torch_dynamic(False), runner=_dyn_runner(F.linear_dynamic)),
+           torch=_torch_dynamic(False), runner=_dyn_runner(F.linear_dynamic),
+           oracle_case=u.saturation_free, tolerance=_TOLERANCE),
     OpSpec("linear_relu_dynamic", "linear", ("pack_linear", "minmax", "linear_dynamic"),
            F.linear_relu_dynamic, _dynamic_cases, _dynamic_strategy,
            bench={"linear_relu_dyn_m128_768to3072": _bench_dynamic(128)},
-           torch=_torch_dynamic(True), runner=_dyn_runner(F.linear_relu_dynamic)),
+           torch=_torch_dynamic(True), runner=_dyn_runner(F.linear_relu_dynamic),
+           oracle_case=u.saturation_free, tolerance=_TOLERANCE),
 ]
