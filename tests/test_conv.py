@@ -13,9 +13,9 @@ def _x(shape, zp=100, seed=0):
     return u.random_qtensor(u.rng(seed), shape, qops.quint8, scale=0.05, zero_point=zp)
 
 
-def _w(shape, zp=0, seed=1, per_channel=False):
+def _w(shape, zp=0, seed=1, per_channel=False, limit=128):
     r = u.rng(seed)
-    raw = r.integers(-128, 128, size=shape).astype(np.int8)
+    raw = r.integers(-limit, limit, size=shape).astype(np.int8)
     if per_channel:
         return qops.make_per_channel_quantized_tensor(raw, r.uniform(0.005, 0.01, shape[0]),
                                                       np.full(shape[0], zp), 0)
@@ -78,7 +78,8 @@ def test_padding_modes_pad_the_raw_input(backend, mode, np_mode):
 
 def test_reflect_matches_torch_module():
     torch = torch_or_skip()
-    x, w = _x((1, 3, 6, 7)), _w((4, 3, 3, 3))
+    # |w| < 64: fbgemm's AVX2 kernels saturate larger u8 x s8 pair sums (qops is exact)
+    x, w = _x((1, 3, 6, 7)), _w((4, 3, 3, 3), limit=64)
     b = np.arange(4, dtype=np.float32)
     m = torch.ao.nn.quantized.Conv2d(3, 4, 3, padding=2, padding_mode="reflect")
     m.set_weight_bias(u.to_torch(w), torch.from_numpy(b))
@@ -232,3 +233,23 @@ def test_nonfinite_bias_fast_equals_ref():
             outs.append(F.conv2d(x, w, b, padding=1, scale=0.1, zero_point=9)._int)
     np.testing.assert_array_equal(outs[1], outs[0])
     assert (outs[0][0, 0] == 255).all() and (outs[0][0, 1] == 255).all() and (outs[0][0, 2] == 0).all()
+
+
+@pytest.mark.parametrize("limit", [128, 65, 64, 3])
+def test_saturation_prone_weights_are_exact(limit):
+    # AVX2 builds multiply with vpmaddubsw directly only when no weight pair can saturate its
+    # int16 sums (|w| <= 64 guarantees that) and split the weights into nibbles otherwise;
+    # PyTorch's AVX2 kernels saturate here. Inputs at 255 put the largest products in play.
+    from qops import _fast
+    r = u.rng(11)
+    raw = r.integers(200, 256, size=(2, 24, 7, 19)).astype(np.uint8)
+    x = qops.make_per_tensor_quantized_tensor(raw, 0.03, 5)
+    w = _w((10, 24, 3, 3), seed=6, limit=limit)
+    w._int[0, :2] = -limit if limit <= 64 else -128      # a pair at the bound of each sign
+    w._int[1, :2] = min(limit, 127) if limit <= 64 else 127
+    packed = _fast.load("conv").pack_weight(w._int, np.zeros(10, np.int64), 1)
+    assert packed["pairsafe"] == (limit <= 64)
+    args = dict(padding=1, scale=20.0, zero_point=100)
+    with qops.backend("ref"):
+        want = F.conv2d(x, w, None, **args)._int
+    np.testing.assert_array_equal(F.conv2d(x, w, None, **args)._int, want)

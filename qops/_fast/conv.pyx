@@ -34,6 +34,9 @@ cdef extern from "qops_conv.h" nogil:
         const Py_ssize_t *toff
         int G, Cg, C4, Og, O
         const int32_t *wv
+        const int32_t *wvl
+        const int32_t *wvh
+        int pairsafe
         const int8_t *wa
         int Kc, nch, nob
         const int32_t *kzw
@@ -138,8 +141,16 @@ def pack_weight(w, w_zero_points, groups):
     wpad = np.zeros((o, ntaps, cg4), np.int8)
     wpad[:, :, :cg] = w.reshape(o, cg, ntaps).transpose(0, 2, 1)
     wv = np.ascontiguousarray(wpad).view(np.int32).reshape(o, ntaps, cg4 // 4)
+    # AVX2 (qconv_dot8): whether no weight pair can saturate vpmaddubsw, and the nibble split
+    pairs = wpad.reshape(o, ntaps, cg4 // 2, 2).astype(np.int16)
+    pairsafe = bool(max(np.clip(pairs, 0, None).sum(axis=-1).max(initial=0),
+                        np.clip(-pairs, 0, None).sum(axis=-1).max(initial=0)) <= 128)
+    wl = wpad & np.int8(15)
+    wh = ((wpad.astype(np.int16) - wl) // 16).astype(np.int8)
     packed = {"kind": "grouped", "kernel": kernel, "O": o, "Cg": cg, "C4": cg4 // 4, "Og": og,
-              "Kc": kc, "nch": nch, "nob": nob, "wv": wv,
+              "Kc": kc, "nch": nch, "nob": nob, "wv": wv, "pairsafe": pairsafe,
+              "wvl": np.ascontiguousarray(wl).view(np.int32).reshape(o, ntaps, cg4 // 4),
+              "wvh": np.ascontiguousarray(wh).view(np.int32).reshape(o, ntaps, cg4 // 4),
               "kzw": _wrap32(cg * ntaps * wz - wf.sum(axis=(1, 2))), "wz": wz.astype(np.int32),
               "gany": (wz.reshape(groups, og) != 0).any(axis=1).astype(np.uint8)}
     if _AMX:
@@ -274,6 +285,11 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
         a.wdsum = &i32_e[0]
     else:
         a.Cg, a.C4, a.Og = packed["Cg"], c4, packed["Og"]
+        i32_d = packed["wvl"].reshape(-1)
+        i32_e = packed["wvh"].reshape(-1)
+        a.wvl = &i32_d[0]
+        a.wvh = &i32_e[0]
+        a.pairsafe = packed["pairsafe"]
         a.Kc, a.nch, a.nob = packed["Kc"], packed["nch"], packed["nob"]
         if mode == 2:
             # AMX tiles pay off from 16 input channels per group; fewer go to VNNI

@@ -17,7 +17,8 @@
  *   y = f32(f32(acc) + bterm);  out = clamp(rint(f32(y * mult)), lo - ozp, 255 - ozp) + ozp
  *
  * Kernels: AMX (tdpbsud, weights as the signed operand, 16x16 output tiles) where the CPU and
- * kernel allow it, AVX-512 VNNI (vpdpbusd, 16 pixels per vector), portable C otherwise.
+ * kernel allow it, AVX-512 VNNI (vpdpbusd, 16 pixels per vector), AVX2 (vpmaddubsw +
+ * vpmaddwd, 8 pixels per vector; grouped convolutions only), portable C otherwise.
  */
 #ifndef QOPS_CONV_H
 #define QOPS_CONV_H
@@ -37,6 +38,11 @@
 #include <sys/syscall.h>
 #define QCONV_AMX 1
 #endif
+#endif
+
+#if defined(__AVX2__) && !defined(QCONV_VNNI)
+#include <immintrin.h>
+#define QCONV_AVX2 1
 #endif
 
 #define QCONV_PIX 64        /* output pixels of a row per work item */
@@ -192,6 +198,8 @@ typedef struct {
     const ptrdiff_t *toff;          /* byte offset of each tap inside a group */
     int G, Cg, C4, Og, O;
     const int32_t *wv;              /* grouped, 4 weights per int32: [G][Og][ntaps][C4] */
+    const int32_t *wvl, *wvh;       /* the same split into low and high nibbles (AVX2) */
+    int pairsafe;                   /* no weight pair can saturate vpmaddubsw (AVX2) */
     const int8_t *wa;               /* grouped, AMX tiles: [G][nob][ntaps][nch][16][Kc] */
     int Kc, nch, nob;
     const int32_t *kzw;             /* [O] K*wz - Sum w (wrapping): times xz gives the constant */
@@ -442,6 +450,122 @@ static void qconv_dw_vnni(const qconv_args *a, ptrdiff_t n, ptrdiff_t od, ptrdif
 }
 #endif /* QCONV_VNNI */
 
+#ifdef QCONV_AVX2
+/* AVX2 kernels: 8 pixels per vector (a 32-byte load holds the 4-channel quads of 8 pixels).
+ * vpdpbusd is emulated exactly: vpmaddubsw (u8 x s8, pairs summed into int16), then vpmaddwd
+ * with ones into int32. vpmaddubsw saturates a pair sum that leaves int16, so that path runs
+ * only when every weight pair (bytes 0-1 and 2-3 of a quad) sums, within each sign, to at
+ * most 128 in magnitude: |x0*w0 + x1*w1| <= 255 * 128 < 2^15 (pack_weight's `pairsafe`).
+ * Other weights run split, w = 16*wh + wl with wh in [-8, 7] and wl in [0, 15] (wvh, wvl):
+ * two vpmaddubsw that cannot saturate, the high one weighted by 16 in its vpmaddwd. Both give
+ * the exact int32 sums of the portable kernel. (PyTorch's fbgemm AVX2 kernels take the first
+ * path for every weight, so its results saturate where a pair overflows.) */
+static inline __attribute__((always_inline)) __m256i
+qconv_dot8(__m256i acc, __m256i x, const qconv_args *a, ptrdiff_t widx, int split) {
+    if (!split)
+        return _mm256_add_epi32(acc, _mm256_madd_epi16(
+            _mm256_maddubs_epi16(x, _mm256_set1_epi32(a->wv[widx])), _mm256_set1_epi16(1)));
+    __m256i l = _mm256_madd_epi16(_mm256_maddubs_epi16(x, _mm256_set1_epi32(a->wvl[widx])),
+                                  _mm256_set1_epi16(1));
+    __m256i h = _mm256_madd_epi16(_mm256_maddubs_epi16(x, _mm256_set1_epi32(a->wvh[widx])),
+                                  _mm256_set1_epi16(16));
+    return _mm256_add_epi32(acc, _mm256_add_epi32(l, h));
+}
+
+/* Requantize 8 accumulators (8 pixels of one output channel) and store the first nv, with
+ * the steps and NaN rule of qconv_store16. */
+static inline __attribute__((always_inline)) void
+qconv_store8(__m256i acc, __m256 bterm, __m256 mult, __m256 lo, __m256 hi, __m256i ozp,
+             uint8_t *o, int nv) {
+    __m256 y = _mm256_add_ps(_mm256_cvtepi32_ps(acc), bterm);
+    __m256 r = _mm256_max_ps(_mm256_min_ps(_mm256_mul_ps(y, mult), hi), lo);
+    __m256i v = _mm256_add_epi32(_mm256_cvtps_epi32(r), ozp);
+    __m128i p = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    p = _mm_packus_epi16(p, p);
+    if (nv >= 8) {
+        _mm_storel_epi64((__m128i *)o, p);
+    } else {
+        uint8_t t[16];
+        _mm_storeu_si128((__m128i *)t, p);
+        memcpy(o, t, (size_t)nv);
+    }
+}
+
+/* R output channels x V vectors of 8 pixels, all accumulators in registers. */
+static inline __attribute__((always_inline)) void
+qconv_block_avx2(const qconv_args *a, const uint8_t *gbase, const ptrdiff_t *oc, const int R,
+                 const int V, __m256i acc[4][2], int split) {
+    ptrdiff_t wbase[4];
+    for (int r = 0; r < R; r++) {
+        wbase[r] = oc[r] * a->ntaps * a->C4;
+        for (int v = 0; v < V; v++) acc[r][v] = _mm256_setzero_si256();
+    }
+    for (int t = 0; t < a->ntaps; t++) {
+        const uint8_t *xt = gbase + a->toff[t];
+        for (int c4 = 0; c4 < a->C4; c4++) {
+            const uint8_t *x = xt + c4 * a->c4_stride;
+            __m256i xv[2];
+            for (int v = 0; v < V; v++) xv[v] = _mm256_loadu_si256((const __m256i *)(x + 32 * v));
+            for (int r = 0; r < R; r++)
+                for (int v = 0; v < V; v++)
+                    acc[r][v] = qconv_dot8(acc[r][v], xv[v], a, wbase[r] + t * a->C4 + c4, split);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void
+qconv_grouped_avx2_t(const qconv_args *a, ptrdiff_t n, ptrdiff_t od, ptrdiff_t oh,
+                     ptrdiff_t ow0, ptrdiff_t ow1, int split) {
+    const __m256 lo = _mm256_set1_ps((float)(a->lo - a->ozp)), hi = _mm256_set1_ps((float)(255 - a->ozp));
+    const __m256i ozp = _mm256_set1_epi32(a->ozp);
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    const uint8_t *ximg = a->xq + n * a->img_bytes;
+    for (ptrdiff_t ow = ow0; ow < ow1; ow += 16) {
+        const int nv = (int)(ow1 - ow < 16 ? ow1 - ow : 16), V = nv > 8 ? 2 : 1;
+        const ptrdiff_t pix = qconv_pix_offset(a, od, oh, ow);
+        for (int g = 0; g < a->G; g++) {
+            const uint8_t *gbase = ximg + (ptrdiff_t)g * a->group_bytes + pix;
+            __m256i S[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            if (a->gany[g])
+                for (int t = 0; t < a->ntaps; t++)
+                    for (int c4 = 0; c4 < a->C4; c4++) {
+                        const uint8_t *x = gbase + c4 * a->c4_stride + a->toff[t];
+                        for (int v = 0; v < 2; v++)
+                            S[v] = _mm256_add_epi32(S[v], _mm256_madd_epi16(_mm256_maddubs_epi16(
+                                _mm256_loadu_si256((const __m256i *)(x + 32 * v)), ones8), ones16));
+                    }
+            for (int o0 = 0; o0 < a->Og; o0 += 4) {
+                /* channels past the group's end repeat its last one (computed, never stored) */
+                ptrdiff_t oc[4];
+                int R = a->Og - o0 < 4 ? a->Og - o0 : 4;
+                for (int r = 0; r < 4; r++) oc[r] = (ptrdiff_t)g * a->Og + o0 + (r < R ? r : R - 1);
+                __m256i acc[4][2];
+                if (V == 2) qconv_block_avx2(a, gbase, oc, 4, 2, acc, split);
+                else qconv_block_avx2(a, gbase, oc, 4, 1, acc, split);
+                for (int r = 0; r < R; r++) {
+                    ptrdiff_t o = oc[r];
+                    __m256i corr = _mm256_set1_epi32((int32_t)((uint32_t)a->xz * (uint32_t)a->kzw[o]));
+                    __m256 bt = _mm256_set1_ps(a->bterm[o]), mu = _mm256_set1_ps(a->mult[o]);
+                    uint8_t *dst = qconv_out_row(a, n, o, od, oh) + ow;
+                    for (int v = 0; v < V; v++) {
+                        __m256i s = _mm256_add_epi32(acc[r][v], corr);
+                        if (a->gany[g])
+                            s = _mm256_sub_epi32(s, _mm256_mullo_epi32(_mm256_set1_epi32(a->wz[o]), S[v]));
+                        qconv_store8(s, bt, mu, lo, hi, ozp, dst + 8 * v, nv - 8 * v);
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void qconv_grouped_avx2(const qconv_args *a, ptrdiff_t n, ptrdiff_t od, ptrdiff_t oh,
+                               ptrdiff_t ow0, ptrdiff_t ow1) {
+    if (a->pairsafe) qconv_grouped_avx2_t(a, n, od, oh, ow0, ow1, 0);
+    else qconv_grouped_avx2_t(a, n, od, oh, ow0, ow1, 1);
+}
+#endif /* QCONV_AVX2 */
+
 
 /* Depthwise, stride 1 along W, KW <= 4, one whole channel per work item (VNNI builds).
  * Each padded input row of the channel is turned into "row quads": pixel j holds
@@ -689,6 +813,9 @@ static inline void qconv_grouped(const qconv_args *a, int mode, ptrdiff_t n, ptr
 #ifdef QCONV_VNNI
         if (mode >= 1) { qconv_grouped_vnni(a, n, od, oh, ow0, ow1); continue; }
 #endif
+#ifdef QCONV_AVX2
+        if (mode >= 1) { qconv_grouped_avx2(a, n, od, oh, ow0, ow1); continue; }
+#endif
         (void)mode;
         qconv_grouped_portable(a, n, od, oh, ow0, ow1);
     }
@@ -704,7 +831,7 @@ static inline void qconv_dw(const qconv_args *a, int mode, ptrdiff_t n, ptrdiff_
 }
 
 static inline int qconv_best_mode(void) {
-#ifdef QCONV_VNNI
+#if defined(QCONV_VNNI) || defined(QCONV_AVX2)
     return 1;
 #else
     return 0;
