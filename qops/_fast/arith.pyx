@@ -1,8 +1,10 @@
 # Element-wise arithmetic and concatenation (mirror of qops/_ref/arith.py).
 # Contract: uint8/int8 in, same dtype out; add = Q_vec(D_vec(a) + D_vec(b)) in float32, mul and
 # add_scalar's requantization = R_int (int product, one float32 multiply); cat = Q_fma(D_sc(q))
-# or a copy. Maps of one 8-bit input (add_scalar, cat's requantize) are 256-entry table lookups;
-# add and mul are qops_arith.h; add splits one contiguous chunk per thread, mul blocks of BLOCK.
+# or a copy. Maps of one 8-bit input (add_scalar, cat's requantize) are 256-entry table lookups,
+# except add_scalar's on AVX2 without VBMI (the formula per element is faster there); add, mul,
+# that formula and AVX2's lookup are qops_arith.h; add splits one contiguous chunk per thread,
+# mul blocks of BLOCK.
 import numpy as np
 from cython.parallel cimport prange
 from libc.stdlib cimport free, malloc
@@ -22,6 +24,13 @@ cdef extern from "qops_arith.h" nogil:
         int clamp_lo
     void qops_mul_run(const void *a, const void *b, void *out, Py_ssize_t n, int is_signed,
                       const qops_mul_params *p)
+    ctypedef struct qops_requant_params:
+        int32_t base, zo
+        float m, hi
+    int qops_requant_ok(int is_signed, int64_t base, int32_t zo)
+    void qops_requant_run(const uint8_t *src, uint8_t *dst, Py_ssize_t n, int is_signed,
+                          const qops_requant_params *p)
+    void qops_arith_lut(const uint8_t *src, uint8_t *dst, Py_ssize_t n, const uint8_t *table)
 
 cdef extern from "qops_lut.h" nogil:
     void qops_lut_apply(const uint8_t *src, uint8_t *dst, Py_ssize_t n, const uint8_t *table)
@@ -33,7 +42,8 @@ DEF BLOCK = 16384         # elements per parallel chunk
 DEF GRAIN = 131072        # below this many elements one thread is faster
 DEF LUT_GRAIN = 262144    # the same for a table lookup (L2-resident data, cheaper per byte)
 
-LUT_VECTORIZED = bool(qops_lut_vectorized())   # runs the CPU check once, outside any prange
+cdef int _lut_vbmi = qops_lut_vectorized()      # runs the CPU check once, outside any prange
+LUT_VECTORIZED = bool(_lut_vbmi)
 
 
 
@@ -84,6 +94,19 @@ cdef void _mul_flat(const char* a, const char* b, char* out, Py_ssize_t n, bint 
         qops_mul_run(a + s, b + s, out + s, min(BLOCK, n - s), is_signed, p)
 
 
+cdef void _requant_flat(const uint8_t* q, uint8_t* out, Py_ssize_t n, bint is_signed,
+                        const qops_requant_params* p) noexcept nogil:
+    cdef int threads = qops_threads_for(n, GRAIN), t
+    cdef Py_ssize_t chunk = qops_chunk64(n, threads), start
+    if threads == 1:
+        qops_requant_run(q, out, n, is_signed, p)
+        return
+    for t in prange(threads, schedule="static", num_threads=threads):
+        start = t * chunk
+        if start < n:
+            qops_requant_run(q + start, out + start, min(chunk, n - start), is_signed, p)
+
+
 cdef void _requant_int_table(uint8_t* table, int qmin, int qmax, int64_t base, float m,
                              int32_t zo) noexcept nogil:
     # add_scalar's R_int for each of the 256 raw values (indexed by the raw byte).
@@ -130,8 +153,10 @@ cdef void _cat_item(const cat_part* parts, Py_ssize_t nparts, Py_ssize_t w, uint
     n = min(BLOCK, p.cols - c0)
     if p.table == NULL:
         memcpy(out + r * out_cols + p.off + c0, p.src + r * p.cols + c0, n)
-    else:
+    elif _lut_vbmi:
         qops_lut_apply(p.src + r * p.cols + c0, out + r * out_cols + p.off + c0, n, p.table)
+    else:                          # (AVX2's vpshufb lookup, else the scalar loop)
+        qops_arith_lut(p.src + r * p.cols + c0, out + r * out_cols + p.off + c0, n, p.table)
 
 
 cdef void _cat_parts(const cat_part* parts, Py_ssize_t nparts, Py_ssize_t items, uint8_t* out,
@@ -207,6 +232,24 @@ def _lut(q, table):
 def requant_int(q, zero_point, offset, multiplier, out_zero_point):
     """add_scalar's requantization: R_int((q - zero_point) + offset, M)."""
     qmin, qmax = qops_range8(q.dtype)
+    cdef int64_t base = <int64_t>offset - <int64_t>zero_point
+    cdef int32_t zo = out_zero_point
+    cdef qops_requant_params p
+    cdef Py_ssize_t n
+    # Without a vector table lookup (AVX512-VBMI) the formula per element is the faster map
+    # (qops_arith.h); it gives the table's bytes.
+    if not LUT_VECTORIZED and qops_requant_ok(qmin < 0, base, zo):
+        p.base = <int32_t>base
+        p.zo = zo
+        p.m = multiplier
+        p.hi = <float>(<int>qmax - zo)
+        out = qops_empty(np, q.shape, q.dtype)
+        q = np.ascontiguousarray(q)       # (0-d becomes 1-d: out keeps the shape)
+        n = q.size
+        if n:
+            _requant_flat(<const uint8_t*>qops_ptr(q), <uint8_t*>qops_ptr(out, True), n, qmin < 0,
+                          &p)
+        return out
     table = np.empty(256, dtype=np.uint8)
     _requant_int_table(<uint8_t*>qops_ptr(table, True), qmin, qmax,
                        <int64_t>offset - <int64_t>zero_point, multiplier, out_zero_point)

@@ -6,8 +6,9 @@
  * product times m), then round and clamp. They clamp above before rounding (equal, since rint
  * is monotonic and the bounds are integers) so that one convert with round-to-nearest-even
  * rounds, and clamp below after it: in int32 on 16-element tails, by the saturating packs of
- * qops_narrow64 on 64-element steps. Other ISAs run the scalar loops, which GCC vectorizes as
- * it can.
+ * qops_narrow64 on 64-element steps. AVX2 (and the avx512 build for add_scalar's map) runs
+ * 8-wide versions of the same steps, below; other ISAs the scalar loops, which GCC vectorizes
+ * as it can.
  */
 #ifndef QOPS_ARITH_H
 #define QOPS_ARITH_H
@@ -18,6 +19,10 @@
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include <immintrin.h>
 #define QOPS_ARITH_AVX512 1
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define QOPS_ARITH_AVX2 1
 #endif
 
 typedef struct {
@@ -96,6 +101,119 @@ static inline __m512i qops_narrow64(__m512i r0, __m512i r1, __m512i r2, __m512i 
     }
 #endif
 
+#ifdef QOPS_ARITH_AVX2
+/* The 8-wide twins of the AVX-512 bodies, for AVX2 machines (and what the avx512 build runs
+ * where it has no 512-bit body), on blocks of 32 elements; the last n % 32 go through the same
+ * block on a zero-padded copy, so every element takes one formula. Zen 3 runs lane-crossing
+ * shuffles (vpmovzxbd ymm, vpermd) as several uops on its two shuffle pipes, the bottleneck
+ * of a 64-wide-style body; so a block stays in 128-bit lanes: one 32-byte load, in-lane
+ * shuffles make vector k of int32 hold elements 4k..4k+3 and 16+4k..16+4k+3, and the per-lane
+ * packs of qops_narrow32 put the results back in order with no permute. The bodies are always
+ * inlined with constant flags: one loop per combination, no tests inside it. */
+#define QOPS_AINLINE static inline __attribute__((always_inline))
+
+/* relu of add: none, max(y, 0) in float (as the scalar code), or max(out, zo) on the bytes,
+ * equal when the sum is never NaN and inv >= 0 (y <= 0 then gives rint(y * inv) <= 0). */
+enum { QOPS_RELU_NONE = 0, QOPS_RELU_FLOAT = 1, QOPS_RELU_BYTES = 2 };
+
+typedef struct { __m256 sa, sa_negzp, sb, sb_negzp, inv, hi; __m256i zo16, zo8; } qops_add_vec8;
+
+/* Whether the packs of qops_narrow32 clamp as the scalar code does: with the zero point in
+ * the dtype's range the 16-bit saturating add never hides an out-of-range value and the
+ * scalar result never wraps in its 8-bit store (mul_relu's lo = 0 <= hi). */
+static inline int qops_arith_zo_ok(int32_t zo, int is_signed) {
+    return is_signed ? zo >= -128 && zo <= 127 : zo >= 0 && zo <= 255;
+}
+
+/* Vector k (0..3) of a 32-byte block as int32: bytes 4k..4k+3 of each lane, zero-extended,
+ * or (int8) moved to the top byte and shifted back arithmetically. */
+QOPS_AINLINE __m256i qops_widen8(__m256i x, int k, int is_signed) {
+    const char z = (char)0x80;
+    const char b0 = (char)(4 * k), b1 = (char)(4 * k + 1), b2 = (char)(4 * k + 2), b3 = (char)(4 * k + 3);
+    if (is_signed)
+        return _mm256_srai_epi32(_mm256_shuffle_epi8(x, _mm256_setr_epi8(
+            z, z, z, b0, z, z, z, b1, z, z, z, b2, z, z, z, b3,
+            z, z, z, b0, z, z, z, b1, z, z, z, b2, z, z, z, b3)), 24);
+    return _mm256_shuffle_epi8(x, _mm256_setr_epi8(
+        b0, z, z, z, b1, z, z, z, b2, z, z, z, b3, z, z, z,
+        b0, z, z, z, b1, z, z, z, b2, z, z, z, b3, z, z, z));
+}
+
+/* The 32 bytes of a block from its four vectors of int32 results (before the zero point): the
+ * packs saturate (int32 -> int16, + zo in 16 bits, -> 8 bits), clamping to the dtype's range
+ * as qops_narrow64 does, and undo the block's order; relu_bytes: then max with zo. */
+QOPS_AINLINE __m256i qops_narrow32(__m256i r0, __m256i r1, __m256i r2, __m256i r3,
+                                   __m256i zo16, __m256i zo8, int is_signed, int relu_bytes) {
+    __m256i w0 = _mm256_adds_epi16(_mm256_packs_epi32(r0, r1), zo16);
+    __m256i w1 = _mm256_adds_epi16(_mm256_packs_epi32(r2, r3), zo16);
+    __m256i r = is_signed ? _mm256_packs_epi16(w0, w1) : _mm256_packus_epi16(w0, w1);
+    if (relu_bytes) r = is_signed ? _mm256_max_epi8(r, zo8) : _mm256_max_epu8(r, zo8);
+    return r;
+}
+
+/* 8 sums scaled and clamped above only (when a result could leave int32), as int32 before
+ * the zero point, as qops_add16_i32. min_ps and max_ps return their second operand for NaN:
+ * NaN sums give hi (relu: 0), as the scalar clamp and relu do. */
+QOPS_AINLINE __m256i qops_add8_i32(__m256i ia, __m256i ib, const qops_add_vec8 *v, int relu,
+                                   int clamp_hi) {
+    __m256 fa = _mm256_fmadd_ps(v->sa, _mm256_cvtepi32_ps(ia), v->sa_negzp);
+    __m256 fb = _mm256_fmadd_ps(v->sb, _mm256_cvtepi32_ps(ib), v->sb_negzp);
+    __m256 y = _mm256_add_ps(fa, fb);
+    if (relu == QOPS_RELU_FLOAT) y = _mm256_max_ps(y, _mm256_setzero_ps());
+    __m256 t = _mm256_mul_ps(y, v->inv);
+    if (clamp_hi) t = _mm256_min_ps(t, v->hi);
+    return _mm256_cvtps_epi32(t);       /* round half to even (default MXCSR) */
+}
+
+QOPS_AINLINE void qops_add32(const uint8_t *a, const uint8_t *b, uint8_t *o, const qops_add_vec8 *v,
+                             int is_signed, int relu, int clamp_hi) {
+    __m256i xa = _mm256_loadu_si256((const __m256i *)a), xb = _mm256_loadu_si256((const __m256i *)b);
+    __m256i r[4];
+    for (int k = 0; k < 4; k++)
+        r[k] = qops_add8_i32(qops_widen8(xa, k, is_signed), qops_widen8(xb, k, is_signed), v,
+                             relu, clamp_hi);
+    _mm256_storeu_si256((__m256i *)o, qops_narrow32(r[0], r[1], r[2], r[3], v->zo16, v->zo8,
+                                                    is_signed, relu == QOPS_RELU_BYTES));
+}
+
+QOPS_AINLINE void qops_add_avx2_body(const uint8_t *pa, const uint8_t *pb, uint8_t *po, ptrdiff_t n,
+                                     const qops_add_vec8 *v, int is_signed, int relu, int clamp_hi) {
+    ptrdiff_t i = 0, rest = n % 32;
+    for (; i + 32 <= n; i += 32) qops_add32(pa + i, pb + i, po + i, v, is_signed, relu, clamp_hi);
+    if (rest) {
+        uint8_t ta[32] = {0}, tb[32] = {0}, to[32];
+        __builtin_memcpy(ta, pa + i, (size_t)rest);
+        __builtin_memcpy(tb, pb + i, (size_t)rest);
+        qops_add32(ta, tb, to, v, is_signed, relu, clamp_hi);
+        __builtin_memcpy(po + i, to, (size_t)rest);
+    }
+}
+
+/* The AVX2 add; returns 0 (nothing done) when the parameters need the scalar loop (also relu
+ * with a negative inv, never a valid one, unless the float clamp runs). clamp_hi:
+ * qops_add_needs_hi, true whenever a sum could be NaN or a result leave int32. */
+static int qops_add_avx2(const uint8_t *pa, const uint8_t *pb, uint8_t *po, ptrdiff_t n,
+                         int is_signed, const qops_add_params *p, int clamp_hi) {
+    if (!qops_arith_zo_ok(p->zo, is_signed)) return 0;
+    const qops_add_vec8 v = {_mm256_set1_ps(p->sa), _mm256_set1_ps(p->sa_negzp),
+                             _mm256_set1_ps(p->sb), _mm256_set1_ps(p->sb_negzp),
+                             _mm256_set1_ps(p->inv), _mm256_set1_ps(p->hi),
+                             _mm256_set1_epi16((short)p->zo), _mm256_set1_epi8((char)p->zo)};
+    int relu = !p->relu ? QOPS_RELU_NONE
+               : (!clamp_hi && p->inv >= 0.0f) ? QOPS_RELU_BYTES : QOPS_RELU_FLOAT;
+#define QOPS_ADD_CASE(S, R, C) \
+    if (is_signed == S && relu == R && clamp_hi == C) { qops_add_avx2_body(pa, pb, po, n, &v, S, R, C); return 1; }
+    clamp_hi = clamp_hi != 0;
+    is_signed = is_signed != 0;
+    QOPS_ADD_CASE(0, QOPS_RELU_NONE, 0) QOPS_ADD_CASE(0, QOPS_RELU_BYTES, 0)
+    QOPS_ADD_CASE(0, QOPS_RELU_NONE, 1) QOPS_ADD_CASE(0, QOPS_RELU_FLOAT, 1)
+    QOPS_ADD_CASE(1, QOPS_RELU_NONE, 0) QOPS_ADD_CASE(1, QOPS_RELU_BYTES, 0)
+    QOPS_ADD_CASE(1, QOPS_RELU_NONE, 1) QOPS_ADD_CASE(1, QOPS_RELU_FLOAT, 1)
+#undef QOPS_ADD_CASE
+    return 0;
+}
+#endif
+
 /* Whether the 64-wide add needs its upper clamp in float: only when a result could leave
  * int32 (which converts to INT32_MIN). |y * inv| is bounded over every input pair; below 2**30
  * the packs' saturation is the whole clamp and the loop drops one instruction in twelve. */
@@ -127,6 +245,10 @@ static void qops_add_run(const void *a, const void *b, void *out, ptrdiff_t n, i
         QOPS_ADD_VECTOR(_mm512_cvtepu8_epi32)
     }
     return;
+#elif defined(QOPS_ARITH_AVX2)
+    if (qops_add_avx2((const uint8_t *)a, (const uint8_t *)b, (uint8_t *)out, n, is_signed, p,
+                      qops_add_needs_hi(p, is_signed)))
+        return;
 #endif
     if (is_signed) {
         QOPS_ADD_SCALAR(int8_t)
@@ -172,8 +294,85 @@ static inline __m512i qops_mul16_i32(__m512i ia, __m512i ib, __m512i za, __m512i
     }
 #endif
 
+#ifdef QOPS_ARITH_AVX2
+/* The AVX2 mul forms the exact int32 products from 16-bit halves (mullo/mulhi_epi16 of the
+ * widened differences, interleaved), which lands them in qops_widen8's order in fewer uops
+ * than widening each side to int32 and vpmulld. */
+typedef struct { __m256i za16, zb16, zo16, zo8; __m256 m, hi; } qops_mul_vec8;
+
+/* Whether a scaled product could leave int32 or be NaN (then clamp above in float). */
+static inline int qops_mul_needs_hi(const qops_mul_params *p, int is_signed) {
+    const double qlo = is_signed ? -128.0 : 0.0, qhi = is_signed ? 127.0 : 255.0;
+    double da = fmax(fabs(qlo - p->za), fabs(qhi - p->za)), db = fmax(fabs(qlo - p->zb), fabs(qhi - p->zb));
+    return !(da * db * fabs((double)p->m) * 1.001 + 1.0 < 1073741824.0);
+}
+
+/* The two 16-element halves of a block as int16 differences q - zp. */
+QOPS_AINLINE void qops_diff16(__m256i x, __m256i z16, int is_signed, __m256i *lo, __m256i *hi) {
+    __m256i ext = is_signed ? _mm256_cmpgt_epi8(_mm256_setzero_si256(), x) : _mm256_setzero_si256();
+    *lo = _mm256_sub_epi16(_mm256_unpacklo_epi8(x, ext), z16);
+    *hi = _mm256_sub_epi16(_mm256_unpackhi_epi8(x, ext), z16);
+}
+
+QOPS_AINLINE __m256i qops_mul8_i32(__m256i acc, const qops_mul_vec8 *v, int clamp_hi) {
+    __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), v->m);
+    if (clamp_hi) t = _mm256_min_ps(t, v->hi);
+    return _mm256_cvtps_epi32(t);
+}
+
+/* mul_relu's clamp at lo = 0 is the byte max with zo (as for add); NaN and -inf still give
+ * hi and qmin before it, as the scalar clamps. */
+QOPS_AINLINE void qops_mul32(const uint8_t *a, const uint8_t *b, uint8_t *o, const qops_mul_vec8 *v,
+                             int is_signed, int relu, int clamp_hi) {
+    __m256i a0, a1, b0, b1;
+    qops_diff16(_mm256_loadu_si256((const __m256i *)a), v->za16, is_signed, &a0, &a1);
+    qops_diff16(_mm256_loadu_si256((const __m256i *)b), v->zb16, is_signed, &b0, &b1);
+    __m256i l0 = _mm256_mullo_epi16(a0, b0), h0 = _mm256_mulhi_epi16(a0, b0);
+    __m256i l1 = _mm256_mullo_epi16(a1, b1), h1 = _mm256_mulhi_epi16(a1, b1);
+    __m256i r0 = qops_mul8_i32(_mm256_unpacklo_epi16(l0, h0), v, clamp_hi);
+    __m256i r1 = qops_mul8_i32(_mm256_unpackhi_epi16(l0, h0), v, clamp_hi);
+    __m256i r2 = qops_mul8_i32(_mm256_unpacklo_epi16(l1, h1), v, clamp_hi);
+    __m256i r3 = qops_mul8_i32(_mm256_unpackhi_epi16(l1, h1), v, clamp_hi);
+    _mm256_storeu_si256((__m256i *)o, qops_narrow32(r0, r1, r2, r3, v->zo16, v->zo8, is_signed, relu));
+}
+
+QOPS_AINLINE void qops_mul_avx2_body(const uint8_t *pa, const uint8_t *pb, uint8_t *po, ptrdiff_t n,
+                                     const qops_mul_vec8 *v, int is_signed, int relu, int clamp_hi) {
+    ptrdiff_t i = 0, rest = n % 32;
+    for (; i + 32 <= n; i += 32) qops_mul32(pa + i, pb + i, po + i, v, is_signed, relu, clamp_hi);
+    if (rest) {
+        uint8_t ta[32] = {0}, tb[32] = {0}, to[32];
+        __builtin_memcpy(ta, pa + i, (size_t)rest);
+        __builtin_memcpy(tb, pb + i, (size_t)rest);
+        qops_mul32(ta, tb, to, v, is_signed, relu, clamp_hi);
+        __builtin_memcpy(po + i, to, (size_t)rest);
+    }
+}
+
+/* The AVX2 mul, as qops_add_avx2 (returns 0 when the scalar loop must run): the zero points
+ * must leave q - zp in int16. */
+static int qops_mul_avx2(const uint8_t *pa, const uint8_t *pb, uint8_t *po, ptrdiff_t n,
+                         int is_signed, const qops_mul_params *p) {
+    if (!qops_arith_zo_ok(p->zo, is_signed) || p->za < -32000 || p->za > 32000
+        || p->zb < -32000 || p->zb > 32000)
+        return 0;
+    const qops_mul_vec8 v = {_mm256_set1_epi16((short)p->za), _mm256_set1_epi16((short)p->zb),
+                             _mm256_set1_epi16((short)p->zo), _mm256_set1_epi8((char)p->zo),
+                             _mm256_set1_ps(p->m), _mm256_set1_ps(p->hi)};
+    int relu = p->clamp_lo != 0, clamp_hi = qops_mul_needs_hi(p, is_signed);
+    is_signed = is_signed != 0;
+#define QOPS_MUL_CASE(S, R, C) \
+    if (is_signed == S && relu == R && clamp_hi == C) { qops_mul_avx2_body(pa, pb, po, n, &v, S, R, C); return 1; }
+    QOPS_MUL_CASE(0, 0, 0) QOPS_MUL_CASE(0, 0, 1) QOPS_MUL_CASE(0, 1, 0) QOPS_MUL_CASE(0, 1, 1)
+    QOPS_MUL_CASE(1, 0, 0) QOPS_MUL_CASE(1, 0, 1) QOPS_MUL_CASE(1, 1, 0) QOPS_MUL_CASE(1, 1, 1)
+#undef QOPS_MUL_CASE
+    return 0;
+}
+#endif
+
 /* out[0:n] from a[0:n], b[0:n]; is_signed: int8 data, else uint8. The 64-wide body (as
- * qops_add_run's) covers all but the last n % 64 elements, which the scalar loop does. */
+ * qops_add_run's) covers all but the last n % 64 elements, which the scalar loop does; the
+ * AVX2 body covers all. */
 static void qops_mul_run(const void *a, const void *b, void *out, ptrdiff_t n, int is_signed,
                          const qops_mul_params *p) {
     ptrdiff_t i = 0;
@@ -188,6 +387,9 @@ static void qops_mul_run(const void *a, const void *b, void *out, ptrdiff_t n, i
     } else {
         QOPS_MUL64(_mm512_cvtepu8_epi32, 0)
     }
+#elif defined(QOPS_ARITH_AVX2)
+    if (qops_mul_avx2((const uint8_t *)a, (const uint8_t *)b, (uint8_t *)out, n, is_signed, p))
+        return;
 #endif
     if (is_signed) {
         QOPS_MUL_SCALAR(int8_t)
@@ -195,4 +397,101 @@ static void qops_mul_run(const void *a, const void *b, void *out, ptrdiff_t n, i
         QOPS_MUL_SCALAR(uint8_t)
     }
 }
+
+/* add_scalar's requantization R_int((q - zp) + offset, m) (SEMANTICS.md, add_scalar) computed
+ * per element, where the table of arith.pyx's _requant_int_table would be looked up byte by
+ * byte: without AVX512-VBMI a 256-entry lookup has no vector form cheaper than the formula.
+ * base = offset - zp; hi = qmax - zo. Only for qops_requant_ok's parameters. */
+typedef struct {
+    int32_t base, zo;
+    float m, hi;
+} qops_requant_params;
+
+/* Whether qops_requant_run gives the table's bytes: r + base fits int32 (converted to float as
+ * the table's int64 would be) and zo is in the dtype's range (qops_arith_zo_ok). */
+static inline int qops_requant_ok(int is_signed, int64_t base, int32_t zo) {
+#ifdef QOPS_ARITH_AVX2
+    return base > -2147483000LL && base < 2147483000LL && qops_arith_zo_ok(zo, is_signed);
+#else
+    (void)is_signed; (void)base; (void)zo;
+    return 0;
+#endif
+}
+
+#ifdef QOPS_ARITH_AVX2
+typedef struct { __m256i base, zo16, zo8; __m256 m, hi; } qops_requant_vec8;
+
+QOPS_AINLINE void qops_requant32(const uint8_t *src, uint8_t *dst, const qops_requant_vec8 *v,
+                                 int is_signed, int clamp_hi) {
+    __m256i x = _mm256_loadu_si256((const __m256i *)src), r[4];
+    for (int k = 0; k < 4; k++) {
+        __m256i acc = _mm256_add_epi32(qops_widen8(x, k, is_signed), v->base);
+        __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), v->m);
+        if (clamp_hi) t = _mm256_min_ps(t, v->hi);
+        r[k] = _mm256_cvtps_epi32(t);
+    }
+    _mm256_storeu_si256((__m256i *)dst, qops_narrow32(r[0], r[1], r[2], r[3], v->zo16, v->zo8,
+                                                      is_signed, 0));
+}
+
+QOPS_AINLINE void qops_requant_body(const uint8_t *src, uint8_t *dst, ptrdiff_t n,
+                                    const qops_requant_vec8 *v, int is_signed, int clamp_hi) {
+    ptrdiff_t i = 0, rest = n % 32;
+    for (; i + 32 <= n; i += 32) qops_requant32(src + i, dst + i, v, is_signed, clamp_hi);
+    if (rest) {
+        uint8_t ts[32] = {0}, to[32];
+        __builtin_memcpy(ts, src + i, (size_t)rest);
+        qops_requant32(ts, to, v, is_signed, clamp_hi);
+        __builtin_memcpy(dst + i, to, (size_t)rest);
+    }
+}
+#endif
+
+/* dst[0:n] from src[0:n] (is_signed: int8 data, else uint8). */
+static void qops_requant_run(const uint8_t *src, uint8_t *dst, ptrdiff_t n, int is_signed,
+                             const qops_requant_params *p) {
+#ifdef QOPS_ARITH_AVX2
+    const qops_requant_vec8 v = {_mm256_set1_epi32(p->base), _mm256_set1_epi16((short)p->zo),
+                                 _mm256_set1_epi8((char)p->zo), _mm256_set1_ps(p->m),
+                                 _mm256_set1_ps(p->hi)};
+    /* whether a product could leave int32 or be NaN (then clamp above in float) */
+    int clamp_hi = !((fabs((double)p->base) + 255.0) * fabs((double)p->m) * 1.001 + 1.0 < 1073741824.0);
+    if (is_signed) {
+        if (clamp_hi) qops_requant_body(src, dst, n, &v, 1, 1);
+        else qops_requant_body(src, dst, n, &v, 1, 0);
+    } else {
+        if (clamp_hi) qops_requant_body(src, dst, n, &v, 0, 1);
+        else qops_requant_body(src, dst, n, &v, 0, 0);
+    }
+#else
+    (void)src; (void)dst; (void)n; (void)is_signed; (void)p;   /* qops_requant_ok is 0 */
+#endif
+}
+
+/* dst[i] = table[src[i]] for i < n: the byte maps of cat (requantize, relu), where
+ * qops_lut.h's vector lookup (AVX512-VBMI) is missing. AVX2 has only 16-entry lookups
+ * (vpshufb): each of the 16 rows of the table is looked up by the low nibble, then a tree of
+ * 15 blends picks the row by the high nibble's bits (vpblendvb reads bit 7 of each byte, so
+ * bit j is shifted there first): a third of the scalar loop's time. */
+static void qops_arith_lut(const uint8_t *src, uint8_t *dst, ptrdiff_t n, const uint8_t *table) {
+    ptrdiff_t i = 0;
+#ifdef QOPS_ARITH_AVX2
+    __m256i rows[16];
+    for (int k = 0; k < 16; k++)
+        rows[k] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(table + 16 * k)));
+    const __m256i m0f = _mm256_set1_epi8(0x0F);
+    for (; i + 32 <= n; i += 32) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(src + i));
+        __m256i lo = _mm256_and_si256(x, m0f), r[16];
+        for (int k = 0; k < 16; k++) r[k] = _mm256_shuffle_epi8(rows[k], lo);
+        __m256i b4 = _mm256_slli_epi16(x, 3), b5 = _mm256_slli_epi16(x, 2), b6 = _mm256_slli_epi16(x, 1);
+        for (int k = 0; k < 8; k++) r[k] = _mm256_blendv_epi8(r[2 * k], r[2 * k + 1], b4);
+        for (int k = 0; k < 4; k++) r[k] = _mm256_blendv_epi8(r[2 * k], r[2 * k + 1], b5);
+        for (int k = 0; k < 2; k++) r[k] = _mm256_blendv_epi8(r[2 * k], r[2 * k + 1], b6);
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_blendv_epi8(r[0], r[1], x));
+    }
+#endif
+    for (; i < n; i++) dst[i] = table[src[i]];
+}
+
 #endif
