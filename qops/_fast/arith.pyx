@@ -2,9 +2,9 @@
 # Contract: uint8/int8 in, same dtype out; add = Q_vec(D_vec(a) + D_vec(b)) in float32, mul and
 # add_scalar's requantization = R_int (int product, one float32 multiply); cat = Q_fma(D_sc(q))
 # or a copy. Maps of one 8-bit input (add_scalar, cat's requantize) are 256-entry table lookups,
-# except add_scalar's on AVX2 without VBMI (the formula per element is faster there); add, mul,
-# that formula and AVX2's lookup are qops_arith.h; add splits one contiguous chunk per thread,
-# mul blocks of BLOCK.
+# except add_scalar's on AVX2 without VBMI (the formula per element is faster there); add, mul
+# and that formula are qops_arith.h; add splits one contiguous chunk per thread, mul blocks of
+# BLOCK.
 import numpy as np
 from cython.parallel cimport prange
 from libc.stdlib cimport free, malloc
@@ -30,7 +30,6 @@ cdef extern from "qops_arith.h" nogil:
     int qops_requant_ok(int is_signed, int64_t base, int32_t zo)
     void qops_requant_run(const uint8_t *src, uint8_t *dst, Py_ssize_t n, int is_signed,
                           const qops_requant_params *p)
-    void qops_arith_lut(const uint8_t *src, uint8_t *dst, Py_ssize_t n, const uint8_t *table)
 
 cdef extern from "qops_lut.h" nogil:
     void qops_lut_apply(const uint8_t *src, uint8_t *dst, Py_ssize_t n, const uint8_t *table)
@@ -153,10 +152,8 @@ cdef void _cat_item(const cat_part* parts, Py_ssize_t nparts, Py_ssize_t w, uint
     n = min(BLOCK, p.cols - c0)
     if p.table == NULL:
         memcpy(out + r * out_cols + p.off + c0, p.src + r * p.cols + c0, n)
-    elif _lut_vbmi:
+    else:
         qops_lut_apply(p.src + r * p.cols + c0, out + r * out_cols + p.off + c0, n, p.table)
-    else:                          # (AVX2's vpshufb lookup, else the scalar loop)
-        qops_arith_lut(p.src + r * p.cols + c0, out + r * out_cols + p.off + c0, n, p.table)
 
 
 cdef void _cat_parts(const cat_part* parts, Py_ssize_t nparts, Py_ssize_t items, uint8_t* out,

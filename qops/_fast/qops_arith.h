@@ -468,30 +468,4 @@ static void qops_requant_run(const uint8_t *src, uint8_t *dst, ptrdiff_t n, int 
 #endif
 }
 
-/* dst[i] = table[src[i]] for i < n: the byte maps of cat (requantize, relu), where
- * qops_lut.h's vector lookup (AVX512-VBMI) is missing. AVX2 has only 16-entry lookups
- * (vpshufb): each of the 16 rows of the table is looked up by the low nibble, then a tree of
- * 15 blends picks the row by the high nibble's bits (vpblendvb reads bit 7 of each byte, so
- * bit j is shifted there first): a third of the scalar loop's time. */
-static void qops_arith_lut(const uint8_t *src, uint8_t *dst, ptrdiff_t n, const uint8_t *table) {
-    ptrdiff_t i = 0;
-#ifdef QOPS_ARITH_AVX2
-    __m256i rows[16];
-    for (int k = 0; k < 16; k++)
-        rows[k] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(table + 16 * k)));
-    const __m256i m0f = _mm256_set1_epi8(0x0F);
-    for (; i + 32 <= n; i += 32) {
-        __m256i x = _mm256_loadu_si256((const __m256i *)(src + i));
-        __m256i lo = _mm256_and_si256(x, m0f), r[16];
-        for (int k = 0; k < 16; k++) r[k] = _mm256_shuffle_epi8(rows[k], lo);
-        __m256i b4 = _mm256_slli_epi16(x, 3), b5 = _mm256_slli_epi16(x, 2), b6 = _mm256_slli_epi16(x, 1);
-        for (int k = 0; k < 8; k++) r[k] = _mm256_blendv_epi8(r[2 * k], r[2 * k + 1], b4);
-        for (int k = 0; k < 4; k++) r[k] = _mm256_blendv_epi8(r[2 * k], r[2 * k + 1], b5);
-        for (int k = 0; k < 2; k++) r[k] = _mm256_blendv_epi8(r[2 * k], r[2 * k + 1], b6);
-        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_blendv_epi8(r[0], r[1], x));
-    }
-#endif
-    for (; i < n; i++) dst[i] = table[src[i]];
-}
-
 #endif
