@@ -154,6 +154,37 @@ static inline void qops_col_means(const uint8_t *x, ptrdiff_t stride, ptrdiff_t 
             _mm_mask_storeu_epi8(out + (c - c0) + 16 * k, (__mmask16)(m >> (16 * k)), _mm512_cvtepi32_epi8(q));
         }
     }
+#elif defined(__AVX2__)
+    /* the same with 32 columns; in-lane unpacks leave column groups 0-3|16-19, 4-7|20-23,
+     * 8-11|24-27, 12-15|28-31 in t[0..3], which the two rounds of packs put back in order */
+    const __m256i bias = _mm256_set1_epi8((char)0x80), z = _mm256_setzero_si256();
+    const __m256 d = _mm256_set1_ps(fn);
+    if (n <= ((ptrdiff_t)1 << 23))          /* int32 totals: 255 * n < 2^31 */
+        for (; c + 32 <= c1; c += 32) {
+            __m256i t[4] = {z, z, z, z};
+            for (ptrdiff_t j0 = 0; j0 < n; j0 += 256) {
+                const ptrdiff_t j1 = n - j0 < 256 ? n : j0 + 256;
+                __m256i lo = z, hi = z;
+                for (ptrdiff_t j = j0; j < j1; j++) {
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(x + j * stride + c));
+                    if (is_signed) v = _mm256_xor_si256(v, bias);
+                    lo = _mm256_add_epi16(lo, _mm256_unpacklo_epi8(v, z));
+                    hi = _mm256_add_epi16(hi, _mm256_unpackhi_epi8(v, z));
+                }
+                t[0] = _mm256_add_epi32(t[0], _mm256_unpacklo_epi16(lo, z));
+                t[1] = _mm256_add_epi32(t[1], _mm256_unpackhi_epi16(lo, z));
+                t[2] = _mm256_add_epi32(t[2], _mm256_unpacklo_epi16(hi, z));
+                t[3] = _mm256_add_epi32(t[3], _mm256_unpackhi_epi16(hi, z));
+            }
+            __m256i q[4];
+            for (int k = 0; k < 4; k++) {
+                __m256i s = is_signed ? _mm256_sub_epi32(t[k], _mm256_set1_epi32(128 * (int32_t)n)) : t[k];
+                q[k] = _mm256_cvtps_epi32(_mm256_div_ps(_mm256_cvtepi32_ps(s), d));
+            }
+            __m256i w01 = _mm256_packs_epi32(q[0], q[1]), w23 = _mm256_packs_epi32(q[2], q[3]);
+            _mm256_storeu_si256((__m256i *)(out + (c - c0)),
+                                is_signed ? _mm256_packs_epi16(w01, w23) : _mm256_packus_epi16(w01, w23));
+        }
 #endif
     for (; c < c1; c++) {
         int64_t s = 0;
