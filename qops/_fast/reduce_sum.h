@@ -118,6 +118,52 @@ static inline __m512i qops_sums8(const uint8_t *x, ptrdiff_t stride, ptrdiff_t n
 }
 #endif
 
+#if defined(__AVX2__) && !defined(QOPS_SUMS8)
+#define QOPS_SUMS8_AVX2 1
+/* qops_sums8 for AVX2, runs of 32 <= n <= 256 bytes, as 8 int32 lanes in order (n <= 256
+ * keeps every sum below 2^16). A run's last partial vector is the 32 bytes ending at the run's
+ * end with the bytes already counted masked off: no read past the run. */
+static inline __m256i qops_sums8_avx2(const uint8_t *x, ptrdiff_t stride, ptrdiff_t n,
+                                      int is_signed) {
+    const __m256i zero = _mm256_setzero_si256(), bias = _mm256_set1_epi8((char)0x80);
+    const __m256i iota = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                          16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28,
+                                          29, 30, 31);
+    const ptrdiff_t full = n & ~(ptrdiff_t)31;
+    /* bytes 32 - rem .. 31 of the last vector are new */
+    const __m256i keep = _mm256_cmpgt_epi8(iota, _mm256_set1_epi8((char)(31 - (n - full))));
+    __m256i v[8];
+    for (ptrdiff_t off = 0; off < 8 * stride; off += 64)
+        _mm_prefetch((const char *)(x + 32 * stride + off), _MM_HINT_T0);
+    for (int k = 0; k < 8; k++) {
+        const uint8_t *p = x + k * stride;
+        __m256i acc = zero;
+        for (ptrdiff_t i = 0; i < full; i += 32) {
+            __m256i t = _mm256_loadu_si256((const __m256i *)(p + i));
+            if (is_signed) t = _mm256_xor_si256(t, bias);
+            acc = _mm256_add_epi64(acc, _mm256_sad_epu8(t, zero));
+        }
+        if (n > full) {
+            __m256i t = _mm256_loadu_si256((const __m256i *)(p + n - 32));
+            if (is_signed) t = _mm256_xor_si256(t, bias);
+            acc = _mm256_add_epi64(acc, _mm256_sad_epu8(_mm256_and_si256(t, keep), zero));
+        }
+        v[k] = acc;
+    }
+    __m256i a[4], b[2];
+    for (int k = 0; k < 4; k++)         /* 128-bit lane j: runs 2k, 2k+1 (lane j's share) */
+        a[k] = _mm256_add_epi64(_mm256_unpacklo_epi64(v[2 * k], v[2 * k + 1]),
+                                _mm256_unpackhi_epi64(v[2 * k], v[2 * k + 1]));
+    for (int k = 0; k < 2; k++)         /* runs 4k..4k+3 as int64 */
+        b[k] = _mm256_add_epi64(_mm256_permute2x128_si256(a[2 * k], a[2 * k + 1], 0x20),
+                                _mm256_permute2x128_si256(a[2 * k], a[2 * k + 1], 0x31));
+    const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    __m256i s = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(b[0], even),
+                                   _mm256_permutevar8x32_epi32(b[1], even), 0xF0);
+    return is_signed ? _mm256_sub_epi32(s, _mm256_set1_epi32(128 * (int32_t)n)) : s;
+}
+#endif
+
 /* out[i] = rint(f32(f32(sum over rows j < n of x[j*stride + i]) / f32(n))) for columns
  * [c0, c1): the mean over a middle axis. With AVX512BW, 64 columns at a time: each block of
  * up to 256 rows adds in 16-bit lanes (at most 256 * 255 fits; int8 biased to unsigned),
@@ -207,6 +253,17 @@ static inline void qops_run_means(const uint8_t *x, uint8_t *out, ptrdiff_t r0, 
             __m256 f = _mm512_cvtepi64_ps(qops_sums8(x + r * n, n, n, is_signed));
             f = _mm256_div_ps(_mm256_mul_ps(f, m), d);
             _mm_storel_epi64((__m128i *)(out + r), _mm256_cvtepi32_epi8(_mm256_cvtps_epi32(f)));
+        }
+    }
+#elif defined(QOPS_SUMS8_AVX2)
+    if (n >= 32 && n <= 256) {
+        const __m256 m = _mm256_set1_ps(mul), d = _mm256_set1_ps(div);
+        for (; r + 8 <= r1; r += 8) {
+            __m256 f = _mm256_cvtepi32_ps(qops_sums8_avx2(x + r * n, n, n, is_signed));
+            __m256i q = _mm256_cvtps_epi32(_mm256_div_ps(_mm256_mul_ps(f, m), d));
+            __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+            w = is_signed ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
+            _mm_storel_epi64((__m128i *)(out + r), w);
         }
     }
 #endif
