@@ -19,7 +19,8 @@ def config_info():
                     omp_max_threads=_fast._cpu.get_max_threads(),
                     # kernels the AVX-512 build picks at run time by CPU feature
                     vbmi_max_pool=_fast.load("pool")._use_vbmi(),
-                    vbmi2_topk=_fast.load("sort")._topk_vbmi())
+                    vbmi2_topk=_fast.load("sort")._topk_vbmi(),
+                    conv_kernel=_conv_kernel(_fast))
     except ImportError as exc:
         info.update(fast_error=str(exc))
     return info
@@ -41,10 +42,21 @@ def show_config():
                  ("VBMI kernels (stride-2 max pool, top-k)",
                   f"{'on' if info['vbmi_max_pool'] else 'off'}, "
                   f"{'on' if info['vbmi2_topk'] else 'off'}"),
+                 ("int8 conv kernel", info["conv_kernel"]),
                  ("debug build (bounds checks)", "yes" if info["debug_build"] else "no")]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
+
+
+def _conv_kernel(fast):
+    """The tier the conv family runs: AMX, AVX-512 VNNI, AVX2 or portable C."""
+    mode = fast.load("conv")._MODE[0]
+    if mode == 2:
+        return "AMX tiles"
+    if mode == 1:
+        return "AVX-512 VNNI" if fast.ISA == "avx512" else "AVX2 (vpmaddubsw, exact)"
+    return "portable C"
 
 
 def _forced():

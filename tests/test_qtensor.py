@@ -207,5 +207,6 @@ def test_backend_and_threads_settings():
 def test_show_config(capsys):
     qops.show_config()
     out = capsys.readouterr().out
-    for key in ("numpy", "OpenMP", "threads", "ISAs compiled", "ISA in use", "VBMI kernels"):
+    for key in ("numpy", "OpenMP", "threads", "ISAs compiled", "ISA in use", "VBMI kernels",
+                "int8 conv kernel"):
         assert key in out
