@@ -253,3 +253,46 @@ def test_saturation_prone_weights_are_exact(limit):
     with qops.backend("ref"):
         want = F.conv2d(x, w, None, **args)._int
     np.testing.assert_array_equal(F.conv2d(x, w, None, **args)._int, want)
+
+
+@pytest.mark.parametrize("tier", ["portable", "vnni"])
+@pytest.mark.parametrize("nd,k,stride,dilation,padding,size,wzp", [
+    (2, (3, 3), 1, 1, 1, (13, 37), 0),          # row-pair kernels: tails past 32 and 8 pixels
+    (2, (3, 3), 1, 1, 1, (9, 70), 3),           # window sums (weight zero points)
+    (2, (2, 4), 1, (2, 3), (1, 2), (11, 45), -2),   # KW 4 with dilation
+    (2, (5, 1), 1, 1, (2, 0), (6, 17), 0),      # KW 1
+    (2, (3, 2), (2, 1), 1, 1, (10, 23), 1),     # KW 2, stride along H only
+    (2, (3, 3), 2, 1, 1, (14, 51), 0),          # stride 2: the planes kernel
+    (2, (3, 5), 1, 2, 2, (12, 40), 4),          # KW 5: the planes kernel, odd tap count
+    (2, (3, 3), 1, 1, 1, (600, 450), 0),        # too large for the row scratch: planes kernel
+    (1, (3,), 1, 1, 1, (150,), 2),
+    (1, (7,), 3, 1, 3, (101,), 0),
+    (3, (3, 3, 3), 1, 1, 1, (5, 6, 19), 1),
+    (3, (2, 3, 5), (1, 2, 2), (2, 1, 1), 1, (6, 7, 21), 0),
+])
+def test_depthwise_kernels_equal_ref(tier, nd, k, stride, dilation, padding, size, wzp):
+    # every depthwise kernel (VNNI / AVX2 row quads or pairs, planes kernels, portable) with
+    # saturation-prone weights (|w| up to 128) and inputs at 0 and 255
+    from qops import _fast
+    kernels = _fast.load("conv")
+    r = u.rng(13)
+    c = 2 if size[-1] * np.prod(size[:-1]) > 100000 else 5
+    raw = r.choice(np.array([0, 255], np.uint8), size=(2, c) + size)
+    raw[1] = r.integers(0, 256, size=(c,) + size)
+    x = qops.make_per_tensor_quantized_tensor(raw, 0.03, 77)
+    w = _w((c, 1) + k, zp=wzp, seed=7)
+    w._int[0] = -128
+    w._int[1] = 127
+    b = r.normal(0, 3, c).astype(np.float32)
+    fn = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nd]
+    args = dict(stride=stride, padding=padding, dilation=dilation, groups=c,
+                scale=float(np.prod(k)) * 0.05, zero_point=120)
+    with qops.backend("ref"):
+        want = fn(x, w, b, **args)._int
+    previous = kernels._set_mode(tier)
+    try:
+        got = fn(x, w, b, **args)._int
+    finally:
+        kernels._set_mode(previous)
+    np.testing.assert_array_equal(got, want)
+    assert np.std(want) > 5

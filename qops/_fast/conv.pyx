@@ -74,6 +74,7 @@ cdef extern from "qops_conv.h" nogil:
         uint8_t *scratch
         Py_ssize_t scratch_bytes
     int qconv_dwr_available()
+    Py_ssize_t qconv_dwr_rowpix(Py_ssize_t OWp, Py_ssize_t dwl)
     void qconv_dwr_channel(const qconv_dwr_args *r, int tid, Py_ssize_t n, Py_ssize_t c)
     int qconv_amx_available()
     int qconv_best_mode()
@@ -212,7 +213,7 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
     if (dw and mode >= 1 and sw == 1 and kw <= 4 and qconv_dwr_available() and x.size > 0
             and n * o * od * oh * ow > 0):
         owp = (ow + 15) // 16 * 16
-        if dp * hp * owp * 4 <= (1 << 20):
+        if dp * hp * qconv_dwr_rowpix(owp, dwl) * 4 <= (1 << 20):
             return _conv_dwr(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
                              (kd, kh, kw), (sd, sh), (pd, ph, pw), (dd, dh, dwl), (od, oh, ow), owp)
     ilv = 1 if dw else 4
@@ -353,7 +354,8 @@ def _conv_dwr(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, re
     r.out = &out_v[0]
     cdef Py_ssize_t macs = n * od * oh * ow * c * kd * kh * kw
     nthreads = min(qops_threads_for(macs, GRAIN), n * c)
-    r.scratch_bytes = (dp * hp * owp * 4 + lp + owp + 128 + 63) // 64 * 64
+    rowpix = qconv_dwr_rowpix(owp, dwl)
+    r.scratch_bytes = (dp * hp * rowpix * 4 + 3 * lp + rowpix + 128 + 63) // 64 * 64
     scratch = np.empty(nthreads * r.scratch_bytes + 64, np.uint8)
     cdef uint8_t[::1] sc_v = scratch
     r.scratch = &sc_v[0]

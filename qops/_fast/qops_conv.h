@@ -18,13 +18,14 @@
  *
  * Kernels: AMX (tdpbsud, weights as the signed operand, 16x16 output tiles) where the CPU and
  * kernel allow it, AVX-512 VNNI (vpdpbusd, 16 pixels per vector), AVX2 (vpmaddubsw +
- * vpmaddwd, 8 pixels per vector; grouped convolutions only), portable C otherwise.
+ * vpmaddwd, 8 pixels per vector; depthwise: vpmaddwd on int16 pixel pairs), portable C otherwise.
  */
 #ifndef QOPS_CONV_H
 #define QOPS_CONV_H
 #include <stdint.h>
 #include <stddef.h>
 #include <string.h>
+#include <stdlib.h>
 #include "qops_common.h"
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -491,6 +492,38 @@ qconv_store8(__m256i acc, __m256 bterm, __m256 mult, __m256 lo, __m256 hi, __m25
     }
 }
 
+/* Requantize 4 x 8 accumulators (32 pixels of one output channel, qconv_store8's steps) and
+ * store the first nv. */
+static inline __attribute__((always_inline)) __m256i
+qconv_requant8(__m256i acc, __m256 bterm, __m256 mult, __m256 lo, __m256 hi, __m256i ozp) {
+    __m256 y = _mm256_add_ps(_mm256_cvtepi32_ps(acc), bterm);
+    __m256 r = _mm256_max_ps(_mm256_min_ps(_mm256_mul_ps(y, mult), hi), lo);
+    return _mm256_add_epi32(_mm256_cvtps_epi32(r), ozp);
+}
+
+static inline __attribute__((always_inline)) void
+qconv_store32(const __m256i acc[4], const int V, __m256 bterm, __m256 mult, __m256 lo, __m256 hi,
+              __m256i ozp, uint8_t *o, int nv) {
+    __m256i v[4];
+    for (int i = 0; i < 4; i++)
+        v[i] = i < V ? qconv_requant8(acc[i], bterm, mult, lo, hi, ozp) : _mm256_setzero_si256();
+    /* values are in [0, 255]: the saturating packs change nothing */
+    __m256i p = _mm256_packus_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    if (nv >= 32) {
+        _mm256_storeu_si256((__m256i *)o, p);
+        return;
+    }
+    /* the tail straight from the registers (a bounce through memory stalls store forwarding) */
+    __m128i h = _mm256_castsi256_si128(p);
+    if (nv >= 16) { _mm_storeu_si128((__m128i *)o, h); o += 16; nv -= 16; h = _mm256_extracti128_si256(p, 1); }
+    if (nv >= 8) { _mm_storel_epi64((__m128i *)o, h); o += 8; nv -= 8; h = _mm_srli_si128(h, 8); }
+    uint64_t b = (uint64_t)_mm_cvtsi128_si64(h);
+    if (nv >= 4) { uint32_t t4 = (uint32_t)b; memcpy(o, &t4, 4); o += 4; nv -= 4; b >>= 32; }
+    if (nv >= 2) { uint16_t t2 = (uint16_t)b; memcpy(o, &t2, 2); o += 2; nv -= 2; b >>= 16; }
+    if (nv >= 1) o[0] = (uint8_t)b;
+}
+
 /* R output channels x V vectors of 8 pixels, all accumulators in registers. */
 static inline __attribute__((always_inline)) void
 qconv_block_avx2(const qconv_args *a, const uint8_t *gbase, const ptrdiff_t *oc, const int R,
@@ -566,6 +599,75 @@ static void qconv_grouped_avx2(const qconv_args *a, ptrdiff_t n, ptrdiff_t od, p
 }
 #endif /* QCONV_AVX2 */
 
+#ifdef QCONV_AVX2
+/* AVX2 depthwise: vpmaddwd on int16 pairs, (x[a], x[b]) per pixel in an int32 slot, against
+ * the weight pair (w[a], w[b]); always exact (no vpmaddubsw saturation to guard against).
+ * Weight pairs from taps packed four to an int32 (zero bytes past the last tap). */
+static inline int32_t qconv_wpair(int32_t w4, int hi) {
+    int32_t b0 = (int8_t)((w4 >> (16 * hi)) & 0xff), b1 = (int8_t)((w4 >> (16 * hi + 8)) & 0xff);
+    return (int32_t)((uint32_t)(uint16_t)(int16_t)b0 | ((uint32_t)(uint16_t)(int16_t)b1 << 16));
+}
+
+/* Planes path (any stride, dilation, kernel): two taps per vpmaddwd, 8 pixels per vector. */
+static inline __attribute__((always_inline)) void
+qconv_dw_avx2_block(const qconv_args *a, const uint8_t *base, const int32_t *wq, int sums,
+                    __m256i acc[4], __m256i S[4], const int V) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int np = (a->ntaps + 1) / 2;
+    for (int v = 0; v < V; v++) { acc[v] = _mm256_setzero_si256(); S[v] = _mm256_setzero_si256(); }
+    for (int p = 0; p < np; p++) {
+        const int t0 = 2 * p, t1 = 2 * p + 1 < a->ntaps ? 2 * p + 1 : 2 * p;   /* weight 0 past the end */
+        const __m256i w = _mm256_set1_epi32(qconv_wpair(wq[p >> 1], p & 1));
+        const uint8_t *x0 = base + a->toff[t0], *x1 = base + a->toff[t1];
+        for (int h = 0; h < (V + 1) / 2; h++) {
+            __m128i u = _mm_loadu_si128((const __m128i *)(x0 + 16 * h));
+            __m128i z = _mm_loadu_si128((const __m128i *)(x1 + 16 * h));
+            __m256i X[2] = {_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(u, z)),
+                            _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(u, z))};
+            for (int k = 0; k < 2 && 2 * h + k < V; k++) {
+                acc[2 * h + k] = _mm256_add_epi32(acc[2 * h + k], _mm256_madd_epi16(X[k], w));
+                if (sums) {
+                    __m256i on = t1 == t0 ? _mm256_set1_epi32(1) : ones;
+                    S[2 * h + k] = _mm256_add_epi32(S[2 * h + k], _mm256_madd_epi16(X[k], on));
+                }
+            }
+        }
+    }
+}
+
+static void qconv_dw_avx2(const qconv_args *a, ptrdiff_t n, ptrdiff_t od, ptrdiff_t oh,
+                          ptrdiff_t ow0, ptrdiff_t ow1) {
+    const __m256 lo = _mm256_set1_ps((float)(a->lo - a->ozp)), hi = _mm256_set1_ps((float)(255 - a->ozp));
+    const __m256i ozp = _mm256_set1_epi32(a->ozp);
+    const uint8_t *ximg = a->xq + n * a->img_bytes;
+    const int nq = (a->ntaps + 3) / 4;
+    for (ptrdiff_t c = 0; c < a->O; c++) {
+        const uint8_t *plane = ximg + c * a->group_bytes;
+        const int32_t *wq = a->wv + c * nq;
+        const int sums = a->gany[c];
+        const __m256i corr = _mm256_set1_epi32((int32_t)((uint32_t)a->xz * (uint32_t)a->kzw[c]));
+        const __m256i wz = _mm256_set1_epi32(a->wz[c]);
+        const __m256 bt = _mm256_set1_ps(a->bterm[c]), mu = _mm256_set1_ps(a->mult[c]);
+        uint8_t *drow = qconv_out_row(a, n, c, od, oh);
+        for (ptrdiff_t ow = ow0; ow < ow1; ow += 32) {
+            const int nv = (int)(ow1 - ow < 32 ? ow1 - ow : 32);
+            const uint8_t *base = plane + qconv_pix_offset(a, od, oh, ow);
+            __m256i acc[4], S[4];
+            const int V = (nv + 7) / 8;
+            if (V == 4) qconv_dw_avx2_block(a, base, wq, sums, acc, S, 4);
+            else if (V == 3) qconv_dw_avx2_block(a, base, wq, sums, acc, S, 3);
+            else if (V == 2) qconv_dw_avx2_block(a, base, wq, sums, acc, S, 2);
+            else qconv_dw_avx2_block(a, base, wq, sums, acc, S, 1);
+            for (int v = 0; v < V; v++) {
+                acc[v] = _mm256_add_epi32(acc[v], corr);
+                if (sums) acc[v] = _mm256_sub_epi32(acc[v], _mm256_mullo_epi32(wz, S[v]));
+            }
+            qconv_store32(acc, V, bt, mu, lo, hi, ozp, drow + ow, nv);
+        }
+    }
+}
+#endif /* QCONV_AVX2 */
+
 
 /* Depthwise, stride 1 along W, KW <= 4, one whole channel per work item (VNNI builds).
  * Each padded input row of the channel is turned into "row quads": pixel j holds
@@ -589,16 +691,161 @@ typedef struct {
     int32_t xz, ozp, lo;
     uint8_t *out;
     uint8_t *scratch;
-    ptrdiff_t scratch_bytes;            /* per thread: Dp*Hp*OWp*4 + Lp + OWp + 128 */
+    ptrdiff_t scratch_bytes;            /* per thread: Dp*Hp*rowpix*4 + 3*Lp + rowpix + 128 */
 } qconv_dwr_args;
 
 static int qconv_dwr_available(void) {
-#ifdef QCONV_VNNI
+#if defined(QCONV_VNNI) || defined(QCONV_AVX2)
     return 1;
 #else
     return 0;
 #endif
 }
+
+/* Pixels of a padded row's quads in the scratch (a multiple of 16): 4 bytes each. */
+static ptrdiff_t qconv_dwr_rowpix(ptrdiff_t OWp, ptrdiff_t dwl) {
+#ifdef QCONV_AVX2
+    return (OWp + 2 * dwl + 15) / 16 * 16;
+#else
+    (void)dwl;
+    return OWp;
+#endif
+}
+
+#ifdef QCONV_AVX2
+/* AVX2 row pairs: each padded row becomes one row of int16 pairs, (xp[j], xp[j+dw]) in the
+ * int32 slot of pixel j (xp[j+dw] read as 0 when KW == 1). The taps 2 and 3 of pixel j are
+ * the pair of pixel j + 2dw (its second half meets a zero weight when KW == 3), so a row
+ * holds OWp + 2dw pixels, rounded up to 16 (qconv_dwr_rowpix). vpmaddwd against the weight
+ * pairs (w0, w1) and (w2, w3) is exact. */
+static inline __attribute__((always_inline)) void
+qconv_dwr_block_avx2(const qconv_dwr_args *r, const uint8_t *qbase, const int32_t *wp, int sums,
+                     __m256i corr, __m256i wz, __m256 bt, __m256 mu, __m256 lo, __m256 hi, __m256i ozp,
+                     uint8_t *dst, int nv, const int V, const int two) {
+    const ptrdiff_t rb = 4 * qconv_dwr_rowpix(r->OWp, r->dwl), off2 = 8 * r->dwl;
+    const __m256i ones = _mm256_set1_epi16(1), ones1 = _mm256_set1_epi32(r->KW > 3 ? 0x10001 : 1);
+    __m256i acc[4], S[4];
+    for (int v = 0; v < V; v++) { acc[v] = corr; S[v] = _mm256_setzero_si256(); }
+    for (int q = 0; q < r->NQ; q++) {
+        const uint8_t *xr = qbase + r->roff[q] * rb;
+        const __m256i w0 = _mm256_set1_epi32(wp[2 * q]);
+        for (int v = 0; v < V; v++) {
+            __m256i xv = _mm256_loadu_si256((const __m256i *)(xr + 32 * v));
+            acc[v] = _mm256_add_epi32(acc[v], _mm256_madd_epi16(xv, w0));
+            if (sums) S[v] = _mm256_add_epi32(S[v], _mm256_madd_epi16(xv, ones));
+        }
+        if (two) {
+            const __m256i w1 = _mm256_set1_epi32(wp[2 * q + 1]);
+            for (int v = 0; v < V; v++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(xr + off2 + 32 * v));
+                acc[v] = _mm256_add_epi32(acc[v], _mm256_madd_epi16(xv, w1));
+                if (sums) S[v] = _mm256_add_epi32(S[v], _mm256_madd_epi16(xv, ones1));
+            }
+        }
+    }
+    if (sums)
+        for (int v = 0; v < V; v++) acc[v] = _mm256_sub_epi32(acc[v], _mm256_mullo_epi32(wz, S[v]));
+    qconv_store32(acc, V, bt, mu, lo, hi, ozp, dst, nv);
+}
+
+/* One output row of channel c (all its padded input rows are built). */
+static inline __attribute__((always_inline)) void
+qconv_dwr_row_avx2(const qconv_dwr_args *r, const uint8_t *qrow, const int32_t *wp, __m256i corr,
+                   __m256i wz, __m256 bt, __m256 mu, __m256 lo, __m256 hi, __m256i ozp, uint8_t *dst,
+                   const int sums, const int two) {
+    for (ptrdiff_t ow = 0; ow < r->OW; ow += 32) {
+        int nv = (int)(r->OW - ow < 32 ? r->OW - ow : 32);
+        const uint8_t *qb = qrow + 4 * ow;
+        if (nv > 24) qconv_dwr_block_avx2(r, qb, wp, sums, corr, wz, bt, mu, lo, hi, ozp, dst + ow, nv, 4, two);
+        else if (nv > 16) qconv_dwr_block_avx2(r, qb, wp, sums, corr, wz, bt, mu, lo, hi, ozp, dst + ow, nv, 3, two);
+        else if (nv > 8) qconv_dwr_block_avx2(r, qb, wp, sums, corr, wz, bt, mu, lo, hi, ozp, dst + ow, nv, 2, two);
+        else qconv_dwr_block_avx2(r, qb, wp, sums, corr, wz, bt, mu, lo, hi, ozp, dst + ow, nv, 1, two);
+    }
+}
+
+/* Padded input rows are built in order, and each output row is computed as soon as its last
+ * input row is there, so the rows it reads are still in L1. */
+static void qconv_dwr_channel_avx2(const qconv_dwr_args *r, int tid, ptrdiff_t n, ptrdiff_t c) {
+    uint8_t *Q = r->scratch + (ptrdiff_t)tid * r->scratch_bytes;
+    const ptrdiff_t rp = qconv_dwr_rowpix(r->OWp, r->dwl), rb = 4 * rp;
+    /* pr[2]: padded rows, built one row ahead of their use so that the pair loads never wait
+     * on the copy's stores (their borders hold xz for good); pz: a row of xz */
+    uint8_t *pr[2] = {Q + r->Dp * r->Hp * rb, Q + r->Dp * r->Hp * rb + r->Lp};
+    uint8_t *pz = pr[1] + r->Lp, *zeros = pz + r->Lp;
+    memset(zeros, 0, (size_t)rp);
+    memset(pr[0], r->xz, (size_t)r->Lp);
+    memset(pr[1], r->xz, (size_t)r->Lp);
+    memset(pz, r->xz, (size_t)r->Lp);
+    const ptrdiff_t wn = r->W;
+    const uint8_t *xc = r->x + n * r->sn + c * r->sc;
+    const int two = r->KW > 2;
+    const __m256 lo = _mm256_set1_ps((float)(r->lo - r->ozp)), hi = _mm256_set1_ps((float)(255 - r->ozp));
+    const __m256i ozp = _mm256_set1_epi32(r->ozp);
+    const __m256i corr = _mm256_set1_epi32((int32_t)((uint32_t)r->xz * (uint32_t)r->kzw[c]));
+    const __m256i wz = _mm256_set1_epi32(r->wz[c]);
+    const __m256 bt = _mm256_set1_ps(r->bterm[c]), mu = _mm256_set1_ps(r->mult[c]);
+    const int sums = r->gany[c];
+    const int32_t *w = r->wrow + c * r->NQ;
+    int32_t wbuf[128];
+    int32_t *wp = r->NQ <= 64 ? wbuf : (int32_t *)malloc(sizeof(int32_t) * 2 * (size_t)r->NQ);
+    if (!wp) return;   /* cannot happen in practice; the output stays unwritten */
+    for (int q = 0; q < r->NQ; q++) { wp[2 * q] = qconv_wpair(w[q], 0); wp[2 * q + 1] = qconv_wpair(w[q], 1); }
+    const ptrdiff_t rmax = r->roff[r->NQ - 1], nout = r->OD * r->OH;
+    ptrdiff_t next = 0;
+    uint8_t *obase = r->out + (n * r->C + c) * nout * r->OW;
+    const ptrdiff_t nrows = r->Dp * r->Hp;
+    const uint8_t *nextrow = pz;
+    for (ptrdiff_t L = 0; L <= nrows; L++) {
+        const uint8_t *row = nextrow;
+        if (L < nrows) {
+            /* copy padded row L, used in the next iteration */
+            const ptrdiff_t dpi = L / r->Hp, hpi = L - dpi * r->Hp;
+            int inside = dpi >= r->pd && dpi < r->pd + r->D && hpi >= r->ph && hpi < r->ph + r->H;
+            nextrow = pz;
+            if (inside) {
+                const uint8_t *src = xc + (dpi - r->pd) * r->sd + (hpi - r->ph) * r->sh;
+                uint8_t *d = pr[L & 1] + r->pw;
+                if (r->sw_x == 1 && wn >= 16) {
+                    /* 16-byte chunks, the last one overlapping (no read past the row) */
+                    for (ptrdiff_t j = 0; j + 16 < wn; j += 16)
+                        _mm_storeu_si128((__m128i *)(d + j), _mm_loadu_si128((const __m128i *)(src + j)));
+                    _mm_storeu_si128((__m128i *)(d + wn - 16), _mm_loadu_si128((const __m128i *)(src + wn - 16)));
+                } else if (r->sw_x == 1) {
+                    memcpy(d, src, (size_t)wn);
+                } else {
+                    for (ptrdiff_t j = 0; j < wn; j++) d[j] = src[j * r->sw_x];
+                }
+                nextrow = pr[L & 1];
+            }
+        }
+        if (L == 0) continue;
+        const ptrdiff_t U = L - 1;   /* build and use row U (copied in the previous iteration) */
+        const uint8_t *lane1 = r->KW == 1 ? zeros : row + r->dwl;
+        uint8_t *qd = Q + U * rb;
+        for (ptrdiff_t j = 0; j < rp; j += 16) {
+            __m128i u = _mm_loadu_si128((const __m128i *)(row + j));
+            __m128i z = _mm_loadu_si128((const __m128i *)(lane1 + j));
+            _mm256_storeu_si256((__m256i *)(qd + 4 * j), _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(u, z)));
+            _mm256_storeu_si256((__m256i *)(qd + 4 * j + 32), _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(u, z)));
+        }
+        for (; next < nout; next++) {
+            const ptrdiff_t od = next / r->OH, oh = next - od * r->OH;
+            const ptrdiff_t base = od * r->sdd * r->Hp + oh * r->shh;
+            if (base + rmax > U) break;
+            const uint8_t *qrow = Q + base * rb;
+            uint8_t *dst = obase + next * r->OW;
+            if (sums) {
+                if (two) qconv_dwr_row_avx2(r, qrow, wp, corr, wz, bt, mu, lo, hi, ozp, dst, 1, 1);
+                else qconv_dwr_row_avx2(r, qrow, wp, corr, wz, bt, mu, lo, hi, ozp, dst, 1, 0);
+            } else {
+                if (two) qconv_dwr_row_avx2(r, qrow, wp, corr, wz, bt, mu, lo, hi, ozp, dst, 0, 1);
+                else qconv_dwr_row_avx2(r, qrow, wp, corr, wz, bt, mu, lo, hi, ozp, dst, 0, 0);
+            }
+        }
+    }
+    if (wp != wbuf) free(wp);
+}
+#endif /* QCONV_AVX2 */
 
 #ifdef QCONV_VNNI
 static inline __attribute__((always_inline)) void
@@ -691,6 +938,8 @@ static void qconv_dwr_channel(const qconv_dwr_args *r, int tid, ptrdiff_t n, ptr
                 else qconv_dwr_block(r, qb, w, sums, corr, wz, bt, mu, lo, hi, ozp, ones, dst + ow, nv, 1);
             }
         }
+#elif defined(QCONV_AVX2)
+    qconv_dwr_channel_avx2(r, tid, n, c);
 #else
     (void)r; (void)tid; (void)n; (void)c;
 #endif
@@ -825,6 +1074,9 @@ static inline void qconv_dw(const qconv_args *a, int mode, ptrdiff_t n, ptrdiff_
                             ptrdiff_t ow0, ptrdiff_t ow1) {
 #ifdef QCONV_VNNI
     if (mode >= 1) { qconv_dw_vnni(a, n, od, oh, ow0, ow1); return; }
+#endif
+#ifdef QCONV_AVX2
+    if (mode >= 1) { qconv_dw_avx2(a, n, od, oh, ow0, ow1); return; }
 #endif
     (void)mode;
     qconv_dw_portable(a, n, od, oh, ow0, ow1);
