@@ -189,6 +189,94 @@ def test_long_rows_fast_equals_ref():
     np.testing.assert_array_equal(res["fast"][1], res["ref"][1])
 
 
+# -- GEMM kernel paths (AVX2: pairsafe vpmaddubsw, nibble split; see qops_gemm.h) -----------
+
+def _isa_kernels():
+    import importlib
+    from qops import _fast
+    return [importlib.import_module(f"qops._fast._{isa}.linear")
+            for isa in _fast.CPU_ISAS if isa in _fast.ISAS]
+
+
+def _check_acc(xq, wq, wzp=None):
+    """Every ISA build's int32 accumulators, read through dynamic linear with x_s = w_s = 1."""
+    n = wq.shape[0]
+    wzp = np.zeros(n, np.int32) if wzp is None else np.asarray(wzp, np.int32)
+    want = (xq.astype(np.int64) @ (wq.astype(np.int64) - wzp[:, None]).T).astype(np.float32)
+    assert np.abs(want).max(initial=0) < 2**24
+    for kern in _isa_kernels():
+        packed = kern.pack_linear(wq, wzp)
+        got = kern.linear_dynamic(xq.astype(np.float32), 1.0, 0, packed, np.ones(n, np.float32),
+                                  None, False)
+        np.testing.assert_array_equal(got, want, err_msg=kern.__name__)
+
+
+def _pair_rows(pairs, k, r):
+    # rows of weights whose (even k, k + 1) pairs are the given pairs, in random order
+    rows = []
+    for pair in pairs:
+        idx = r.integers(0, len(pair) // 2, k // 2 + 1)
+        rows.append(np.asarray(pair, np.int8).reshape(-1, 2)[idx].reshape(-1)[:k])
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize("xmax", [127, 254, 255])
+def test_gemm_pair_bound(xmax):
+    # A pair's per-sign sum of at most 128 never saturates vpmaddubsw for x <= 255; 129 does
+    # unless x <= 254 (254 * 129 = 32766); the kernels must stay exact on both sides.
+    r = u.rng(50)
+    at = [(64, 64), (127, 1), (1, 127), (-64, -64), (-128, 0), (0, -128), (127, -128),
+          (100, 28), (-100, -28)]
+    past = [(65, 64), (64, 65), (-65, -64), (-128, -1), (-1, -128), (127, 2), (127, 127),
+            (-128, -128)]
+    for k in (8, 35, 64, 97):
+        for pairs in ([p for p in at], [p for p in at] + [past[k % len(past)]],
+                      [p for p in past]):
+            wq = _pair_rows([pairs] * 19, k, r)
+            xq = r.integers(0, xmax + 1, (7, k)).astype(np.uint8)
+            xq[0] = xmax                     # the worst row: every pair at its largest
+            xq[1, ::2] = xmax
+            _check_acc(xq, wq)
+            _check_acc(xq, wq, r.integers(-3, 4, wq.shape[0]))
+
+
+def test_gemm_full_range_tails():
+    # K not a multiple of a group (4) or of a nibble chunk (32), M and N tails of every size
+    r = u.rng(51)
+    for m, k, n in [(1, 1, 1), (2, 3, 5), (3, 4, 16), (4, 5, 17), (5, 31, 15), (6, 32, 33),
+                    (7, 33, 31), (8, 63, 47), (9, 65, 1), (13, 100, 20), (1, 129, 40),
+                    (12, 256, 16), (19, 70, 64)]:
+        wq = r.integers(-128, 128, (n, k)).astype(np.int8)
+        wq[:, :2] = -128 if n % 2 else 127           # a saturating pair in every row
+        for hi in (127, 255):
+            xq = r.integers(0, hi + 1, (m, k)).astype(np.uint8)
+            xq[0] = hi
+            _check_acc(xq, wq)
+            _check_acc(xq, wq, r.integers(-128, 128, n))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gemm_paths_fast_equals_ref(threads):
+    # public ops, both AVX2 kernels (pairsafe: |w| <= 64; nibble: full range, x up to 255)
+    r = u.rng(52)
+    for lim in (64, 128):
+        wq = r.integers(-lim, lim, (70, 77)).astype(np.int8)
+        w = qops.make_per_channel_quantized_tensor(wq, r.uniform(0.001, 0.01, 70),
+                                                   r.integers(-3, 4, 70), 0)
+        x = _x(r, (45, 77), zp=100)
+        b = r.normal(0, 5, 70).astype(np.float32)
+        xf = r.normal(0, 1, (45, 77)).astype(np.float32)
+        res = {}
+        for backend in BACKENDS:
+            with qops.backend(backend), qops.threads(threads):
+                res[backend] = (F.linear(x, w, b, 1.0, 128)._int,
+                                F.linear_relu_dynamic(xf, w, b, reduce_range=False),
+                                F.linear_dynamic(xf, w, b, reduce_range=True))
+        for got, want in zip(res["fast"], res["ref"]):
+            np.testing.assert_array_equal(got, want)
+        assert len(np.unique(res["ref"][0])) > 20
+
+
 # -- dynamic activation qparams -------------------------------------------------------------
 
 def test_dynamic_qparams_match_torch(torch):
