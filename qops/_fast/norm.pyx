@@ -72,15 +72,21 @@ cdef extern from *:
      * clamp(rint(y), lo, hi) + zp whenever |y| < 2^30 and y is not NaN, which the caller's
      * bound (qops_norm_vec_ok) guarantees; rows that fail it (or ISAs without AVX2) run the
      * scalar loops, which GCC vectorizes less well (round, two float clamps, a convert). */
+    /* AVX-512 builds keep GCC's 512-bit loops (and VBMI tables), as measured on Zen 5. */
+    #if defined(__AVX2__) && !defined(__AVX512F__)
+    #define QOPS_NORM_AVX2 1
+    #else
+    #define QOPS_NORM_AVX2 0
+    #endif
     static inline int qops_norm_vec_ok(double bound) {
-    #if defined(__AVX2__)
+    #if QOPS_NORM_AVX2
         return bound < 1073741824.0;     /* false for NaN and inf too */
     #else
         (void)bound;
         return 0;
     #endif
     }
-    #if defined(__AVX2__)
+    #if QOPS_NORM_AVX2
     /* (q - zp) as float32 for the 8 raw values at p. */
     static inline __attribute__((always_inline)) __m256 qops_norm_ld8(const uint8_t *p, int sgn,
                                                                       __m256i zp) {
@@ -109,7 +115,7 @@ cdef extern from *:
     qops_bn_row_t(const uint8_t *x, uint8_t *out, ptrdiff_t n, float a, float b, int32_t zp,
                   int32_t ozp, float lo, float hi, int relu, int sgn) {
         ptrdiff_t i = 0;
-    #if defined(__AVX2__)
+    #if QOPS_NORM_AVX2
         if (qops_norm_vec_ok(fabs((double)a) * 256.0 + fabs((double)b))) {
             const __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b);
             const __m256i zv = _mm256_set1_epi32(zp), o16 = _mm256_set1_epi16((short)ozp);
@@ -146,7 +152,7 @@ cdef extern from *:
     qops_gn_row_t(const uint8_t *x, uint8_t *out, ptrdiff_t n, float mean, float g, float b,
                   int32_t zp, float inv, int32_t ozp, float lo, float hi, int sgn) {
         ptrdiff_t i = 0;
-    #if defined(__AVX2__)
+    #if QOPS_NORM_AVX2
         if (qops_norm_vec_ok(((256.0 + fabs((double)mean)) * fabs((double)g) + fabs((double)b))
                              * fabs((double)inv) * 1.001)) {
             const __m256 mv = _mm256_set1_ps(mean), gv = _mm256_set1_ps(g);
@@ -180,7 +186,7 @@ cdef extern from *:
                   double wb_max, float mean, float r, int32_t zp, float inv, int32_t ozp,
                   float lo, float hi, int sgn) {
         ptrdiff_t i = 0;
-    #if defined(__AVX2__)
+    #if QOPS_NORM_AVX2
         if (qops_norm_vec_ok(((256.0 + fabs((double)mean)) * fabs((double)r) + 1.0) * wb_max
                              * fabs((double)inv) * 1.001)) {
             const __m256 mv = _mm256_set1_ps(mean), rv = _mm256_set1_ps(r);
