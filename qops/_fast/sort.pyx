@@ -223,6 +223,11 @@ cdef extern from *:
      * clear and walk, no branch on the data in the last step. */
 
     typedef __m512i qops_lanes;     /* 64 key lanes */
+    #define QOPS_TOPK_BATCH 8
+    /* bit j set when lane j >= t */
+    static inline uint64_t qops_lanes_ge(qops_lanes v, unsigned t) {
+        return (uint64_t)_mm512_cmpge_epu8_mask(v, _mm512_set1_epi8((char)t));
+    }
 
     /* Lane maxima of the keys of x[0:n] (absent bytes of the partial block left out). */
     static inline __m512i qops_topk_lanemax(const uint8_t* x, ptrdiff_t n, uint8_t flip) {
@@ -238,22 +243,6 @@ cdef extern from *:
         __mmask64 tm = (__mmask64)((1ULL << (n - nf)) - 1);
         a1 = _mm512_mask_max_epu8(a1, tm, a1, _mm512_xor_si512(_mm512_maskz_loadu_epi8(tm, x + nf), f));
         return _mm512_max_epu8(a0, a1);
-    }
-
-    /* The bounds L of QOPS_TOPK_BATCH rows from their lane maxima: the largest L with
-     * count(lane max >= L) >= k (k lanes hold distinct keys >= L, so the k-th largest key is
-     * >= L), bit by bit from the top. Each step is a chain of compare, popcount and select;
-     * the rows' chains interleave, so a batch costs about what one row's search alone did
-     * (8 rows of 1000 bytes, k = 10: 71 -> 55 ns a row in a C harness). */
-    #define QOPS_TOPK_BATCH 8
-    static inline void qops_topk_bounds(const __m512i* lm, ptrdiff_t k, unsigned* lo) {
-        for (int i = 0; i < QOPS_TOPK_BATCH; i++) lo[i] = 0;
-        for (int bit = 7; bit >= 0; bit--)
-            for (int i = 0; i < QOPS_TOPK_BATCH; i++) {
-                unsigned t = lo[i] | (1u << bit);
-                lo[i] = __builtin_popcountll(_mm512_cmpge_epu8_mask(
-                            lm[i], _mm512_set1_epi8((char)t))) >= k ? t : lo[i];
-            }
     }
 
     /* The nc <= 64 candidates (keys ck, indices ci, in index order; K holds key i in byte
@@ -310,24 +299,6 @@ cdef extern from *:
         }
         qops_topk_rank(K, ck, ci, nc, k, flip, vals, idx);
         return 1;
-    }
-
-    /* One row: its bound alone, then qops_topk_given. count(lane max >= t) falls as t
-     * rises, so the number of t in 1..15 passing is the largest that does: the high nibble,
-     * then the low one, from 15 independent compares each instead of a chain of 8 dependent
-     * ones (whose branches mispredict). */
-    static inline int qops_topk_small(const uint8_t* x, ptrdiff_t n, ptrdiff_t k, uint8_t flip,
-                                      uint8_t* vals, int64_t* restrict idx) {
-        __m512i lm = qops_topk_lanemax(x, n, flip);
-        unsigned hi = 0, lo;
-        for (int t = 1; t < 16; t++)
-            hi += __builtin_popcountll(_mm512_cmpge_epu8_mask(lm, _mm512_set1_epi8((char)(t << 4)))) >= k;
-        lo = hi << 4;
-        const __m512i base = _mm512_set1_epi8((char)lo);
-        for (int t = 1; t < 16; t++)
-            lo += __builtin_popcountll(_mm512_cmpge_epu8_mask(
-                      lm, _mm512_add_epi8(base, _mm512_set1_epi8((char)t)))) >= k;
-        return qops_topk_given(x, n, k, flip, lo, vals, idx);
     }
 
     /* qops_topk_given with VBMI2, chosen at run time (qops_topk_use_vbmi): each block's
@@ -390,7 +361,8 @@ cdef extern from *:
      * of each 64-byte block, lanes 32-63 bytes 32-63), masks come from movemask. */
     typedef struct { __m256i a, b; } qops_lanes;
     #define QOPS_TOPK_BATCH 8
-    static inline uint64_t qops_lanes_ge(qops_lanes v, __m256i t) {
+    static inline uint64_t qops_lanes_ge(qops_lanes v, unsigned tk) {
+        const __m256i t = _mm256_set1_epi8((char)tk);
         uint64_t ma = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(v.a, t), v.a));
         uint64_t mb = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(v.b, t), v.b));
         return ma | (mb << 32);
@@ -413,17 +385,6 @@ cdef extern from *:
             r.b = _mm256_max_epu8(r.b, _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(pad + 32)), f));
         }
         return r;
-    }
-
-    /* As the AVX-512 qops_topk_bounds: the rows' branch-free bit searches interleaved. */
-    static inline void qops_topk_bounds(const qops_lanes* lm, ptrdiff_t k, unsigned* lo) {
-        for (int i = 0; i < QOPS_TOPK_BATCH; i++) lo[i] = 0;
-        for (int bit = 7; bit >= 0; bit--)
-            for (int i = 0; i < QOPS_TOPK_BATCH; i++) {
-                unsigned t = lo[i] | (1u << bit);
-                lo[i] = __builtin_popcountll(qops_lanes_ge(lm[i], _mm256_set1_epi8((char)t))) >= k
-                        ? t : lo[i];
-            }
     }
 
     /* As the AVX-512 qops_topk_given: candidates (keys >= Lb, at most 64, else 0 is returned
@@ -470,25 +431,43 @@ cdef extern from *:
         return 1;
     }
 
-    /* One row: its bound (high nibble, then low nibble, from independent compares), then
-     * qops_topk_given. */
-    static inline int qops_topk_small(const uint8_t* x, ptrdiff_t n, ptrdiff_t k, uint8_t flip,
-                                      uint8_t* vals, int64_t* restrict idx) {
-        qops_lanes lm = qops_topk_lanemax(x, n, flip);
-        unsigned hi = 0, lo;
-        for (int t = 1; t < 16; t++)
-            hi += __builtin_popcountll(qops_lanes_ge(lm, _mm256_set1_epi8((char)(t << 4)))) >= k;
-        lo = hi << 4;
-        for (int t = 1; t < 16; t++)
-            lo += __builtin_popcountll(qops_lanes_ge(lm, _mm256_set1_epi8((char)((hi << 4) + t)))) >= k;
-        return qops_topk_given(x, n, k, flip, lo, vals, idx);
-    }
     #define qops_topk_given_vbmi qops_topk_given     /* never chosen: no VBMI2 here */
     static int qops_topk_use_vbmi = 0;
     static int qops_cpu_vbmi2(void) { return 0; }
     #else
     static int qops_topk_use_vbmi = 0;
     static int qops_cpu_vbmi2(void) { return 0; }
+    #endif
+    #if defined(__AVX512BW__) || defined(__AVX2__)
+    /* The bounds L of QOPS_TOPK_BATCH rows from their lane maxima: the largest L with
+     * count(lane max >= L) >= k (k lanes hold distinct keys >= L, so the k-th largest key is
+     * >= L), bit by bit from the top. Each step is a chain of compare, popcount and select;
+     * the rows' chains interleave, so a batch costs about what one row's search alone did
+     * (8 rows of 1000 bytes, k = 10: 71 -> 55 ns a row in a C harness). */
+    static inline void qops_topk_bounds(const qops_lanes* lm, ptrdiff_t k, unsigned* lo) {
+        for (int i = 0; i < QOPS_TOPK_BATCH; i++) lo[i] = 0;
+        for (int bit = 7; bit >= 0; bit--)
+            for (int i = 0; i < QOPS_TOPK_BATCH; i++) {
+                unsigned t = lo[i] | (1u << bit);
+                lo[i] = __builtin_popcountll(qops_lanes_ge(lm[i], t)) >= k ? t : lo[i];
+            }
+    }
+
+    /* One row: its bound alone, then qops_topk_given. count(lane max >= t) falls as t
+     * rises, so the number of t in 1..15 passing is the largest that does: the high nibble,
+     * then the low one, from 15 independent compares each instead of a chain of 8 dependent
+     * ones (whose branches mispredict). */
+    static inline int qops_topk_small(const uint8_t* x, ptrdiff_t n, ptrdiff_t k, uint8_t flip,
+                                      uint8_t* vals, int64_t* restrict idx) {
+        qops_lanes lm = qops_topk_lanemax(x, n, flip);
+        unsigned hi = 0, lo;
+        for (unsigned t = 1; t < 16; t++)
+            hi += __builtin_popcountll(qops_lanes_ge(lm, t << 4)) >= k;
+        lo = hi << 4;
+        for (unsigned t = 1; t < 16; t++)
+            lo += __builtin_popcountll(qops_lanes_ge(lm, (hi << 4) + t)) >= k;
+        return qops_topk_given(x, n, k, flip, lo, vals, idx);
+    }
     #endif
     #ifndef QOPS_TOPK_BATCH
     #define QOPS_TOPK_BATCH 8
