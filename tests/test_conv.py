@@ -235,14 +235,16 @@ def test_nonfinite_bias_fast_equals_ref():
     assert (outs[0][0, 0] == 255).all() and (outs[0][0, 1] == 255).all() and (outs[0][0, 2] == 0).all()
 
 
+@pytest.mark.parametrize("xmax", [255, 129, 127])
 @pytest.mark.parametrize("limit", [128, 65, 64, 3])
-def test_saturation_prone_weights_are_exact(limit):
+def test_saturation_prone_weights_are_exact(limit, xmax):
     # AVX2 builds multiply with vpmaddubsw directly only when no weight pair can saturate its
-    # int16 sums (|w| <= 64 guarantees that) and split the weights into nibbles otherwise;
-    # PyTorch's AVX2 kernels saturate here. Inputs at 255 put the largest products in play.
+    # int16 sums (|w| <= 64, or inputs <= 127, guarantee that) and split the weights into
+    # nibbles otherwise; PyTorch's AVX2 kernels saturate here. Inputs near xmax put the
+    # largest products in play.
     from qops import _fast
     r = u.rng(11)
-    raw = r.integers(200, 256, size=(2, 24, 7, 19)).astype(np.uint8)
+    raw = r.integers(xmax - 55, xmax + 1, size=(2, 24, 7, 19)).astype(np.uint8)
     x = qops.make_per_tensor_quantized_tensor(raw, 0.03, 5)
     w = _w((10, 24, 3, 3), seed=6, limit=limit)
     w._int[0, :2] = -limit if limit <= 64 else -128      # a pair at the bound of each sign

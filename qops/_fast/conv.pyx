@@ -78,6 +78,7 @@ cdef extern from "qops_conv.h" nogil:
     void qconv_dwr_channel(const qconv_dwr_args *r, int tid, Py_ssize_t n, Py_ssize_t c)
     int qconv_amx_available()
     int qconv_best_mode()
+    int qconv_avx2_build()
     int QCONV_PIX
 
 
@@ -144,12 +145,14 @@ def pack_weight(w, w_zero_points, groups):
     wv = np.ascontiguousarray(wpad).view(np.int32).reshape(o, ntaps, cg4 // 4)
     # AVX2 (qconv_dot8): whether no weight pair can saturate vpmaddubsw, and the nibble split
     pairs = wpad.reshape(o, ntaps, cg4 // 2, 2).astype(np.int16)
-    pairsafe = bool(max(np.clip(pairs, 0, None).sum(axis=-1).max(initial=0),
-                        np.clip(-pairs, 0, None).sum(axis=-1).max(initial=0)) <= 128)
+    pairmax = int(max(np.clip(pairs, 0, None).sum(axis=-1).max(initial=0),
+                      np.clip(-pairs, 0, None).sum(axis=-1).max(initial=0)))
+    pairsafe = pairmax <= 128
     wl = wpad & np.int8(15)
     wh = ((wpad.astype(np.int16) - wl) // 16).astype(np.int8)
     packed = {"kind": "grouped", "kernel": kernel, "O": o, "Cg": cg, "C4": cg4 // 4, "Og": og,
               "Kc": kc, "nch": nch, "nob": nob, "wv": wv, "pairsafe": pairsafe,
+              "pairmax": pairmax,
               "wvl": np.ascontiguousarray(wl).view(np.int32).reshape(o, ntaps, cg4 // 4),
               "wvh": np.ascontiguousarray(wh).view(np.int32).reshape(o, ntaps, cg4 // 4),
               "kzw": _wrap32(cg * ntaps * wz - wf.sum(axis=(1, 2))), "wz": wz.astype(np.int32),
@@ -291,6 +294,10 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
         a.wvl = &i32_d[0]
         a.wvh = &i32_e[0]
         a.pairsafe = packed["pairsafe"]
+        if not a.pairsafe and mode == 1 and qconv_avx2_build() and x.size:
+            # no pair sum leaves int16 when every input (padding holds the zero point) times
+            # the largest per-sign pair sum of the weights fits
+            a.pairsafe = max(int(x.max()), x_zero_point) * packed.get("pairmax", 256) <= 32767
         a.Kc, a.nch, a.nob = packed["Kc"], packed["nch"], packed["nob"]
         if mode == 2:
             # AMX tiles pay off from 16 input channels per group; fewer go to VNNI

@@ -1082,6 +1082,16 @@ static inline void qconv_dw(const qconv_args *a, int mode, ptrdiff_t n, ptrdiff_
     qconv_dw_portable(a, n, od, oh, ow0, ow1);
 }
 
+/* 1 when grouped convolutions run the AVX2 kernel (whose fast path conv.pyx may also grant
+ * per call, from the input's largest value). */
+static inline int qconv_avx2_build(void) {
+#ifdef QCONV_AVX2
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 static inline int qconv_best_mode(void) {
 #if defined(QCONV_VNNI) || defined(QCONV_AVX2)
     return 1;
