@@ -94,6 +94,38 @@ cdef extern from *:
         __m256i q = sgn ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
         return _mm256_cvtepi32_ps(_mm256_sub_epi32(q, zp));
     }
+    /* The 32 raw values at p as float32 f = q - zp, exactly, in four vectors holding elements
+     * 0-3|16-19, 4-7|20-23, 8-11|24-27 and 12-15|28-31 (in-lane unpacks, which the in-lane
+     * packs of qops_norm_narrow_inlane put back in order). Each byte u (q, or q + 128 for
+     * int8 after the xor) goes under the half-word 0x4B00, making the float 2^23 + u; one
+     * subtraction of off = 2^23 + zp (+ 128) leaves u - zp' exactly. That replaces a widening,
+     * an integer subtraction and a conversion per 8 values. */
+    static inline __attribute__((always_inline)) void
+    qops_norm_ld32(const uint8_t *p, int sgn, __m256 off, __m256 f[4]) {
+        const __m256i z = _mm256_setzero_si256(), m = _mm256_set1_epi16(0x4B00);
+        __m256i x = _mm256_loadu_si256((const __m256i *)p);
+        if (sgn) x = _mm256_xor_si256(x, _mm256_set1_epi8((char)0x80));
+        __m256i wl = _mm256_unpacklo_epi8(x, z), wh = _mm256_unpackhi_epi8(x, z);
+        f[0] = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(wl, m)), off);
+        f[1] = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(wl, m)), off);
+        f[2] = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(wh, m)), off);
+        f[3] = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(wh, m)), off);
+    }
+    static inline __m256 qops_norm_off(int32_t zp, int sgn) {
+        return _mm256_set1_ps(8388608.0f + (float)(sgn ? zp + 128 : zp));
+    }
+    /* 32 output bytes from the float values of qops_norm_ld32's four vectors. */
+    static inline __attribute__((always_inline)) __m256i
+    qops_norm_narrow_inlane(__m256 y0, __m256 y1, __m256 y2, __m256 y3, __m256i ozp16,
+                            __m256i floor8, int sgn, int relu) {
+        __m256i w01 = _mm256_adds_epi16(_mm256_packs_epi32(_mm256_cvtps_epi32(y0),
+                                                           _mm256_cvtps_epi32(y1)), ozp16);
+        __m256i w23 = _mm256_adds_epi16(_mm256_packs_epi32(_mm256_cvtps_epi32(y2),
+                                                           _mm256_cvtps_epi32(y3)), ozp16);
+        __m256i b = sgn ? _mm256_packs_epi16(w01, w23) : _mm256_packus_epi16(w01, w23);
+        if (relu) b = sgn ? _mm256_max_epi8(b, floor8) : _mm256_max_epu8(b, floor8);
+        return b;
+    }
     /* 32 output bytes, in order, from the float values of elements 0-7, 8-15, 16-23, 24-31. */
     static inline __attribute__((always_inline)) __m256i
     qops_norm_narrow(__m256 y0, __m256 y1, __m256 y2, __m256 y3, __m256i ozp16, __m256i floor8,
@@ -117,16 +149,15 @@ cdef extern from *:
         ptrdiff_t i = 0;
     #if QOPS_NORM_AVX2
         if (qops_norm_vec_ok(fabs((double)a) * 256.0 + fabs((double)b))) {
-            const __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b);
-            const __m256i zv = _mm256_set1_epi32(zp), o16 = _mm256_set1_epi16((short)ozp);
-            const __m256i f8 = _mm256_set1_epi8((char)ozp);
+            const __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b), off = qops_norm_off(zp, sgn);
+            const __m256i o16 = _mm256_set1_epi16((short)ozp), f8 = _mm256_set1_epi8((char)ozp);
             for (; i + 32 <= n; i += 32) {
-                __m256 y0 = _mm256_fmadd_ps(av, qops_norm_ld8(x + i, sgn, zv), bv);
-                __m256 y1 = _mm256_fmadd_ps(av, qops_norm_ld8(x + i + 8, sgn, zv), bv);
-                __m256 y2 = _mm256_fmadd_ps(av, qops_norm_ld8(x + i + 16, sgn, zv), bv);
-                __m256 y3 = _mm256_fmadd_ps(av, qops_norm_ld8(x + i + 24, sgn, zv), bv);
-                _mm256_storeu_si256((__m256i *)(out + i),
-                                    qops_norm_narrow(y0, y1, y2, y3, o16, f8, sgn, relu));
+                __m256 f[4];
+                qops_norm_ld32(x + i, sgn, off, f);
+                _mm256_storeu_si256((__m256i *)(out + i), qops_norm_narrow_inlane(
+                    _mm256_fmadd_ps(av, f[0], bv), _mm256_fmadd_ps(av, f[1], bv),
+                    _mm256_fmadd_ps(av, f[2], bv), _mm256_fmadd_ps(av, f[3], bv), o16, f8, sgn,
+                    relu));
             }
         }
     #endif
@@ -156,14 +187,17 @@ cdef extern from *:
         if (qops_norm_vec_ok(((256.0 + fabs((double)mean)) * fabs((double)g) + fabs((double)b))
                              * fabs((double)inv) * 1.001)) {
             const __m256 mv = _mm256_set1_ps(mean), gv = _mm256_set1_ps(g);
-            const __m256 bv = _mm256_set1_ps(b), iv = _mm256_set1_ps(inv);
-            const __m256i zv = _mm256_set1_epi32(zp), o16 = _mm256_set1_epi16((short)ozp);
+            const __m256 bv = _mm256_set1_ps(b), iv = _mm256_set1_ps(inv), off = qops_norm_off(zp, sgn);
+            const __m256i o16 = _mm256_set1_epi16((short)ozp);
             #define QOPS_GN(k) _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(          \
-                qops_norm_ld8(x + i + 8 * (k), sgn, zv), mv), gv), bv), iv)
-            for (; i + 32 <= n; i += 32)
+                f[k], mv), gv), bv), iv)
+            for (; i + 32 <= n; i += 32) {
+                __m256 f[4];
+                qops_norm_ld32(x + i, sgn, off, f);
                 _mm256_storeu_si256((__m256i *)(out + i),
-                                    qops_norm_narrow(QOPS_GN(0), QOPS_GN(1), QOPS_GN(2), QOPS_GN(3),
-                                                     o16, o16, sgn, 0));
+                                    qops_norm_narrow_inlane(QOPS_GN(0), QOPS_GN(1), QOPS_GN(2),
+                                                            QOPS_GN(3), o16, o16, sgn, 0));
+            }
             #undef QOPS_GN
         }
     #endif
