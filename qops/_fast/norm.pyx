@@ -177,6 +177,48 @@ cdef extern from *:
         }
     }
 
+    #if QOPS_NORM_AVX2
+    /* Whether fma(A, f, B) gives the bytes of ((f - mean) * g + b) * inv (f = q - zp) for
+     * every one of the 256 raw values, both rounded and clamped as qops_q_vec does: then a
+     * long channel may run the batch norm kernel, one fma instead of four steps. Checking
+     * costs about what 2048 values of the saving are worth. */
+    static int qops_gn_fold_ok(float mean, float g, float b, float inv, int32_t zp, float lo,
+                               float hi, int sgn, float A, float B) {
+        static const uint8_t all[256] = {
+            0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,
+            32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,
+            61,62,63,64,65,66,67,68,69,70,71,72,73,74,75,76,77,78,79,80,81,82,83,84,85,86,87,88,89,
+            90,91,92,93,94,95,96,97,98,99,100,101,102,103,104,105,106,107,108,109,110,111,112,113,
+            114,115,116,117,118,119,120,121,122,123,124,125,126,127,128,129,130,131,132,133,134,135,
+            136,137,138,139,140,141,142,143,144,145,146,147,148,149,150,151,152,153,154,155,156,157,
+            158,159,160,161,162,163,164,165,166,167,168,169,170,171,172,173,174,175,176,177,178,179,
+            180,181,182,183,184,185,186,187,188,189,190,191,192,193,194,195,196,197,198,199,200,201,
+            202,203,204,205,206,207,208,209,210,211,212,213,214,215,216,217,218,219,220,221,222,223,
+            224,225,226,227,228,229,230,231,232,233,234,235,236,237,238,239,240,241,242,243,244,245,
+            246,247,248,249,250,251,252,253,254,255};
+        if (!qops_norm_vec_ok(fabs((double)A) * 256.0 + fabs((double)B)))
+            return 0;
+        const __m256 mv = _mm256_set1_ps(mean), gv = _mm256_set1_ps(g), bv = _mm256_set1_ps(b);
+        const __m256 iv = _mm256_set1_ps(inv), av = _mm256_set1_ps(A), cv = _mm256_set1_ps(B);
+        const __m256 off = qops_norm_off(zp, sgn);
+        const __m256i lv = _mm256_set1_epi32((int32_t)lo), hv = _mm256_set1_epi32((int32_t)hi);
+        __m256i same = _mm256_set1_epi32(-1);
+        for (int i = 0; i < 256; i += 32) {
+            __m256 f[4];
+            qops_norm_ld32(all + i, sgn, off, f);
+            for (int k = 0; k < 4; k++) {
+                __m256 y4 = _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(f[k], mv), gv),
+                                                        bv), iv);
+                __m256i r4 = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(y4), lv), hv);
+                __m256i r1 = _mm256_min_epi32(_mm256_max_epi32(
+                    _mm256_cvtps_epi32(_mm256_fmadd_ps(av, f[k], cv)), lv), hv);
+                same = _mm256_and_si256(same, _mm256_cmpeq_epi32(r4, r1));
+            }
+        }
+        return _mm256_movemask_epi8(same) == -1;
+    }
+    #endif
+
     /* Group norm, one channel: out = clamp(rint(((q - zp - mean) * g + b) * inv), lo, hi) + ozp,
      * every step rounded as written (no fma). */
     static inline __attribute__((always_inline)) void
@@ -186,6 +228,15 @@ cdef extern from *:
     #if QOPS_NORM_AVX2
         if (qops_norm_vec_ok(((256.0 + fabs((double)mean)) * fabs((double)g) + fabs((double)b))
                              * fabs((double)inv) * 1.001)) {
+            if (n >= 2048) {
+                /* the one-fma form, where it gives the same bytes for every raw value */
+                float A = (float)((double)g * (double)inv);
+                float B = (float)(((double)b - (double)mean * (double)g) * (double)inv);
+                if (qops_gn_fold_ok(mean, g, b, inv, zp, lo, hi, sgn, A, B)) {
+                    qops_bn_row_t(x, out, n, A, B, zp, ozp, lo, hi, 0, sgn);
+                    return;
+                }
+            }
             const __m256 mv = _mm256_set1_ps(mean), gv = _mm256_set1_ps(g);
             const __m256 bv = _mm256_set1_ps(b), iv = _mm256_set1_ps(inv), off = qops_norm_off(zp, sgn);
             const __m256i o16 = _mm256_set1_epi16((short)ozp);
