@@ -74,6 +74,7 @@ cdef extern from "qops_conv.h" nogil:
         uint8_t *scratch
         Py_ssize_t scratch_bytes
     int qconv_dwr_available()
+    int qconv_dwr_max_nq()
     Py_ssize_t qconv_dwr_rowpix(Py_ssize_t OWp, Py_ssize_t dwl)
     void qconv_dwr_channel(const qconv_dwr_args *r, int tid, Py_ssize_t n, Py_ssize_t c)
     int qconv_amx_available()
@@ -143,20 +144,20 @@ def pack_weight(w, w_zero_points, groups):
     wpad = np.zeros((o, ntaps, cg4), np.int8)
     wpad[:, :, :cg] = w.reshape(o, cg, ntaps).transpose(0, 2, 1)
     wv = np.ascontiguousarray(wpad).view(np.int32).reshape(o, ntaps, cg4 // 4)
-    # AVX2 (qconv_dot8): whether no weight pair can saturate vpmaddubsw, and the nibble split
-    pairs = wpad.reshape(o, ntaps, cg4 // 2, 2).astype(np.int16)
-    pairmax = int(max(np.clip(pairs, 0, None).sum(axis=-1).max(initial=0),
-                      np.clip(-pairs, 0, None).sum(axis=-1).max(initial=0)))
-    pairsafe = pairmax <= 128
-    wl = wpad & np.int8(15)
-    wh = ((wpad.astype(np.int16) - wl) // 16).astype(np.int8)
     packed = {"kind": "grouped", "kernel": kernel, "O": o, "Cg": cg, "C4": cg4 // 4, "Og": og,
-              "Kc": kc, "nch": nch, "nob": nob, "wv": wv, "pairsafe": pairsafe,
-              "pairmax": pairmax,
-              "wvl": np.ascontiguousarray(wl).view(np.int32).reshape(o, ntaps, cg4 // 4),
-              "wvh": np.ascontiguousarray(wh).view(np.int32).reshape(o, ntaps, cg4 // 4),
+              "Kc": kc, "nch": nch, "nob": nob, "wv": wv,
               "kzw": _wrap32(cg * ntaps * wz - wf.sum(axis=(1, 2))), "wz": wz.astype(np.int32),
               "gany": (wz.reshape(groups, og) != 0).any(axis=1).astype(np.uint8)}
+    if qconv_avx2_build():
+        # qconv_dot8: the largest per-sign sum over a weight pair (vpmaddubsw cannot saturate
+        # while it times the largest input stays <= 32767), and the weights' nibble split
+        pairs = wpad.reshape(o, ntaps, cg4 // 2, 2).astype(np.int16)
+        packed["pairmax"] = int(max(np.clip(pairs, 0, None).sum(axis=-1).max(initial=0),
+                                    np.clip(-pairs, 0, None).sum(axis=-1).max(initial=0)))
+        wl = wpad & np.int8(15)
+        wh = ((wpad.astype(np.int16) - wl) // 16).astype(np.int8)
+        packed["wvl"] = np.ascontiguousarray(wl).view(np.int32).reshape(o, ntaps, cg4 // 4)
+        packed["wvh"] = np.ascontiguousarray(wh).view(np.int32).reshape(o, ntaps, cg4 // 4)
     if _AMX:
         blk = np.zeros((groups, nob * 16, ntaps, cg4), np.int8)
         blk[:, :og] = wpad.reshape(groups, og, ntaps, cg4)
@@ -213,8 +214,8 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
     od = (dp - dd * (kd - 1) - 1) // sd + 1
     oh = (hp - dh * (kh - 1) - 1) // sh + 1
     ow = (wp_ - dwl * (kw - 1) - 1) // sw + 1
-    if (dw and mode >= 1 and sw == 1 and kw <= 4 and qconv_dwr_available() and x.size > 0
-            and n * o * od * oh * ow > 0):
+    if (dw and mode >= 1 and sw == 1 and kw <= 4 and kd * kh <= qconv_dwr_max_nq()
+            and qconv_dwr_available() and x.size > 0 and n * o * od * oh * ow > 0):
         owp = (ow + 15) // 16 * 16
         if dp * hp * qconv_dwr_rowpix(owp, dwl) * 4 <= (1 << 20):
             return _conv_dwr(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
@@ -289,15 +290,16 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
         a.wdsum = &i32_e[0]
     else:
         a.Cg, a.C4, a.Og = packed["Cg"], c4, packed["Og"]
-        i32_d = packed["wvl"].reshape(-1)
-        i32_e = packed["wvh"].reshape(-1)
-        a.wvl = &i32_d[0]
-        a.wvh = &i32_e[0]
-        a.pairsafe = packed["pairsafe"]
-        if not a.pairsafe and mode == 1 and qconv_avx2_build() and x.size:
-            # no pair sum leaves int16 when every input (padding holds the zero point) times
-            # the largest per-sign pair sum of the weights fits
-            a.pairsafe = max(int(x.max()), x_zero_point) * packed.get("pairmax", 256) <= 32767
+        if "pairmax" in packed:
+            i32_d = packed["wvl"].reshape(-1)
+            i32_e = packed["wvh"].reshape(-1)
+            a.wvl = &i32_d[0]
+            a.wvh = &i32_e[0]
+            # no vpmaddubsw pair sum leaves int16 when the largest input (padding holds the
+            # zero point) times pairmax fits: always for pairmax <= 128, else the input decides
+            xmax = (255 if packed["pairmax"] <= 128 or mode != 1
+                    else max(int(x.max()), x_zero_point))
+            a.pairsafe = xmax * packed["pairmax"] <= 32767
         a.Kc, a.nch, a.nob = packed["Kc"], packed["nch"], packed["nob"]
         if mode == 2:
             # AMX tiles pay off from 16 input channels per group; fewer go to VNNI

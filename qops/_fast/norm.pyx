@@ -11,6 +11,7 @@ cdef extern from *:
     #include "qops_common.h"
     #if defined(__AVX2__)
     #include <immintrin.h>
+    #include "qops_avx2.h"
     #endif
     /* Exact sums of u = byte ^ flip and of u^2 over p[0:n]. Vector: psadbw sums bytes into
      * 64-bit lanes; pmaddwd squares zero-extended 16-bit pairs into 32-bit lanes, flushed to
@@ -94,51 +95,27 @@ cdef extern from *:
         __m256i q = sgn ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
         return _mm256_cvtepi32_ps(_mm256_sub_epi32(q, zp));
     }
-    /* The 32 raw values at p as float32 f = q - zp, exactly, in four vectors holding elements
-     * 0-3|16-19, 4-7|20-23, 8-11|24-27 and 12-15|28-31 (in-lane unpacks, which the in-lane
-     * packs of qops_norm_narrow_inlane put back in order). Each byte u (q, or q + 128 for
-     * int8 after the xor) goes under the half-word 0x4B00, making the float 2^23 + u; one
-     * subtraction of off = 2^23 + zp (+ 128) leaves u - zp' exactly. That replaces a widening,
-     * an integer subtraction and a conversion per 8 values. */
+    /* The 32 raw values at p as float32 q - zp, exactly, in qops_avx2.h's block order. */
     static inline __attribute__((always_inline)) void
     qops_norm_ld32(const uint8_t *p, int sgn, __m256 off, __m256 f[4]) {
-        const __m256i z = _mm256_setzero_si256(), m = _mm256_set1_epi16(0x4B00);
-        __m256i x = _mm256_loadu_si256((const __m256i *)p);
-        if (sgn) x = _mm256_xor_si256(x, _mm256_set1_epi8((char)0x80));
-        __m256i wl = _mm256_unpacklo_epi8(x, z), wh = _mm256_unpackhi_epi8(x, z);
-        f[0] = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(wl, m)), off);
-        f[1] = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(wl, m)), off);
-        f[2] = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(wh, m)), off);
-        f[3] = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(wh, m)), off);
+        qops_bytes_to_f32x4(_mm256_loadu_si256((const __m256i *)p), sgn, off, f);
     }
-    static inline __m256 qops_norm_off(int32_t zp, int sgn) {
-        return _mm256_set1_ps(8388608.0f + (float)(sgn ? zp + 128 : zp));
-    }
-    /* 32 output bytes from the float values of qops_norm_ld32's four vectors. */
+    /* 32 output bytes from the float values of a block (rounded by one vcvtps2dq). */
     static inline __attribute__((always_inline)) __m256i
     qops_norm_narrow_inlane(__m256 y0, __m256 y1, __m256 y2, __m256 y3, __m256i ozp16,
                             __m256i floor8, int sgn, int relu) {
-        __m256i w01 = _mm256_adds_epi16(_mm256_packs_epi32(_mm256_cvtps_epi32(y0),
-                                                           _mm256_cvtps_epi32(y1)), ozp16);
-        __m256i w23 = _mm256_adds_epi16(_mm256_packs_epi32(_mm256_cvtps_epi32(y2),
-                                                           _mm256_cvtps_epi32(y3)), ozp16);
-        __m256i b = sgn ? _mm256_packs_epi16(w01, w23) : _mm256_packus_epi16(w01, w23);
-        if (relu) b = sgn ? _mm256_max_epi8(b, floor8) : _mm256_max_epu8(b, floor8);
-        return b;
+        return qops_narrow32(_mm256_cvtps_epi32(y0), _mm256_cvtps_epi32(y1),
+                             _mm256_cvtps_epi32(y2), _mm256_cvtps_epi32(y3), ozp16, floor8, sgn,
+                             relu);
     }
-    /* 32 output bytes, in order, from the float values of elements 0-7, 8-15, 16-23, 24-31. */
+    /* The same from the float values of elements 0-7, 8-15, 16-23, 24-31: the packs
+     * interleave the 128-bit lanes (dwords 0,4,1,5,... are elements 0-3,4-7,...). */
     static inline __attribute__((always_inline)) __m256i
     qops_norm_narrow(__m256 y0, __m256 y1, __m256 y2, __m256 y3, __m256i ozp16, __m256i floor8,
                      int sgn, int relu) {
-        __m256i w01 = _mm256_adds_epi16(_mm256_packs_epi32(_mm256_cvtps_epi32(y0),
-                                                           _mm256_cvtps_epi32(y1)), ozp16);
-        __m256i w23 = _mm256_adds_epi16(_mm256_packs_epi32(_mm256_cvtps_epi32(y2),
-                                                           _mm256_cvtps_epi32(y3)), ozp16);
-        __m256i b = sgn ? _mm256_packs_epi16(w01, w23) : _mm256_packus_epi16(w01, w23);
-        /* the packs interleave the 128-bit lanes: dwords 0,4,1,5,... are elements 0-3,4-7,... */
-        b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        if (relu) b = sgn ? _mm256_max_epi8(b, floor8) : _mm256_max_epu8(b, floor8);
-        return b;
+        return _mm256_permutevar8x32_epi32(
+            qops_norm_narrow_inlane(y0, y1, y2, y3, ozp16, floor8, sgn, relu),
+            _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     }
     #endif
 
@@ -149,7 +126,7 @@ cdef extern from *:
         ptrdiff_t i = 0;
     #if QOPS_NORM_AVX2
         if (qops_norm_vec_ok(fabs((double)a) * 256.0 + fabs((double)b))) {
-            const __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b), off = qops_norm_off(zp, sgn);
+            const __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b), off = qops_f32_offset(zp, sgn);
             const __m256i o16 = _mm256_set1_epi16((short)ozp), f8 = _mm256_set1_epi8((char)ozp);
             for (; i + 32 <= n; i += 32) {
                 __m256 f[4];
@@ -184,28 +161,16 @@ cdef extern from *:
      * costs about what 2048 values of the saving are worth. */
     static int qops_gn_fold_ok(float mean, float g, float b, float inv, int32_t zp, float lo,
                                float hi, int sgn, float A, float B) {
-        static const uint8_t all[256] = {
-            0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,
-            32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,
-            61,62,63,64,65,66,67,68,69,70,71,72,73,74,75,76,77,78,79,80,81,82,83,84,85,86,87,88,89,
-            90,91,92,93,94,95,96,97,98,99,100,101,102,103,104,105,106,107,108,109,110,111,112,113,
-            114,115,116,117,118,119,120,121,122,123,124,125,126,127,128,129,130,131,132,133,134,135,
-            136,137,138,139,140,141,142,143,144,145,146,147,148,149,150,151,152,153,154,155,156,157,
-            158,159,160,161,162,163,164,165,166,167,168,169,170,171,172,173,174,175,176,177,178,179,
-            180,181,182,183,184,185,186,187,188,189,190,191,192,193,194,195,196,197,198,199,200,201,
-            202,203,204,205,206,207,208,209,210,211,212,213,214,215,216,217,218,219,220,221,222,223,
-            224,225,226,227,228,229,230,231,232,233,234,235,236,237,238,239,240,241,242,243,244,245,
-            246,247,248,249,250,251,252,253,254,255};
         if (!qops_norm_vec_ok(fabs((double)A) * 256.0 + fabs((double)B)))
             return 0;
         const __m256 mv = _mm256_set1_ps(mean), gv = _mm256_set1_ps(g), bv = _mm256_set1_ps(b);
         const __m256 iv = _mm256_set1_ps(inv), av = _mm256_set1_ps(A), cv = _mm256_set1_ps(B);
-        const __m256 off = qops_norm_off(zp, sgn);
+        const __m256 off = qops_f32_offset(zp, sgn);
         const __m256i lv = _mm256_set1_epi32((int32_t)lo), hv = _mm256_set1_epi32((int32_t)hi);
         __m256i same = _mm256_set1_epi32(-1);
         for (int i = 0; i < 256; i += 32) {
             __m256 f[4];
-            qops_norm_ld32(all + i, sgn, off, f);
+            qops_bytes_to_f32x4(qops_iota32(i), sgn, off, f);
             for (int k = 0; k < 4; k++) {
                 __m256 y4 = _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(f[k], mv), gv),
                                                         bv), iv);
@@ -238,7 +203,7 @@ cdef extern from *:
                 }
             }
             const __m256 mv = _mm256_set1_ps(mean), gv = _mm256_set1_ps(g);
-            const __m256 bv = _mm256_set1_ps(b), iv = _mm256_set1_ps(inv), off = qops_norm_off(zp, sgn);
+            const __m256 bv = _mm256_set1_ps(b), iv = _mm256_set1_ps(inv), off = qops_f32_offset(zp, sgn);
             const __m256i o16 = _mm256_set1_epi16((short)ozp);
             #define QOPS_GN(k) _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(          \
                 f[k], mv), gv), bv), iv)
@@ -327,7 +292,7 @@ cdef inline bint _use_lut(Py_ssize_t length) noexcept nogil:
 
 cdef void _affine_lut(q8_t dummy, uint8_t* lut, float a, float b, int32_t zp, int32_t ozp,
                      float lo, float hi) noexcept nogil:
-    # lut[byte] = the result for raw value (q8_t)byte: the same formula as _affine_row.
+    # lut[byte] = the result for raw value (q8_t)byte: the same formula as qops_bn_row.
     # (`dummy`, a value of the element type, only selects the fused-type specialization.)
     cdef int u
     for u in range(256):

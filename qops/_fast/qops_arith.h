@@ -21,7 +21,7 @@
 #define QOPS_ARITH_AVX512 1
 #endif
 #if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
+#include "qops_avx2.h"
 #define QOPS_ARITH_AVX2 1
 #endif
 
@@ -103,14 +103,26 @@ static inline __m512i qops_narrow64(__m512i r0, __m512i r1, __m512i r2, __m512i 
 
 #ifdef QOPS_ARITH_AVX2
 /* The 8-wide twins of the AVX-512 bodies, for AVX2 machines (and what the avx512 build runs
- * where it has no 512-bit body), on blocks of 32 elements; the last n % 32 go through the same
- * block on a zero-padded copy, so every element takes one formula. Zen 3 runs lane-crossing
- * shuffles (vpmovzxbd ymm, vpermd) as several uops on its two shuffle pipes, the bottleneck
- * of a 64-wide-style body; so a block stays in 128-bit lanes: one 32-byte load, in-lane
- * shuffles make vector k of int32 hold elements 4k..4k+3 and 16+4k..16+4k+3, and the per-lane
- * packs of qops_narrow32 put the results back in order with no permute. The bodies are always
+ * where it has no 512-bit body), on blocks of 32 elements in qops_avx2.h's lane order (one
+ * 32-byte load, in-lane shuffles to int32, qops_narrow32 back to bytes). The bodies are always
  * inlined with constant flags: one loop per combination, no tests inside it. */
 #define QOPS_AINLINE static inline __attribute__((always_inline))
+
+/* Whole 32-element blocks, then the last n % 32 elements through the same block on
+ * zero-padded copies, so every element takes one formula. BLOCK(a, b, o) runs one block (b is
+ * ignored by one-input maps, which pass a again). */
+#define QOPS_EACH_BLOCK32(pa, pb, po, n, BLOCK)                                            \
+    do {                                                                                  \
+        ptrdiff_t i_ = 0;                                                                 \
+        for (; i_ + 32 <= (n); i_ += 32) BLOCK((pa) + i_, (pb) + i_, (po) + i_);            \
+        if (i_ < (n)) {                                                                   \
+            uint8_t ta_[32] = {0}, tb_[32] = {0}, to_[32];                                \
+            __builtin_memcpy(ta_, (pa) + i_, (size_t)((n) - i_));                         \
+            __builtin_memcpy(tb_, (pb) + i_, (size_t)((n) - i_));                         \
+            BLOCK(ta_, tb_, to_);                                                         \
+            __builtin_memcpy((po) + i_, to_, (size_t)((n) - i_));                         \
+        }                                                                                 \
+    } while (0)
 
 /* relu of add: none, max(y, 0) in float (as the scalar code), or max(out, zo) on the bytes,
  * equal when the sum is never NaN and inv >= 0 (y <= 0 then gives rint(y * inv) <= 0). */
@@ -137,18 +149,6 @@ QOPS_AINLINE __m256i qops_widen8(__m256i x, int k, int is_signed) {
     return _mm256_shuffle_epi8(x, _mm256_setr_epi8(
         b0, z, z, z, b1, z, z, z, b2, z, z, z, b3, z, z, z,
         b0, z, z, z, b1, z, z, z, b2, z, z, z, b3, z, z, z));
-}
-
-/* The 32 bytes of a block from its four vectors of int32 results (before the zero point): the
- * packs saturate (int32 -> int16, + zo in 16 bits, -> 8 bits), clamping to the dtype's range
- * as qops_narrow64 does, and undo the block's order; relu_bytes: then max with zo. */
-QOPS_AINLINE __m256i qops_narrow32(__m256i r0, __m256i r1, __m256i r2, __m256i r3,
-                                   __m256i zo16, __m256i zo8, int is_signed, int relu_bytes) {
-    __m256i w0 = _mm256_adds_epi16(_mm256_packs_epi32(r0, r1), zo16);
-    __m256i w1 = _mm256_adds_epi16(_mm256_packs_epi32(r2, r3), zo16);
-    __m256i r = is_signed ? _mm256_packs_epi16(w0, w1) : _mm256_packus_epi16(w0, w1);
-    if (relu_bytes) r = is_signed ? _mm256_max_epi8(r, zo8) : _mm256_max_epu8(r, zo8);
-    return r;
 }
 
 /* 8 sums scaled and clamped above only (when a result could leave int32), as int32 before
@@ -178,15 +178,9 @@ QOPS_AINLINE void qops_add32(const uint8_t *a, const uint8_t *b, uint8_t *o, con
 
 QOPS_AINLINE void qops_add_avx2_body(const uint8_t *pa, const uint8_t *pb, uint8_t *po, ptrdiff_t n,
                                      const qops_add_vec8 *v, int is_signed, int relu, int clamp_hi) {
-    ptrdiff_t i = 0, rest = n % 32;
-    for (; i + 32 <= n; i += 32) qops_add32(pa + i, pb + i, po + i, v, is_signed, relu, clamp_hi);
-    if (rest) {
-        uint8_t ta[32] = {0}, tb[32] = {0}, to[32];
-        __builtin_memcpy(ta, pa + i, (size_t)rest);
-        __builtin_memcpy(tb, pb + i, (size_t)rest);
-        qops_add32(ta, tb, to, v, is_signed, relu, clamp_hi);
-        __builtin_memcpy(po + i, to, (size_t)rest);
-    }
+#define QOPS_ADD_BLOCK(a, b, o) qops_add32(a, b, o, v, is_signed, relu, clamp_hi)
+    QOPS_EACH_BLOCK32(pa, pb, po, n, QOPS_ADD_BLOCK);
+#undef QOPS_ADD_BLOCK
 }
 
 /* The AVX2 add; returns 0 (nothing done) when the parameters need the scalar loop (also relu
@@ -338,15 +332,9 @@ QOPS_AINLINE void qops_mul32(const uint8_t *a, const uint8_t *b, uint8_t *o, con
 
 QOPS_AINLINE void qops_mul_avx2_body(const uint8_t *pa, const uint8_t *pb, uint8_t *po, ptrdiff_t n,
                                      const qops_mul_vec8 *v, int is_signed, int relu, int clamp_hi) {
-    ptrdiff_t i = 0, rest = n % 32;
-    for (; i + 32 <= n; i += 32) qops_mul32(pa + i, pb + i, po + i, v, is_signed, relu, clamp_hi);
-    if (rest) {
-        uint8_t ta[32] = {0}, tb[32] = {0}, to[32];
-        __builtin_memcpy(ta, pa + i, (size_t)rest);
-        __builtin_memcpy(tb, pb + i, (size_t)rest);
-        qops_mul32(ta, tb, to, v, is_signed, relu, clamp_hi);
-        __builtin_memcpy(po + i, to, (size_t)rest);
-    }
+#define QOPS_MUL_BLOCK(a, b, o) qops_mul32(a, b, o, v, is_signed, relu, clamp_hi)
+    QOPS_EACH_BLOCK32(pa, pb, po, n, QOPS_MUL_BLOCK);
+#undef QOPS_MUL_BLOCK
 }
 
 /* The AVX2 mul, as qops_add_avx2 (returns 0 when the scalar loop must run): the zero points
@@ -436,14 +424,9 @@ QOPS_AINLINE void qops_requant32(const uint8_t *src, uint8_t *dst, const qops_re
 
 QOPS_AINLINE void qops_requant_body(const uint8_t *src, uint8_t *dst, ptrdiff_t n,
                                     const qops_requant_vec8 *v, int is_signed, int clamp_hi) {
-    ptrdiff_t i = 0, rest = n % 32;
-    for (; i + 32 <= n; i += 32) qops_requant32(src + i, dst + i, v, is_signed, clamp_hi);
-    if (rest) {
-        uint8_t ts[32] = {0}, to[32];
-        __builtin_memcpy(ts, src + i, (size_t)rest);
-        qops_requant32(ts, to, v, is_signed, clamp_hi);
-        __builtin_memcpy(dst + i, to, (size_t)rest);
-    }
+#define QOPS_REQUANT_BLOCK(a, b, o) qops_requant32(a, o, v, is_signed, clamp_hi)
+    QOPS_EACH_BLOCK32(src, src, dst, n, QOPS_REQUANT_BLOCK);
+#undef QOPS_REQUANT_BLOCK
 }
 #endif
 

@@ -25,7 +25,6 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <string.h>
-#include <stdlib.h>
 #include "qops_common.h"
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -200,7 +199,7 @@ typedef struct {
     int G, Cg, C4, Og, O;
     const int32_t *wv;              /* grouped, 4 weights per int32: [G][Og][ntaps][C4] */
     const int32_t *wvl, *wvh;       /* the same split into low and high nibbles (AVX2) */
-    int pairsafe;                   /* no weight pair can saturate vpmaddubsw (AVX2) */
+    int pairsafe;                   /* no pair sum can saturate vpmaddubsw (AVX2) */
     const int8_t *wa;               /* grouped, AMX tiles: [G][nob][ntaps][nch][16][Kc] */
     int Kc, nch, nob;
     const int32_t *kzw;             /* [O] K*wz - Sum w (wrapping): times xz gives the constant */
@@ -455,8 +454,9 @@ static void qconv_dw_vnni(const qconv_args *a, ptrdiff_t n, ptrdiff_t od, ptrdif
 /* AVX2 kernels: 8 pixels per vector (a 32-byte load holds the 4-channel quads of 8 pixels).
  * vpdpbusd is emulated exactly: vpmaddubsw (u8 x s8, pairs summed into int16), then vpmaddwd
  * with ones into int32. vpmaddubsw saturates a pair sum that leaves int16, so that path runs
- * only when every weight pair (bytes 0-1 and 2-3 of a quad) sums, within each sign, to at
- * most 128 in magnitude: |x0*w0 + x1*w1| <= 255 * 128 < 2^15 (pack_weight's `pairsafe`).
+ * (`pairsafe`, set per call by conv.pyx) only when the largest input times `pairmax` fits:
+ * pairmax is the largest per-sign sum over a weight pair (bytes 0-1 and 2-3 of a quad), found
+ * by pack_weight; pairmax <= 128 always qualifies, and so do 7-bit activations.
  * Other weights run split, w = 16*wh + wl with wh in [-8, 7] and wl in [0, 15] (wvh, wvl):
  * two vpmaddubsw that cannot saturate, the high one weighted by 16 in its vpmaddwd. Both give
  * the exact int32 sums of the portable kernel. (PyTorch's fbgemm AVX2 kernels take the first
@@ -473,14 +473,20 @@ qconv_dot8(__m256i acc, __m256i x, const qconv_args *a, ptrdiff_t widx, int spli
     return _mm256_add_epi32(acc, _mm256_add_epi32(l, h));
 }
 
-/* Requantize 8 accumulators (8 pixels of one output channel) and store the first nv, with
- * the steps and NaN rule of qconv_store16. */
+/* Requantize 8 accumulators (8 pixels of one output channel) with the steps and NaN rule of
+ * qconv_store16: int32 results in [0, 255]. */
+static inline __attribute__((always_inline)) __m256i
+qconv_requant8(__m256i acc, __m256 bterm, __m256 mult, __m256 lo, __m256 hi, __m256i ozp) {
+    __m256 y = _mm256_add_ps(_mm256_cvtepi32_ps(acc), bterm);
+    __m256 r = _mm256_max_ps(_mm256_min_ps(_mm256_mul_ps(y, mult), hi), lo);
+    return _mm256_add_epi32(_mm256_cvtps_epi32(r), ozp);
+}
+
+/* qconv_requant8, then store the first nv bytes. */
 static inline __attribute__((always_inline)) void
 qconv_store8(__m256i acc, __m256 bterm, __m256 mult, __m256 lo, __m256 hi, __m256i ozp,
              uint8_t *o, int nv) {
-    __m256 y = _mm256_add_ps(_mm256_cvtepi32_ps(acc), bterm);
-    __m256 r = _mm256_max_ps(_mm256_min_ps(_mm256_mul_ps(y, mult), hi), lo);
-    __m256i v = _mm256_add_epi32(_mm256_cvtps_epi32(r), ozp);
+    __m256i v = qconv_requant8(acc, bterm, mult, lo, hi, ozp);
     __m128i p = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     p = _mm_packus_epi16(p, p);
     if (nv >= 8) {
@@ -492,15 +498,8 @@ qconv_store8(__m256i acc, __m256 bterm, __m256 mult, __m256 lo, __m256 hi, __m25
     }
 }
 
-/* Requantize 4 x 8 accumulators (32 pixels of one output channel, qconv_store8's steps) and
+/* Requantize V <= 4 vectors of 8 accumulators (up to 32 pixels of one output channel) and
  * store the first nv. */
-static inline __attribute__((always_inline)) __m256i
-qconv_requant8(__m256i acc, __m256 bterm, __m256 mult, __m256 lo, __m256 hi, __m256i ozp) {
-    __m256 y = _mm256_add_ps(_mm256_cvtepi32_ps(acc), bterm);
-    __m256 r = _mm256_max_ps(_mm256_min_ps(_mm256_mul_ps(y, mult), hi), lo);
-    return _mm256_add_epi32(_mm256_cvtps_epi32(r), ozp);
-}
-
 static inline __attribute__((always_inline)) void
 qconv_store32(const __m256i acc[4], const int V, __m256 bterm, __m256 mult, __m256 lo, __m256 hi,
               __m256i ozp, uint8_t *o, int nv) {
@@ -694,6 +693,16 @@ typedef struct {
     ptrdiff_t scratch_bytes;            /* per thread: Dp*Hp*rowpix*4 + 3*Lp + rowpix + 128 */
 } qconv_dwr_args;
 
+/* The most kernel rows (KD*KH) the AVX2 row-pairs kernel takes (its weights live on the stack). */
+#define QCONV_DWR_MAX_NQ 64
+static int qconv_dwr_max_nq(void) {
+#ifdef QCONV_AVX2
+    return QCONV_DWR_MAX_NQ;
+#else
+    return 1 << 30;
+#endif
+}
+
 static int qconv_dwr_available(void) {
 #if defined(QCONV_VNNI) || defined(QCONV_AVX2)
     return 1;
@@ -786,9 +795,7 @@ static void qconv_dwr_channel_avx2(const qconv_dwr_args *r, int tid, ptrdiff_t n
     const __m256 bt = _mm256_set1_ps(r->bterm[c]), mu = _mm256_set1_ps(r->mult[c]);
     const int sums = r->gany[c];
     const int32_t *w = r->wrow + c * r->NQ;
-    int32_t wbuf[128];
-    int32_t *wp = r->NQ <= 64 ? wbuf : (int32_t *)malloc(sizeof(int32_t) * 2 * (size_t)r->NQ);
-    if (!wp) return;   /* cannot happen in practice; the output stays unwritten */
+    int32_t wp[2 * QCONV_DWR_MAX_NQ];   /* conv.pyx sends at most this many (kd, kh) here */
     for (int q = 0; q < r->NQ; q++) { wp[2 * q] = qconv_wpair(w[q], 0); wp[2 * q + 1] = qconv_wpair(w[q], 1); }
     const ptrdiff_t rmax = r->roff[r->NQ - 1], nout = r->OD * r->OH;
     ptrdiff_t next = 0;
@@ -843,7 +850,6 @@ static void qconv_dwr_channel_avx2(const qconv_dwr_args *r, int tid, ptrdiff_t n
             }
         }
     }
-    if (wp != wbuf) free(wp);
 }
 #endif /* QCONV_AVX2 */
 

@@ -18,6 +18,7 @@ cdef extern from *:
     #include <string.h>
     #if defined(__AVX2__)
     #include <immintrin.h>
+    #include "qops_avx2.h"
     #endif
     /* The 256-bit kernels without an AVX-512 counterpart (dequantize per tensor, requantize)
      * run in the avx2 build only: AVX-512 builds keep the loops measured on Zen 5. */
@@ -173,25 +174,19 @@ cdef extern from *:
     }
 
     #if QOPS_QUANT_AVX2
-    /* D_sc then Q_fma of 32 bytes, for |zp| <= 2**22. The widening is done by in-lane unpacks,
-     * which the in-lane packs at the end undo (no permute), and the high half-words 0x4B00
-     * make each lane the float 2**23 + u (u = q, or q + 128 for int8 after the xor), so one
-     * subtraction of 2**23 + zp (+ 128) gives f32(q - zp), rounded once as the scalar cast
-     * does. It replaces a sub and a convert: this loop is bound by instruction throughput
-     * (68 us against 81 for 64x112x112). Without `clamp` the min is left out, which is exact
-     * when no value can be NaN or beyond +-2**30: the saturating packs then do both clamps. */
+    /* D_sc then Q_fma of 32 bytes, for |zp| <= 2**22: f32(q - zp) exactly from
+     * qops_bytes_to_f32x4 (one subtraction instead of a sub and a convert; this loop is bound
+     * by instruction throughput, 68 us against 81 for 64x112x112), whose lane order the
+     * in-lane packs at the end undo. Without `clamp` the min is left out, which is exact when
+     * no value can be NaN or beyond +-2**30: the saturating packs then do both clamps. */
     static inline __attribute__((always_inline)) __m256i qops_requant32_avx2(
             const uint8_t *q, __m256 vs, __m256 off, __m256 vi, __m256 vzf, __m256 hi, int sgn,
             int clamp) {
-        const __m256i z = _mm256_setzero_si256(), m = _mm256_set1_epi16(0x4B00);
-        __m256i x = _mm256_loadu_si256((const __m256i *)q), r[4];
-        if (sgn)
-            x = _mm256_xor_si256(x, _mm256_set1_epi8((char)0x80));
-        __m256i wl = _mm256_unpacklo_epi8(x, z), wh = _mm256_unpackhi_epi8(x, z);
-        __m256i u[4] = {_mm256_unpacklo_epi16(wl, m), _mm256_unpackhi_epi16(wl, m),
-                        _mm256_unpacklo_epi16(wh, m), _mm256_unpackhi_epi16(wh, m)};
+        __m256 f[4];
+        __m256i r[4];
+        qops_bytes_to_f32x4(_mm256_loadu_si256((const __m256i *)q), sgn, off, f);
         for (int k = 0; k < 4; k++) {
-            __m256 d = _mm256_mul_ps(vs, _mm256_sub_ps(_mm256_castsi256_ps(u[k]), off));
+            __m256 d = _mm256_mul_ps(vs, f[k]);
             __m256 y = _mm256_fmadd_ps(d, vi, vzf);
             r[k] = _mm256_cvtps_epi32(clamp ? _mm256_min_ps(y, hi) : y);
         }
@@ -219,7 +214,7 @@ cdef extern from *:
         if (zp >= -(1 << 22) && zp <= (1 << 22)) {
             const __m256 vs = _mm256_set1_ps(s), vi = _mm256_set1_ps(inv);
             const __m256 vzf = _mm256_set1_ps(zpf), hi = _mm256_set1_ps(qmax);
-            const __m256 off = _mm256_set1_ps(8388608.0f + (float)(sgn ? zp + 128 : zp));
+            const __m256 off = qops_f32_offset(zp, sgn);
             /* with finite qparams every rounding step is monotonic in q, so the two ends
              * of the byte range bound all values, and none is NaN */
             int clamp = 1;
