@@ -297,7 +297,7 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
             a.wvh = &i32_e[0]
             # no vpmaddubsw pair sum leaves int16 when the largest input (padding holds the
             # zero point) times pairmax fits: always for pairmax <= 128, else the input decides
-            xmax = (255 if packed["pairmax"] <= 128 or mode != 1
+            xmax = (255 if packed["pairmax"] <= 128 or mode != 1 or x.size == 0
                     else max(int(x.max()), x_zero_point))
             a.pairsafe = xmax * packed["pairmax"] <= 32767
         a.Kc, a.nch, a.nob = packed["Kc"], packed["nch"], packed["nob"]
