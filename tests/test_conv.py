@@ -36,6 +36,21 @@ def test_output_shapes_and_batch0(backend):
     assert F.conv3d(_x((1, 2, 3, 4, 5)), _w((3, 2, 3, 4, 5)), scale=1.0).shape == (1, 3, 1, 1, 1)
 
 
+def test_stride_past_the_input_is_one_column():
+    # A stride wider than the padded input (12 here) leaves output column 0 alone, the same
+    # as a stride of exactly 12; the fast layout once sized its buffers by the stride
+    # (MemoryError for 10**12).
+    x, w = _x((1, 4, 2, 10)), _w((6, 4, 2, 3))
+    with qops.backend("ref"):
+        want = F.conv2d(x, w, None, stride=(1, 12), padding=1, scale=0.5, zero_point=3)
+    assert want.shape == (1, 6, 3, 1)
+    for sw in (13, 10 ** 12):
+        for be in ("ref", "fast"):
+            with qops.backend(be):
+                got = F.conv2d(x, w, None, stride=(1, sw), padding=1, scale=0.5, zero_point=3)
+            assert got.equal(want), (be, sw)
+
+
 def test_prepacked_equals_unpacked_and_never_repacks(backend, monkeypatch):
     x = _x((2, 6, 8, 7))
     w = _w((10, 3, 3, 2), per_channel=True)

@@ -220,6 +220,10 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
         if dp * hp * qconv_dwr_rowpix(owp, dwl) * 4 <= (1 << 20):
             return _conv_dwr(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
                              (kd, kh, kw), (sd, sh), (pd, ph, pw), (dd, dh, dwl), (od, oh, ow), owp)
+    # The layout below splits each padded row into `sw` phases of wq pixels, sw * wq >= wp_.
+    # A stride past the padded width leaves output column 0 alone, whose taps do not depend
+    # on it: clamped, a stride of 10**12 no longer asks for terabytes.
+    sw = min(sw, max(wp_, 1))
     ilv = 1 if dw else 4
     c4 = 1 if dw else packed["C4"]
     ng = c if dw else groups
