@@ -65,6 +65,12 @@ def test_add_scalar_qparams_rules():
             assert high.q_zero_point() == 255
     with pytest.raises(ValueError, match="finite"):
         F.add_scalar(q, float("inf"))
+    for backend in BACKENDS:
+        with qops.backend(backend):
+            big = F.add_scalar(q, 1e17)       # 1e18 steps of the scale: still an int64
+            assert big.q_zero_point() == 0 and (big.int_repr() == 255).all()
+            with pytest.raises(ValueError, match="too large"):
+                F.add_scalar(q, 1e38)         # beyond int64: OverflowError from the kernel
     with pytest.raises(TypeError, match="other"):
         F.add_scalar(q, "1")
 

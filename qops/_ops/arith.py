@@ -134,6 +134,9 @@ def add_scalar(input, other):
     d = input.dtype
     s, z = input._scale, input._zero_point
     c_q = int(np.rint(other / s))               # float64 division, ties to even
+    if abs(c_q) >= 2 ** 62:
+        # PyTorch holds c_q in an int64 (undefined beyond it); the kernels add it to q - z
+        raise ValueError(f"add_scalar: other={other!r} is too large for the input's scale {s!r}")
     z_new = z - c_q
     if d.qmin <= z_new <= d.qmax:
         return QTensor._make(np.array(input._int, copy=True), d, s, z_new)
