@@ -20,7 +20,7 @@ def config_info():
                     # kernels the AVX-512 build picks at run time by CPU feature
                     vbmi_max_pool=_fast.load("pool")._use_vbmi(),
                     vbmi2_topk=_fast.load("sort")._topk_vbmi(),
-                    conv_kernel=_conv_kernel(_fast))
+                    conv_kernel=_conv_kernel(_fast), gemm_kernel=_gemm_kernel(_fast))
     except ImportError as exc:
         info.update(fast_error=str(exc))
     return info
@@ -43,6 +43,7 @@ def show_config():
                   f"{'on' if info['vbmi_max_pool'] else 'off'}, "
                   f"{'on' if info['vbmi2_topk'] else 'off'}"),
                  ("int8 conv kernel", info["conv_kernel"]),
+                 ("int8 linear kernel", info["gemm_kernel"]),
                  ("debug build (bounds checks)", "yes" if info["debug_build"] else "no")]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
@@ -57,6 +58,13 @@ def _conv_kernel(fast):
     if mode == 1:
         return "AVX-512 VNNI" if fast.ISA == "avx512" else "AVX2 (vpmaddubsw, exact)"
     return "portable C"
+
+
+def _gemm_kernel(fast):
+    """The tier the linear GEMM runs: AMX (32-row blocks), AVX-512 VNNI, AVX2 or portable C."""
+    if fast.ISA == "avx512":
+        return "AMX tiles + AVX-512 VNNI" if fast.load("linear")._amx() else "AVX-512 VNNI"
+    return "AVX2 (vpmaddubsw, exact)" if fast.ISA == "avx2" else "portable C"
 
 
 def _forced():

@@ -277,6 +277,42 @@ def test_gemm_paths_fast_equals_ref(threads):
         assert len(np.unique(res["ref"][0])) > 20
 
 
+@pytest.mark.parametrize("amx", [True, False])
+def test_gemm_amx_blocks_equal_ref(amx):
+    # The AVX-512 build multiplies 32-row blocks with AMX tiles where the CPU has them (K a
+    # multiple of 64), the rest with VNNI; both must give ref's bits, over partial panels (N
+    # not a multiple of 64), row tails, weight zero points, output kinds and threads.
+    from qops import _fast
+    if "avx512" not in _fast.ISAS or _fast.ISA != "avx512":
+        pytest.skip("the AMX path is in the avx512 build")
+    kern = _fast.load("linear")
+    if amx and not kern._AMX:
+        pytest.skip("this CPU has no AMX-INT8")
+    was = kern._amx(amx)
+    try:
+        r = u.rng(53)
+        for m, k, n, wzp in [(32, 64, 16, False), (64, 128, 64, True), (70, 192, 100, False),
+                             (96, 64, 48, True), (33, 256, 130, False), (128, 768, 200, True)]:
+            wq = r.integers(-128, 128, (n, k)).astype(np.int8)
+            zps = r.integers(-3, 4, n) if wzp else np.zeros(n, np.int64)
+            w = qops.make_per_channel_quantized_tensor(wq, r.uniform(0.001, 0.01, n), zps, 0)
+            x = _x(r, (m, k), zp=int(r.integers(0, 256)))
+            b = r.normal(0, 5, n).astype(np.float32)
+            xf = r.normal(0, 1, (m, k)).astype(np.float32)
+            for threads in (1, 2):
+                res = {}
+                for backend in BACKENDS:
+                    with qops.backend(backend), qops.threads(threads):
+                        res[backend] = (F.linear(x, w, b, 4.0, 100)._int,
+                                        F.linear_relu(x, w, None, 4.0, 100)._int,
+                                        F.linear_dynamic(xf, w, b, reduce_range=False))
+                for got, want in zip(res["fast"], res["ref"]):
+                    np.testing.assert_array_equal(got, want, err_msg=f"{m}x{k}x{n} amx={amx}")
+                assert len(np.unique(res["ref"][0])) > 20
+    finally:
+        kern._amx(was)
+
+
 # -- dynamic activation qparams -------------------------------------------------------------
 
 def test_dynamic_qparams_match_torch(torch):

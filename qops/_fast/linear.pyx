@@ -29,6 +29,18 @@ cdef extern from "qops_gemm.h" nogil:
                         int8_t *packed, int32_t *wsum)
     void qops_gemm_mt(const uint8_t *A, Py_ssize_t lda, Py_ssize_t M, int32_t a_zp,
                       const qops_gemm_b *B, const qops_gemm_out *out, int nthreads)
+    int qops_gemm_amx(int on)
+
+# AMX tiles where the CPU has them (the VNNI kernels stay for rows and K it does not cover)
+_AMX = bool(qops_gemm_amx(1))
+
+
+def _amx(on=None):
+    """Whether the AMX path runs; `on` switches it (tests; off stays off, on needs the CPU)."""
+    was = bool(qops_gemm_amx(-1))
+    if on is not None:
+        qops_gemm_amx(1 if on else 0)
+    return was
 
 DEF GRAIN = 262144        # multiply-adds per thread below which a second thread costs more
 DEF QBLOCK = 4096         # elements per parallel chunk when quantizing the dynamic input

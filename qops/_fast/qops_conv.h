@@ -1003,6 +1003,9 @@ qconv_grouped_amx(const qconv_args *a, ptrdiff_t n, ptrdiff_t od, ptrdiff_t oh0,
     for (int i = 0; i < 4; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
     for (int i = 4; i < 6; i++) { cfg.rows[i] = 16; cfg.colsb[i] = (uint16_t)a->Kc; }
     for (int i = 6; i < 8; i++) { cfg.rows[i] = (uint8_t)(a->Kc / 4); cfg.colsb[i] = 64; }
+    /* GCC 12's ldtilecfg builtin does not tell the optimizer it reads cfg, which then drops
+     * the stores that fill it (the tiles stay unconfigured: SIGSEGV at the first tile load) */
+    __asm__ volatile("" : : "r"(&cfg) : "memory");
     _tile_loadconfig(&cfg);
     int32_t buf[16 * 16] __attribute__((aligned(64)));
     const __m512 lo = _mm512_set1_ps((float)(a->lo - a->ozp)), hi = _mm512_set1_ps((float)(255 - a->ozp));

@@ -36,7 +36,9 @@
  * int32, i.e. K * max|A - a_zp| * max|W - w_zp| <= 2^31 - 1; K <= 33025 is always safe
  * (33025 * 255 * 255 < 2^31). The caller checks the bound, or splits K into chunks and sums
  * QOPS_GEMM_I32 results in int64 (qops/_fast/linear.pyx does).
- * Paths: AVX-512 VNNI (vpdpbusd on 4-byte groups, 64-column panels); AVX2 (4-byte groups,
+ * Paths: AVX-512 VNNI (vpdpbusd on 4-byte groups, 64-column panels), with AMX-INT8 tiles for
+ * blocks of 32 rows when K is a multiple of 64 and the CPU has AMX and the module asked for it
+ * (qops_gemm_amx); AVX2 (4-byte groups,
  * 16-column panels, two exact kernels, chosen per panel and call, see "AVX2" below); plain C
  * for the baseline build (int16 pairs, 16-column panels).
  *
@@ -103,6 +105,35 @@ typedef struct {
 #endif
 #define QG_MR 6             /* rows per micro-tile: 6 x 4 zmm = 24 accumulators on VNNI */
 #define QG_MB 96            /* target rows per thread tile (A block stays in L2) */
+
+#if defined(QG_VNNI) && defined(__linux__) && defined(__x86_64__) && defined(__GNUC__) && __GNUC__ >= 11
+#include <cpuid.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#define QG_AMX 1
+#define QG_AMX_ROWS 32      /* rows per AMX block: two 16-row A tiles */
+/* 1 when the AMX path runs: set by qops_gemm_amx(), off until a module asks for it. */
+static int qg_amx_state = 0;
+#endif
+
+/* Turn the AMX-INT8 path on (on = 1: if this CPU has it and the kernel lets this process use
+ * the tile registers), off (0), or ask (-1); returns whether it is on. */
+static int qops_gemm_amx(int on) {
+#ifdef QG_AMX
+    if (on == 0) qg_amx_state = 0;
+    if (on == 1) {
+        unsigned int eax, ebx, ecx, edx;
+        qg_amx_state = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)
+                       && ((edx >> 24) & 1) && ((edx >> 25) & 1)
+                       /* ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA (18) */
+                       && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+    }
+    return qg_amx_state;
+#else
+    (void)on;
+    return 0;
+#endif
+}
 
 #define QG_INLINE static inline __attribute__((always_inline))
 
@@ -499,6 +530,70 @@ static void qg_micro_dispatch(int mr, int width, const uint8_t *A, ptrdiff_t lda
 }
 #endif
 
+#ifdef QG_AMX
+/* AMX: TDPBUSD multiplies a 16 x 64 byte tile of A (16 rows, 64 values of k) by a 16 x 64
+ * byte tile of B (16 groups of 4 k values, 16 columns) into a 16 x 16 int32 tile, 16K exact
+ * products per instruction. The VNNI panel layout (per group of 4 k values, `width` columns
+ * x 4 bytes) already is a B tile every 64 bytes, with a row stride of 4 * width. */
+typedef struct {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} qg_tilecfg;
+
+__attribute__((target("amx-tile"))) static void qg_amx_begin(void) {
+    qg_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
+    /* GCC 12's ldtilecfg builtin does not tell the optimizer it reads cfg, which then drops
+     * the stores that fill it (the tiles stay unconfigured: SIGSEGV at the first tile load) */
+    __asm__ volatile("" : : "r"(&cfg) : "memory");
+    _tile_loadconfig(&cfg);
+}
+
+__attribute__((target("amx-tile"))) static void qg_amx_end(void) { _tile_release(); }
+
+/* acc (QG_AMX_ROWS x QG_NR, row stride QG_NR) = rows [0, 32) of A times one weight panel of
+ * `width` columns (16, 32, 48 or 64), for K a multiple of 64. Tiles: C 0-3 (two row halves x
+ * two 16-column blocks), A 4-5, B 6-7; the panel's columns go 32 at a time. */
+__attribute__((target("amx-tile,amx-int8"))) static void
+qg_amx_block(const uint8_t *A, ptrdiff_t lda, ptrdiff_t K, const int8_t *bp, int width,
+             int32_t *acc) {
+    const ptrdiff_t bs = 4 * (ptrdiff_t)width;      /* bytes per group of 4 k values */
+    for (int c0 = 0; c0 < width / 16; c0 += 2) {
+        const int two = c0 + 1 < width / 16;
+        const int8_t *b = bp + 64 * c0;
+        _tile_zero(0);
+        _tile_zero(2);
+        if (two) {
+            _tile_zero(1);
+            _tile_zero(3);
+        }
+        for (ptrdiff_t k = 0; k < K; k += 64) {
+            _tile_loadd(4, A + k, lda);
+            _tile_loadd(5, A + 16 * lda + k, lda);
+            _tile_loadd(6, b + k / 4 * bs, bs);
+            _tile_dpbusd(0, 4, 6);
+            _tile_dpbusd(2, 5, 6);
+            if (two) {
+                _tile_loadd(7, b + k / 4 * bs + 64, bs);
+                _tile_dpbusd(1, 4, 7);
+                _tile_dpbusd(3, 5, 7);
+            }
+        }
+        int32_t *c = acc + 16 * c0;
+        _tile_stored(0, c, QG_NR * 4);
+        _tile_stored(2, c + 16 * QG_NR, QG_NR * 4);
+        if (two) {
+            _tile_stored(1, c + 16, QG_NR * 4);
+            _tile_stored(3, c + 16 * QG_NR + 16, QG_NR * 4);
+        }
+    }
+}
+#endif
+
 /* ---- output stage ---- */
 
 /* acc rows of one micro-tile (row stride QG_NR) -> out rows m0.., columns n0..n0+w. corr[j] is
@@ -570,6 +665,11 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
 #else
     (void)ap;
 #endif
+#ifdef QG_AMX
+    const int amx = qg_amx_state && K > 0 && K % 64 == 0 && M >= QG_AMX_ROWS;
+    int32_t ablk[QG_AMX_ROWS * QG_NR] __attribute__((aligned(64)));
+    if (amx) qg_amx_begin();
+#endif
     for (ptrdiff_t p = p0; p < p1; p++) {
         const ptrdiff_t n0 = p * QG_NR;
         const ptrdiff_t w = N - n0 < QG_NR ? N - n0 : QG_NR;
@@ -587,7 +687,21 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
             corr[j] = (int32_t)((uint32_t)K * (uint32_t)a_zp * (uint32_t)z
                                 - (uint32_t)a_zp * (uint32_t)B->wsum[n0 + j]);
         }
-        for (ptrdiff_t m0 = 0, mr = 0; m0 < M; m0 += mr) {
+        ptrdiff_t m0 = 0;
+#ifdef QG_AMX
+        for (; amx && m0 + QG_AMX_ROWS <= M; m0 += QG_AMX_ROWS) {
+            const uint8_t *Am = A + m0 * lda;
+            qg_amx_block(Am, lda, K, bp, width, ablk);
+            for (int i = 0; i < QG_AMX_ROWS; i++) {
+                uint32_t s = 0;
+                if (B->wzp)
+                    for (ptrdiff_t k = 0; k < K; k++) s += Am[i * lda + k];
+                rs[0] = (int32_t)s;
+                qg_store(ablk + i * QG_NR, 1, w, m0 + i, n0, corr, wz, rs, o);
+            }
+        }
+#endif
+        for (ptrdiff_t mr = 0; m0 < M; m0 += mr) {
             const ptrdiff_t left = M - m0;
             /* 7..9 rows left: two balanced tiles (4+3, 4+4, 5+4) rather than 6 + a thin one */
             mr = left > QG_MR && left < QG_MR + 4 ? (left + 1) / 2 : (left < QG_MR ? left : QG_MR);
@@ -607,6 +721,9 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
             qg_store(acc, (int)mr, w, m0, n0, corr, wz, rs, o);
         }
     }
+#ifdef QG_AMX
+    if (amx) qg_amx_end();
+#endif
 }
 
 /* All tiles of rows [0, M) over nthreads threads: row blocks x column panels, static. */
@@ -616,7 +733,12 @@ static void qg_tiles(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
     const ptrdiff_t P = qg_npanels(B->N);
     const ptrdiff_t nmb = (M + QG_MB - 1) / QG_MB;
     ptrdiff_t mb = (M + nmb - 1) / nmb;
-    mb = ((mb + QG_MR - 1) / QG_MR) * QG_MR;
+#ifdef QG_AMX
+    const ptrdiff_t mq = qg_amx_state && B->K % 64 == 0 ? QG_AMX_ROWS : QG_MR;
+#else
+    const ptrdiff_t mq = QG_MR;
+#endif
+    mb = ((mb + mq - 1) / mq) * mq;
     const ptrdiff_t ntiles = P * nmb;
     const size_t esize = out->kind == QOPS_GEMM_U8 ? 1 : 4;
     if (nthreads < 1) nthreads = 1;
