@@ -61,7 +61,7 @@ def _conv_kernel(fast):
 
 
 def _gemm_kernel(fast):
-    """The tier the linear GEMM runs: AMX (32-row blocks), AVX-512 VNNI, AVX2 or portable C."""
+    """The tier the linear GEMM runs: AMX (16/32-row blocks), AVX-512 VNNI, AVX2 or portable C."""
     if fast.ISA == "avx512":
         return "AMX tiles + AVX-512 VNNI" if fast.load("linear")._amx() else "AVX-512 VNNI"
     return "AVX2 (vpmaddubsw, exact)" if fast.ISA == "avx2" else "portable C"

@@ -292,7 +292,8 @@ def test_gemm_amx_blocks_equal_ref(amx):
     try:
         r = u.rng(53)
         for m, k, n, wzp in [(32, 64, 16, False), (64, 128, 64, True), (70, 192, 100, False),
-                             (96, 64, 48, True), (33, 256, 130, False), (128, 768, 200, True)]:
+                             (96, 64, 48, True), (33, 256, 130, False), (128, 768, 200, True),
+                             (16, 64, 64, False), (20, 128, 33, True), (48, 64, 80, False)]:
             wq = r.integers(-128, 128, (n, k)).astype(np.int8)
             zps = r.integers(-3, 4, n) if wzp else np.zeros(n, np.int64)
             w = qops.make_per_channel_quantized_tensor(wq, r.uniform(0.001, 0.01, n), zps, 0)

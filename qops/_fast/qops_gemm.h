@@ -37,7 +37,7 @@
  * (33025 * 255 * 255 < 2^31). The caller checks the bound, or splits K into chunks and sums
  * QOPS_GEMM_I32 results in int64 (qops/_fast/linear.pyx does).
  * Paths: AVX-512 VNNI (vpdpbusd on 4-byte groups, 64-column panels), with AMX-INT8 tiles for
- * blocks of 32 rows when K is a multiple of 64 and the CPU has AMX and the module asked for it
+ * blocks of 32 or 16 rows when K is a multiple of 64 and the CPU has AMX and the module asked for it
  * (qops_gemm_amx); AVX2 (4-byte groups,
  * 16-column panels, two exact kernels, chosen per panel and call, see "AVX2" below); plain C
  * for the baseline build (int16 pairs, 16-column panels).
@@ -555,42 +555,45 @@ __attribute__((target("amx-tile"))) static void qg_amx_begin(void) {
 
 __attribute__((target("amx-tile"))) static void qg_amx_end(void) { _tile_release(); }
 
-/* acc (QG_AMX_ROWS x QG_NR, row stride QG_NR) = rows [0, 32) of A times one weight panel of
- * `width` columns (16, 32, 48 or 64), for K a multiple of 64. Tiles: C 0-3 (two row halves x
- * two 16-column blocks), A 4-5, B 6-7; the panel's columns go 32 at a time. */
-__attribute__((target("amx-tile,amx-int8"))) static void
-qg_amx_block(const uint8_t *A, ptrdiff_t lda, ptrdiff_t K, const int8_t *bp, int width,
-             int32_t *acc) {
+/* acc (rows x QG_NR, row stride QG_NR) = rows [0, rows) of A times one weight panel of
+ * `width` columns (16, 32, 48 or 64), for rows 16 or 32 and K a multiple of 64. Tiles: C 0-3
+ * (two row halves x two 16-column blocks), A 4-5, B 6-7; the panel's columns go 32 at a time. */
+QG_INLINE __attribute__((target("amx-tile,amx-int8"))) void
+qg_amx_block_t(const uint8_t *A, ptrdiff_t lda, ptrdiff_t K, const int8_t *bp, int width,
+               int32_t *acc, const int two_r) {
     const ptrdiff_t bs = 4 * (ptrdiff_t)width;      /* bytes per group of 4 k values */
     for (int c0 = 0; c0 < width / 16; c0 += 2) {
         const int two = c0 + 1 < width / 16;
         const int8_t *b = bp + 64 * c0;
         _tile_zero(0);
-        _tile_zero(2);
-        if (two) {
-            _tile_zero(1);
-            _tile_zero(3);
-        }
+        if (two) _tile_zero(1);
+        if (two_r) _tile_zero(2);
+        if (two_r && two) _tile_zero(3);
         for (ptrdiff_t k = 0; k < K; k += 64) {
             _tile_loadd(4, A + k, lda);
-            _tile_loadd(5, A + 16 * lda + k, lda);
+            if (two_r) _tile_loadd(5, A + 16 * lda + k, lda);
             _tile_loadd(6, b + k / 4 * bs, bs);
             _tile_dpbusd(0, 4, 6);
-            _tile_dpbusd(2, 5, 6);
+            if (two_r) _tile_dpbusd(2, 5, 6);
             if (two) {
                 _tile_loadd(7, b + k / 4 * bs + 64, bs);
                 _tile_dpbusd(1, 4, 7);
-                _tile_dpbusd(3, 5, 7);
+                if (two_r) _tile_dpbusd(3, 5, 7);
             }
         }
         int32_t *c = acc + 16 * c0;
         _tile_stored(0, c, QG_NR * 4);
-        _tile_stored(2, c + 16 * QG_NR, QG_NR * 4);
-        if (two) {
-            _tile_stored(1, c + 16, QG_NR * 4);
-            _tile_stored(3, c + 16 * QG_NR + 16, QG_NR * 4);
-        }
+        if (two) _tile_stored(1, c + 16, QG_NR * 4);
+        if (two_r) _tile_stored(2, c + 16 * QG_NR, QG_NR * 4);
+        if (two_r && two) _tile_stored(3, c + 16 * QG_NR + 16, QG_NR * 4);
     }
+}
+
+__attribute__((target("amx-tile,amx-int8"))) static void
+qg_amx_block(const uint8_t *A, ptrdiff_t lda, ptrdiff_t K, const int8_t *bp, int width,
+             int32_t *acc, int rows) {
+    if (rows == 32) qg_amx_block_t(A, lda, K, bp, width, acc, 1);
+    else qg_amx_block_t(A, lda, K, bp, width, acc, 0);
 }
 #endif
 
@@ -666,7 +669,7 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
     (void)ap;
 #endif
 #ifdef QG_AMX
-    const int amx = qg_amx_state && K > 0 && K % 64 == 0 && M >= QG_AMX_ROWS;
+    const int amx = qg_amx_state && K > 0 && K % 64 == 0 && M >= 16;
     int32_t ablk[QG_AMX_ROWS * QG_NR] __attribute__((aligned(64)));
     if (amx) qg_amx_begin();
 #endif
@@ -689,10 +692,12 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
         }
         ptrdiff_t m0 = 0;
 #ifdef QG_AMX
-        for (; amx && m0 + QG_AMX_ROWS <= M; m0 += QG_AMX_ROWS) {
+        /* blocks of 32 rows, then one of 16 if that many are left */
+        for (ptrdiff_t rb = 32; amx && M - m0 >= 16; m0 += rb) {
+            rb = M - m0 >= 32 ? 32 : 16;
             const uint8_t *Am = A + m0 * lda;
-            qg_amx_block(Am, lda, K, bp, width, ablk);
-            for (int i = 0; i < QG_AMX_ROWS; i++) {
+            qg_amx_block(Am, lda, K, bp, width, ablk, (int)rb);
+            for (int i = 0; i < rb; i++) {
                 uint32_t s = 0;
                 if (B->wzp)
                     for (ptrdiff_t k = 0; k < K; k++) s += Am[i * lda + k];
