@@ -264,6 +264,29 @@ cdef extern from *:
         if (sgn) qops_ln_row_t(x, out, n, w, b, wb_max, mean, r, zp, inv, ozp, lo, hi, 1);
         else qops_ln_row_t(x, out, n, w, b, wb_max, mean, r, zp, inv, ozp, lo, hi, 0);
     }
+
+    /* One channel's 256-entry table, table[u] = clamp(rint((d[u] * g + b) * inv), lo, hi) + ozp,
+     * where d[u] = f32(q(u) - zp) - mean is shared by the channels of a group (worked out once
+     * per group). The vector body: vminps/vmaxps return the bound for NaN and order signed
+     * zeros as the scalar clamp does, vrndscaleps is rint. */
+    static void qops_gn_table(const float *d, float g, float b, float inv, int32_t ozp, float lo,
+                              float hi, uint8_t *table) {
+    #if defined(__AVX512F__) && defined(__AVX512BW__)
+        const __m512 vg = _mm512_set1_ps(g), vb = _mm512_set1_ps(b), vi = _mm512_set1_ps(inv);
+        const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+        const __m512i vz = _mm512_set1_epi32(ozp);
+        for (int u = 0; u < 256; u += 16) {
+            __m512 t = _mm512_mul_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(d + u), vg), vb), vi);
+            t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            t = _mm512_max_ps(_mm512_min_ps(t, vhi), vlo);
+            _mm_storeu_si128((__m128i *)(table + u),
+                             _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvttps_epi32(t), vz)));
+        }
+    #else
+        for (int u = 0; u < 256; u++)
+            table[u] = (uint8_t)qops_q_vec(d[u] * g + b, inv, ozp, lo, hi);
+    #endif
+    }
     """
     void qops_norm_sums(const uint8_t* p, Py_ssize_t n, uint8_t flip, int64_t* s_out,
                         int64_t* ss_out) nogil
@@ -274,6 +297,8 @@ cdef extern from *:
     void qops_ln_row(const uint8_t* x, uint8_t* out, Py_ssize_t n, const float* w,
                      const float* b, double wb_max, float mean, float r, int32_t zp, float inv,
                      int32_t ozp, float lo, float hi, int sgn) nogil
+    void qops_gn_table(const float* d, float g, float b, float inv, int32_t ozp, float lo,
+                       float hi, uint8_t* table) nogil
 
 cdef extern from "qops_lut.h" nogil:
     void qops_lut_apply(const uint8_t *src, uint8_t *dst, Py_ssize_t n, const uint8_t *table)
@@ -405,15 +430,17 @@ cdef void _group_norm_group(const q8_t* x, q8_t* out, Py_ssize_t cpg, Py_ssize_t
     # channel's affine, through a 256-entry table (on this thread's stack) for long channels.
     cdef float mean = 0.0, r = 0.0, g
     cdef uint8_t table[256]
+    cdef float d[256]
     cdef Py_ssize_t c
     cdef int u
     _stats(x, cpg * length, zp, xs, eps, &mean, &r)
+    if lut:
+        for u in range(256):
+            d[u] = <float>(<int32_t>(<q8_t>u) - zp) - mean
     for c in range(cpg):
         g = r * w[c]
         if lut:
-            for u in range(256):
-                table[u] = <uint8_t><q8_t>qops_q_vec((<float>(<int32_t>(<q8_t>u) - zp) - mean) * g + b[c],
-                                                     inv, ozp, lo, hi)
+            qops_gn_table(d, g, b[c], inv, ozp, lo, hi, table)
             qops_lut_apply(<const uint8_t*>(x + c * length), <uint8_t*>(out + c * length),
                                length, table)
         else:
