@@ -81,12 +81,7 @@ cdef extern from *:
     #define QOPS_NORM_AVX2 0
     #endif
     static inline int qops_norm_vec_ok(double bound) {
-    #if QOPS_NORM_AVX2
         return bound < 1073741824.0;     /* false for NaN and inf too */
-    #else
-        (void)bound;
-        return 0;
-    #endif
     }
     #if QOPS_NORM_AVX2
     /* (q - zp) as float32 for the 8 raw values at p. */
@@ -237,9 +232,11 @@ cdef extern from *:
                   double wb_max, float mean, float r, int32_t zp, float inv, int32_t ozp,
                   float lo, float hi, int sgn) {
         ptrdiff_t i = 0;
+        const int vec = qops_norm_vec_ok(((256.0 + fabs((double)mean)) * fabs((double)r) + 1.0)
+                                         * wb_max * fabs((double)inv) * 1.001);
+        (void)vec;
     #if QOPS_NORM_AVX2
-        if (qops_norm_vec_ok(((256.0 + fabs((double)mean)) * fabs((double)r) + 1.0) * wb_max
-                             * fabs((double)inv) * 1.001)) {
+        if (vec) {
             const __m256 mv = _mm256_set1_ps(mean), rv = _mm256_set1_ps(r);
             const __m256 iv = _mm256_set1_ps(inv);
             const __m256i zv = _mm256_set1_epi32(zp), o16 = _mm256_set1_epi16((short)ozp);
@@ -255,8 +252,7 @@ cdef extern from *:
     #elif defined(__AVX512F__) && defined(__AVX512BW__)
         /* the same steps 16 at a time; below the bound (no NaN, |y| < 2^30) the convert's
          * round to nearest even and an integer clamp equal rint then the float clamp */
-        if (((256.0 + fabs((double)mean)) * fabs((double)r) + 1.0) * wb_max * fabs((double)inv)
-                * 1.001 < 1073741824.0) {
+        if (vec) {
             const __m512 mv = _mm512_set1_ps(mean), rv = _mm512_set1_ps(r), iv = _mm512_set1_ps(inv);
             const __m512i zv = _mm512_set1_epi32(zp), ov = _mm512_set1_epi32(ozp);
             const __m512i lov = _mm512_set1_epi32((int32_t)lo), hiv = _mm512_set1_epi32((int32_t)hi);

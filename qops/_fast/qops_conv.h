@@ -32,10 +32,8 @@
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include <immintrin.h>
 #define QCONV_VNNI 1
-#if defined(__linux__) && defined(__x86_64__) && defined(__GNUC__) && __GNUC__ >= 11
-#include <cpuid.h>
-#include <unistd.h>
-#include <sys/syscall.h>
+#include "qops_amx.h"
+#ifdef QOPS_AMX
 #define QCONV_AMX 1
 #endif
 #endif
@@ -977,36 +975,16 @@ static void qconv_dwr_channel(const qconv_dwr_args *r, int tid, ptrdiff_t n, ptr
 }
 
 #ifdef QCONV_AMX
-typedef struct {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} qconv_tilecfg;
-
-/* 1 when this CPU has AMX-INT8 and the kernel let this process use the tile registers. */
-static int qconv_amx_init(void) {
-    unsigned int eax, ebx, ecx, edx;
-    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return 0;
-    if (!((edx >> 24) & 1) || !((edx >> 25) & 1)) return 0;
-    /* ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA (18) */
-    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-}
-
 /* Tiles: C 0-3 (oc block b x pixel tile p -> 2b+p), A 4-5 (oc blocks), B 6-7 (pixel tiles). */
 __attribute__((target("amx-tile,amx-int8"))) static void
 qconv_grouped_amx(const qconv_args *a, ptrdiff_t n, ptrdiff_t od, ptrdiff_t oh0, ptrdiff_t oh1,
                   ptrdiff_t ow0, ptrdiff_t ow1) {
-    qconv_tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
+    qops_tilecfg cfg;
+    qops_tilecfg_init(&cfg);
     for (int i = 0; i < 4; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
     for (int i = 4; i < 6; i++) { cfg.rows[i] = 16; cfg.colsb[i] = (uint16_t)a->Kc; }
     for (int i = 6; i < 8; i++) { cfg.rows[i] = (uint8_t)(a->Kc / 4); cfg.colsb[i] = 64; }
-    /* GCC 12's ldtilecfg builtin does not tell the optimizer it reads cfg, which then drops
-     * the stores that fill it (the tiles stay unconfigured: SIGSEGV at the first tile load) */
-    __asm__ volatile("" : : "r"(&cfg) : "memory");
-    _tile_loadconfig(&cfg);
+    qops_tilecfg_load(&cfg);
     int32_t buf[16 * 16] __attribute__((aligned(64)));
     const __m512 lo = _mm512_set1_ps((float)(a->lo - a->ozp)), hi = _mm512_set1_ps((float)(255 - a->ozp));
     const __m512i ozp = _mm512_set1_epi32(a->ozp);
@@ -1079,7 +1057,7 @@ qconv_grouped_amx(const qconv_args *a, ptrdiff_t n, ptrdiff_t od, ptrdiff_t oh0,
 
 static int qconv_amx_available(void) {
 #ifdef QCONV_AMX
-    return qconv_amx_init();
+    return qops_amx_request();
 #else
     return 0;
 #endif
