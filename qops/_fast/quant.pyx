@@ -1,12 +1,24 @@
 # Quantize, dequantize and requantize kernels (mirror of qops/_ref/quant.py).
 # Contract: float32 <-> uint8/int8/int32; IEEE float32 arithmetic, rint half to even; the
 # primitives of qops_common.h (Q_fma, Q_leg, D_sc, D_pc) exactly as the reference states them.
+from math import prod
+
 import numpy as np
 from cython.parallel cimport prange
 from qops._fast._common cimport *
 
+cdef extern from "<string.h>" nogil:
+    void* memcpy(void* dst, const void* src, size_t n)
+
+
 DEF BLOCK = 4096          # elements per parallel chunk: whole cache lines, enough work per thread
 DEF GRAIN = 32768         # below this many elements a second thread costs more than it gives
+# Per channel: runs of one channel shorter than these go through position tables. The
+# dequantize kernel's 16-wide body holds up to runs of 16; quantize's loop, whose tail is
+# scalar, fell behind the tables below 128 (1.1 ms against 0.29 at 16, 0.52 against 0.26 at 49).
+DEF PC_Q_RUN_MIN = 128
+DEF PC_DQ_RUN_MIN = 16
+DEF PC_TABLE = 2048       # positions a table covers at least (rows shorter repeat in it)
 
 
 # The loops over elements live in small functions taking raw pointers: inside a prange body,
@@ -187,6 +199,28 @@ cdef extern from *:
             for (; i < n; i++) out[i] = qops_d_sc(q[i], s, zp);
     }
 
+    /* D_sc of n 8-bit values with a scale and zero point per element, from position tables
+     * (per-channel dequantize with short channel runs). GCC's loop of the formula uses
+     * 256-bit vectors and ran 25% behind the per-tensor kernel; this is that kernel with two
+     * more loads. */
+    static void qops_dequantize_tab8(const uint8_t *q, float *out, ptrdiff_t n, const float *s,
+                                     const int32_t *zp, int sgn) {
+        ptrdiff_t i = 0;
+    #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+        for (; i + 16 <= n; i += 16) {
+            _mm_prefetch((const char *)(out + i + 512), _MM_HINT_T0);
+            __m128i b = _mm_loadu_si128((const __m128i *)(q + i));
+            __m512i v = _mm512_sub_epi32(sgn ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b),
+                                         _mm512_loadu_si512((const void *)(zp + i)));
+            _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_loadu_ps(s + i), _mm512_cvtepi32_ps(v)));
+        }
+    #endif
+        if (sgn)
+            for (; i < n; i++) out[i] = qops_d_sc((int8_t)q[i], s[i], zp[i]);
+        else
+            for (; i < n; i++) out[i] = qops_d_sc(q[i], s[i], zp[i]);
+    }
+
     #if QOPS_QUANT_AVX2
     /* D_sc then Q_fma of 32 bytes, for |zp| <= 2**22: f32(q - zp) exactly from
      * qops_bytes_to_f32x4 (one subtraction instead of a sub and a convert; this loop is bound
@@ -259,6 +293,8 @@ cdef extern from *:
                              int sgn) nogil
     void qops_dequantize_sc8(const uint8_t* q, float* out, Py_ssize_t n, float s, int32_t zp,
                              int sgn) nogil
+    void qops_dequantize_tab8(const uint8_t* q, float* out, Py_ssize_t n, const float* s,
+                              const int32_t* zp, int sgn) nogil
     void qops_requantize8(const uint8_t* q, uint8_t* out, Py_ssize_t n, float s, int32_t zp,
                           float inv, float zpf, float qmin, float qmax) nogil
 
@@ -295,6 +331,91 @@ cdef inline void _d_pc_run(const qint_t* q, float* out, Py_ssize_t n, double s,
     cdef Py_ssize_t i
     for i in range(n):
         out[i] = qops_d_pc(q[i], s, zp)
+
+
+# Per-channel ops whose runs of one channel are short (the channel axis last, as in
+# channels-last activations or a weight quantized along its columns): one call per run then
+# costs more than the run (2.2 ms against 0.2 for 12544x64 along the last axis). Element j
+# of an (outer, L = C * inner) row always takes channel (j // inner) % C, so the parameters
+# are laid out per position once, for `reps` whole rows, and the rows stream through that
+# table with vector loads.
+
+cdef inline void _q_leg_tab_run(const float* x, qint_t* out, Py_ssize_t n, const float* inv,
+                                const float* zpf, float qmin, float qmax) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        if qint_t is int32_t:
+            out[i] = qops_q_leg32(x[i], inv[i], zpf[i])
+        else:
+            out[i] = <qint_t>qops_q_leg8(x[i], inv[i], zpf[i], qmin, qmax)
+
+
+cdef inline void _d_sc_tab_run(const q8_t* q, float* out, Py_ssize_t n, const float* s,
+                               const int32_t* zp) noexcept nogil:
+    qops_dequantize_tab8(<const uint8_t*>q, out, n, s, zp, q8_t is int8_t)
+
+
+cdef inline void _d_pc_tab_run(const qint_t* q, float* out, Py_ssize_t n, const double* s,
+                               const int32_t* zp) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        out[i] = qops_d_pc(q[i], s[i], zp[i])
+
+
+ctypedef fused tab_t:
+    float
+    double
+    int32_t
+
+
+cdef void _pc_fill(const tab_t[::1] params, Py_ssize_t inner, tab_t[::1] tab) noexcept nogil:
+    # numpy's repeat and tile took 40 us for a table of 16K entries
+    cdef Py_ssize_t nc = params.shape[0], row = nc * inner, c, k
+    for c in range(nc):
+        for k in range(inner):
+            tab[c * inner + k] = params[c]
+    k = row
+    while k < tab.shape[0]:
+        memcpy(&tab[k], &tab[0], row * sizeof(tab_t))
+        k += row
+
+
+def _pc_table(params, inner, reps, dtype):
+    """Per-channel `params` laid out per position of `reps` rows of C * inner elements."""
+    p = np.ascontiguousarray(params, dtype)
+    tab = np.empty(p.shape[0] * inner * reps, dtype)
+    if tab.shape[0]:
+        if tab.dtype == np.float32:
+            _pc_fill[float](p, inner, tab)
+        elif tab.dtype == np.float64:
+            _pc_fill[double](p, inner, tab)
+        else:
+            _pc_fill[int32_t](p, inner, tab)
+    return tab
+
+
+cdef inline Py_ssize_t _pc_reps(Py_ssize_t row) noexcept nogil:
+    return max(1, PC_TABLE // row) if row else 1
+
+
+cdef inline Py_ssize_t _pc_units(Py_ssize_t n0, Py_ssize_t row) noexcept nogil:
+    # Work units of an (n0, row) array: blocks of `reps` whole rows when a row is at most
+    # PC_TABLE long, else (tile, row) pairs of PC_TABLE columns, tile-major, so that the part
+    # of the table in use (8-24 KB) stays in L1 while the rows pass through it.
+    cdef Py_ssize_t reps = _pc_reps(row)
+    return ((row + PC_TABLE - 1) // PC_TABLE) * ((n0 + reps - 1) // reps)
+
+
+cdef inline Py_ssize_t _pc_unit(Py_ssize_t k, Py_ssize_t n0, Py_ssize_t row, Py_ssize_t* off,
+                                Py_ssize_t* j0) noexcept nogil:
+    # unit k of _pc_units: its first element in `off`, its first table position in `j0`;
+    # returns its length. Reps > 1 only when one tile is the whole row, so a unit is
+    # contiguous either way.
+    cdef Py_ssize_t reps = _pc_reps(row), nb = (n0 + reps - 1) // reps
+    cdef Py_ssize_t t = k // nb, b = k - t * nb
+    j0[0] = t * PC_TABLE
+    off[0] = b * reps * row + j0[0]
+    return min(reps, n0 - b * reps) * min(row - j0[0], PC_TABLE)
 
 
 cdef inline void _requant_run(const q8_t* q, q8_t* out, Py_ssize_t n, float s, int32_t zp,
@@ -338,6 +459,20 @@ cdef void _q_leg_channels(const float[:, :, ::1] x, qint_t[:, :, ::1] out,
         _q_leg_run(xp + r * n2, op + r * n2, n2, ip[r % nc], <float>zpp[r % nc], qmin, qmax)
 
 
+cdef void _q_leg_rows(const float[:, ::1] x, qint_t[:, ::1] out, const float[::1] inv,
+                      const float[::1] zpf, float qmin, float qmax) noexcept nogil:
+    # (outer, L) view; the tables cover one row or `reps` rows (see _pc_units)
+    cdef Py_ssize_t n0 = x.shape[0], row = x.shape[1], k, n, off, j0
+    if n0 * row == 0:
+        return
+    cdef const float* xp = &x[0, 0]
+    cdef qint_t* op = &out[0, 0]
+    for k in prange(_pc_units(n0, row), schedule="static",
+                    num_threads=qops_threads_for(n0 * row, GRAIN)):
+        n = _pc_unit(k, n0, row, &off, &j0)
+        _q_leg_tab_run(xp + off, op + off, n, &inv[j0], &zpf[j0], qmin, qmax)
+
+
 cdef void _d_sc_flat(const qint_t[::1] q, float[::1] out, float s, int32_t zp) noexcept nogil:
     cdef Py_ssize_t n = q.shape[0], nb = (n + BLOCK - 1) // BLOCK, b
     cdef const qint_t* qp = &q[0] if n else NULL
@@ -350,37 +485,75 @@ cdef void _d_sc_flat(const qint_t[::1] q, float[::1] out, float s, int32_t zp) n
         _d_sc_run(qp + b * BLOCK, op + b * BLOCK, min(BLOCK, n - b * BLOCK), s, zp)
 
 
+cdef bint _pc_zp_small(const int32_t[::1] zp) noexcept nogil:
+    # the 8-bit kernels need f32(q) - f32(zp) to be the integer q - zp: |zp| <= 2**23
+    cdef Py_ssize_t c
+    for c in range(zp.shape[0]):
+        if not -(1 << 23) <= zp[c] <= (1 << 23):
+            return False
+    return True
+
+
+cdef bint _pc_scales_f32(const double[::1] scales) noexcept nogil:
+    # D_pc in float32 gives the same bits when every scale is a float32 (and _pc_zp_small):
+    # 8-bit q - zp is an integer of at most 24 bits, so the double product of two 24-bit
+    # significands is exact and both paths round it to float once. Observers' scales are
+    # float32 (PyTorch's as ours).
+    cdef Py_ssize_t c
+    for c in range(scales.shape[0]):
+        if <double><float>scales[c] != scales[c]:
+            return False
+    return True
+
+
 cdef void _d_pc_channels(const qint_t[:, :, ::1] q, float[:, :, ::1] out, const double[::1] scales,
                          const int32_t[::1] zp) noexcept nogil:
-    cdef Py_ssize_t n0 = q.shape[0], nc = q.shape[1], n2 = q.shape[2], r, c
+    cdef Py_ssize_t n0 = q.shape[0], nc = q.shape[1], n2 = q.shape[2], r
     if n0 * nc * n2 == 0:
         return
     cdef const qint_t* qp = &q[0, 0, 0]
     cdef float* op = &out[0, 0, 0]
     cdef const double* sp = &scales[0]
     cdef const int32_t* zpp = &zp[0]
-    # D_pc in float32 when that gives the same bits: 8-bit q - zp is an integer of at most 24
-    # bits, a scale that is a float32 has 24, so the double product is exact and both paths
-    # round it to float once. The scales from observers are float32 (PyTorch's as ours).
-    # Both 8-bit kernels need f32(q) - f32(zp) to be the integer q - zp: |zp| <= 2**23.
-    cdef bint small_zp = qint_t is not int32_t, f32 = True
-    for c in range(nc):
-        small_zp = small_zp and -(1 << 23) <= zpp[c] <= (1 << 23)
-        f32 = f32 and <double><float>sp[c] == sp[c]
-    if small_zp and f32:
-        for r in prange(n0 * nc, schedule="static",
-                        num_threads=qops_threads_for(n0 * nc * n2, GRAIN)):
+    cdef int threads = qops_threads_for(n0 * nc * n2, GRAIN)
+    cdef bint small_zp = qint_t is not int32_t and _pc_zp_small(zp)
+    if small_zp and _pc_scales_f32(scales):
+        for r in prange(n0 * nc, schedule="static", num_threads=threads):
             _d_sc_run(qp + r * n2, op + r * n2, n2, <float>sp[r % nc], zpp[r % nc])
-        return
-    if small_zp:
-        for r in prange(n0 * nc, schedule="static",
-                        num_threads=qops_threads_for(n0 * nc * n2, GRAIN)):
+    elif small_zp:
+        for r in prange(n0 * nc, schedule="static", num_threads=threads):
             qops_dequantize_pc8(<const uint8_t*>(qp + r * n2), op + r * n2, n2, sp[r % nc],
                                 zpp[r % nc], qint_t is int8_t)
+    else:
+        for r in prange(n0 * nc, schedule="static", num_threads=threads):
+            _d_pc_run(qp + r * n2, op + r * n2, n2, sp[r % nc], zpp[r % nc])
+
+
+cdef void _d_sc_rows(const q8_t[:, ::1] q, float[:, ::1] out, const float[::1] s,
+                     const int32_t[::1] zp) noexcept nogil:
+    # (outer, L) view through position tables, as _q_leg_rows
+    cdef Py_ssize_t n0 = q.shape[0], row = q.shape[1], k, n, off, j0
+    if n0 * row == 0:
         return
-    for r in prange(n0 * nc, schedule="static",
-                    num_threads=qops_threads_for(n0 * nc * n2, GRAIN)):
-        _d_pc_run(qp + r * n2, op + r * n2, n2, sp[r % nc], zpp[r % nc])
+    cdef const q8_t* qp = &q[0, 0]
+    cdef float* op = &out[0, 0]
+    for k in prange(_pc_units(n0, row), schedule="static",
+                    num_threads=qops_threads_for(n0 * row, GRAIN)):
+        n = _pc_unit(k, n0, row, &off, &j0)
+        _d_sc_tab_run(qp + off, op + off, n, &s[j0], &zp[j0])
+
+
+cdef void _d_pc_rows(const qint_t[:, ::1] q, float[:, ::1] out, const double[::1] s,
+                     const int32_t[::1] zp) noexcept nogil:
+    cdef Py_ssize_t n0 = q.shape[0], row = q.shape[1], k, n, off, j0
+    if n0 * row == 0:
+        return
+    cdef const qint_t* qp = &q[0, 0]
+    cdef float* op = &out[0, 0]
+    for k in prange(_pc_units(n0, row), schedule="static",
+                    num_threads=qops_threads_for(n0 * row, GRAIN)):
+        n = _pc_unit(k, n0, row, &off, &j0)
+        _d_pc_tab_run(qp + off, op + off, n, &s[j0], &zp[j0])
 
 
 cdef void _requant_flat(const q8_t[::1] q, q8_t[::1] out, float s, int32_t zp, float inv,
@@ -398,9 +571,7 @@ cdef void _requant_flat(const q8_t[::1] q, q8_t[::1] out, float s, int32_t zp, f
 
 
 def _split(shape, axis):
-    outer = int(np.prod(shape[:axis], dtype=np.int64))
-    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
-    return (outer, shape[axis], inner)
+    return (prod(shape[:axis]), shape[axis], prod(shape[axis + 1:]))
 
 
 # Bounds of the 8-bit types: np.iinfo costs ~1 us a call, a fifth of a small op.
@@ -429,7 +600,18 @@ def quantize_per_channel(x, inv_scales, zero_points, axis, dtype):
     shape3 = _split(x.shape, axis)
     inv = np.ascontiguousarray(inv_scales, dtype=np.float32)
     zp = np.ascontiguousarray(zero_points, dtype=np.int32)
-    if out.dtype == np.uint8:
+    if shape3[2] < PC_Q_RUN_MIN:
+        shape2 = (shape3[0], shape3[1] * shape3[2])
+        reps = _pc_reps(shape2[1])
+        ti = _pc_table(inv, shape3[2], reps, np.float32)
+        tz = _pc_table(zp, shape3[2], reps, np.float32)
+        if out.dtype == np.uint8:
+            _q_leg_rows[uint8_t](x.reshape(shape2), out.reshape(shape2), ti, tz, info.min, info.max)
+        elif out.dtype == np.int8:
+            _q_leg_rows[int8_t](x.reshape(shape2), out.reshape(shape2), ti, tz, info.min, info.max)
+        else:
+            _q_leg_rows[int32_t](x.reshape(shape2), out.reshape(shape2), ti, tz, info.min, info.max)
+    elif out.dtype == np.uint8:
         _q_leg_channels[uint8_t](x.reshape(shape3), out.reshape(shape3), inv, zp, info.min, info.max)
     elif out.dtype == np.int8:
         _q_leg_channels[int8_t](x.reshape(shape3), out.reshape(shape3), inv, zp, info.min, info.max)
@@ -458,13 +640,37 @@ def dequantize_per_channel(q, scales, zero_points, axis):
     shape3 = _split(q.shape, axis)
     sc = np.ascontiguousarray(scales, dtype=np.float64)
     zp = np.ascontiguousarray(zero_points, dtype=np.int32)
-    if q.dtype == np.uint8:
+    if shape3[2] < PC_DQ_RUN_MIN:
+        _dequantize_rows(q.reshape(shape3[0], shape3[1] * shape3[2]),
+                         out.reshape(shape3[0], shape3[1] * shape3[2]), sc, zp, shape3[2])
+    elif q.dtype == np.uint8:
         _d_pc_channels[uint8_t](q.reshape(shape3), out.reshape(shape3), sc, zp)
     elif q.dtype == np.int8:
         _d_pc_channels[int8_t](q.reshape(shape3), out.reshape(shape3), sc, zp)
     else:
         _d_pc_channels[int32_t](q.reshape(shape3), out.reshape(shape3), sc, zp)
     return out
+
+
+def _dequantize_rows(q, out, sc, zp, inner):
+    # the tables hold the float32 scales where the kernels' float32 formula is exact, as
+    # _d_pc_channels decides, and the double scales otherwise
+    reps = _pc_reps(q.shape[1])
+    tz = _pc_table(zp, inner, reps, np.int32)
+    if q.dtype != np.int32 and _pc_zp_small(zp) and _pc_scales_f32(sc):
+        ts = _pc_table(sc, inner, reps, np.float32)
+        if q.dtype == np.uint8:
+            _d_sc_rows[uint8_t](q, out, ts, tz)
+        else:
+            _d_sc_rows[int8_t](q, out, ts, tz)
+        return
+    ts = _pc_table(sc, inner, reps, np.float64)
+    if q.dtype == np.uint8:
+        _d_pc_rows[uint8_t](q, out, ts, tz)
+    elif q.dtype == np.int8:
+        _d_pc_rows[int8_t](q, out, ts, tz)
+    else:
+        _d_pc_rows[int32_t](q, out, ts, tz)
 
 
 def requantize_per_tensor(q, scale, zero_point, inv_out_scale, out_zero_point, dtype):
@@ -482,10 +688,6 @@ def requantize_per_tensor(q, scale, zero_point, inv_out_scale, out_zero_point, d
         _requant_flat[int8_t](q.reshape(-1), out.reshape(-1), scale, zero_point,
                               inv_out_scale, out_zero_point, info.min, info.max)
     return out
-
-
-cdef extern from "<string.h>" nogil:
-    void* memcpy(void* dst, const void* src, size_t n)
 
 
 cdef void _copy_flat(const char* src, char* dst, Py_ssize_t n, int threads) noexcept nogil:

@@ -79,8 +79,12 @@ def _qpc_cases():
     r = u.rng(1)
     cases = []
     for d in DTYPES:
+        # short runs of one channel go through position tables: blocks of whole rows (100x64
+        # ax1: 32-row blocks, the last one short), tiles of rows longer than the table (3x40x60
+        # ax1, 7x2100 ax1); runs of 128 and more take the one-channel loop (2x3x130 ax1)
         for shape, axis in (((3, 17), 0), ((4, 5, 16), 1), ((2, 3, 65), 2), ((1,), 0), ((5, 0, 2), 0),
-                            ((8, 3, 3, 3), 0)):
+                            ((8, 3, 3, 3), 0), ((100, 64), 1), ((3, 40, 60), 1), ((7, 2100), 1),
+                            ((2, 3, 130), 1)):
             for layout in ("c", "t"):
                 cases.append(_qpc_case(r, shape, axis, d, layout))
     return cases
@@ -124,6 +128,15 @@ def _dq_cases():
                                                      r.uniform(1e-6, 1e3, 6).astype(np.float32),
                                                      r.integers(-3, 3, 6) + (128 if d is qops.quint8 else 0),
                                                      1, d),), label=f"pc-{d.name}-f32"))
+        # runs shorter than 16 use position tables: blocks of 32 rows (the last one short) and
+        # tiles of rows longer than the table, with double and with float32 scales
+        for shape, label in (((100, 64), "rows"), ((3, 2100), "tiles")):
+            for sdt in (np.float64, np.float32):
+                c = shape[1]
+                cases.append(Case((qops.quantize_per_channel(
+                    r.normal(size=shape).astype(np.float32), r.uniform(0.01, 1, c).astype(sdt),
+                    r.integers(-3, 3, c) + (128 if d is qops.quint8 else 0), 1, d),),
+                    label=f"pc-{d.name}-{label}-{np.dtype(sdt).name}"))
     return cases
 
 
@@ -199,6 +212,10 @@ def _bench_x():
     return u.rng(10).normal(0, 1, size=(1, 64, 112, 112)).astype(np.float32)
 
 
+def _bench_x_last():
+    return np.ascontiguousarray(_bench_x().transpose(0, 2, 3, 1))
+
+
 SPECS = [
     OpSpec("quantize_per_tensor", "quant", ("quantize_per_tensor",), qops.quantize_per_tensor,
            _qpt_cases, _qpt_strategy,
@@ -208,7 +225,10 @@ SPECS = [
     OpSpec("quantize_per_channel", "quant", ("quantize_per_channel",), qops.quantize_per_channel,
            _qpc_cases, _qpc_strategy,
            bench={"64x112x112_ax1": lambda: Case((_bench_x(), np.linspace(0.01, 0.05, 64),
-                                                  np.arange(64) + 100, 1, qops.quint8))},
+                                                  np.arange(64) + 100, 1, qops.quint8)),
+                  # channels last: runs of one element per channel
+                  "112x112x64_ax3": lambda: Case((_bench_x_last(), np.linspace(0.01, 0.05, 64),
+                                                  np.arange(64) + 100, 3, qops.quint8))},
            torch=_torch_qpc),
     OpSpec("dequantize", "quant", ("dequantize_per_tensor", "dequantize_per_channel"),
            qops.dequantize, _dq_cases, _dq_strategy,
@@ -218,7 +238,10 @@ SPECS = [
                   # scales that are float32 values, as observers produce
                   "64x112x112_per_channel_f32": lambda: Case((qops.quantize_per_channel(
                       _bench_x(), np.linspace(0.01, 0.05, 64, dtype=np.float32), np.arange(64) + 100, 1,
-                      qops.quint8),))},
+                      qops.quint8),)),
+                  "112x112x64_per_channel_ax3": lambda: Case((qops.quantize_per_channel(
+                      _bench_x_last(), np.linspace(0.01, 0.05, 64, dtype=np.float32), np.arange(64) + 100,
+                      3, qops.quint8),))},
            torch=_torch_dq),
     OpSpec("requantize", "quant", ("requantize_per_tensor",), F.requantize, _rq_cases, _rq_strategy,
            bench={"64x112x112": lambda: Case((qops.quantize_per_tensor(_bench_x(), 0.02, 128, qops.quint8),
