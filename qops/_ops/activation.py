@@ -8,6 +8,7 @@ sigmoid and tanh use fixed ones.
 import numpy as np
 
 from qops import _config
+from qops._layout import elementwise
 from qops import _qparams as qp
 from qops._dtypes import qint8, quint8
 from qops._ops import _check
@@ -89,12 +90,12 @@ def _bool(v, argname):
 def _clamp(input, lo, hi, inplace):
     q = input._int
     if inplace is False:          # the common call: one kernel call and one wrap
-        return QTensor._make(_config.impl("activation").clamp_raw(q, lo, hi), input._dtype,
-                             input._scale, input._zero_point)
+        return QTensor._make(elementwise(_config.impl("activation").clamp_raw, q, lo, hi),
+                             input._dtype, input._scale, input._zero_point)
     if inplace and q.flags.c_contiguous and q.flags.writeable:
         _kernels().clamp_raw(q, lo, hi, out=q)      # in one pass, without a temporary
         return input
-    return _finish(input, _kernels().clamp_raw(q, lo, hi), inplace)
+    return _finish(input, elementwise(_kernels().clamp_raw, q, lo, hi), inplace)
 
 
 def relu(input, inplace=False):
@@ -110,8 +111,8 @@ def relu(input, inplace=False):
         # the common call in one Python frame: after a streaming kernel the interpreter's own
         # code and data come back from L3, so each extra frame costs ~0.5 us here
         zp = input._zero_point
-        return QTensor._make(_config.impl("activation").clamp_raw(input._int, zp, d.qmax), d,
-                             input._scale, zp)
+        return QTensor._make(elementwise(_config.impl("activation").clamp_raw, input._int, zp,
+                                         d.qmax), d, input._scale, zp)
     _input(input)
     if inplace is not False:
         inplace = _bool(inplace, "inplace")
@@ -204,7 +205,8 @@ def leaky_relu(input, negative_slope=0.01, inplace=False, scale=None, zero_point
          negative_slope, type(scale), scale, type(zero_point), zero_point), make)
     if inplace and scale is not None:
         raise ValueError("leaky_relu: cannot rescale (scale/zero_point given) with inplace=True")
-    data = _kernels().leaky_relu(input._int, sf, input._zero_point, slope, inv, out_zp)
+    data = elementwise(_kernels().leaky_relu, input._int,
+                       sf, input._zero_point, slope, inv, out_zp)
     return _finish(input, data, inplace, out_scale, out_zp)
 
 
@@ -230,7 +232,8 @@ def hardsigmoid(input, inplace=False):
     _input(input)
     inplace = _bool(inplace, "inplace")
     scale, zp, inv = _fixed(input, _HARDSIGMOID)
-    data = _kernels().hardsigmoid(input._int, _f32_scale(input), input._zero_point, inv, zp)
+    data = elementwise(_kernels().hardsigmoid, input._int,
+                       _f32_scale(input), input._zero_point, inv, zp)
     return _finish(input, data, inplace, scale, zp)
 
 
@@ -252,7 +255,7 @@ def hardswish(input, scale, zero_point):
     sf, inv, out_scale, out_zp = _prepared(
         ("hardswish", input._dtype, input._scale, input._zero_point, type(scale), scale,
          type(zero_point), zero_point), make)
-    data = _kernels().hardswish(input._int, sf, input._zero_point, inv, out_zp)
+    data = elementwise(_kernels().hardswish, input._int, sf, input._zero_point, inv, out_zp)
     return QTensor._make(data, input._dtype, out_scale, out_zp)
 
 
@@ -277,7 +280,7 @@ def elu(input, scale, zero_point, alpha=1.0):
     sf, a, inv, out_scale, out_zp = _prepared(
         ("elu", input._dtype, input._scale, input._zero_point, type(scale), scale,
          type(zero_point), zero_point, type(alpha), alpha), make)
-    data = _kernels().elu(input._int, sf, input._zero_point, a, inv, out_zp)
+    data = elementwise(_kernels().elu, input._int, sf, input._zero_point, a, inv, out_zp)
     return QTensor._make(data, input._dtype, out_scale, out_zp)
 
 
@@ -290,7 +293,8 @@ def sigmoid(input):
     """
     _input(input)
     scale, zp, inv = _fixed(input, _SIGMOID)
-    data = _kernels().sigmoid(input._int, _f32_scale(input), input._zero_point, inv, zp)
+    data = elementwise(_kernels().sigmoid, input._int,
+                       _f32_scale(input), input._zero_point, inv, zp)
     return QTensor._make(data, input.dtype, scale, zp)
 
 
@@ -303,5 +307,6 @@ def tanh(input):
     """
     _input(input)
     scale, zp, inv = _fixed(input, _TANH)
-    data = _kernels().tanh(input._int, _f32_scale(input), input._zero_point, inv, zp)
+    data = elementwise(_kernels().tanh, input._int,
+                       _f32_scale(input), input._zero_point, inv, zp)
     return QTensor._make(data, input.dtype, scale, zp)

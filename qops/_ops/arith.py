@@ -9,6 +9,7 @@ import numbers
 import numpy as np
 
 from qops import _config
+from qops._layout import elementwise, elementwise2
 from qops import _qparams as qp
 from qops._dtypes import qint8, quint8
 from qops._ops import _check
@@ -51,7 +52,7 @@ def _binary_inputs(a, b, scale, zero_point, what):
 
 def _add(a, b, scale, zero_point, relu, what):
     ra, rb, scale, zero_point = _binary_inputs(a, b, scale, zero_point, what)
-    data = _kernels().add(ra, rb, qp.f32(a._scale), a._zero_point, qp.f32(b._scale),
+    data = elementwise2(_kernels().add, ra, rb, qp.f32(a._scale), a._zero_point, qp.f32(b._scale),
                           b._zero_point, qp.inv_scale(scale), zero_point, relu)
     return QTensor._make(data, a.dtype, scale, zero_point)
 
@@ -83,7 +84,7 @@ def add_relu(a, b, scale, zero_point):
 def _mul(a, b, scale, zero_point, relu, what):
     ra, rb, scale, zero_point = _binary_inputs(a, b, scale, zero_point, what)
     m = float(F32(F32(a._scale) * F32(b._scale)) * F32(qp.inv_scale(scale)))
-    data = _kernels().mul(ra, rb, a._zero_point, b._zero_point, m, zero_point, relu)
+    data = elementwise2(_kernels().mul, ra, rb, a._zero_point, b._zero_point, m, zero_point, relu)
     return QTensor._make(data, a.dtype, scale, zero_point)
 
 
@@ -149,7 +150,7 @@ def add_scalar(input, other):
     if not (math.isfinite(s_new) and s_new > 0):
         raise ValueError(f"add_scalar: other={other!r} is too large for the input's scale {s!r}")
     m = float(F32(s) * F32(qp.inv_scale(s_new)))
-    data = _kernels().requant_int(input._int, z, c_q, m, zp_new)
+    data = elementwise(_kernels().requant_int, input._int, z, c_q, m, zp_new)
     return QTensor._make(data, d, s_new, zp_new)
 
 
@@ -171,7 +172,7 @@ def mul_scalar(input, other):
     if other > 0:
         data, scale, zp = np.array(input._int, copy=True), other * s, z
     else:
-        data, scale, zp = _kernels().reflect(input._int), -other * s, d.qmax - (z - d.qmin)
+        data, scale, zp = elementwise(_kernels().reflect, input._int), -other * s, d.qmax - (z - d.qmin)
     scale = qp.check_scale(scale, "scale of the result")
     return QTensor._make(data, d, scale, zp)
 
@@ -243,7 +244,7 @@ def _cat(tensors, dim, scale, zero_point, relu, what):
         si = qp.f32(t._scale)
         # Equal qparams reproduce the input exactly (Q_fma(D_sc(q)) == q for a normal scale).
         requants.append(not (si == so and t._zero_point == zero_point and so >= 1.2e-38))
-        qs.append(np.ascontiguousarray(t._int).reshape(outer, c * inner))
+        qs.append(t._cint().reshape(outer, c * inner))
         offsets.append(offset * inner)
         scales.append(si)
         zps.append(t._zero_point)

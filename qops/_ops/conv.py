@@ -204,7 +204,7 @@ def _conv(ndim, relu, input, weight, bias, stride, padding, dilation, groups, pa
         pack = PackedConv(ndim, weight, bias, stride, padding, dilation, groups, padding_mode)
     scale = qp.check_scale(scale)
     zero_point = qp.check_zero_point(zero_point, quint8)
-    x = input._int
+    x = input._cint()
     c = x.shape[1]
     if c % pack.groups:
         raise ValueError(f"{name}: groups={pack.groups} must divide the input channels ({c})")

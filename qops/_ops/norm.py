@@ -91,7 +91,7 @@ def _batch_norm(input, running_mean, running_var, weight, bias, eps, output_scal
     scale, zp = _out_qparams(output_scale, output_zero_point, input.dtype)
     alpha, beta = _batch_norm_affine(running_mean, running_var, weight, bias, eps,
                                      float(input._scale), scale)
-    x3 = _rows3(input._int, 1)
+    x3 = _rows3(input._cint(), 1)
     out = _config.impl("norm").batch_norm(x3, alpha, beta, input._zero_point, zp, relu)
     return QTensor._make(out.reshape(input.shape), input.dtype, scale, zp)
 
@@ -173,7 +173,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, output
     out_shape = tuple(input.shape)
     if m * n == 0:
         return QTensor._make(np.empty(out_shape, input._int.dtype), input.dtype, scale, zp)
-    x2 = np.ascontiguousarray(input._int).reshape(m, n)
+    x2 = input._cint().reshape(m, n)
     out = _config.impl("norm").layer_norm(
         x2, None if weight is None else weight.reshape(n), None if bias is None else bias.reshape(n),
         qp.f32(input._scale), input._zero_point, eps, qp.inv_scale(scale), zp)
@@ -188,7 +188,7 @@ def _group_norm(input, num_groups, weight, bias, eps, output_scale, output_zero_
     scale, zp = _out_qparams(output_scale, output_zero_point, input.dtype)
     if input.numel() == 0:
         return QTensor._make(np.empty(input.shape, input._int.dtype), input.dtype, scale, zp)
-    x3 = _rows3(input._int, 1)
+    x3 = _rows3(input._cint(), 1)
     out = _config.impl("norm").group_norm(x3, num_groups, weight, bias, qp.f32(input._scale),
                                           input._zero_point, eps, qp.inv_scale(scale), zp)
     return QTensor._make(out.reshape(input.shape), input.dtype, scale, zp)

@@ -26,7 +26,7 @@ def _as5d(input, nsp, dtypes):
     if not (type(input) is QTensor and input._axis is None and input._dtype in dtypes
             and nsp + 1 <= input._int.ndim <= nsp + 2):
         _check.qtensor(input, "input", dtypes=dtypes, ndims=(nsp + 1, nsp + 2))
-    x = input._int
+    x = input._cint()
     if x.ndim == nsp + 1:
         x = x[None]
     spatial = x.shape[2:]

@@ -1,5 +1,6 @@
 """Quantize-family public ops beyond those on qops itself: requantize."""
 from qops import _config
+from qops._layout import elementwise
 from qops import _qparams as qp
 from qops._dtypes import as_qdtype
 from qops._ops import _check
@@ -22,7 +23,7 @@ def requantize(input, scale, zero_point, dtype=None):
     dtype = input.dtype if dtype is None else as_qdtype(dtype)
     scale = qp.check_scale(scale)
     zero_point = qp.check_zero_point(zero_point, dtype)
-    data = _config.impl("quant").requantize_per_tensor(
-        input._int, qp.f32(input._scale), input._zero_point, qp.inv_scale(scale), zero_point,
-        dtype.storage)
+    data = elementwise(_config.impl("quant").requantize_per_tensor, input._int,
+                       qp.f32(input._scale), input._zero_point, qp.inv_scale(scale), zero_point,
+                       dtype.storage)
     return QTensor._make(data, dtype, scale, zero_point)

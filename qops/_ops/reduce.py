@@ -55,7 +55,7 @@ def _extreme(input, dim, keepdim, is_max):
         raise TypeError(f"{name}(): dim must be an int or None; got {dim!r}")
     nd = builtins.max(input.ndim, 1)
     axis = _axis_arg(dim, nd, "dim")
-    data = input._int.reshape(1) if input.ndim == 0 else input._int
+    data = input._int.reshape(1) if input.ndim == 0 else input._cint()
     if data.shape[axis] == 0:
         raise ValueError(f"{name}(): dimension {dim} of shape {input.shape} is empty")
     values, indices = (k.max_dim if is_max else k.min_dim)(_split3(data, axis))
@@ -124,7 +124,7 @@ def mean(input, dim=None, keepdim=False):
     """
     _check.qtensor(input, "input", dtypes=_DTYPES)
     keepdim = _bool(keepdim, "keepdim")
-    data = input._int
+    data = input._cint()
     if data.ndim == 0:
         _dims(dim, 0)
         return input._like(data.copy())

@@ -75,7 +75,7 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     align_corners : bool or None, bilinear only (None means False)
     """
     _check.qtensor(input, "input", dtypes=(quint8, qint8, qint32), ndims=(4, 5))
-    x = input._int
+    x = input._cint()
     key = (x.shape, input._dtype is qint32, _hashable(size), _hashable(scale_factor), mode,
            align_corners)
     try:

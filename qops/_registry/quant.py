@@ -208,6 +208,51 @@ def _clone(q):
     return q.clone()
 
 
+def channels_last(r, shape, d=qops.quint8):
+    """A random QTensor of `shape` (N, C, ...) whose memory is channels last (N, ..., C)."""
+    perm = (0,) + tuple(range(2, len(shape))) + (1,)
+    raw = r.integers(d.qmin, d.qmax + 1, size=tuple(shape[i] for i in perm)).astype(d.storage)
+    return qops.make_per_tensor_quantized_tensor(raw.transpose(np.argsort(perm)), 0.1, 3)
+
+
+def _contiguous_cases():
+    r = u.rng(5)
+    cases = []
+    for d in DTYPES:
+        # 16x16 tiles with strips left over on both sides, whole tiles, 3-d, size-1 axes
+        for shape in ((2, 5, 7, 3), (1, 17, 33, 16), (3, 64, 16, 16), (2, 3, 4, 5, 6),
+                      (1, 1, 19, 1), (2, 40, 1, 37)):
+            cases.append(Case((channels_last(r, shape, d),), label=f"{d.name}-cl-{shape}"))
+        for layout in ("t", "neg", "c"):
+            cases.append(Case((u.random_qtensor(r, (33, 70), d, layout=layout),),
+                              label=f"{d.name}-{layout}"))
+        # a transposed middle pair (memory N, H, C, W): not one batched transpose
+        raw = r.integers(0, 100, size=(2, 6, 5, 7)).astype(d.storage)
+        cases.append(Case((qops.make_per_tensor_quantized_tensor(raw.transpose(0, 2, 1, 3), 0.1, 3),),
+                          label=f"{d.name}-mid"))
+    return cases
+
+
+def _contiguous_strategy():
+    from hypothesis import strategies as st
+    shapes = st.lists(st.integers(1, 40), min_size=2, max_size=5).map(tuple).filter(
+        lambda s: int(np.prod(s)) <= 20000)
+    return st.tuples(shapes, st.integers(0, 2**32 - 1), st.sampled_from(DTYPES)).map(
+        lambda a: Case((channels_last(u.rng(a[1]), a[0], a[2]),)))
+
+
+def _torch_contiguous(case):
+    import torch
+    t = u.to_torch(case.args[0])
+    if t.dim() == 4:        # the same channels-last memory (to_torch makes a C-order copy)
+        t = t.contiguous(memory_format=torch.channels_last)
+    return lambda: t.contiguous()
+
+
+def _contiguous(q):
+    return q.contiguous()
+
+
 def _bench_x():
     return u.rng(10).normal(0, 1, size=(1, 64, 112, 112)).astype(np.float32)
 
@@ -247,6 +292,11 @@ SPECS = [
            bench={"64x112x112": lambda: Case((qops.quantize_per_tensor(_bench_x(), 0.02, 128, qops.quint8),
                                               0.03, 120, qops.quint8))},
            torch=_torch_rq),
+    # QTensor.contiguous: its copy transposes channels-last blocks in 16x16 tiles
+    OpSpec("contiguous", "quant", ("copy_raw",), _contiguous, _contiguous_cases,
+           _contiguous_strategy,
+           bench={"8x64x56x56_channels_last": lambda: Case((channels_last(u.rng(11), (8, 64, 56, 56)),))},
+           torch=_torch_contiguous),
     OpSpec("clone", "quant", ("copy_raw",), _clone, _clone_cases, _clone_strategy,
            bench={"64x112x112": lambda: Case((qops.quantize_per_tensor(_bench_x(), 0.02, 128, qops.quint8),))},
            torch=_torch_clone),

@@ -1,0 +1,49 @@
+"""Memory layouts of raw integer arrays: channels-last and other permuted dense blocks.
+
+PyTorch keeps a channels-last tensor channels-last through elementwise ops (its
+"preserve_format"): the op runs over the memory as it lies. qops does the same, so
+that a model in NHWC memory pays no transpose for relu, add or dequantize; ops that need C
+order take their input through QTensor._cint, which transposes such blocks in tiles.
+"""
+import numpy as np
+
+
+def memory_order(a):
+    """`a`'s axes from outermost to innermost in memory when `a` is a permuted C-contiguous
+    block (a channels-last NCHW view, a transpose), else None; None too when `a` is already
+    C-contiguous (nothing to undo)."""
+    if a.flags.c_contiguous or a.ndim < 2:
+        return None
+    order = sorted(range(a.ndim), key=lambda i: -a.strides[i])
+    return order if a.transpose(order).flags.c_contiguous else None
+
+
+def elementwise(kernel, raw, *args):
+    """kernel(raw, *args) for a kernel of one value per element, run over `raw`'s memory in
+    its own order: the result has `raw`'s layout. Other layouts go to the kernel as they are."""
+    order = memory_order(raw)
+    if order is None:
+        return kernel(raw, *args)
+    return kernel(raw.transpose(order), *args).transpose(np.argsort(order))
+
+
+def in_memory_order(a, axis):
+    """(a in its memory order, where `axis` went, a function putting a same-layout result
+    back in `a`'s axis order): for per-channel kernels of one value per element."""
+    order = memory_order(a)
+    if order is None:
+        return a, axis, _same
+    inverse = np.argsort(order)
+    return a.transpose(order), order.index(axis), lambda r: r.transpose(inverse)
+
+
+def _same(r):
+    return r
+
+
+def elementwise2(kernel, ra, rb, *args):
+    """As elementwise, for a kernel of two same-shape operands laid out alike."""
+    order = memory_order(ra)
+    if order is None or ra.strides != rb.strides:
+        return kernel(ra, rb, *args)
+    return kernel(ra.transpose(order), rb.transpose(order), *args).transpose(np.argsort(order))

@@ -1,0 +1,101 @@
+"""Channels-last and other permuted dense inputs: same values as C order, PyTorch's layouts.
+
+Elementwise ops run over such memory in its own order and return the same layout (PyTorch's
+preserve_format); the others take a C-order copy, which fast transposes in 16x16 tiles.
+"""
+import numpy as np
+import pytest
+
+import qops
+import qops.functional as F
+from qops._layout import memory_order
+from qops._registry.quant import channels_last
+
+
+def _raw(t):
+    return t.int_repr() if isinstance(t, qops.QTensor) else np.asarray(t)
+
+
+W = qops.quantize_per_channel(np.random.default_rng(1).normal(size=(8, 6, 3, 3)).astype(np.float32),
+                              np.full(8, 0.01), np.zeros(8, np.int64), 0, qops.qint8)
+ONES, ZEROS = np.ones(6, np.float32), np.zeros(6, np.float32)
+
+# (name, op, keeps the channels-last layout)
+OPS = [
+    ("relu", lambda a, b: F.relu(a), True),
+    ("hardswish", lambda a, b: F.hardswish(a, 0.05, 120), True),
+    ("leaky_relu", lambda a, b: F.leaky_relu(a, 0.1), True),
+    ("sigmoid", lambda a, b: F.sigmoid(a), True),
+    ("add", lambda a, b: F.add(a, b, 0.1, 100), True),
+    ("mul_relu", lambda a, b: F.mul_relu(a, b, 0.1, 100), True),
+    ("add_scalar", lambda a, b: F.add_scalar(a, 0.7), True),
+    ("dequantize", lambda a, b: a.dequantize(), True),
+    ("requantize", lambda a, b: F.requantize(a, 0.03, 7), True),
+    ("max_pool2d", lambda a, b: F.max_pool2d(a, 3, 2, 1), False),
+    ("avg_pool2d", lambda a, b: F.avg_pool2d(a, 2, 2), False),
+    ("adaptive_avg_pool2d", lambda a, b: F.adaptive_avg_pool2d(a, 2), False),
+    ("interpolate", lambda a, b: F.interpolate(a, scale_factor=2, mode="bilinear"), False),
+    ("batch_norm", lambda a, b: F.batch_norm(a, ZEROS, ONES, ONES, ZEROS, 1e-5, 0.1, 100), False),
+    ("group_norm", lambda a, b: F.group_norm(a, 3, ONES, ZEROS, 1e-5, 0.1, 100), False),
+    ("cat", lambda a, b: F.cat([a, b], 1, 0.1, 3), False),
+    ("mean", lambda a, b: F.mean(a, (2, 3)), False),
+    ("max_dim", lambda a, b: F.max(a, 1)[0], False),
+    ("conv2d", lambda a, b: F.conv2d(a, W, padding=1, scale=0.2, zero_point=60), False),
+    ("contiguous", lambda a, b: a.contiguous(), False),
+    ("clone", lambda a, b: a.clone(), False),
+]
+
+
+@pytest.mark.parametrize("backend", ["ref", "fast"])
+@pytest.mark.parametrize("name,op,keeps", OPS, ids=[o[0] for o in OPS])
+def test_channels_last_equals_c_order(backend, name, op, keeps):
+    r = np.random.default_rng(0)
+    a, b = channels_last(r, (2, 6, 9, 7)), channels_last(r, (2, 6, 9, 7))
+    assert memory_order(a._int) == [0, 2, 3, 1]
+    before = a.int_repr()
+    with qops.backend(backend):
+        got = op(a, b)
+        want = op(a.contiguous(), b.contiguous())
+    np.testing.assert_array_equal(_raw(got), _raw(want))
+    np.testing.assert_array_equal(a.int_repr(), before)          # the input is untouched
+    arr = got._int if isinstance(got, qops.QTensor) else got
+    if keeps:           # as PyTorch: the result lies in memory as the input does
+        assert memory_order(arr) == [0, 2, 3, 1]
+    elif backend == "fast":
+        assert arr.flags.c_contiguous
+
+
+@pytest.mark.parametrize("backend", ["ref", "fast"])
+def test_relu_inplace_on_channels_last(backend):
+    a = channels_last(np.random.default_rng(2), (2, 5, 4, 3))
+    want = F.relu(a.contiguous()).int_repr()
+    base = a._int.base
+    with qops.backend(backend):
+        out = F.relu_(a)
+    assert out is a and a._int.base is base
+    np.testing.assert_array_equal(a.int_repr(), want)
+
+
+@pytest.mark.parametrize("backend", ["ref", "fast"])
+def test_per_channel_on_channels_last(backend):
+    r = np.random.default_rng(3)
+    x = np.ascontiguousarray(r.normal(size=(2, 5, 6, 4)).astype(np.float32)).transpose(0, 3, 1, 2)
+    scales, zps = r.uniform(0.01, 0.1, 4).astype(np.float32), r.integers(100, 150, 4)
+    with qops.backend(backend):
+        q = qops.quantize_per_channel(x, scales, zps, 1, qops.quint8)
+        qc = qops.quantize_per_channel(np.ascontiguousarray(x), scales, zps, 1, qops.quint8)
+        np.testing.assert_array_equal(q.int_repr(), qc.int_repr())
+        assert memory_order(q._int) == [0, 2, 3, 1]
+        np.testing.assert_array_equal(q.dequantize(), qc.dequantize())
+        assert memory_order(q.dequantize()) == [0, 2, 3, 1]
+        qt = qops.quantize_per_tensor(x, 0.05, 3, qops.qint8)
+        np.testing.assert_array_equal(
+            qt.int_repr(), qops.quantize_per_tensor(np.ascontiguousarray(x), 0.05, 3, qops.qint8).int_repr())
+
+
+def test_memory_order():
+    a = np.zeros((2, 3, 4, 5), np.uint8)
+    assert memory_order(a) is None                                  # already C order
+    assert memory_order(a.transpose(0, 2, 3, 1)) == [0, 3, 1, 2]
+    assert memory_order(a[:, :, ::2]) is None                       # not dense
+    assert memory_order(a[..., ::-1]) is None                       # negative strides
