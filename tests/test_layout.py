@@ -99,3 +99,45 @@ def test_memory_order():
     assert memory_order(a.transpose(0, 2, 3, 1)) == [0, 3, 1, 2]
     assert memory_order(a[:, :, ::2]) is None                       # not dense
     assert memory_order(a[..., ::-1]) is None                       # negative strides
+
+
+@pytest.mark.parametrize("backend", ["ref", "fast"])
+def test_mean_over_any_dims_of_any_permuted_block(backend):
+    # reduced in memory order where the dims are one block there (H, W of NHWC), else by copy
+    import itertools
+    a = np.random.default_rng(4).integers(0, 256, (2, 5, 4, 3)).astype(np.uint8)
+    for perm in itertools.permutations(range(4)):
+        q = qops.make_per_tensor_quantized_tensor(a.transpose(perm), 0.1, 3)
+        qc = q.contiguous()
+        for dims in (None, 1, 3, (2, 3), (1, 2), (0, 3), (1, 3), (0, 2, 3)):
+            for keepdim in (False, True):
+                with qops.backend(backend):
+                    got, want = F.mean(q, dims, keepdim), F.mean(qc, dims, keepdim)
+                assert got.shape == want.shape
+                np.testing.assert_array_equal(got.int_repr(), want.int_repr())
+
+
+@pytest.mark.parametrize("backend", ["ref", "fast"])
+@pytest.mark.parametrize("nd,c,kw", [
+    (1, 8, dict(padding=1)),
+    (2, 5, dict(padding=2, stride=2)),                   # a partial channel quad, stride 2
+    (2, 16, dict(padding=1, dilation=2)),
+    (2, 12, dict(padding=1, groups=3)),                  # grouped: transposed first
+    (2, 6, dict(padding=1, groups=6)),                   # depthwise: transposed first
+    (2, 8, dict(padding=1, padding_mode="reflect")),
+    (3, 8, dict(padding=1)),
+])
+def test_conv_on_channels_last(backend, nd, c, kw):
+    # ungrouped convs build their planes straight from NHWC memory, 4 channels at a time
+    r = np.random.default_rng(5)
+    shape = (2, c) + (9, 7, 6)[3 - nd:]
+    x = channels_last(r, shape)
+    g = kw.get("groups", 1)
+    w = qops.quantize_per_tensor(r.normal(size=(2 * g, c // g) + (3,) * nd).astype(np.float32),
+                                 0.02, 0, qops.qint8)
+    conv = getattr(F, f"conv{nd}d")
+    with qops.backend(backend):
+        bias = np.linspace(-1, 1, 2 * g).astype(np.float32)
+        got = conv(x, w, bias, scale=0.3, zero_point=70, **kw)
+        want = conv(x.contiguous(), w, bias, scale=0.3, zero_point=70, **kw)
+    np.testing.assert_array_equal(got.int_repr(), want.int_repr())

@@ -254,6 +254,42 @@ cdef extern from *:
     }
     #endif
 
+    #if defined(__AVX512BW__)
+    /* Four 16x16 tiles side by side (16 rows of 64 bytes): the same unpacks on 512-bit
+     * registers work per 128-bit lane, so lane L ends up holding the columns 16L.. of tile
+     * L; each lane is stored on its own. 8x64x56x56 channels-last: 209 -> 130 us. */
+    static inline void qops_t16x64(const uint8_t *src, ptrdiff_t ls, uint8_t *dst, ptrdiff_t ld) {
+        __m512i a[16], b[16];
+        for (int k = 0; k < 16; k++) a[k] = _mm512_loadu_si512((const void *)(src + k * ls));
+        for (int p = 0; p < 8; p++) {
+            b[p] = _mm512_unpacklo_epi8(a[2 * p], a[2 * p + 1]);
+            b[8 + p] = _mm512_unpackhi_epi8(a[2 * p], a[2 * p + 1]);
+        }
+        for (int h = 0; h < 2; h++)
+            for (int q = 0; q < 4; q++) {
+                a[8 * h + q] = _mm512_unpacklo_epi16(b[8 * h + 2 * q], b[8 * h + 2 * q + 1]);
+                a[8 * h + 4 + q] = _mm512_unpackhi_epi16(b[8 * h + 2 * q], b[8 * h + 2 * q + 1]);
+            }
+        for (int hg = 0; hg < 4; hg++)
+            for (int m = 0; m < 2; m++) {
+                b[4 * hg + m] = _mm512_unpacklo_epi32(a[4 * hg + 2 * m], a[4 * hg + 2 * m + 1]);
+                b[4 * hg + 2 + m] = _mm512_unpackhi_epi32(a[4 * hg + 2 * m], a[4 * hg + 2 * m + 1]);
+            }
+        for (int c = 0; c < 8; c++) {
+            __m512i lo = _mm512_unpacklo_epi64(b[2 * c], b[2 * c + 1]);
+            __m512i hi = _mm512_unpackhi_epi64(b[2 * c], b[2 * c + 1]);
+            _mm_storeu_si128((__m128i *)(dst + (2 * c) * ld), _mm512_castsi512_si128(lo));
+            _mm_storeu_si128((__m128i *)(dst + (2 * c + 1) * ld), _mm512_castsi512_si128(hi));
+            _mm_storeu_si128((__m128i *)(dst + (16 + 2 * c) * ld), _mm512_extracti32x4_epi32(lo, 1));
+            _mm_storeu_si128((__m128i *)(dst + (17 + 2 * c) * ld), _mm512_extracti32x4_epi32(hi, 1));
+            _mm_storeu_si128((__m128i *)(dst + (32 + 2 * c) * ld), _mm512_extracti32x4_epi32(lo, 2));
+            _mm_storeu_si128((__m128i *)(dst + (33 + 2 * c) * ld), _mm512_extracti32x4_epi32(hi, 2));
+            _mm_storeu_si128((__m128i *)(dst + (48 + 2 * c) * ld), _mm512_extracti32x4_epi32(lo, 3));
+            _mm_storeu_si128((__m128i *)(dst + (49 + 2 * c) * ld), _mm512_extracti32x4_epi32(hi, 3));
+        }
+    }
+    #endif
+
     /* dst (cols x rows) = transpose of the byte matrix src (rows x cols), both dense: rows
      * [r0, r1) of src, which must be a multiple of 16 apart unless r1 = rows. */
     static void qops_transpose8(const uint8_t *src, uint8_t *dst, ptrdiff_t rows, ptrdiff_t cols,
@@ -261,7 +297,12 @@ cdef extern from *:
         ptrdiff_t r = r0, c;
     #if defined(__x86_64__)
         for (; r + 16 <= r1; r += 16) {
-            for (c = 0; c + 16 <= cols; c += 16)
+            c = 0;
+    #if defined(__AVX512BW__)
+            for (; c + 64 <= cols; c += 64)
+                qops_t16x64(src + r * cols + c, cols, dst + c * rows + r, rows);
+    #endif
+            for (; c + 16 <= cols; c += 16)
                 qops_t16x16(src + r * cols + c, cols, dst + c * rows + r, rows);
             for (; c < cols; c++)
                 for (ptrdiff_t k = 0; k < 16; k++) dst[c * rows + r + k] = src[(r + k) * cols + c];

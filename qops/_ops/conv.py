@@ -204,7 +204,11 @@ def _conv(ndim, relu, input, weight, bias, stride, padding, dilation, groups, pa
         pack = PackedConv(ndim, weight, bias, stride, padding, dilation, groups, padding_mode)
     scale = qp.check_scale(scale)
     zero_point = qp.check_zero_point(zero_point, quint8)
-    x = input._cint()
+    x = input._int
+    # the planes are built from any strides; a channels-last block (channel stride 1) is
+    # read as it lies by ungrouped convs, other non-C layouts are transposed first
+    if not x.flags.c_contiguous and not (x.strides[1] == 1 and pack.groups == 1):
+        x = input._cint()
     c = x.shape[1]
     if c % pack.groups:
         raise ValueError(f"{name}: groups={pack.groups} must divide the input channels ({c})")

@@ -13,6 +13,7 @@ import numpy as np
 from qops import _config
 from qops._dtypes import qint8, quint8
 from qops._ops import _check
+from qops._layout import memory_order
 from qops._qtensor import _axis_arg
 
 __all__ = ["max", "min", "mean"]
@@ -112,6 +113,27 @@ def _dims(dim, ndim):
     return (_axis_arg(dim, builtins.max(ndim, 1), "dim"),)
 
 
+def _mean_in_memory_order(data, axes, n, kept):
+    """mean_dims over `axes` of a permuted dense block, reduced as it lies in memory, or None.
+
+    The mean over H, W of channels-last NHWC memory is the mean over the middle axis of
+    (N, H*W, C): no transpose. None when `data` is not such a block or the reduced axes are
+    not one block of its memory order.
+    """
+    order = memory_order(data)
+    if order is None or not n:
+        return None
+    pos = sorted(order.index(a) for a in axes)
+    if pos != list(range(pos[0], pos[-1] + 1)):
+        return None
+    mem = data.transpose(order)
+    out = np.asarray(_kernels().mean_dims(mem.reshape(math.prod(mem.shape[:pos[0]]), n, -1)))
+    # the kept axes in memory order, then in the input's order
+    kept_mem = [a for a in order if a not in axes]
+    out = out.reshape([data.shape[a] for a in kept_mem])
+    return np.ascontiguousarray(np.transpose(out, [kept_mem.index(a) for a in kept]))
+
+
 def mean(input, dim=None, keepdim=False):
     """The mean of a quantized tensor over `dim`, computed on raw values and rounded half to
     even: rint(f32(f32(sum q) / f32(n))); the output keeps the input's qparams.
@@ -124,7 +146,7 @@ def mean(input, dim=None, keepdim=False):
     """
     _check.qtensor(input, "input", dtypes=_DTYPES)
     keepdim = _bool(keepdim, "keepdim")
-    data = input._cint()
+    data = input._int
     if data.ndim == 0:
         _dims(dim, 0)
         return input._like(data.copy())
@@ -135,15 +157,17 @@ def mean(input, dim=None, keepdim=False):
     if n == 0 and math.prod(kept_shape) > 0:
         raise ValueError(f"mean(): the reduced dimensions {axes} of shape {input.shape} are "
                          f"empty (the mean of nothing is undefined)")
-    if axes == tuple(range(axes[0], axes[-1] + 1)):
-        # One contiguous block of dimensions: no transpose needed.
-        outer = math.prod(data.shape[:axes[0]])
-        inner = math.prod(data.shape[axes[-1] + 1:])
-        q3 = np.ascontiguousarray(data).reshape(outer, n, inner)
-    else:
-        q3 = np.ascontiguousarray(np.transpose(data, kept + axes)).reshape(
-            math.prod(kept_shape), n, 1)
-    out = np.asarray(_kernels().mean_dims(q3))
+    out = _mean_in_memory_order(data, axes, n, kept)
+    if out is None:
+        if axes == tuple(range(axes[0], axes[-1] + 1)):
+            # One contiguous block of dimensions: no transpose needed.
+            outer = math.prod(data.shape[:axes[0]])
+            inner = math.prod(data.shape[axes[-1] + 1:])
+            q3 = input._cint().reshape(outer, n, inner)
+        else:
+            q3 = np.ascontiguousarray(np.transpose(data, kept + axes)).reshape(
+                math.prod(kept_shape), n, 1)
+        out = np.asarray(_kernels().mean_dims(q3))
     if keepdim:
         out_shape = tuple(1 if a in axes else s for a, s in enumerate(data.shape))
     else:
