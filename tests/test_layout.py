@@ -1,7 +1,8 @@
 """Channels-last and other permuted dense inputs: same values as C order, PyTorch's layouts.
 
-Elementwise ops run over such memory in its own order and return the same layout (PyTorch's
-preserve_format); the others take a C-order copy, which fast transposes in 16x16 tiles.
+Elementwise ops and max pools run over such memory in its own order and return the same
+layout (PyTorch's preserve_format); the others take a C-order copy, which fast transposes in
+16x16 tiles.
 """
 import numpy as np
 import pytest
@@ -31,7 +32,8 @@ OPS = [
     ("add_scalar", lambda a, b: F.add_scalar(a, 0.7), True),
     ("dequantize", lambda a, b: a.dequantize(), True),
     ("requantize", lambda a, b: F.requantize(a, 0.03, 7), True),
-    ("max_pool2d", lambda a, b: F.max_pool2d(a, 3, 2, 1), False),
+    ("max_pool2d", lambda a, b: F.max_pool2d(a, 3, 2, 1), True),
+    ("max_pool2d_dilated", lambda a, b: F.max_pool2d(a, (2, 3), (1, 2), (1, 0), (2, 1), True), True),
     ("avg_pool2d", lambda a, b: F.avg_pool2d(a, 2, 2), False),
     ("adaptive_avg_pool2d", lambda a, b: F.adaptive_avg_pool2d(a, 2), False),
     ("interpolate", lambda a, b: F.interpolate(a, scale_factor=2, mode="bilinear"), False),

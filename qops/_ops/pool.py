@@ -9,6 +9,7 @@ import numpy as np
 from qops import _config
 from qops._dtypes import qint8, qint32, quint8
 from qops._ops import _check
+from qops._layout import memory_order
 from qops._qtensor import QTensor
 
 __all__ = ["max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
@@ -142,7 +143,30 @@ def _bool(v, argname):
     return bool(v)
 
 
+def _channels_last(input, nsp):
+    """input's raw values as (N, D, H, W, C) when they lie channels last (NHWC memory), else
+    None."""
+    if type(input) is not QTensor:
+        return None
+    x = input._int
+    if (x.ndim == nsp + 2 and not x.flags.c_contiguous
+            and memory_order(x) == [0] + list(range(2, nsp + 2)) + [1] and 0 not in x.shape):
+        xm = x.transpose([0] + list(range(2, nsp + 2)) + [1])
+        return xm.reshape((xm.shape[0],) + (1,) * (3 - nsp) + xm.shape[1:])
+    return None
+
+
 def _max_pool(nsp, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
+    xcl = None if return_indices is not False else _channels_last(input, nsp)
+    if xcl is not None:
+        # channels-last memory: pooled as it lies, and the result lies channels last too, as
+        # PyTorch's does (no transpose either way)
+        _check.qtensor(input, "input", dtypes=_ALL, ndims=(nsp + 2,))
+        k, s, p, d, o = _pool_args(nsp, kernel_size, stride, padding, dilation,
+                                    xcl.shape[1:4], ceil_mode)
+        y = _config.impl("pool").max_pool_cl(xcl, k, s, p, d, o)
+        y = y.reshape((y.shape[0],) + o[3 - nsp:] + (y.shape[4],))
+        return _wrap(input, y.transpose([0, nsp + 1] + list(range(1, nsp + 1))))
     x5, back = _as5d(input, nsp, _ALL)
     k, s, p, d, o = _pool_args(nsp, kernel_size, stride, padding, dilation, x5.shape[2:],
                                 ceil_mode)

@@ -15,7 +15,7 @@ def rng(seed):
 
 def random_qtensor(r, shape, dtype=qops.quint8, scale=None, zero_point=None, layout="c"):
     """A per-tensor QTensor of uniformly random raw values; layout "c", "t" (transposed
-    view) or "neg" (negative strides)."""
+    view), "neg" (negative strides) or "cl" (channels last)."""
     dtype = qops._dtypes.as_qdtype(dtype)
     if scale is None:
         scale = float(r.uniform(0.005, 0.2))
@@ -32,6 +32,9 @@ def _layout(data, layout):
         return np.ascontiguousarray(np.swapaxes(data, -1, -2)).swapaxes(-1, -2)
     if layout == "neg" and data.ndim >= 1:
         return np.ascontiguousarray(data[..., ::-1])[..., ::-1]
+    if layout == "cl" and data.ndim >= 3:          # channels last: axis 1 innermost in memory
+        return np.ascontiguousarray(np.moveaxis(data, 1, -1)).transpose(
+            (0, data.ndim - 1) + tuple(range(1, data.ndim - 1)))
     return data
 
 

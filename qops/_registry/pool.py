@@ -105,7 +105,7 @@ def _pool_cases(nsp, arg_lists, dtypes, seed):
             if not _valid(nsp, shape, kw):
                 continue
             d = dtypes[i % len(dtypes)]
-            layout = ("c", "t", "neg")[i % 3]
+            layout = ("c", "t", "neg", "cl")[i % 4]
             zp = (d.qmin, d.qmax, None)[(i // 3) % 3] if d.qmax < 300 else None
             if zp is not None and i % 2:
                 zp = None
@@ -144,7 +144,7 @@ def _pool_strategy(nsp, kind, dtypes):
         st.lists(st.integers(0, 2), min_size=nsp, max_size=nsp),
         st.lists(st.integers(1, 2), min_size=nsp, max_size=nsp), st.booleans(), st.booleans(),
         st.one_of(st.none(), st.integers(1, 20)), st.integers(0, 2**32 - 1),
-        st.sampled_from(["c", "t", "neg"]),
+        st.sampled_from(["c", "t", "neg", "cl"]),
     ).map(build).filter(lambda c: _valid(nsp, c.args[0].shape, c.kwargs))
 
 
@@ -394,18 +394,18 @@ def _b(shape, **kw):
 
 
 SPECS = [
-    OpSpec("max_pool1d", "pool", ("max_pool",), F.max_pool1d,
+    OpSpec("max_pool1d", "pool", ("max_pool", "max_pool_cl"), F.max_pool1d,
            lambda: _max_cases(1, 1), lambda: _max_strategy(1),
            bench={"3s2_64x12544": _b((1, 64, 12544), kernel_size=3, stride=2, padding=1)},
            torch=_torch_pool("max_pool1d", 1)),
-    OpSpec("max_pool2d", "pool", ("max_pool",), F.max_pool2d,
+    OpSpec("max_pool2d", "pool", ("max_pool", "max_pool_cl"), F.max_pool2d,
            lambda: _max_cases(2, 2), lambda: _max_strategy(2),
            bench={"3x3s2_64_112": _b((1, 64, 112, 112), kernel_size=3, stride=2, padding=1),
                   "2x2s2_64_112": _b((1, 64, 112, 112), kernel_size=2, stride=2),
                   "3x3s2_8x64_112": _b((8, 64, 112, 112), kernel_size=3, stride=2),
                   "3x3s1p1_64_56": _b((1, 64, 56, 56), kernel_size=3, stride=1, padding=1)},
            torch=_torch_pool("max_pool2d", 2)),
-    OpSpec("max_pool3d", "pool", ("max_pool",), F.max_pool3d,
+    OpSpec("max_pool3d", "pool", ("max_pool", "max_pool_cl"), F.max_pool3d,
            lambda: _max_cases(3, 3), lambda: _max_strategy(3),
            bench={"2x2x2_64x8x56": _b((1, 64, 8, 56, 56), kernel_size=2),
                   "2x2x2_8x64x8x56": _b((8, 64, 8, 56, 56), kernel_size=2)},
