@@ -119,6 +119,15 @@ static inline void qconv_phase_row(const qconv_fill_args *f, const uint8_t *src,
         for (j = 0; j < wq; j++) dst[ph * wq + j] = pr[j * f->sw + ph];
 }
 
+/* Four lane bytes as one word: the zero point in the `nreal` real lanes, 0 in the rest. */
+static inline uint32_t qconv_border_word(int nreal, int xz) {
+    uint8_t v[4];
+    for (int i = 0; i < 4; i++) v[i] = i < nreal ? (uint8_t)xz : 0;
+    uint32_t word;
+    memcpy(&word, v, 4);
+    return word;
+}
+
 /* Build padded rows [r0, r1) (row index over n, group, padded depth, padded height) with the
  * scratch space of thread `tid`. */
 static void qconv_fill_rows(const qconv_fill_args *f, int tid, ptrdiff_t r0, ptrdiff_t r1) {
@@ -158,13 +167,10 @@ static void qconv_fill_rows(const qconv_fill_args *f, int tid, ptrdiff_t r0, ptr
                 for (ptrdiff_t j = 0; j < len; j++) memcpy(dst + 4 * j, &word, 4);
                 continue;
             }
+            /* borders of a row: the zero point in real lanes, 0 in the padding lanes */
+            const uint32_t word = qconv_border_word(nreal, f->xz);
+            const ptrdiff_t pw = f->pw < len ? f->pw : len, wn = f->W < len - pw ? f->W : len - pw;
             if (cl) {
-                /* borders: zero point in real lanes, 0 in the padding lanes */
-                uint8_t v[4];
-                for (int i = 0; i < 4; i++) v[i] = i < nreal ? (uint8_t)f->xz : 0;
-                uint32_t word;
-                memcpy(&word, v, 4);
-                ptrdiff_t pw = f->pw < len ? f->pw : len, wn = f->W < len - pw ? f->W : len - pw;
                 const uint8_t *s = src0 + g * f->Cg + 4 * c4;
                 for (ptrdiff_t j = 0; j < pw; j++) memcpy(dst + 4 * j, &word, 4);
                 if (nreal == 4) {
@@ -190,12 +196,6 @@ static void qconv_fill_rows(const qconv_fill_args *f, int tid, ptrdiff_t r0, ptr
                 }
             }
             if (direct) {
-                /* borders: zero point in real lanes, 0 in the padding lanes */
-                uint8_t v[4];
-                for (int i = 0; i < 4; i++) v[i] = i < nreal ? (uint8_t)f->xz : 0;
-                uint32_t word;
-                memcpy(&word, v, 4);
-                ptrdiff_t pw = f->pw < len ? f->pw : len, wn = f->W < len - pw ? f->W : len - pw;
                 for (ptrdiff_t j = 0; j < pw; j++) memcpy(dst + 4 * j, &word, 4);
                 qconv_interleave4(src[0], src[1], src[2], src[3], dst + 4 * pw, wn);
                 for (ptrdiff_t j = pw + wn; j < len; j++) memcpy(dst + 4 * j, &word, 4);
