@@ -146,14 +146,13 @@ def _bool(v, argname):
 def _channels_last(input, nsp):
     """input's raw values as (N, D, H, W, C) when they lie channels last (NHWC memory), else
     None."""
-    if type(input) is not QTensor:
+    if type(input) is not QTensor or input._int.ndim != nsp + 2 or 0 in input.shape:
         return None
-    x = input._int
-    if (x.ndim == nsp + 2 and not x.flags.c_contiguous
-            and memory_order(x) == [0] + list(range(2, nsp + 2)) + [1] and 0 not in x.shape):
-        xm = x.transpose([0] + list(range(2, nsp + 2)) + [1])
-        return xm.reshape((xm.shape[0],) + (1,) * (3 - nsp) + xm.shape[1:])
-    return None
+    nhwc = [0] + list(range(2, nsp + 2)) + [1]
+    if memory_order(input._int) != nhwc:
+        return None
+    xm = input._int.transpose(nhwc)
+    return xm.reshape((xm.shape[0],) + (1,) * (3 - nsp) + xm.shape[1:])
 
 
 def _max_pool(nsp, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):

@@ -64,13 +64,13 @@ def max_pool(x, kernel_size, stride, padding, dilation, out_size, with_indices):
     return (out, index) if with_indices else out
 
 
-
 def max_pool_cl(x, kernel_size, stride, padding, dilation, out_size):
     """max_pool (without indices) of channels-last data: x (N, D, H, W, C), result (N, OD,
     OH, OW, C). The same windows and values: channels last is only another memory order."""
     y = max_pool(np.moveaxis(np.asarray(x), -1, 1), kernel_size, stride, padding, dilation,
                  out_size, False)
     return np.ascontiguousarray(np.moveaxis(y, 1, -1))
+
 
 def _avg_window(out_len, stride, pad, kernel, length):
     """Per output: (start, end) clipped to the input, and the pool length counting padding.

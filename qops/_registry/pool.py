@@ -2,6 +2,7 @@
 import numpy as np
 
 import qops
+from qops._layout import memory_order
 from qops import functional as F
 from qops._registry import Case, OpSpec
 from qops._registry import _util as u
@@ -148,12 +149,15 @@ def _pool_strategy(nsp, kind, dtypes):
     ).map(build).filter(lambda c: _valid(nsp, c.args[0].shape, c.kwargs))
 
 
-def _torch_batched(fn, q, nsp):
+def _torch_batched(fn, q, nsp, same_layout=False):
     """fn on q as PyTorch would run it, where PyTorch needs help: unbatched inputs get a batch
     dim (its quantized 3-d pools take only 5-D), and empty inputs (which it rejects) run on a
-    one-element stand-in whose result is sliced back to empty."""
+    one-element stand-in whose result is sliced back to empty. With `same_layout`, a 4-D
+    channels-last input stays channels last (PyTorch then runs its NHWC kernel)."""
     import torch
     t = u.to_torch(q)
+    if same_layout and q.ndim == 4 and memory_order(q._int) == [0, 2, 3, 1]:
+        t = t.contiguous(memory_format=torch.channels_last)
     unbatched = q.ndim == nsp + 1
     if unbatched:
         t = t.unsqueeze(0)
@@ -192,7 +196,8 @@ def _torch_pool(fn_name, nsp):
             return _torch_batched(lambda t: fn2(t.unsqueeze(2), **kw).squeeze(2), q, nsp)
         fn = getattr(torch.nn.functional, name)
         if not kw.pop("return_indices", False):
-            return _torch_batched(lambda t: fn(t, **kw), q, nsp)
+            # max is exact in any order, so PyTorch's NHWC max pool is a fair oracle and peer
+            return _torch_batched(lambda t: fn(t, **kw), q, nsp, name.startswith("max_pool"))
 
         def with_indices(t):
             # PyTorch's quantized max pool rejects return_indices: the indices come from its
@@ -393,6 +398,16 @@ def _b(shape, **kw):
     return lambda: Case((_bq(shape),), kw, label=str(shape))
 
 
+def _b_cl(shape, **kw):
+    """A bench case on channels-last memory (the same values as _b's)."""
+    def case():
+        q = _bq(shape)
+        raw = np.ascontiguousarray(np.moveaxis(q._int, 1, -1)).transpose(0, 3, 1, 2)
+        return Case((qops.make_per_tensor_quantized_tensor(raw, q._scale, q._zero_point),), kw,
+                    label=f"{shape}-cl")
+    return case
+
+
 SPECS = [
     OpSpec("max_pool1d", "pool", ("max_pool", "max_pool_cl"), F.max_pool1d,
            lambda: _max_cases(1, 1), lambda: _max_strategy(1),
@@ -403,7 +418,9 @@ SPECS = [
            bench={"3x3s2_64_112": _b((1, 64, 112, 112), kernel_size=3, stride=2, padding=1),
                   "2x2s2_64_112": _b((1, 64, 112, 112), kernel_size=2, stride=2),
                   "3x3s2_8x64_112": _b((8, 64, 112, 112), kernel_size=3, stride=2),
-                  "3x3s1p1_64_56": _b((1, 64, 56, 56), kernel_size=3, stride=1, padding=1)},
+                  "3x3s1p1_64_56": _b((1, 64, 56, 56), kernel_size=3, stride=1, padding=1),
+                  "3x3s2p1_8x64_56_channels_last": _b_cl((8, 64, 56, 56), kernel_size=3, stride=2,
+                                                         padding=1)},
            torch=_torch_pool("max_pool2d", 2)),
     OpSpec("max_pool3d", "pool", ("max_pool", "max_pool_cl"), F.max_pool3d,
            lambda: _max_cases(3, 3), lambda: _max_strategy(3),
