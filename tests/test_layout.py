@@ -34,8 +34,10 @@ OPS = [
     ("requantize", lambda a, b: F.requantize(a, 0.03, 7), True),
     ("max_pool2d", lambda a, b: F.max_pool2d(a, 3, 2, 1), True),
     ("max_pool2d_dilated", lambda a, b: F.max_pool2d(a, (2, 3), (1, 2), (1, 0), (2, 1), True), True),
-    ("avg_pool2d", lambda a, b: F.avg_pool2d(a, 2, 2), False),
-    ("adaptive_avg_pool2d", lambda a, b: F.adaptive_avg_pool2d(a, 2), False),
+    ("avg_pool2d", lambda a, b: F.avg_pool2d(a, 2, 2), True),
+    ("avg_pool2d_padded", lambda a, b: F.avg_pool2d(a, 3, 2, 1, True, False), True),
+    ("adaptive_avg_pool2d", lambda a, b: F.adaptive_avg_pool2d(a, 2), True),
+    ("adaptive_avg_pool2d_1", lambda a, b: F.adaptive_avg_pool2d(a, 1), False),   # 1x1: both
     ("interpolate", lambda a, b: F.interpolate(a, scale_factor=2, mode="bilinear"), False),
     ("batch_norm", lambda a, b: F.batch_norm(a, ZEROS, ONES, ONES, ZEROS, 1e-5, 0.1, 100), False),
     ("group_norm", lambda a, b: F.group_norm(a, 3, ONES, ZEROS, 1e-5, 0.1, 100), False),

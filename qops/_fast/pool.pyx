@@ -8,7 +8,8 @@
 # buffer covering the whole padded input width (stride-1 loops over W that GCC vectorizes),
 # then slide the W window over that buffer; their average pools run prange over the N*C*OD
 # output planes, so the requantize loop runs over a whole plane. Adaptive max pools without
-# indices fold a window's rows the same way. Buffers are per thread.
+# indices fold a window's rows the same way. Buffers are per thread. Channels-last inputs
+# (N, D, H, W, C) have kernels of their own: max_pool_cl, and the average pools of pool_cl.h.
 # AVX-512 only: adaptive pools (and max and average pools whose W windows tile rows of <= 64
 # bytes) run the short-row kernel of pool_simd.h; average pools with odd or power-of-two
 # divisors requantize with integer tables (_int_tables) checked against the float formula for
@@ -1164,3 +1165,141 @@ def _adaptive_max_indices(x, out, out_size, with_indices):
     else:
         _adaptive_max_rows[int32_t](x, out, index, *lims, nt)
     return (out, index) if with_indices else out
+
+
+# -- channels-last average pools ----------------------------------------------------------
+
+cdef extern from "pool_cl.h" nogil:
+    ctypedef struct qpc_row:
+        Py_ssize_t H, W, C, OW, d0, d1, h0, h1
+        const Py_ssize_t* w0
+        const Py_ssize_t* w1
+        const int32_t* sub
+        const float* mul
+        float add, qmin, qmax
+    void qpc_avg_row_u8(const uint8_t* x, uint8_t* out, const qpc_row* g)
+    void qpc_avg_row_s8(const int8_t* x, int8_t* out, const qpc_row* g)
+
+
+cdef void _avg_cl(const q8_t* x, q8_t* out, Py_ssize_t N, Py_ssize_t D, Py_ssize_t H,
+                  Py_ssize_t W, Py_ssize_t C, Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
+                  const Py_ssize_t* lim, const int32_t* sub, const float* mul, float add,
+                  float qmin, float qmax, int nt) noexcept nogil:
+    # One output row (n, od, oh) per work item (pool_cl.h sums each pixel's window in
+    # registers). lim = d0[OD], d1[OD], h0[OH], h1[OH], w0[OW], w1[OW], clipped to the input.
+    cdef Py_ssize_t r, n, od, oh
+    cdef qpc_row g
+    for r in prange(N * OD * OH, schedule="static", num_threads=nt):
+        n = r // (OD * OH)
+        od = r // OH - n * OD
+        oh = r - (n * OD + od) * OH
+        g.H = H
+        g.W = W
+        g.C = C
+        g.OW = OW
+        g.d0 = lim[od]
+        g.d1 = lim[OD + od]
+        g.h0 = lim[2 * OD + oh]
+        g.h1 = lim[2 * OD + OH + oh]
+        g.w0 = lim + 2 * OD + 2 * OH
+        g.w1 = lim + 2 * OD + 2 * OH + OW
+        g.sub = sub + (od * OH + oh) * OW
+        g.mul = mul + (od * OH + oh) * OW
+        g.add = add
+        g.qmin = qmin
+        g.qmax = qmax
+        if q8_t is uint8_t:
+            qpc_avg_row_u8(x + n * D * H * W * C, out + r * OW * C, &g)
+        else:
+            qpc_avg_row_s8(x + n * D * H * W * C, out + r * OW * C, &g)
+
+
+_CL_TABLES = {}
+
+
+cdef object _avg_cl_run(x, out_size, tables):
+    """Run _avg_cl on x (N, D, H, W, C) with tables = (lim, sub, mul, add): the clipped
+    windows per axis (d0, d1, h0, h1, w0, w1) and the (OD, OH, OW) sub and mul."""
+    cdef Py_ssize_t N, D, H, W, C, OD, OH, OW
+    N, D, H, W, C = x.shape
+    OD, OH, OW = out_size
+    out = qops_empty(np, (N, OD, OH, OW, C), x.dtype)
+    if out.size == 0:
+        return out
+    lim_a, sub_a, mul_a, add_o = tables
+    cdef float add = add_o
+    cdef const Py_ssize_t* lim = <const Py_ssize_t*>qops_ptr(lim_a)
+    cdef const int32_t* sp = <const int32_t*>qops_ptr(sub_a)
+    cdef const float* mp = <const float*>qops_ptr(mul_a)
+    cdef int nt = qops_threads_for(x.size + out.size, GRAIN)
+    cdef const uint8_t* xp = <const uint8_t*>qops_ptr(x)
+    cdef uint8_t* op = <uint8_t*>qops_ptr(out, True)
+    if x.dtype == np.uint8:
+        with nogil:
+            _avg_cl[uint8_t](xp, op, N, D, H, W, C, OD, OH, OW, lim, sp, mp, add, 0.0, 255.0, nt)
+    else:
+        with nogil:
+            _avg_cl[int8_t](<const int8_t*>xp, <int8_t*>op, N, D, H, W, C, OD, OH, OW, lim, sp,
+                            mp, add, -128.0, 127.0, nt)
+    return out
+
+
+def _cl_tables(key, bounds, sub, mul, add):
+    """The kernel's tables as contiguous arrays, kept per geometry (models repeat a pool)."""
+    lim = np.ascontiguousarray(np.concatenate([np.concatenate(b) for b in bounds]),
+                               dtype=np.intp)
+    tables = (lim, np.ascontiguousarray(sub, dtype=np.int32),
+              np.ascontiguousarray(mul, dtype=np.float32), add)
+    if len(_CL_TABLES) >= 64:
+        _CL_TABLES.clear()
+    _CL_TABLES[key] = tables
+    return tables
+
+
+def avg_pool_cl(x, kernel_size, stride, padding, out_size, count_include_pad, divisor_override,
+                zero_point):
+    """avg_pool of channels-last data: x (N, D, H, W, C) -> (N, OD, OH, OW, C)."""
+    x = np.ascontiguousarray(x)
+    key = ("avg", tuple(out_size), tuple(stride), tuple(padding), tuple(kernel_size),
+           x.shape[1:4], bool(count_include_pad), divisor_override, zero_point)
+    tables = _CL_TABLES.get(key)
+    if tables is not None:
+        return _avg_cl_run(x, out_size, tables)
+    bounds, pools = [], []
+    for o, s, p, k, L in zip(out_size, stride, padding, kernel_size, x.shape[1:4]):
+        # as the reference: end = min(start + k, L + p), pool = end - start, then clip
+        start = np.arange(o, dtype=np.int64) * s - p
+        end = np.minimum(start + k, L + p)
+        pools.append(end - start)
+        bounds.append((np.maximum(start, 0), np.minimum(end, L)))
+    lens = [b[1] - b[0] for b in bounds]
+    size = lens[0][:, None, None] * lens[1][None, :, None] * lens[2][None, None, :]
+    if divisor_override:
+        div = np.full(size.shape, divisor_override, np.int64)
+    elif count_include_pad:
+        div = pools[0][:, None, None] * pools[1][None, :, None] * pools[2][None, None, :]
+    else:
+        div = size
+    mul = (1.0 / div).astype(np.float32)        # f32(1.0 / div), the division in double
+    return _avg_cl_run(x, out_size, _cl_tables(key, bounds, size * zero_point, mul,
+                                               float(zero_point)))
+
+
+def adaptive_avg_pool_cl(x, out_size):
+    """adaptive_avg_pool of channels-last data: x (N, D, H, W, C) -> (N, OD, OH, OW, C)."""
+    x = np.ascontiguousarray(x)
+    key = ("adaptive", tuple(out_size), x.shape[1:4])
+    tables = _CL_TABLES.get(key)
+    if tables is not None:
+        return _avg_cl_run(x, out_size, tables)
+    bounds = []
+    for O, L in zip(out_size, x.shape[1:4]):
+        # start = floor(f32(o*L) / f32(O)), end = ceil(f32((o+1)*L) / f32(O))
+        o = np.arange(O, dtype=np.int64)
+        start = np.floor((o * L).astype(np.float32) / np.float32(O)).astype(np.int64)
+        end = np.ceil(((o + 1) * L).astype(np.float32) / np.float32(O)).astype(np.int64)
+        bounds.append((start, end))
+    # r = f32(f32(f32(1.0 / kD) / kH) / kW), then rint(f32(f32(sum) * r)): sub 0, add 0
+    kd, kh, kw = [(b[1] - b[0]).astype(np.float32) for b in bounds]
+    r = ((np.float32(1.0) / kd)[:, None, None] / kh[None, :, None]) / kw[None, None, :]
+    return _avg_cl_run(x, out_size, _cl_tables(key, bounds, np.zeros(r.shape, np.int32), r, 0.0))

@@ -155,6 +155,13 @@ def _channels_last(input, nsp):
     return xm.reshape((xm.shape[0],) + (1,) * (3 - nsp) + xm.shape[1:])
 
 
+def _wrap_cl(input, nsp, y):
+    """A pool's (N, OD, OH, OW, C) result as the logical (N, C, ...) QTensor, still lying
+    channels last."""
+    y = y.reshape(y.shape[:1] + y.shape[4 - nsp:])
+    return _wrap(input, y.transpose([0, nsp + 1] + list(range(1, nsp + 1))))
+
+
 def _max_pool(nsp, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
     xcl = None if return_indices is not False else _channels_last(input, nsp)
     if xcl is not None:
@@ -163,9 +170,7 @@ def _max_pool(nsp, input, kernel_size, stride, padding, dilation, ceil_mode, ret
         _check.qtensor(input, "input", dtypes=_ALL, ndims=(nsp + 2,))
         k, s, p, d, o = _pool_args(nsp, kernel_size, stride, padding, dilation,
                                     xcl.shape[1:4], ceil_mode)
-        y = _config.impl("pool").max_pool_cl(xcl, k, s, p, d, o)
-        y = y.reshape((y.shape[0],) + o[3 - nsp:] + (y.shape[4],))
-        return _wrap(input, y.transpose([0, nsp + 1] + list(range(1, nsp + 1))))
+        return _wrap_cl(input, nsp, _config.impl("pool").max_pool_cl(xcl, k, s, p, d, o))
     x5, back = _as5d(input, nsp, _ALL)
     k, s, p, d, o = _pool_args(nsp, kernel_size, stride, padding, dilation, x5.shape[2:],
                                 ceil_mode)
@@ -229,8 +234,14 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
 
 def _avg_pool(nsp, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
               divisor_override):
-    x5, back = _as5d(input, nsp, _8BIT)
-    k, s, p, _, o = _pool_args(nsp, kernel_size, stride, padding, 1, x5.shape[2:], ceil_mode)
+    xcl = _channels_last(input, nsp)
+    if xcl is not None:
+        _check.qtensor(input, "input", dtypes=_8BIT, ndims=(nsp + 2,))
+        spatial = xcl.shape[1:4]
+    else:
+        x5, back = _as5d(input, nsp, _8BIT)
+        spatial = x5.shape[2:]
+    k, s, p, _, o = _pool_args(nsp, kernel_size, stride, padding, 1, spatial, ceil_mode)
     if k[0] * k[1] * k[2] > _MAX_WINDOW:
         raise ValueError(f"kernel_size {tuple(k[3 - nsp:])} covers more than 2**23 elements "
                          f"(window sums are exact int32)")
@@ -242,6 +253,10 @@ def _avg_pool(nsp, input, kernel_size, stride, padding, ceil_mode, count_include
             raise ValueError("divisor_override must not be zero")
         if abs(div) >= 1 << 24:
             raise ValueError(f"divisor_override must be below 2**24 in size; got {div}")
+    if xcl is not None:
+        # channels-last memory: pooled as it lies, the result channels last (as PyTorch's)
+        return _wrap_cl(input, nsp, _config.impl("pool").avg_pool_cl(
+            xcl, k, s, p, o, cip, div, input._zero_point))
     res = _config.impl("pool").avg_pool(x5, k, s, p, o, cip, div, input._zero_point)
     return _wrap(input, back(res))
 
@@ -315,21 +330,28 @@ def _adaptive_size(output_size, nsp, spatial):
 
 
 def _adaptive(nsp, input, output_size, kind, return_indices=False):
-    x5, back = _as5d(input, nsp, _8BIT if kind == "avg" else _ALL)
-    o = _adaptive_size(output_size, nsp, x5.shape[5 - nsp:])
+    xcl = _channels_last(input, nsp) if kind == "avg" else None
+    if xcl is not None:
+        _check.qtensor(input, "input", dtypes=_8BIT, ndims=(nsp + 2,))
+        spatial = xcl.shape[1:4]
+    else:
+        x5, back = _as5d(input, nsp, _8BIT if kind == "avg" else _ALL)
+        spatial = x5.shape[2:]
+    o = _adaptive_size(output_size, nsp, spatial[3 - nsp:])
     o = (1,) * (3 - nsp) + o
     if kind == "avg":
         # adaptive windows are at most ceil(L/O) + 1 long per dim
         if o == (1, 1, 1):
-            _, _, D, H, W = x5.shape
-            win = D * H * W
+            win = spatial[0] * spatial[1] * spatial[2]
         else:
             win = 1
-            for oi, L in zip(o, x5.shape[2:]):
+            for oi, L in zip(o, spatial):
                 win *= min(L, -(-L // oi) + 1)
         if win > _MAX_WINDOW:
             raise ValueError(f"adaptive average windows over more than 2**23 elements are not "
                              f"supported (input {input.shape})")
+        if xcl is not None:
+            return _wrap_cl(input, nsp, _config.impl("pool").adaptive_avg_pool_cl(xcl, o))
         return _wrap(input, back(_config.impl("pool").adaptive_avg_pool(x5, o)))
     with_indices = _bool(return_indices, "return_indices")
     res = _config.impl("pool").adaptive_max_pool(x5, o, with_indices)

@@ -163,6 +163,22 @@ def adaptive_avg_pool(x, out_size):
     return out
 
 
+def avg_pool_cl(x, kernel_size, stride, padding, out_size, count_include_pad, divisor_override,
+                zero_point):
+    """avg_pool of channels-last data: x (N, D, H, W, C), result (N, OD, OH, OW, C). The same
+    windows and formula (zero point added before rounding), whatever the memory order."""
+    y = avg_pool(np.moveaxis(np.asarray(x), -1, 1), kernel_size, stride, padding, out_size,
+                 count_include_pad, divisor_override, zero_point)
+    return np.ascontiguousarray(np.moveaxis(y, 1, -1))
+
+
+def adaptive_avg_pool_cl(x, out_size):
+    """adaptive_avg_pool of channels-last data: x (N, D, H, W, C), result (N, OD, OH, OW, C),
+    with the same formula as adaptive_avg_pool."""
+    y = adaptive_avg_pool(np.moveaxis(np.asarray(x), -1, 1), out_size)
+    return np.ascontiguousarray(np.moveaxis(y, 1, -1))
+
+
 def adaptive_max_pool(x, out_size, with_indices):
     """Adaptive max pool on raw values; windows as PyTorch's float adaptive max pool.
 

@@ -113,6 +113,24 @@ def _pool_cases(nsp, arg_lists, dtypes, seed):
             cases.append(Case((_q(r, shape, d, layout, zp),), dict(kw),
                               label=f"{shape}-{d.name}-{layout}-{kw}"))
             i += 1
+    return cases + _wide_cl_cases(nsp, arg_lists[nsp][:2], dtypes, r)
+
+
+# Channels-last inputs with 64 channels and more: the channels-last kernels' 64-channel
+# register blocks, alone and with a channel tail.
+_WIDE_CL = {1: [(2, 70, 9)], 2: [(2, 64, 5, 6), (1, 130, 4, 7)], 3: [(1, 70, 3, 4, 5)]}
+
+
+def _wide_cl_cases(nsp, arg_list, dtypes, r):
+    cases = []
+    for i, shape in enumerate(_WIDE_CL[nsp]):
+        for j, kw in enumerate(arg_list):
+            d = dtypes[(i + j) % len(dtypes)]
+            zp = d.qmax if j and d.qmax < 300 else None
+            if not _valid(nsp, shape, kw):
+                continue
+            cases.append(Case((_q(r, shape, d, "cl", zp),), dict(kw),
+                              label=f"{shape}-{d.name}-cl-{kw}"))
     return cases
 
 
@@ -136,8 +154,8 @@ def _pool_strategy(nsp, kind, dtypes):
         return Case((q,), kw, label=f"{shape}-{kw}")
 
     dims = st.lists(st.integers(1, 4), min_size=nsp, max_size=nsp)
-    lead = st.one_of(st.tuples(st.integers(0, 2), st.integers(1, 20 if nsp == 3 else 5)),
-                     st.tuples(st.integers(1, 5)))
+    chans = st.one_of(st.integers(1, 20 if nsp == 3 else 5), st.integers(63, 65))
+    lead = st.one_of(st.tuples(st.integers(0, 2), chans), st.tuples(st.integers(1, 5)))
     return st.tuples(
         u.qparams_strategy(list(dtypes)), lead,
         st.lists(st.integers(1, 9 if nsp < 3 else 5), min_size=nsp, max_size=nsp),
@@ -177,6 +195,13 @@ def _torch_batched(fn, q, nsp, same_layout=False):
     return run
 
 
+def _cl_bench(case):
+    """True for the channels-last bench cases (_b_cl): there PyTorch's peer runs on the same
+    memory, with its NHWC kernels. Their average pools round ties their own way (see
+    SEMANTICS.md), so test cases keep PyTorch on NCHW, whose formulas qops follows."""
+    return case.label.endswith("-channels_last")
+
+
 def _torch_pool(fn_name, nsp):
     def oracle(case):
         import torch
@@ -197,7 +222,8 @@ def _torch_pool(fn_name, nsp):
         fn = getattr(torch.nn.functional, name)
         if not kw.pop("return_indices", False):
             # max is exact in any order, so PyTorch's NHWC max pool is a fair oracle and peer
-            return _torch_batched(lambda t: fn(t, **kw), q, nsp, name.startswith("max_pool"))
+            return _torch_batched(lambda t: fn(t, **kw), q, nsp,
+                                  name.startswith("max_pool") or _cl_bench(case))
 
         def with_indices(t):
             # PyTorch's quantized max pool rejects return_indices: the indices come from its
@@ -326,12 +352,17 @@ def _adaptive_cases(nsp, dtypes, seed, indices=False):
     cases = []
     for i, (shape, o) in enumerate(_ADAPTIVE[nsp]):
         for j, d in enumerate(dtypes):
-            layout = ("c", "t", "neg")[(i + j) % 3]
+            layout = ("c", "t", "neg", "cl")[(i + j) % 4]
             zp = d.qmin if (i + j) % 4 == 1 and d.qmax < 300 else None
             kw = dict(output_size=o)
             if indices and (i + j) % 2:
                 kw["return_indices"] = True
             cases.append(Case((_q(r, shape, d, layout, zp),), kw, label=f"{shape}-{o}-{d.name}-{layout}"))
+    for i, shape in enumerate(_WIDE_CL[nsp]):
+        o = tuple(max(1, L // 2) for L in shape[2:])
+        for j, d in enumerate(dtypes):
+            kw = dict(output_size=o if (i + j) % 2 else 1)
+            cases.append(Case((_q(r, shape, d, "cl"),), kw, label=f"{shape}-{kw}-{d.name}-cl"))
     return cases
 
 
@@ -345,11 +376,13 @@ def _adaptive_strategy(nsp, dtypes, indices=False):
         if indices and ri:
             kw["return_indices"] = True
         return Case((q,), kw, label=f"{q.shape}-{o}")
-    lead = st.one_of(st.tuples(st.integers(0, 2), st.integers(1, 5)), st.tuples(st.integers(1, 5)))
+    # 63..65 channels: the 64-channel blocks of the channels-last kernel, with tails
+    chans = st.one_of(st.integers(1, 5), st.integers(63, 65))
+    lead = st.one_of(st.tuples(st.integers(0, 2), chans), st.tuples(st.integers(1, 5)))
     return st.tuples(u.qparams_strategy(list(dtypes)), lead,
                      st.lists(st.integers(1, 10), min_size=nsp, max_size=nsp),
                      st.lists(st.integers(1, 12), min_size=nsp, max_size=nsp),
-                     st.integers(0, 2**32 - 1), st.sampled_from(["c", "t", "neg"]),
+                     st.integers(0, 2**32 - 1), st.sampled_from(["c", "t", "neg", "cl"]),
                      st.booleans()).map(build)
 
 
@@ -364,7 +397,7 @@ def _torch_adaptive_avg(nsp):
             # NCHW output and come back channel-scrambled; one channel at a time is correct.
             return _torch_batched(
                 lambda t: torch.cat([fn(c, o) for c in t.split(1, dim=1)], dim=1), q, nsp)
-        return _torch_batched(lambda t: fn(t, o), q, nsp)
+        return _torch_batched(lambda t: fn(t, o), q, nsp, _cl_bench(case))
     return oracle
 
 
@@ -404,7 +437,7 @@ def _b_cl(shape, **kw):
         q = _bq(shape)
         raw = np.ascontiguousarray(np.moveaxis(q._int, 1, -1)).transpose(0, 3, 1, 2)
         return Case((qops.make_per_tensor_quantized_tensor(raw, q._scale, q._zero_point),), kw,
-                    label=f"{shape}-cl")
+                    label=f"{shape}-channels_last")
     return case
 
 
@@ -427,21 +460,23 @@ SPECS = [
            bench={"2x2x2_64x8x56": _b((1, 64, 8, 56, 56), kernel_size=2),
                   "2x2x2_8x64x8x56": _b((8, 64, 8, 56, 56), kernel_size=2)},
            torch=_torch_pool("max_pool3d", 3)),
-    OpSpec("avg_pool1d", "pool", ("avg_pool",), F.avg_pool1d,
+    OpSpec("avg_pool1d", "pool", ("avg_pool", "avg_pool_cl"), F.avg_pool1d,
            lambda: _pool_cases(1, _AVG_ARGS, Q8, 4), lambda: _pool_strategy(1, "avg", Q8),
            bench={"3s1p1_64x3136": _b((1, 64, 3136), kernel_size=3, stride=1, padding=1),
                   "3s1p1_8x64x12544": _b((8, 64, 12544), kernel_size=3, stride=1, padding=1)},
            torch=_torch_pool("avg_pool1d", 1)),
-    OpSpec("avg_pool2d", "pool", ("avg_pool",), F.avg_pool2d,
+    OpSpec("avg_pool2d", "pool", ("avg_pool", "avg_pool_cl"), F.avg_pool2d,
            lambda: _pool_cases(2, _AVG_ARGS, Q8, 5), lambda: _pool_strategy(2, "avg", Q8),
            bench={"2x2s2_128_56": _b((1, 128, 56, 56), kernel_size=2, stride=2),
                   "2x2s2_64_56": _b((1, 64, 56, 56), kernel_size=2, stride=2),
                   "3x3s1p1_64_56": _b((1, 64, 56, 56), kernel_size=3, stride=1, padding=1),
                   "3x3s1p1_256_28": _b((1, 256, 28, 28), kernel_size=3, stride=1, padding=1),
                   "3x3s1p1_8x256_56": _b((8, 256, 56, 56), kernel_size=3, stride=1, padding=1),
-                  "2x2s2_8x256_56": _b((8, 256, 56, 56), kernel_size=2, stride=2)},
+                  "2x2s2_8x256_56": _b((8, 256, 56, 56), kernel_size=2, stride=2),
+                  "2x2s2_8x64_56_channels_last": _b_cl((8, 64, 56, 56), kernel_size=2,
+                                                       stride=2)},
            torch=_torch_pool("avg_pool2d", 2)),
-    OpSpec("avg_pool3d", "pool", ("avg_pool",), F.avg_pool3d,
+    OpSpec("avg_pool3d", "pool", ("avg_pool", "avg_pool_cl"), F.avg_pool3d,
            lambda: _pool_cases(3, _AVG_ARGS, Q8, 6), lambda: _pool_strategy(3, "avg", Q8),
            bench={"2x2x2_64x8x56": _b((1, 64, 8, 56, 56), kernel_size=2),
                   "2x2x2_8x64x8x56": _b((8, 64, 8, 56, 56), kernel_size=2)},
@@ -449,11 +484,13 @@ SPECS = [
            tolerance="±1 only at exact .5 ties with an odd zero point: qops adds the zero point "
                      "before rounding for every channel (as PyTorch's avg_pool2d); PyTorch's "
                      "avg_pool3d adds it after rounding for the first C//16*16 channels"),
-    OpSpec("adaptive_avg_pool1d", "pool", ("adaptive_avg_pool",), F.adaptive_avg_pool1d,
+    OpSpec("adaptive_avg_pool1d", "pool", ("adaptive_avg_pool", "adaptive_avg_pool_cl"),
+           F.adaptive_avg_pool1d,
            lambda: _adaptive_cases(1, Q8, 7), lambda: _adaptive_strategy(1, Q8),
            bench={"1_512x196": _b((1, 512, 196), output_size=1)},
            torch=_torch_adaptive_avg(1)),
-    OpSpec("adaptive_avg_pool2d", "pool", ("adaptive_avg_pool",), F.adaptive_avg_pool2d,
+    OpSpec("adaptive_avg_pool2d", "pool", ("adaptive_avg_pool", "adaptive_avg_pool_cl"),
+           F.adaptive_avg_pool2d,
            lambda: _adaptive_cases(2, Q8, 8), lambda: _adaptive_strategy(2, Q8),
            bench={"1x1_2048x7x7_b1": _b((1, 2048, 7, 7), output_size=1),
                   "7x7_512x28x28": _b((1, 512, 28, 28), output_size=7),
@@ -461,9 +498,12 @@ SPECS = [
                   "7x7_512x14x14": _b((1, 512, 14, 14), output_size=7),
                   "1x1_256x56x56": _b((1, 256, 56, 56), output_size=1),
                   "7x7_256x56x56": _b((1, 256, 56, 56), output_size=7),
-                  "7x7_8x512x28x28": _b((8, 512, 28, 28), output_size=7)},
+                  "7x7_8x512x28x28": _b((8, 512, 28, 28), output_size=7),
+                  "1x1_8x2048x7x7_channels_last": _b_cl((8, 2048, 7, 7), output_size=1),
+                  "7x7_8x64x56x56_channels_last": _b_cl((8, 64, 56, 56), output_size=7)},
            torch=_torch_adaptive_avg(2)),
-    OpSpec("adaptive_avg_pool3d", "pool", ("adaptive_avg_pool",), F.adaptive_avg_pool3d,
+    OpSpec("adaptive_avg_pool3d", "pool", ("adaptive_avg_pool", "adaptive_avg_pool_cl"),
+           F.adaptive_avg_pool3d,
            lambda: _adaptive_cases(3, Q8, 9), lambda: _adaptive_strategy(3, Q8),
            bench={"1x1x1_256x8x14x14": _b((1, 256, 8, 14, 14), output_size=1),
                   "2x7x7_64x8x28x28": _b((1, 64, 8, 28, 28), output_size=(2, 7, 7))},
