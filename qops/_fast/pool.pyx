@@ -468,44 +468,56 @@ cdef object _max_short(x, out, qp_geom g, bint sgn, int nt):
     return out
 
 
-cdef inline void _cmax(qint_t* acc, const qint_t* src, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        acc[i] = src[i] if src[i] > acc[i] else acc[i]
+cdef extern from "pool_cl.h" nogil:
+    ctypedef struct qpc_mrow:
+        Py_ssize_t W, C, OW, sW, pW, kW, dW, nrows
+    void qpc_max_row_u8(const uint8_t* const* rows, uint8_t* out, const qpc_mrow* g)
+    void qpc_max_row_s8(const int8_t* const* rows, int8_t* out, const qpc_mrow* g)
+    void qpc_max_row_s32(const int32_t* const* rows, int32_t* out, const qpc_mrow* g)
 
 
 cdef void _max_cl(const qint_t* x, qint_t* out, Py_ssize_t N, Py_ssize_t D, Py_ssize_t H,
                   Py_ssize_t W, Py_ssize_t C, Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
                   int kD, int kH, int kW, int sD, int sH, int sW, int pD, int pH, int pW,
-                  int dD, int dH, int dW, qint_t lo, int nt) noexcept nogil:
-    # One output row (n, od, oh) per work item, started at the dtype's minimum (what a
-    # window without a valid tap gives, and neutral for max); each valid tap then takes the
-    # max with its C-vector, pixel after pixel along the row: one pixel's nine updates in a
-    # row would each wait for the previous store (196 -> ~100 us for 8x64x56x56, 3x3/2).
-    cdef Py_ssize_t r, ow, c, i, j, k, id_, ih, iw, n, od, oh
-    cdef qint_t* row
-    cdef const qint_t* plane
-    for r in prange(N * OD * OH, schedule="static", num_threads=nt):
-        n = r // (OD * OH)
-        od = r // OH - n * OD
-        oh = r - (n * OD + od) * OH
-        row = out + r * OW * C
-        for c in range(OW * C):
-            row[c] = lo
-        for i in range(kD):
-            id_ = od * sD - pD + i * dD
-            if id_ < 0 or id_ >= D:
-                continue
-            for j in range(kH):
-                ih = oh * sH - pH + j * dH
-                if ih < 0 or ih >= H:
+                  int dD, int dH, int dW, int nt) noexcept nogil:
+    # One output row (n, od, oh) per work item: the window's valid input rows (D and H taps)
+    # are listed, then pool_cl.h takes each pixel's max over them in 64-byte registers
+    # (8x64x56x56, 3x3/2, 1 thread: 134 -> 89 us, against 130 us when each tap's max went
+    # through an output row in memory).
+    cdef Py_ssize_t r, n, od, oh, i, j, id_, ih, nr
+    cdef const qint_t** rows = NULL
+    cdef qpc_mrow g
+    with parallel(num_threads=nt):
+        rows = <const qint_t**>malloc(kD * kH * sizeof(qint_t*))
+        for r in prange(N * OD * OH, schedule="static"):
+            n = r // (OD * OH)
+            od = r // OH - n * OD
+            oh = r - (n * OD + od) * OH
+            nr = 0
+            for i in range(kD):
+                id_ = od * sD - pD + i * dD
+                if id_ < 0 or id_ >= D:
                     continue
-                plane = x + ((n * D + id_) * H + ih) * W * C
-                for k in range(kW):
-                    for ow in range(OW):
-                        iw = ow * sW - pW + k * dW
-                        if 0 <= iw < W:
-                            _cmax(row + ow * C, plane + iw * C, C)
+                for j in range(kH):
+                    ih = oh * sH - pH + j * dH
+                    if 0 <= ih < H:
+                        rows[nr] = x + ((n * D + id_) * H + ih) * W * C
+                        nr = nr + 1
+            g.W = W
+            g.C = C
+            g.OW = OW
+            g.sW = sW
+            g.pW = pW
+            g.kW = kW
+            g.dW = dW
+            g.nrows = nr
+            if qint_t is uint8_t:
+                qpc_max_row_u8(<const uint8_t* const*>rows, out + r * OW * C, &g)
+            elif qint_t is int8_t:
+                qpc_max_row_s8(<const int8_t* const*>rows, out + r * OW * C, &g)
+            else:
+                qpc_max_row_s32(<const int32_t* const*>rows, out + r * OW * C, &g)
+        free(rows)
 
 
 def max_pool_cl(x, kernel_size, stride, padding, dilation, out_size):
@@ -519,16 +531,17 @@ def max_pool_cl(x, kernel_size, stride, padding, dilation, out_size):
     if out.size == 0:
         return out
     nt = qops_threads_for(x.size + out.size * kW, GRAIN)
-    lo = np.iinfo(x.dtype).min
+    cdef const uint8_t* xp = <const uint8_t*>qops_ptr(x)
+    cdef uint8_t* op = <uint8_t*>qops_ptr(out, True)
     if x.dtype == np.uint8:
-        _max_cl[uint8_t](<const uint8_t*>qops_ptr(x), <uint8_t*>qops_ptr(out, True), N, D, H, W,
-                         C, OD, OH, OW, kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, lo, nt)
+        _max_cl[uint8_t](xp, op, N, D, H, W, C, OD, OH, OW, kD, kH, kW, sD, sH, sW, pD, pH, pW,
+                         dD, dH, dW, nt)
     elif x.dtype == np.int8:
-        _max_cl[int8_t](<const int8_t*>qops_ptr(x), <int8_t*>qops_ptr(out, True), N, D, H, W,
-                        C, OD, OH, OW, kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, lo, nt)
+        _max_cl[int8_t](<const int8_t*>xp, <int8_t*>op, N, D, H, W, C, OD, OH, OW, kD, kH, kW,
+                        sD, sH, sW, pD, pH, pW, dD, dH, dW, nt)
     else:
-        _max_cl[int32_t](<const int32_t*>qops_ptr(x), <int32_t*>qops_ptr(out, True), N, D, H,
-                         W, C, OD, OH, OW, kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, lo, nt)
+        _max_cl[int32_t](<const int32_t*>xp, <int32_t*>op, N, D, H, W, C, OD, OH, OW, kD, kH,
+                         kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, nt)
     return out
 
 

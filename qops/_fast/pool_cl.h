@@ -132,4 +132,49 @@ QPC_ROW(qpc_avg_row_u8, uint8_t, qpc_block64_u8)
 QPC_ROW(qpc_avg_row_s8, int8_t, qpc_block64_s8)
 #undef QPC_ROW
 
+/* Max pools of channels-last data, one output row (n, od, oh): rows[] are the window's valid
+ * input rows (D and H taps) of this output row. Each output pixel takes the max over its
+ * valid taps of 64-byte channel blocks kept in a register (a fixed-size block GCC vectorizes
+ * to one zmm, two ymm or four xmm), then the channel tail byte by byte. Every output starts
+ * at the dtype's minimum: what a window without a valid tap gives (PyTorch's padding). */
+typedef struct {
+    ptrdiff_t W, C, OW, sW, pW, kW, dW, nrows;
+} qpc_mrow;
+
+#define QPC_MAX_ROW(NAME, T, LO)                                                               \
+static void NAME(const T *const *rows, T *restrict out, const qpc_mrow *g) {                  \
+    enum { B = 64 / sizeof(T) };                                                               \
+    const ptrdiff_t C = g->C, cb = C / B * B;                                                  \
+    for (ptrdiff_t ow = 0; ow < g->OW; ow++) {                                                 \
+        /* valid W taps: 0 <= ow*sW - pW + k*dW < W */                                         \
+        ptrdiff_t base = ow * g->sW - g->pW, k0 = 0, k1 = g->kW;                               \
+        if (base < 0) k0 = (-base + g->dW - 1) / g->dW;                                        \
+        if (base + (k1 - 1) * g->dW >= g->W) k1 = (g->W - 1 - base) / g->dW + 1;               \
+        if (k1 < k0) k1 = k0;                                                                  \
+        T *o = out + ow * C;                                                                   \
+        for (ptrdiff_t c0 = 0; c0 < cb; c0 += B) {                                             \
+            T acc[B];                                                                          \
+            for (int j = 0; j < B; j++) acc[j] = LO;                                           \
+            for (ptrdiff_t r = 0; r < g->nrows; r++)                                           \
+                for (ptrdiff_t k = k0; k < k1; k++) {                                          \
+                    const T *p = rows[r] + (base + k * g->dW) * C + c0;                        \
+                    for (int j = 0; j < B; j++) acc[j] = p[j] > acc[j] ? p[j] : acc[j];        \
+                }                                                                              \
+            for (int j = 0; j < B; j++) o[c0 + j] = acc[j];                                    \
+        }                                                                                      \
+        for (ptrdiff_t c = cb; c < C; c++) {                                                   \
+            T m = LO;                                                                          \
+            for (ptrdiff_t r = 0; r < g->nrows; r++)                                           \
+                for (ptrdiff_t k = k0; k < k1; k++) {                                          \
+                    T v = rows[r][(base + k * g->dW) * C + c];                                 \
+                    m = v > m ? v : m;                                                         \
+                }                                                                              \
+            o[c] = m;                                                                          \
+        }                                                                                      \
+    }                                                                                          \
+}
+QPC_MAX_ROW(qpc_max_row_u8, uint8_t, 0)
+QPC_MAX_ROW(qpc_max_row_s8, int8_t, -128)
+QPC_MAX_ROW(qpc_max_row_s32, int32_t, INT32_MIN)
+#undef QPC_MAX_ROW
 #endif
