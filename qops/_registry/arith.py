@@ -173,6 +173,12 @@ def _cat_cases(seed):
             # large enough for the fast kernel's table-lookup path (4096+ elements an input)
             out.append(_cat_case(r, [(2, 3, 40, 41), (2, 5, 40, 41)], 1, d))
             out.append(_cat_case(r, [(2, 3, 40, 41), (2, 3, 40, 41)], 1, d, same=True))
+            # channels-last inputs, concatenated as they lie: rows of 3..70 channels
+            out.append(_cat_case(r, [(2, 3, 4, 5), (2, 70, 4, 5), (2, 1, 4, 5)], 1, d,
+                                 layout="cl"))
+            out.append(_cat_case(r, [(2, 64, 3, 5), (2, 64, 3, 5)], 1, d, same=True,
+                                 layout="cl"))
+            out.append(_cat_case(r, [(2, 6, 3, 5), (2, 6, 3, 2)], 3, d, layout="cl"))
         return out
     return cases
 
@@ -192,7 +198,7 @@ def _cat_strategy():
         return _cat_case(r, shapes, dim, d, same=same, layout=layout)
     return st.tuples(u.shape_strategy(min_side=1, max_side=7, max_numel=600), st.integers(1, 4),
                      st.floats(0, 1), st.integers(0, 2**32 - 1), st.booleans(),
-                     st.sampled_from(["c", "t", "neg"]), st.sampled_from(DTYPES)).map(build)
+                     st.sampled_from(["c", "t", "neg", "cl"]), st.sampled_from(DTYPES)).map(build)
 
 
 def _torch_cat(relu):
@@ -202,9 +208,21 @@ def _torch_cat(relu):
         s = case.kwargs.get("scale", ts[0]._scale)
         z = case.kwargs.get("zero_point", ts[0]._zero_point)
         tt = [u.to_torch(t) for t in ts]
+        if case.label.endswith("-channels_last"):
+            # the bench peer runs on the same memory (its NHWC cat); test cases keep PyTorch
+            # on C order, whose requantize formula qops follows
+            tt = [t.contiguous(memory_format=torch.channels_last) for t in tt]
         fn = torch.ops.quantized.cat_relu if relu else torch.ops.quantized.cat
         return lambda: fn(tt, dim, s, z)
     return oracle
+
+
+def _bench_cat_cl():
+    """Two 8x64x56x56 channels-last inputs of the output's qparams, along C."""
+    r = u.rng(12)
+    ts = [u.random_qtensor(r, (8, 64, 56, 56), qops.quint8, scale=0.05, zero_point=128,
+                           layout="cl") for _ in range(2)]
+    return Case((ts, 1), {"scale": 0.05, "zero_point": 128}, label="cat2-channels_last")
 
 
 def _bench_cat(k, same):
@@ -246,7 +264,8 @@ SPECS = [
            torch=_torch_scalar("mul_scalar")),
     OpSpec("cat", "arith", ("cat_into",), F.cat, _cat_cases(7), _cat_strategy,
            bench={"cat4_64_56": lambda: _bench_cat(4, False),
-                  "cat2_64_56_dim1": lambda: _bench_cat(2, True)},
+                  "cat2_64_56_dim1": lambda: _bench_cat(2, True),
+                  "cat2_8x64_56_channels_last": _bench_cat_cl},
            torch=_torch_cat(False)),
     OpSpec("cat_relu", "arith", ("cat_into",), F.cat_relu, _cat_cases(8), _cat_strategy,
            bench={"cat_relu4_64_56": lambda: _bench_cat(4, False)}, torch=_torch_cat(True)),
