@@ -10,6 +10,7 @@ import numpy as np
 
 from qops import _config
 from qops import _qparams as qp
+from qops._layout import memory_order
 from qops._ops import _check
 from qops._qtensor import QTensor
 
@@ -91,6 +92,15 @@ def _batch_norm(input, running_mean, running_var, weight, bias, eps, output_scal
     scale, zp = _out_qparams(output_scale, output_zero_point, input.dtype)
     alpha, beta = _batch_norm_affine(running_mean, running_var, weight, bias, eps,
                                      float(input._scale), scale)
+    order = memory_order(input._int)
+    if order is not None and order[-1] == 1:
+        # channels innermost in memory (channels last): normalized as it lies, rows of C, and
+        # the result keeps the layout (PyTorch's batch norm output is channels last too)
+        xm = input._int.transpose(order)
+        out = _config.impl("norm").batch_norm_cl(xm.reshape(-1, c), alpha, beta,
+                                                 input._zero_point, zp, relu)
+        out = out.reshape(xm.shape).transpose(np.argsort(order))
+        return QTensor._make(out, input.dtype, scale, zp)
     x3 = _rows3(input._cint(), 1)
     out = _config.impl("norm").batch_norm(x3, alpha, beta, input._zero_point, zp, relu)
     return QTensor._make(out.reshape(input.shape), input.dtype, scale, zp)

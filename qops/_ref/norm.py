@@ -38,6 +38,16 @@ def batch_norm(x, alpha, beta, zero_point, output_zero_point, relu):
     return out.astype(x.dtype)
 
 
+def batch_norm_cl(x, alpha, beta, zero_point, output_zero_point, relu):
+    """batch_norm of channels-last data: x (P, C), every row one position's channels.
+
+    The same per-channel affine; channels last is only another memory order.
+    """
+    x = np.asarray(x)
+    return np.ascontiguousarray(
+        batch_norm(x.T[None], alpha, beta, zero_point, output_zero_point, relu)[0].T)
+
+
 def _group_stats(x2, zero_point, scale, eps):
     """Per row of `x2` (M, N): (mean, r) in units of the input scale, both float32.
 

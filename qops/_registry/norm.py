@@ -216,6 +216,10 @@ def _bn_cases():
         cases.append(_bn_case(r, (2, 6, 5, 7), d, "t", "none"))
         cases.append(_bn_case(r, (2, 6, 5, 7), d, "neg", "ones", eps=1e-3, zp=d.qmin))
         cases.append(_bn_case(r, (3, 4, 30), d, "c", "rand", zp=d.qmax))
+        # channels innermost in memory (channels last), with vector-width channel tails
+        cases.append(_bn_case(r, (2, 70, 3, 3), d, "cl"))
+        cases.append(_bn_case(r, (2, 16, 5), d, "cl", "none", zp=d.qmin))
+        cases.append(_bn_case(r, (1, 33, 2, 3, 4), d, "cl", "ones"))
         # (an empty batch is tested in tests/test_norm.py: PyTorch returns it with the
         # input's qparams instead of the output ones)
     return cases
@@ -229,7 +233,8 @@ def _bn_strategy():
         return _bn_case(u.rng(seed), shape, d, layout, affine, eps)
     return st.tuples(u.shape_strategy(min_dims=2, max_dims=5, min_side=1, max_side=9),
                      st.integers(0, 2**32 - 1), st.sampled_from(DTYPES),
-                     st.sampled_from(["c", "t", "neg"]), st.sampled_from(["rand", "none", "ones"]),
+                     st.sampled_from(["c", "t", "neg", "cl"]),
+                     st.sampled_from(["rand", "none", "ones"]),
                      st.sampled_from([1e-5, 1e-3, 0.5])).map(build)
 
 
@@ -239,6 +244,8 @@ def _torch_bn(relu):
         x, mean, var, w, b, eps, s, z = case.args
         c = x.shape[1]
         t = u.to_torch(x)
+        if case.label == "channels_last" and x.ndim == 4:
+            t = t.contiguous(memory_format=torch.channels_last)    # the bench peer, same memory
         # PyTorch's kernel requires weight and bias; qops' None means ones and zeros.
         tw = _torch_vec(np.ones(c, np.float32) if w is None else w)
         tb = _torch_vec(np.zeros(c, np.float32) if b is None else b)
@@ -272,19 +279,20 @@ def _bench_in():
     return Case(c.args[:1] + c.args[2:])
 
 
-def _bench_bn():
+def _bench_bn(layout="c"):
     r = u.rng(42)
-    x = _x(r, (8, 64, 56, 56), qops.quint8, scale=0.05, zp=128)
+    x = _x(r, (8, 64, 56, 56), qops.quint8, layout=layout, scale=0.05, zp=128)
     return Case((x, r.normal(0.3, 0.1, 64).astype(np.float32), r.uniform(0.8, 1.2, 64).astype(np.float32),
                  r.normal(1, 0.1, 64).astype(np.float32), r.normal(0, 0.1, 64).astype(np.float32),
-                 1e-5, 0.03, 128))
+                 1e-5, 0.03, 128), label="channels_last" if layout == "cl" else "")
 
 
 
 SPECS = [
-    OpSpec("batch_norm", "norm", ("batch_norm",), F.batch_norm, _bn_cases, _bn_strategy,
-           bench={"2d_8x64x56": _bench_bn}, torch=_torch_bn(False)),
-    OpSpec("batch_norm_relu", "norm", ("batch_norm",), F.batch_norm_relu, _bn_cases, _bn_strategy,
+    OpSpec("batch_norm", "norm", ("batch_norm", "batch_norm_cl"), F.batch_norm, _bn_cases, _bn_strategy,
+           bench={"2d_8x64x56": _bench_bn,
+                  "2d_8x64x56_channels_last": lambda: _bench_bn("cl")}, torch=_torch_bn(False)),
+    OpSpec("batch_norm_relu", "norm", ("batch_norm", "batch_norm_cl"), F.batch_norm_relu, _bn_cases, _bn_strategy,
            bench={"2d_8x64x56": _bench_bn}, torch=_torch_bn(True)),
     OpSpec("layer_norm", "norm", ("layer_norm",), F.layer_norm, _ln_cases, _ln_strategy,
            bench={"8x128x768": _bench_ln}, torch=_torch_ln, compare=compare_ln,
