@@ -1035,10 +1035,13 @@ qconv_grouped_amx(const qconv_args *a, ptrdiff_t n, ptrdiff_t od, ptrdiff_t oh0,
                     const uint8_t *xt = gbase + a->toff[t];
                     for (int k = 0; k < a->nch; k++) {
                         const uint8_t *xk = xt + (ptrdiff_t)k * 16 * pstride;
-                        _tile_loadd(6, xk, pstride);
-                        _tile_loadd(7, xk + 64, pstride);
+                        /* each load just before its first product (tiles are not
+                         * renamed): 3x3 64->64 on 56x56 152 -> 145 us against three loads
+                         * ahead of the products */
                         _tile_loadd(4, w0, a->Kc);
+                        _tile_loadd(6, xk, pstride);
                         _tile_dpbsud(0, 4, 6);
+                        _tile_loadd(7, xk + 64, pstride);
                         _tile_dpbsud(1, 4, 7);
                         if (two) {
                             _tile_loadd(5, w1, a->Kc);
