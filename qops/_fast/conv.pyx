@@ -173,6 +173,119 @@ def pack_weight(w, w_zero_points, groups):
     return packed
 
 
+cdef extern from "qops_conv_nhwc.h" nogil:
+    ctypedef struct qconv_nhwc_fill_args:
+        const uint8_t *x
+        Py_ssize_t N, D, H, W, C
+        Py_ssize_t pd, ph, pw
+        Py_ssize_t Dp, Hp, Wp, Cp
+        uint8_t xz
+        uint8_t *xp
+    ctypedef struct qconv_nhwc_args:
+        const uint8_t *xp
+        Py_ssize_t Dp, Hp, Wp, Cp
+        Py_ssize_t OD, OH, OW, O
+        Py_ssize_t sd, sh, sw
+        int ntaps, nch, nob
+        const Py_ssize_t *toff
+        const int8_t *wb
+        const int32_t *kzw
+        const float *bterm
+        const float *mult
+        int32_t xz, ozp, lo
+        uint8_t *out
+    void qconv_nhwc_fill(const qconv_nhwc_fill_args *f, Py_ssize_t r0, Py_ssize_t r1)
+    void qconv_nhwc_amx(const qconv_nhwc_args *a, Py_ssize_t r0, Py_ssize_t r1)
+
+
+def _nhwc_weights(packed):
+    """The weights as the channels-last AMX kernel's B tiles, built on first use and kept:
+    [oc block][tap][64-channel chunk][16 channel quads][16 oc][4], zero-padded, 64-aligned."""
+    wb = packed.get("wb")
+    if wb is not None:
+        return wb
+    o, ntaps, q4 = packed["wv"].shape
+    cp = (q4 * 4 + 63) // 64 * 64
+    nob = (o + 15) // 16
+    w = np.zeros((nob * 16, ntaps, cp), np.int8)
+    w[:o, :, :q4 * 4] = packed["wv"].view(np.int8).reshape(o, ntaps, q4 * 4)
+    t = w.reshape(nob, 16, ntaps, cp // 64, 16, 4).transpose(0, 2, 3, 4, 1, 5)
+    raw = np.empty(t.size + 64, np.int8)
+    off = (-raw.ctypes.data) % 64
+    wb = raw[off:off + t.size]
+    wb[:] = np.ascontiguousarray(t).reshape(-1)
+    packed["wb"] = wb
+    return wb
+
+
+def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
+            stride, padding, dilation, groups):
+    """conv of channels-last data: x (N, D, H, W, C) -> (N, OD, OH, OW, O).
+
+    Ungrouped convolutions with symmetric weights run the channels-last AMX kernel where the
+    CPU has AMX; everything else transposes to `conv` and back."""
+    x = np.ascontiguousarray(x)
+    n, d, h, wdt, c = x.shape
+    if not (_MODE[0] == 2 and packed["kind"] == "grouped" and groups == 1
+            and packed["Cg"] >= _AMX_MIN_KC[0] and not packed["gany"].any() and x.size > 0):
+        out = conv(x.transpose(0, 4, 1, 2, 3), packed, x_zero_point, bias_term, multiplier,
+                   out_zero_point, relu, stride, padding, dilation, groups)
+        return np.ascontiguousarray(out.transpose(0, 2, 3, 4, 1))
+    cdef qconv_nhwc_fill_args f
+    cdef qconv_nhwc_args a
+    kd, kh, kw = packed["kernel"]
+    o = packed["O"]
+    (pd, ph, pw), (sd, sh, sw), (dd, dh, dwl) = padding, stride, dilation
+    dp, hp, wp_ = d + 2 * pd, h + 2 * ph, wdt + 2 * pw
+    od = (dp - dd * (kd - 1) - 1) // sd + 1
+    oh = (hp - dh * (kh - 1) - 1) // sh + 1
+    ow = (wp_ - dwl * (kw - 1) - 1) // sw + 1
+    # a stride past the padded width leaves one output column, whatever its value: clamped,
+    # the tiles' strided reads (and the slack below) stay small
+    sw = min(sw, wp_)
+    wb = _nhwc_weights(packed)
+    cp = (c + 63) // 64 * 64
+    cdef Py_ssize_t rows = n * dp * hp, orows = n * od * oh
+    # slack past the end: the last pixel tiles read up to 32 strided pixels past a row
+    xpad = qops_empty(np, (rows * wp_ * cp + (32 * sw + wp_ + 64) * cp,), np.uint8)
+    f.x = <const uint8_t*>qops_ptr(x)
+    f.N, f.D, f.H, f.W, f.C = n, d, h, wdt, c
+    f.pd, f.ph, f.pw = pd, ph, pw
+    f.Dp, f.Hp, f.Wp, f.Cp = dp, hp, wp_, cp
+    f.xz = x_zero_point
+    f.xp = <uint8_t*>qops_ptr(xpad, True)
+    taps = np.array([((i * dd * hp + j * dh) * wp_ + k * dwl) * cp
+                     for i in range(kd) for j in range(kh) for k in range(kw)], dtype=np.intp)
+    out = qops_empty(np, (n, od, oh, ow, o), np.uint8)
+    bt = np.ascontiguousarray(bias_term, np.float32)
+    mu = np.ascontiguousarray(multiplier, np.float32)
+    kzw = packed["kzw"]
+    a.xp = f.xp
+    a.Dp, a.Hp, a.Wp, a.Cp = dp, hp, wp_, cp
+    a.OD, a.OH, a.OW, a.O = od, oh, ow, o
+    a.sd, a.sh, a.sw = sd, sh, sw
+    a.ntaps, a.nch, a.nob = len(taps), cp // 64, (o + 15) // 16
+    a.toff = <const Py_ssize_t*>qops_ptr(taps)
+    a.wb = <const int8_t*>qops_ptr(wb)
+    a.kzw = <const int32_t*>qops_ptr(kzw)
+    a.bterm = <const float*>qops_ptr(bt)
+    a.mult = <const float*>qops_ptr(mu)
+    a.xz = x_zero_point
+    a.ozp = out_zero_point
+    a.lo = out_zero_point if relu else 0
+    a.out = <uint8_t*>qops_ptr(out, True)
+    cdef int fill_threads = qops_threads_for(rows * wp_ * cp, 1 << 16)
+    cdef int nthreads = qops_threads_for(orows * ow * o * c * len(taps), GRAIN)
+    cdef Py_ssize_t i, per
+    with nogil:
+        for i in prange(fill_threads, schedule="static", num_threads=fill_threads):
+            qconv_nhwc_fill(&f, rows * i // fill_threads, rows * (i + 1) // fill_threads)
+        # whole output rows per thread, contiguous (each keeps its weight blocks in L1)
+        for i in prange(nthreads, schedule="static", num_threads=nthreads):
+            qconv_nhwc_amx(&a, orows * i // nthreads, orows * (i + 1) // nthreads)
+    return out
+
+
 cdef void _fill(qconv_fill_args *f, Py_ssize_t rows, int nthreads) noexcept nogil:
     cdef Py_ssize_t chunk = 8, nch = (rows + 7) // 8, i
     for i in prange(nch, schedule="static", num_threads=nthreads):

@@ -10,6 +10,7 @@ import numpy as np
 from qops import _config
 from qops import _qparams as qp
 from qops._dtypes import as_qdtype, qint8, quint8
+from qops._layout import memory_order
 from qops._ops import _check
 from qops._qtensor import QTensor
 
@@ -205,9 +206,15 @@ def _conv(ndim, relu, input, weight, bias, stride, padding, dilation, groups, pa
     scale = qp.check_scale(scale)
     zero_point = qp.check_zero_point(zero_point, quint8)
     x = input._int
-    # the planes are built from any strides; a channels-last block (channel stride 1) is
-    # read as it lies by ungrouped convs, other non-C layouts are transposed first
-    if not x.flags.c_contiguous and not (x.strides[1] == 1 and pack.groups == 1):
+    # channels-last memory (channels innermost, the rest in order) of an ungrouped conv with
+    # zero padding: the channels-last kernel, whose result lies channels last too (as
+    # PyTorch's); otherwise the planes are built from any strides (a channels-last block of
+    # a grouped conv as it lies), other non-C layouts transposed first
+    cl_order = [0] + list(range(2, ndim + 2)) + [1]
+    channels_last = (pack.groups == 1 and x.shape[0] > 0 and memory_order(x) == cl_order
+                     and (pack.padding_mode == "zeros" or not any(pack.padding)))
+    if not channels_last and not x.flags.c_contiguous and not (
+            x.strides[1] == 1 and pack.groups == 1):
         x = input._cint()
     c = x.shape[1]
     if c % pack.groups:
@@ -255,6 +262,13 @@ def _conv(ndim, relu, input, weight, bias, stride, padding, dilation, groups, pa
         return QTensor._make(np.zeros(out_shape, np.uint8), quint8, scale, zero_point)
     bterm, mult = pack._requant(input._scale, scale)
     kernels = _config.impl("conv")
+    if channels_last:
+        xm = x.transpose(cl_order)
+        xm = xm.reshape(xm.shape[:1] + lead + xm.shape[1:])
+        out = kernels.conv_cl(xm, pack._kernel_pack(kernels), x_zp, bterm, mult, zero_point,
+                              bool(relu), stride3, pad3, dil3, pack.groups)
+        out = out.reshape((out_shape[0],) + out_shape[2:] + (o,))
+        return QTensor._make(out.transpose(np.argsort(cl_order)), quint8, scale, zero_point)
     out = kernels.conv(x5, pack._kernel_pack(kernels), x_zp, bterm, mult, zero_point, bool(relu),
                        stride3, pad3, dil3, pack.groups)
     return QTensor._make(out.reshape(out_shape), quint8, scale, zero_point)

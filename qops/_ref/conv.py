@@ -78,3 +78,12 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
     lo = out_zero_point if relu else 0
     out = q_vec(y, np.asarray(multiplier, F32).reshape(shape), out_zero_point, lo, 255)
     return out.astype(np.uint8)
+
+
+def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
+            stride, padding, dilation, groups):
+    """conv of channels-last data: x (N, D, H, W, C), result (N, OD, OH, OW, O). The same
+    convolution; channels last is only another memory order."""
+    y = conv(np.moveaxis(np.asarray(x), -1, 1), packed, x_zero_point, bias_term, multiplier,
+             out_zero_point, relu, stride, padding, dilation, groups)
+    return np.ascontiguousarray(np.moveaxis(y, 1, -1))
