@@ -21,7 +21,7 @@ W = qops.quantize_per_channel(np.random.default_rng(1).normal(size=(8, 6, 3, 3))
                               np.full(8, 0.01), np.zeros(8, np.int64), 0, qops.qint8)
 ONES, ZEROS = np.ones(6, np.float32), np.zeros(6, np.float32)
 
-# (name, op, keeps the channels-last layout)
+# (name, op, keeps the channels-last layout: True, False (C order) or None (either))
 OPS = [
     ("relu", lambda a, b: F.relu(a), True),
     ("hardswish", lambda a, b: F.hardswish(a, 0.05, 120), True),
@@ -46,7 +46,7 @@ OPS = [
     ("cat_dim3", lambda a, b: F.cat([a, b], 3), True),
     ("mean", lambda a, b: F.mean(a, (2, 3)), False),
     ("max_dim", lambda a, b: F.max(a, 1)[0], False),
-    ("conv2d", lambda a, b: F.conv2d(a, W, padding=1, scale=0.2, zero_point=60), True),
+    ("conv2d", lambda a, b: F.conv2d(a, W, padding=1, scale=0.2, zero_point=60), None),
     ("contiguous", lambda a, b: a.contiguous(), False),
     ("clone", lambda a, b: a.clone(), False),
 ]
@@ -65,7 +65,9 @@ def test_channels_last_equals_c_order(backend, name, op, keeps):
     np.testing.assert_array_equal(_raw(got), _raw(want))
     np.testing.assert_array_equal(a.int_repr(), before)          # the input is untouched
     arr = got._int if isinstance(got, qops.QTensor) else got
-    if keeps:           # as PyTorch: the result lies in memory as the input does
+    if keeps is None:   # the kernel's choice: channels last or C order, dense either way
+        assert memory_order(arr) == [0, 2, 3, 1] or arr.flags.c_contiguous
+    elif keeps:         # as PyTorch: the result lies in memory as the input does
         assert memory_order(arr) == [0, 2, 3, 1]
     elif backend == "fast":
         assert arr.flags.c_contiguous

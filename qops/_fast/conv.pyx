@@ -222,15 +222,18 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
             stride, padding, dilation, groups):
     """conv of channels-last data: x (N, D, H, W, C) -> (N, OD, OH, OW, O).
 
-    Ungrouped convolutions with symmetric weights run the channels-last AMX kernel where the
-    CPU has AMX; everything else transposes to `conv` and back."""
+    Ungrouped convolutions with symmetric weights and 32+ input channels run the
+    channels-last AMX kernel where the CPU has AMX (fewer channels would waste most of each
+    64-byte pixel); everything else runs `conv` on the same memory, whose C-order result comes
+    back as a view."""
     x = np.ascontiguousarray(x)
     n, d, h, wdt, c = x.shape
     if not (_MODE[0] == 2 and packed["kind"] == "grouped" and groups == 1
-            and packed["Cg"] >= _AMX_MIN_KC[0] and not packed["gany"].any() and x.size > 0):
+            and packed["Cg"] >= 32 and not packed["gany"].any() and x.size > 0):
+        # the planes read the channels-last block as it lies
         out = conv(x.transpose(0, 4, 1, 2, 3), packed, x_zero_point, bias_term, multiplier,
                    out_zero_point, relu, stride, padding, dilation, groups)
-        return np.ascontiguousarray(out.transpose(0, 2, 3, 4, 1))
+        return out.transpose(0, 2, 3, 4, 1)
     cdef qconv_nhwc_fill_args f
     cdef qconv_nhwc_args a
     kd, kh, kw = packed["kernel"]
