@@ -9,7 +9,7 @@ import os
 
 import qops
 from qops._registry import all_specs
-from qops.bench import _torch
+from qops.bench import _settle_allocator, _torch
 
 THREADS = sorted({1, os.cpu_count() or 1})
 _CASES = {}
@@ -34,6 +34,7 @@ class _Base:
     timeout = 600
 
     def setup(self, key, backend, threads):
+        _settle_allocator()     # as qops.bench: no backend pays fresh pages per call
         spec, case = _lookup(key)
         if backend == "torch":
             torch = _torch()
