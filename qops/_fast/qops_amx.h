@@ -43,5 +43,16 @@ __attribute__((target("amx-tile"))) static inline void qops_tilecfg_load(const q
     __asm__ volatile("" : : "r"(cfg) : "memory");
     _tile_loadconfig(cfg);
 }
+
+/* Store accumulator tile t (0-3, 16 rows of 64 bytes) to buf: the tile number of
+ * _tile_stored must be a constant. */
+__attribute__((target("amx-tile"))) static inline void qops_tile_store_acc(int t, int32_t *buf) {
+    switch (t) {
+    case 0: _tile_stored(0, buf, 64); break;
+    case 1: _tile_stored(1, buf, 64); break;
+    case 2: _tile_stored(2, buf, 64); break;
+    default: _tile_stored(3, buf, 64); break;
+    }
+}
 #endif
 #endif

@@ -1055,12 +1055,7 @@ qconv_grouped_amx(const qconv_args *a, ptrdiff_t n, ptrdiff_t od, ptrdiff_t oh0,
                 for (int b = 0; b < 1 + two; b++) {
                     for (int p = 0; p < 2; p++) {
                         if (16 * p >= nv) break;
-                        switch (2 * b + p) {
-                        case 0: _tile_stored(0, buf, 64); break;
-                        case 1: _tile_stored(1, buf, 64); break;
-                        case 2: _tile_stored(2, buf, 64); break;
-                        default: _tile_stored(3, buf, 64); break;
-                        }
+                        qops_tile_store_acc(2 * b + p, buf);
                         int rows = a->Og - (ob + b) * 16;
                         if (rows > 16) rows = 16;
                         for (int m = 0; m < rows; m++) {

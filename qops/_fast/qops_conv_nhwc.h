@@ -117,12 +117,7 @@ qconv_nhwc_amx(const qconv_nhwc_args *a, ptrdiff_t r0, ptrdiff_t r1) {
                     const __m512 mu = _mm512_maskz_loadu_ps(m, a->mult + oc);
                     for (int p = 0; p < 2; p++) {
                         if (16 * p >= nv) break;
-                        switch (2 * b + p) {
-                        case 0: _tile_stored(0, buf, 64); break;
-                        case 1: _tile_stored(1, buf, 64); break;
-                        case 2: _tile_stored(2, buf, 64); break;
-                        default: _tile_stored(3, buf, 64); break;
-                        }
+                        qops_tile_store_acc(2 * b + p, buf);
                         const int rows = nv - 16 * p < 16 ? nv - 16 * p : 16;
                         for (int i = 0; i < rows; i++) {
                             /* as qconv_store16, along output channels */
