@@ -146,7 +146,8 @@ def _bool(v, argname):
 def _channels_last(input, nsp):
     """input's raw values as (N, D, H, W, C) when they lie channels last (NHWC memory), else
     None."""
-    if type(input) is not QTensor or input._int.ndim != nsp + 2 or 0 in input.shape:
+    if (type(input) is not QTensor or input._int.flags.c_contiguous
+            or input._int.ndim != nsp + 2 or 0 in input.shape):
         return None
     nhwc = [0] + list(range(2, nsp + 2)) + [1]
     if memory_order(input._int) != nhwc:
