@@ -257,8 +257,13 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     f.Dp, f.Hp, f.Wp, f.Cp = dp, hp, wp_, cp
     f.xz = x_zero_point
     f.xp = <uint8_t*>qops_ptr(xpad, True)
-    taps = np.array([((i * dd * hp + j * dh) * wp_ + k * dwl) * cp
-                     for i in range(kd) for j in range(kh) for k in range(kw)], dtype=np.intp)
+    # the taps' offsets, kept per geometry (a model calls each conv on one input size)
+    key = ("taps", hp, wp_, cp, dilation)
+    taps = packed.get(key)
+    if taps is None:
+        taps = packed[key] = np.array(
+            [((i * dd * hp + j * dh) * wp_ + k * dwl) * cp
+             for i in range(kd) for j in range(kh) for k in range(kw)], dtype=np.intp)
     out = qops_empty(np, (n, od, oh, ow, o), np.uint8)
     bt = np.ascontiguousarray(bias_term, np.float32)
     mu = np.ascontiguousarray(multiplier, np.float32)

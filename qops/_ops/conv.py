@@ -268,7 +268,8 @@ def _conv(ndim, relu, input, weight, bias, stride, padding, dilation, groups, pa
         out = kernels.conv_cl(xm, pack._kernel_pack(kernels), x_zp, bterm, mult, zero_point,
                               bool(relu), stride3, pad3, dil3, pack.groups)
         out = out.reshape((out_shape[0],) + out_shape[2:] + (o,))
-        return QTensor._make(out.transpose(np.argsort(cl_order)), quint8, scale, zero_point)
+        back = [0, ndim + 1] + list(range(1, ndim + 1))          # the inverse of cl_order
+        return QTensor._make(out.transpose(back), quint8, scale, zero_point)
     out = kernels.conv(x5, pack._kernel_pack(kernels), x_zp, bterm, mult, zero_point, bool(relu),
                        stride3, pad3, dil3, pack.groups)
     return QTensor._make(out.reshape(out_shape), quint8, scale, zero_point)
