@@ -5,8 +5,8 @@
  * with the output's sub and mul (avg_pool: size*zp, f32(1/div), add = zp; adaptive: 0, r, 0).
  * AVX-512 takes blocks of 64 channels in four zmm sums that stay in registers from the first
  * tap to the output bytes, AVX2 in eight ymm sums; the baseline build, and channel tails,
- * sum into memory and let GCC vectorize the loops. (Sums in memory, or packing through GCC's own conversions, ran the
- * 8x64x56x56 2x2 pool 2-4x slower on AVX-512.)
+ * sum into memory and let GCC vectorize the loops. (Sums in memory, or packing through GCC's
+ * own conversions, ran the 8x64x56x56 2x2 pool 2-4x slower on AVX-512.)
  */
 #ifndef QOPS_POOL_CL_H
 #define QOPS_POOL_CL_H
