@@ -363,7 +363,6 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
     # slack past the end for the whole-vector reads of the last pixel block (never stored)
     xq = np.empty(n * img_bytes + 4096, np.uint8)
     cdef const uint8_t[:, :, :, :, :] xv = x
-    cdef uint8_t[::1] xq_v = xq
     f.x = &xv[0, 0, 0, 0, 0]
     f.sn, f.sc, f.sd, f.sh, f.sw_x = x.strides
     f.D, f.H, f.W = d, h, wdt
@@ -372,61 +371,53 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
     f.NG, f.C4, f.Cg = ng, c4, packed["Cg"]
     f.dw = dw
     f.xz = x_zero_point
-    f.xq = &xq_v[0]
+    # contiguous arrays by pointer (a typed memoryview costs ~3x as much a call), each kept
+    # alive by a local name or by `packed`
+    f.xq = <uint8_t*>qops_ptr(xq, True)
     f.group_bytes, f.img_bytes, f.row_bytes, f.c4_stride = group_bytes, img_bytes, row_bytes, c4_stride
     rows = n * ng * dp * hp
     fill_threads = qops_threads_for(n * img_bytes, 1 << 16)
     f.scratch_bytes = 6 * sw * wq + 64
     scratch = np.empty(fill_threads * f.scratch_bytes, np.uint8)
-    cdef uint8_t[::1] scratch_v = scratch
-    f.scratch = &scratch_v[0]
+    f.scratch = <uint8_t*>qops_ptr(scratch, True)
     _fill(&f, rows, fill_threads)
 
-    taps = np.array([(i * dd * hp + j * dh) * row_bytes + (k * dwl) % sw * wq * ilv + (k * dwl) // sw * ilv
-                     for i in range(kd) for j in range(kh) for k in range(kw)], dtype=np.intp)
+    # the taps' offsets, kept per geometry (a model calls each conv on one input size)
+    key = ("plane_taps", hp, row_bytes, sw, wq, ilv, dilation)
+    taps = packed.get(key)
+    if taps is None:
+        taps = packed[key] = np.array(
+            [(i * dd * hp + j * dh) * row_bytes + (k * dwl) % sw * wq * ilv + (k * dwl) // sw * ilv
+             for i in range(kd) for j in range(kh) for k in range(kw)], dtype=np.intp)
     out = np.empty((n, o, od, oh, ow), np.uint8)
-    cdef const Py_ssize_t[::1] toff_v = taps
-    cdef const float[::1] bt_v = np.ascontiguousarray(bias_term, np.float32)
-    cdef const float[::1] mu_v = np.ascontiguousarray(multiplier, np.float32)
-    cdef uint8_t[::1] out_v = out.reshape(-1)
-    cdef const int32_t[::1] i32_a, i32_b, i32_c
-    cdef const int8_t[::1] i8_a
-    cdef const uint8_t[::1] u8_a
-    a.xq = &xq_v[0]
+    bt = np.ascontiguousarray(bias_term, np.float32)
+    mu = np.ascontiguousarray(multiplier, np.float32)
+    a.xq = f.xq
     a.img_bytes, a.group_bytes, a.row_bytes, a.c4_stride = img_bytes, group_bytes, row_bytes, c4_stride
     a.Hp, a.sw, a.Wq, a.ilv = hp, sw, wq, ilv
     a.OD, a.OH, a.OW = od, oh, ow
     a.sd, a.sh = sd, sh
     a.ntaps = len(taps)
-    a.toff = &toff_v[0]
+    a.toff = <const Py_ssize_t*>qops_ptr(taps)
     a.G, a.O = groups, o
-    a.bterm = &bt_v[0]
-    a.mult = &mu_v[0]
+    a.bterm = <const float*>qops_ptr(bt)
+    a.mult = <const float*>qops_ptr(mu)
     a.xz = x_zero_point
     a.ozp = out_zero_point
     a.lo = out_zero_point if relu else 0
-    a.out = &out_v[0]
-    cdef const int32_t[::1] i32_d, i32_e
-    i32_a = packed["wv"].reshape(-1)
-    i32_b = packed["kzw"]
-    i32_c = packed["wz"]
-    u8_a = packed["gany"]
-    a.wv = &i32_a[0]
-    a.kzw = &i32_b[0]
-    a.wz = &i32_c[0]
-    a.gany = &u8_a[0]
+    a.out = <uint8_t*>qops_ptr(out, True)
+    a.wv = <const int32_t*>qops_ptr(packed["wv"])
+    a.kzw = <const int32_t*>qops_ptr(packed["kzw"])
+    a.wz = <const int32_t*>qops_ptr(packed["wz"])
+    a.gany = <const uint8_t*>qops_ptr(packed["gany"])
     if dw:
-        i32_d = packed["wd"].reshape(-1)
-        i32_e = packed["wdsum"]
-        a.wd = &i32_d[0]
-        a.wdsum = &i32_e[0]
+        a.wd = <const int32_t*>qops_ptr(packed["wd"])
+        a.wdsum = <const int32_t*>qops_ptr(packed["wdsum"])
     else:
         a.Cg, a.C4, a.Og = packed["Cg"], c4, packed["Og"]
         if "pairmax" in packed:
-            i32_d = packed["wvl"].reshape(-1)
-            i32_e = packed["wvh"].reshape(-1)
-            a.wvl = &i32_d[0]
-            a.wvh = &i32_e[0]
+            a.wvl = <const int32_t*>qops_ptr(packed["wvl"])
+            a.wvh = <const int32_t*>qops_ptr(packed["wvh"])
             # no vpmaddubsw pair sum leaves int16 when the largest input (padding holds the
             # zero point) times pairmax fits: always for pairmax <= 128, else the input decides
             xmax = (255 if packed["pairmax"] <= 128 or mode != 1 or x.size == 0
@@ -438,8 +429,7 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
             if "wa" not in packed or packed["Kc"] < _AMX_MIN_KC[0]:
                 mode = qconv_best_mode()
             else:
-                i8_a = packed["wa"]
-                a.wa = &i8_a[0]
+                a.wa = <const int8_t*>qops_ptr(packed["wa"])
     cdef Py_ssize_t macs = n * od * oh * ow * o * packed["Cg"] * len(taps)
     nthreads = qops_threads_for(macs, GRAIN)
     rows_per_item = 1
