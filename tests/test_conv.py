@@ -73,6 +73,35 @@ def test_prepacked_equals_unpacked_and_never_repacks(backend, monkeypatch):
     assert int(direct._int.min()) >= 90
 
 
+def test_checked_geometry_is_reused_only_where_it_holds(backend):
+    # a prepacked conv remembers each input geometry it has checked; later calls with that
+    # geometry skip the checks, any other input (or bad argument) is checked as the first was
+    pk = F.prepack_conv2d(_w((8, 6, 3, 3)), None, padding=1)
+    x = _x((2, 6, 9, 7))
+    first = F.conv2d(x, pk, scale=0.2, zero_point=60)
+    again = F.conv2d(x, pk, scale=0.2, zero_point=60)
+    np.testing.assert_array_equal(again._int, first._int)
+    other = F.conv2d(x, pk, scale=0.3, zero_point=61)            # other output qparams
+    with qops.backend("ref"):
+        want = F.conv2d(x, F.prepack_conv2d(_w((8, 6, 3, 3)), None, padding=1), scale=0.3,
+                        zero_point=61)
+    np.testing.assert_array_equal(other._int, want._int)
+    cl = u.random_qtensor(u.rng(0), (2, 6, 9, 7), qops.quint8, scale=0.05, zero_point=100,
+                          layout="cl")                           # same shape, other strides
+    np.testing.assert_array_equal(np.asarray(F.conv2d(cl, pk, scale=0.2, zero_point=60)._int),
+                                  np.asarray(F.conv2d(cl.contiguous(), pk, scale=0.2,
+                                                      zero_point=60)._int))
+    with pytest.raises(ValueError, match="zero_point"):
+        F.conv2d(x, pk, scale=0.2, zero_point=300)
+    with pytest.raises(ValueError, match="scale"):
+        F.conv2d(x, pk, scale=-1.0, zero_point=60)
+    with pytest.raises(ValueError, match="channels"):
+        F.conv2d(_x((2, 5, 9, 7)), pk, scale=0.2, zero_point=60)
+    with pytest.raises(ValueError, match="packed by prepack_conv2d"):
+        F.conv1d(_x((2, 6, 9)), pk, scale=0.2, zero_point=60)
+    np.testing.assert_array_equal(F.conv2d(x, pk, scale=0.2, zero_point=60)._int, first._int)
+
+
 def test_relu_is_clamp_at_zero_point(backend):
     x, w = _x((1, 4, 6, 6)), _w((5, 4, 3, 3))
     plain = F.conv2d(x, w, None, padding=1, scale=0.2, zero_point=128)._int
