@@ -1005,15 +1005,35 @@ def adaptive_avg_pool(x, out_size):
         with nogil:
             _plane_mean(xp, op, P, L, r, sgn, nt)
         return out
-    # window bounds: start = floor(f32(o*L) / f32(O)), end = ceil(f32((o+1)*L) / f32(O))
-    cdef Py_ssize_t* lim = <Py_ssize_t*>malloc(2 * (OD + OH + OW) * sizeof(Py_ssize_t))
-    cdef float* recip = <float*>malloc(OD * OH * OW * sizeof(float))
-    if lim == NULL or recip == NULL:
-        free(lim)
-        free(recip)
-        raise MemoryError()
-    off = 0
-    for O, L in ((OD, D), (OH, H), (OW, W)):
+    lim_a, recip_a = _adaptive_tables(out_size, (D, H, W))
+    cdef const Py_ssize_t* lim = <const Py_ssize_t*>qops_ptr(lim_a)
+    cdef const float* recip = <const float*>qops_ptr(recip_a)
+    nt = qops_threads_for(n * c * D * H * W, GRAIN)
+    with nogil:
+        if _short_ok(lim, OD, OH, OW, W, True):
+            _short_split(xp, op, D, H, W, OD, OH, OW, lim, recip, P * OD * OH, True, sgn, nt)
+        else:
+            _adaptive_avg_planes(xp, op, P * OD, D, H, W, OD, OH, OW, lim, recip, sgn, nt)
+    return out
+
+
+def _adaptive_tables(out_size, in_size):
+    """An adaptive average pool's windows and multipliers: lim = d0[OD], d1[OD], h0[OH],
+    h1[OH], w0[OW], w1[OW] with start = floor(f32(o*L) / f32(O)), end = ceil(f32((o+1)*L) /
+    f32(O)), and recip[od, oh, ow] = f32(f32(f32(1.0 / kD) / kH) / kW) of the window lengths.
+    Kept per geometry (models repeat a pool)."""
+    key = (tuple(out_size), tuple(in_size))
+    tabs = _ADAPTIVE_TABLES.get(key)
+    if tabs is not None:
+        return tabs
+    cdef Py_ssize_t OD = out_size[0], OH = out_size[1], OW = out_size[2]
+    cdef Py_ssize_t O, L, i, j, k, off = 0
+    lim_a = np.empty(2 * (OD + OH + OW), np.intp)
+    recip_a = np.empty(OD * OH * OW, np.float32)
+    cdef Py_ssize_t[::1] lim = lim_a
+    cdef float[::1] recip = recip_a
+    cdef float r
+    for O, L in zip(out_size, in_size):
         for i in range(O):
             lim[off + i] = <Py_ssize_t>floorf(<float>(i * L) / <float>O)
             lim[off + O + i] = <Py_ssize_t>ceilf(<float>((i + 1) * L) / <float>O)
@@ -1026,15 +1046,13 @@ def adaptive_avg_pool(x, out_size):
                 r = r / <float>(lim[bh + OH + j] - lim[bh + j])
                 r = r / <float>(lim[bw + OW + k] - lim[bw + k])
                 recip[(i * OH + j) * OW + k] = r
-    nt = qops_threads_for(n * c * D * H * W, GRAIN)
-    with nogil:
-        if _short_ok(lim, OD, OH, OW, W, True):
-            _short_split(xp, op, D, H, W, OD, OH, OW, lim, recip, P * OD * OH, True, sgn, nt)
-        else:
-            _adaptive_avg_planes(xp, op, P * OD, D, H, W, OD, OH, OW, lim, recip, sgn, nt)
-    free(lim)
-    free(recip)
-    return out
+    if len(_ADAPTIVE_TABLES) >= 64:
+        _ADAPTIVE_TABLES.clear()
+    _ADAPTIVE_TABLES[key] = lim_a, recip_a
+    return lim_a, recip_a
+
+
+_ADAPTIVE_TABLES = {}
 
 
 cdef void _adaptive_max_rows(const qint_t[:, :, :, :, ::1] x, qint_t[:, :, :, :, ::1] out,
@@ -1232,7 +1250,7 @@ _CL_TABLES = {}
 
 cdef object _avg_cl_run(x, out_size, tables):
     """Run _avg_cl on x (N, D, H, W, C) with tables = (lim, sub, mul, add): the clipped
-    windows per axis (d0, d1, h0, h1, w0, w1) and the (OD, OH, OW) sub and mul."""
+    windows per axis (d0, d1, h0, h1, w0, w1) and sub and mul per output (OD, OH, OW)."""
     cdef Py_ssize_t N, D, H, W, C, OD, OH, OW
     N, D, H, W, C = x.shape
     OD, OH, OW = out_size
@@ -1257,11 +1275,9 @@ cdef object _avg_cl_run(x, out_size, tables):
     return out
 
 
-def _cl_tables(key, bounds, sub, mul, add):
+def _cl_tables(key, lim, sub, mul, add):
     """The kernel's tables as contiguous arrays, kept per geometry (models repeat a pool)."""
-    lim = np.ascontiguousarray(np.concatenate([np.concatenate(b) for b in bounds]),
-                               dtype=np.intp)
-    tables = (lim, np.ascontiguousarray(sub, dtype=np.int32),
+    tables = (np.ascontiguousarray(lim, dtype=np.intp), np.ascontiguousarray(sub, dtype=np.int32),
               np.ascontiguousarray(mul, dtype=np.float32), add)
     if len(_CL_TABLES) >= 64:
         _CL_TABLES.clear()
@@ -1278,23 +1294,15 @@ def avg_pool_cl(x, kernel_size, stride, padding, out_size, count_include_pad, di
     tables = _CL_TABLES.get(key)
     if tables is not None:
         return _avg_cl_run(x, out_size, tables)
-    bounds, pools = [], []
+    # windows clipped to the input: start = max(o*s - p, 0), end = min(o*s - p + k, L)
+    lims = []
     for o, s, p, k, L in zip(out_size, stride, padding, kernel_size, x.shape[1:4]):
-        # as the reference: end = min(start + k, L + p), pool = end - start, then clip
-        start = np.arange(o, dtype=np.int64) * s - p
-        end = np.minimum(start + k, L + p)
-        pools.append(end - start)
-        bounds.append((np.maximum(start, 0), np.minimum(end, L)))
-    lens = [b[1] - b[0] for b in bounds]
-    size = lens[0][:, None, None] * lens[1][None, :, None] * lens[2][None, None, :]
-    if divisor_override:
-        div = np.full(size.shape, divisor_override, np.int64)
-    elif count_include_pad:
-        div = pools[0][:, None, None] * pools[1][None, :, None] * pools[2][None, None, :]
-    else:
-        div = size
-    mul = (1.0 / div).astype(np.float32)        # f32(1.0 / div), the division in double
-    return _avg_cl_run(x, out_size, _cl_tables(key, bounds, size * zero_point, mul,
+        start = np.arange(o, dtype=np.intp) * s - p
+        lims += [np.maximum(start, 0), np.minimum(start + k, L)]
+    # size*zp and f32(1/div) per output, as the C-order kernels' tables (rows by class)
+    cls, zt, mt, _, _ = _avg_tables(out_size, stride, padding, kernel_size, x.shape[1:4],
+                                    count_include_pad, divisor_override, zero_point)
+    return _avg_cl_run(x, out_size, _cl_tables(key, np.concatenate(lims), zt[cls], mt[cls],
                                                float(zero_point)))
 
 
@@ -1303,16 +1311,8 @@ def adaptive_avg_pool_cl(x, out_size):
     x = np.ascontiguousarray(x)
     key = ("adaptive", tuple(out_size), x.shape[1:4])
     tables = _CL_TABLES.get(key)
-    if tables is not None:
-        return _avg_cl_run(x, out_size, tables)
-    bounds = []
-    for O, L in zip(out_size, x.shape[1:4]):
-        # start = floor(f32(o*L) / f32(O)), end = ceil(f32((o+1)*L) / f32(O))
-        o = np.arange(O, dtype=np.int64)
-        start = np.floor((o * L).astype(np.float32) / np.float32(O)).astype(np.int64)
-        end = np.ceil(((o + 1) * L).astype(np.float32) / np.float32(O)).astype(np.int64)
-        bounds.append((start, end))
-    # r = f32(f32(f32(1.0 / kD) / kH) / kW), then rint(f32(f32(sum) * r)): sub 0, add 0
-    kd, kh, kw = [(b[1] - b[0]).astype(np.float32) for b in bounds]
-    r = ((np.float32(1.0) / kd)[:, None, None] / kh[None, :, None]) / kw[None, None, :]
-    return _avg_cl_run(x, out_size, _cl_tables(key, bounds, np.zeros(r.shape, np.int32), r, 0.0))
+    if tables is None:
+        # rint(f32(f32(sum) * recip)): sub 0, add 0
+        lim, recip = _adaptive_tables(out_size, x.shape[1:4])
+        tables = _cl_tables(key, lim, np.zeros(recip.size, np.int32), recip, 0.0)
+    return _avg_cl_run(x, out_size, tables)
