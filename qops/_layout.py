@@ -5,7 +5,6 @@ PyTorch keeps a channels-last tensor channels-last through elementwise ops (its
 that a model in NHWC memory pays no transpose for relu, add or dequantize; ops that need C
 order take their input through QTensor._cint, which transposes such blocks in tiles.
 """
-import numpy as np
 
 
 def memory_order(a):
@@ -18,13 +17,32 @@ def memory_order(a):
     return order if a.transpose(order).flags.c_contiguous else None
 
 
+def inverse(order):
+    """The permutation undoing `order`: a.transpose(order).transpose(inverse(order)) is a."""
+    inv = [0] * len(order)
+    for i, axis in enumerate(order):
+        inv[axis] = i
+    return inv
+
+
+def channels_last_order(ndim):
+    """The memory order of channels-last data of `ndim` dims: N, the spatial axes, C."""
+    return [0] + list(range(2, ndim)) + [1]
+
+
+def is_channels_last(a):
+    """True when `a` (N, C, ...) lies channels last in memory and is not also C-contiguous
+    (then any kernel can take it as it is)."""
+    return a.ndim >= 3 and memory_order(a) == channels_last_order(a.ndim)
+
+
 def elementwise(kernel, raw, *args):
     """kernel(raw, *args) for a kernel of one value per element, run over `raw`'s memory in
     its own order: the result has `raw`'s layout. Other layouts go to the kernel as they are."""
     order = memory_order(raw)
     if order is None:
         return kernel(raw, *args)
-    return kernel(raw.transpose(order), *args).transpose(np.argsort(order))
+    return kernel(raw.transpose(order), *args).transpose(inverse(order))
 
 
 def in_memory_order(a, axis):
@@ -33,8 +51,8 @@ def in_memory_order(a, axis):
     order = memory_order(a)
     if order is None:
         return a, axis, _same
-    inverse = np.argsort(order)
-    return a.transpose(order), order.index(axis), lambda r: r.transpose(inverse)
+    back = inverse(order)
+    return a.transpose(order), order.index(axis), lambda r: r.transpose(back)
 
 
 def _same(r):
@@ -46,4 +64,4 @@ def elementwise2(kernel, ra, rb, *args):
     order = memory_order(ra)
     if order is None or ra.strides != rb.strides:
         return kernel(ra, rb, *args)
-    return kernel(ra.transpose(order), rb.transpose(order), *args).transpose(np.argsort(order))
+    return kernel(ra.transpose(order), rb.transpose(order), *args).transpose(inverse(order))

@@ -9,7 +9,7 @@ import numbers
 import numpy as np
 
 from qops import _config
-from qops._layout import elementwise, elementwise2, memory_order
+from qops._layout import elementwise, elementwise2, inverse, memory_order
 from qops import _qparams as qp
 from qops._dtypes import qint8, quint8
 from qops._ops import _check
@@ -264,7 +264,7 @@ def _cat(tensors, dim, scale, zero_point, relu, what):
         offset += c
     _kernels().cat_into(qs, out2, offsets, scales, zps, inv, zero_point, requants, relu)
     if order is not None:
-        out = out.transpose(np.argsort(order))
+        out = out.transpose(inverse(order))
     return QTensor._make(out, first.dtype, scale, zero_point)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from qops import _config
 from qops import _qparams as qp
 from qops._dtypes import as_qdtype, qint8, quint8
-from qops._layout import memory_order
+from qops._layout import channels_last_order, inverse, is_channels_last
 from qops._ops import _check
 from qops._qtensor import QTensor
 
@@ -221,8 +221,7 @@ def _conv(ndim, relu, input, weight, bias, stride, padding, dilation, groups, pa
     # zero padding: the channels-last kernel, whose result lies channels last too (as
     # PyTorch's); otherwise the planes are built from any strides (a channels-last block of
     # a grouped conv as it lies), other non-C layouts transposed first
-    cl_order = [0] + list(range(2, ndim + 2)) + [1]
-    channels_last = (pack.groups == 1 and x.shape[0] > 0 and memory_order(x) == cl_order
+    channels_last = (pack.groups == 1 and x.shape[0] > 0 and is_channels_last(x)
                      and (pack.padding_mode == "zeros" or not any(pack.padding)))
     needs_copy = not channels_last and not x.flags.c_contiguous and not (
         x.strides[1] == 1 and pack.groups == 1)
@@ -292,13 +291,13 @@ def _conv_run(pack, input, geo, relu, scale, zero_point, x=None):
     bterm, mult = pack._requant(input._scale, scale)
     kernels = _config.impl("conv")
     if channels_last:
-        xm = x.transpose([0] + list(range(2, ndim + 2)) + [1])
+        order = channels_last_order(ndim + 2)
+        xm = x.transpose(order)
         xm = xm.reshape(xm.shape[:1] + lead + xm.shape[1:])
         out = kernels.conv_cl(xm, pack._kernel_pack(kernels), x_zp, bterm, mult, zero_point,
                               bool(relu), stride3, pad3, dil3, pack.groups)
         out = out.reshape((out_shape[0],) + out_shape[2:] + (out_shape[1],))
-        back = [0, ndim + 1] + list(range(1, ndim + 1))          # the inverse of cl_order
-        return QTensor._make(out.transpose(back), quint8, scale, zero_point)
+        return QTensor._make(out.transpose(inverse(order)), quint8, scale, zero_point)
     x5 = x.reshape(x.shape[:2] + lead + x.shape[2:])
     out = kernels.conv(x5, pack._kernel_pack(kernels), x_zp, bterm, mult, zero_point, bool(relu),
                        stride3, pad3, dil3, pack.groups)

@@ -10,7 +10,7 @@ import numpy as np
 
 from qops import _config
 from qops import _qparams as qp
-from qops._layout import memory_order
+from qops._layout import inverse, memory_order
 from qops._ops import _check
 from qops._qtensor import QTensor
 
@@ -99,7 +99,7 @@ def _batch_norm(input, running_mean, running_var, weight, bias, eps, output_scal
         xm = input._int.transpose(order)
         out = _config.impl("norm").batch_norm_cl(xm.reshape(-1, c), alpha, beta,
                                                  input._zero_point, zp, relu)
-        out = out.reshape(xm.shape).transpose(np.argsort(order))
+        out = out.reshape(xm.shape).transpose(inverse(order))
         return QTensor._make(out, input.dtype, scale, zp)
     x3 = _rows3(input._cint(), 1)
     out = _config.impl("norm").batch_norm(x3, alpha, beta, input._zero_point, zp, relu)

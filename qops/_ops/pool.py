@@ -9,7 +9,7 @@ import numpy as np
 from qops import _config
 from qops._dtypes import qint8, qint32, quint8
 from qops._ops import _check
-from qops._layout import memory_order
+from qops._layout import channels_last_order, inverse, is_channels_last
 from qops._qtensor import QTensor
 
 __all__ = ["max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
@@ -147,12 +147,10 @@ def _channels_last(input, nsp):
     """input's raw values as (N, D, H, W, C) when they lie channels last (NHWC memory), else
     None."""
     if (type(input) is not QTensor or input._int.flags.c_contiguous
-            or input._int.ndim != nsp + 2 or 0 in input.shape):
+            or input._int.ndim != nsp + 2 or 0 in input.shape
+            or not is_channels_last(input._int)):
         return None
-    nhwc = [0] + list(range(2, nsp + 2)) + [1]
-    if memory_order(input._int) != nhwc:
-        return None
-    xm = input._int.transpose(nhwc)
+    xm = input._int.transpose(channels_last_order(nsp + 2))
     return xm.reshape((xm.shape[0],) + (1,) * (3 - nsp) + xm.shape[1:])
 
 
@@ -160,7 +158,7 @@ def _wrap_cl(input, nsp, y):
     """A pool's (N, OD, OH, OW, C) result as the logical (N, C, ...) QTensor, still lying
     channels last."""
     y = y.reshape(y.shape[:1] + y.shape[4 - nsp:])
-    return _wrap(input, y.transpose([0, nsp + 1] + list(range(1, nsp + 1))))
+    return _wrap(input, y.transpose(inverse(channels_last_order(nsp + 2))))
 
 
 def _max_pool(nsp, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
