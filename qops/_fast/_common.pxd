@@ -64,6 +64,17 @@ cdef inline object qops_empty(object np, object shape, object dtype):
     return np.ndarray(shape, d, buf, off)
 
 
+cdef inline object qops_aligned(object np, object a):
+    """A copy of array `a`, flat and 64-byte aligned whatever its size (packed weights: each
+    tile or group row then starts a cache line)."""
+    flat = np.ascontiguousarray(a).reshape(-1)
+    buf = np.empty(flat.nbytes + 64, np.uint8)
+    cdef Py_ssize_t off = (64 - (<size_t>qops_ptr(buf, True)) % 64) % 64
+    out = np.ndarray(flat.shape, flat.dtype, buf, off)
+    out[:] = flat
+    return out
+
+
 cdef inline tuple qops_range8(object dtype):
     """(qmin, qmax) of an 8-bit integer numpy dtype (np.iinfo is slow)."""
     return (0, 255) if dtype.kind == "u" else (-128, 127)

@@ -86,6 +86,7 @@ cdef extern from "qops_conv.h" nogil:
 _AMX = bool(qconv_amx_available())
 _MODE = [2 if _AMX else qconv_best_mode()]
 _AMX_MIN_KC = [16]
+_NHWC_MIN_C = 32          # fewer channels fill under half of each 64-byte pixel of conv_cl
 
 
 def _set_mode(mode):
@@ -165,11 +166,9 @@ def pack_weight(w, w_zero_points, groups):
         # 64-byte aligned: every row of a weight tile is then one cache line; tiles split
         # across lines cost the AMX kernel a fifth of its time (3x3 64->64 on 56x56: 187 ->
         # 145 us, by where the allocator happened to put the pack)
-        flat = np.ascontiguousarray(wa).reshape(-1)
-        raw = np.empty(flat.size + 64, np.int8)
-        off = (-raw.ctypes.data) % 64
-        packed["wa"] = raw[off:off + flat.size]
-        packed["wa"][:] = flat
+        packed["wa"] = qops_aligned(np, wa)
+    # what the channels-last AMX kernel needs of the weights, known once
+    packed["symmetric"] = not packed["gany"].any()
     return packed
 
 
@@ -209,12 +208,8 @@ def _nhwc_weights(packed):
     nob = (o + 15) // 16
     w = np.zeros((nob * 16, ntaps, cp), np.int8)
     w[:o, :, :q4 * 4] = packed["wv"].view(np.int8).reshape(o, ntaps, q4 * 4)
-    t = w.reshape(nob, 16, ntaps, cp // 64, 16, 4).transpose(0, 2, 3, 4, 1, 5)
-    raw = np.empty(t.size + 64, np.int8)
-    off = (-raw.ctypes.data) % 64
-    wb = raw[off:off + t.size]
-    wb[:] = np.ascontiguousarray(t).reshape(-1)
-    packed["wb"] = wb
+    wb = packed["wb"] = qops_aligned(
+        np, w.reshape(nob, 16, ntaps, cp // 64, 16, 4).transpose(0, 2, 3, 4, 1, 5))
     return wb
 
 
@@ -229,7 +224,7 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     x = np.ascontiguousarray(x)
     n, d, h, wdt, c = x.shape
     if not (_MODE[0] == 2 and packed["kind"] == "grouped" and groups == 1
-            and packed["Cg"] >= 32 and not packed["gany"].any() and x.size > 0):
+            and packed["Cg"] >= _NHWC_MIN_C and packed["symmetric"] and x.size > 0):
         # the planes read the channels-last block as it lies
         out = conv(x.transpose(0, 4, 1, 2, 3), packed, x_zero_point, bias_term, multiplier,
                    out_zero_point, relu, stride, padding, dilation, groups)
@@ -284,7 +279,7 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     a.out = <uint8_t*>qops_ptr(out, True)
     cdef int fill_threads = qops_threads_for(rows * wp_ * cp, 1 << 16)
     cdef int nthreads = qops_threads_for(orows * ow * o * c * len(taps), GRAIN)
-    cdef Py_ssize_t i, per
+    cdef Py_ssize_t i
     with nogil:
         for i in prange(fill_threads, schedule="static", num_threads=fill_threads):
             qconv_nhwc_fill(&f, rows * i // fill_threads, rows * (i + 1) // fill_threads)

@@ -51,14 +51,6 @@ DEF QBLOCK = 4096         # elements per parallel chunk when quantizing the dyna
 K_CHUNK = 33025
 
 
-def _aligned_empty(n, dtype):
-    # 64-byte aligned storage: one packed weight group row is a whole number of cache lines.
-    dt = np.dtype(dtype)
-    raw = np.empty(n * dt.itemsize + 64, np.uint8)
-    off = (-raw.ctypes.data) % 64
-    return raw[off:off + n * dt.itemsize].view(dt)
-
-
 cdef class PackedWeight:
     """An int8 weight (N x K) in the GEMM core's layout, with its row sums and zero points."""
     cdef readonly Py_ssize_t N, K
@@ -79,7 +71,8 @@ def pack_linear(weight, weight_zero_points):
     p.N, p.K, p.chunks = N, K, []
     for k0 in range(0, max(K, 1), K_CHUNK):
         k1 = min(k0 + K_CHUNK, K)
-        packed = _aligned_empty(qops_gemm_packed_size(N, k1 - k0), np.int8)
+        # 64-byte aligned: one packed weight group row is a whole number of cache lines
+        packed = qops_aligned(np, np.empty(qops_gemm_packed_size(N, k1 - k0), np.int8))
         wsum = np.zeros(N, np.int32)
         buf, sums = packed, wsum
         if N > 0 and k1 > k0:
