@@ -207,14 +207,14 @@ cdef extern from *:
     }
     #endif
     #if QOPS_NORM_AVX2
-    /* The AVX2 body: 32 channels at a time, each 8 a vector, narrowed as the row kernel's
-     * (relu when lo is 0: then max with the zero point, a no-op when that is qmin). */
+    /* The AVX2 body: 32 channels at a time, each 8 a vector, narrowed as the row kernel's,
+     * then max with the floor as the AVX-512 body (the relu's zero point, else qmin). */
     static void qops_bn_cl_avx2(const uint8_t *x, uint8_t *out, ptrdiff_t npix, ptrdiff_t C,
                                 const float *a, const float *b, int32_t zp, int32_t ozp,
                                 float lo, float hi, int sgn) {
         const __m256i zv = _mm256_set1_epi32(zp);
-        const __m256i o16 = _mm256_set1_epi16((short)ozp), f8 = _mm256_set1_epi8((char)ozp);
-        const int relu = lo == 0.0f;
+        const __m256i o16 = _mm256_set1_epi16((short)ozp);
+        const __m256i f8 = _mm256_set1_epi8((char)((int32_t)lo + ozp));
         const ptrdiff_t c32 = C / 32 * 32;
         for (ptrdiff_t p = 0; p < npix; p++, x += C, out += C) {
             ptrdiff_t c = 0;
@@ -225,7 +225,7 @@ cdef extern from *:
                                            qops_norm_ld8(x + c + 8 * k, sgn, zv),
                                            _mm256_loadu_ps(b + c + 8 * k));
                 _mm256_storeu_si256((__m256i *)(out + c),
-                                    qops_norm_narrow(y[0], y[1], y[2], y[3], o16, f8, sgn, relu));
+                                    qops_norm_narrow(y[0], y[1], y[2], y[3], o16, f8, sgn, 1));
             }
             for (; c < C; c++) {
                 int32_t q = sgn ? (int32_t)(int8_t)x[c] : (int32_t)x[c];
