@@ -27,6 +27,20 @@ typedef struct {
     float add, qmin, qmax;
 } qpc_row;
 
+/* o[k] = clamp(rint(f32(f32(sums[k] - sub) * m) + add)) for k < n: the sums in memory. */
+#define QPC_REQUANT(NAME, T)                                                                   \
+static inline void NAME(const int32_t *sums, T *o, ptrdiff_t n, int32_t sub, float m,         \
+                        const qpc_row *g) {                                                    \
+    for (ptrdiff_t k = 0; k < n; k++) {                                                        \
+        float v = (float)(sums[k] - sub) * m;                                                  \
+        v = v + g->add;                                                                        \
+        o[k] = (T)(int32_t)qops_clampf(qops_rintf(v), g->qmin, g->qmax);                       \
+    }                                                                                          \
+}
+QPC_REQUANT(qpc_requant_u8, uint8_t)
+QPC_REQUANT(qpc_requant_s8, int8_t)
+#undef QPC_REQUANT
+
 #if defined(__AVX512BW__)
 /* Channels [0, 64) of s (the window's first tap) summed over the window and requantized. */
 #define QPC_BLOCK64(NAME, T, CVT)                                                              \
@@ -64,7 +78,7 @@ QPC_BLOCK64(qpc_block64_s8, int8_t, _mm512_cvtepi8_epi32)
 #define QPC_HAVE_BLOCK64 1
 #elif defined(__AVX2__)
 /* The same with eight ymm sums, stored for a requantize loop that GCC vectorizes. */
-#define QPC_BLOCK64(NAME, T, CVT)                                                              \
+#define QPC_BLOCK64(NAME, T, CVT, REQUANT)                                                     \
 static inline void NAME(const T *s, T *o, ptrdiff_t nd, ptrdiff_t nh, ptrdiff_t nw,           \
                         ptrdiff_t ps, ptrdiff_t rs, ptrdiff_t C, int32_t sub, float m,         \
                         const qpc_row *g) {                                                    \
@@ -80,14 +94,10 @@ static inline void NAME(const T *s, T *o, ptrdiff_t nd, ptrdiff_t nh, ptrdiff_t 
                         a[k], CVT(_mm_loadl_epi64((const __m128i *)(p + 8 * k))));             \
         }                                                                                      \
     for (int k = 0; k < 8; k++) _mm256_storeu_si256((__m256i *)(sums + 8 * k), a[k]);          \
-    for (int k = 0; k < 64; k++) {                                                             \
-        float v = (float)(sums[k] - sub) * m;                                                  \
-        v = v + g->add;                                                                        \
-        o[k] = (T)(int32_t)qops_clampf(qops_rintf(v), g->qmin, g->qmax);                       \
-    }                                                                                          \
+    REQUANT(sums, o, 64, sub, m, g);                                                           \
 }
-QPC_BLOCK64(qpc_block64_u8, uint8_t, _mm256_cvtepu8_epi32)
-QPC_BLOCK64(qpc_block64_s8, int8_t, _mm256_cvtepi8_epi32)
+QPC_BLOCK64(qpc_block64_u8, uint8_t, _mm256_cvtepu8_epi32, qpc_requant_u8)
+QPC_BLOCK64(qpc_block64_s8, int8_t, _mm256_cvtepi8_epi32, qpc_requant_s8)
 #undef QPC_BLOCK64
 #define QPC_HAVE_BLOCK64 1
 #else
@@ -96,7 +106,7 @@ QPC_BLOCK64(qpc_block64_s8, int8_t, _mm256_cvtepi8_epi32)
 #define qpc_block64_s8(s, o, nd, nh, nw, ps, rs, C, sub, m, g) ((void)0)
 #endif
 
-#define QPC_ROW(NAME, T, BLOCK64)                                                              \
+#define QPC_ROW(NAME, T, BLOCK64, REQUANT)                                                     \
 static void NAME(const T *restrict x, T *restrict out, const qpc_row *g) {                     \
     const ptrdiff_t C = g->C, rs = g->W * C, ps = g->H * rs;                                   \
     const ptrdiff_t nd = g->d1 - g->d0, nh = g->h1 - g->h0;                                    \
@@ -120,16 +130,12 @@ static void NAME(const T *restrict x, T *restrict out, const qpc_row *g) {      
                     for (ptrdiff_t w = 0; w < nw; w++, p += C)                                 \
                         for (ptrdiff_t k = 0; k < nb; k++) sums[k] += p[k];                    \
                 }                                                                              \
-            for (ptrdiff_t k = 0; k < nb; k++) {                                               \
-                float v = (float)(sums[k] - sub) * m;                                          \
-                v = v + g->add;                                                                \
-                o[c0 + k] = (T)(int32_t)qops_clampf(qops_rintf(v), g->qmin, g->qmax);          \
-            }                                                                                  \
+            REQUANT(sums, o + c0, nb, sub, m, g);                                              \
         }                                                                                      \
     }                                                                                          \
 }
-QPC_ROW(qpc_avg_row_u8, uint8_t, qpc_block64_u8)
-QPC_ROW(qpc_avg_row_s8, int8_t, qpc_block64_s8)
+QPC_ROW(qpc_avg_row_u8, uint8_t, qpc_block64_u8, qpc_requant_u8)
+QPC_ROW(qpc_avg_row_s8, int8_t, qpc_block64_s8, qpc_requant_s8)
 #undef QPC_ROW
 
 /* Max pools of channels-last data, one output row (n, od, oh): rows[] are the window's valid
