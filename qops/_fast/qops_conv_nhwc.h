@@ -7,7 +7,7 @@
  * weights the B operand (signed, packed as [oc block][tap][64-channel chunk][16 quads][16 oc]
  * [4]), so a C tile holds 16 pixels x 16 output channels, the row of one output pixel. Tiles:
  * C 0-3 (oc block b x pixel tile p -> 2b + p), A 4-5 (pixel tiles), B 6-7 (oc blocks).
- * Requantization as qconv_store16, 16 output channels a vector.
+ * Requantization by qconv_store16, 16 output channels a vector.
  */
 #ifndef QOPS_CONV_NHWC_H
 #define QOPS_CONV_NHWC_H
@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <string.h>
 #include "qops_common.h"
-#include "qops_amx.h"
+#include "qops_conv.h"            /* qconv_store16, QCONV_AMX */
 
 typedef struct {
     const uint8_t *x;                  /* input NDHWC, contiguous */
@@ -66,7 +66,7 @@ typedef struct {
     uint8_t *out;                      /* (N, OD, OH, OW, O) */
 } qconv_nhwc_args;
 
-#ifdef QOPS_AMX
+#ifdef QCONV_AMX
 /* Output rows [r0, r1) of the N * OD * OH rows. */
 __attribute__((target("amx-tile,amx-int8"))) static void
 qconv_nhwc_amx(const qconv_nhwc_args *a, ptrdiff_t r0, ptrdiff_t r1) {
@@ -119,16 +119,9 @@ qconv_nhwc_amx(const qconv_nhwc_args *a, ptrdiff_t r0, ptrdiff_t r1) {
                         if (16 * p >= nv) break;
                         qops_tile_store_acc(2 * b + p, buf);
                         const int rows = nv - 16 * p < 16 ? nv - 16 * p : 16;
-                        for (int i = 0; i < rows; i++) {
-                            /* as qconv_store16, along output channels */
-                            __m512i s = _mm512_add_epi32(_mm512_load_si512((const void *)(buf + 16 * i)), corr);
-                            __m512 y = _mm512_add_ps(_mm512_cvtepi32_ps(s), bt);
-                            __m512 q = _mm512_max_ps(_mm512_min_ps(_mm512_mul_ps(y, mu), hi), lo);
-                            __m512i v = _mm512_add_epi32(
-                                _mm512_cvt_roundps_epi32(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), ozp);
-                            _mm_mask_storeu_epi8(orow + (ow + 16 * p + i) * a->O + oc, m,
-                                                 _mm512_cvtepi32_epi8(v));
-                        }
+                        for (int i = 0; i < rows; i++)      /* one pixel, noc channels */
+                            qconv_store16(_mm512_add_epi32(_mm512_load_si512((const void *)(buf + 16 * i)), corr),
+                                          bt, mu, lo, hi, ozp, orow + (ow + 16 * p + i) * a->O + oc, noc);
                     }
                 }
             }
