@@ -83,6 +83,16 @@ def torch_dtype(qdtype):
     return {"quint8": torch.quint8, "qint8": torch.qint8, "qint32": torch.qint32}[qdtype.name]
 
 
+CL_BENCH = "-channels_last"       # the label suffix of channels-last bench cases
+
+
+def cl_bench(case):
+    """True for a channels-last bench case: its PyTorch peer runs on the same memory (its NHWC
+    kernels). Test cases keep PyTorch on C order, whose formulas qops follows where the two
+    differ (average pools' ties, cat's requantize; see SEMANTICS.md)."""
+    return case.label.endswith(CL_BENCH)
+
+
 def to_torch(t):
     """A torch quantized tensor equal to QTensor `t` (same raw values and qparams)."""
     import torch

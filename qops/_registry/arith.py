@@ -208,9 +208,7 @@ def _torch_cat(relu):
         s = case.kwargs.get("scale", ts[0]._scale)
         z = case.kwargs.get("zero_point", ts[0]._zero_point)
         tt = [u.to_torch(t) for t in ts]
-        if case.label.endswith("-channels_last"):
-            # the bench peer runs on the same memory (its NHWC cat); test cases keep PyTorch
-            # on C order, whose requantize formula qops follows
+        if u.cl_bench(case):
             tt = [t.contiguous(memory_format=torch.channels_last) for t in tt]
         fn = torch.ops.quantized.cat_relu if relu else torch.ops.quantized.cat
         return lambda: fn(tt, dim, s, z)
@@ -222,7 +220,7 @@ def _bench_cat_cl():
     r = u.rng(12)
     ts = [u.random_qtensor(r, (8, 64, 56, 56), qops.quint8, scale=0.05, zero_point=128,
                            layout="cl") for _ in range(2)]
-    return Case((ts, 1), {"scale": 0.05, "zero_point": 128}, label="cat2-channels_last")
+    return Case((ts, 1), {"scale": 0.05, "zero_point": 128}, label="cat2" + u.CL_BENCH)
 
 
 def _bench_cat(k, same):

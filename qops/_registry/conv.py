@@ -71,7 +71,7 @@ def _cases(nd):
             _case(r, nd, 3, 3, 4, s, 2, stride=2, label="batch3-k2-s2"),
             _case(r, nd, 1, 64, 20, s - 2, k, padding=1, label="c64-o20"),
             # channels-last inputs: the channels-last kernel (ungrouped, symmetric weights,
-            # 16+ channels: padded to 64, partial oc blocks, strides, dilation, a row of
+            # 32+ channels: padded to 64, partial oc blocks, strides, dilation, a row of
             # more than 32 pixels), and the paths it leaves to the planes
             _case(r, nd, 1, 16, 20, s, k, padding=1, layout="cl", label="cl-c16-o20"),
             _case(r, nd, 2, 64, 40, s, k, stride=2, padding=2, dilation=2, per_channel=True,
@@ -169,8 +169,7 @@ def _torch(nd, relu):
         tup = lambda v: list(v) if isinstance(v, (tuple, list)) else [v] * nd  # noqa: E731
         stride, padding, dilation = tup(kw["stride"]), tup(kw["padding"]), tup(kw["dilation"])
         tx, tw = u.to_torch(x), u.to_torch(w)
-        if case.label.endswith("-channels_last"):
-            # the bench peer on the same memory (the test cases keep C order)
+        if u.cl_bench(case):
             tx = tx.contiguous(memory_format=torch.channels_last)
         if kw["padding_mode"] != "zeros":
             tx = _torch_pad(tx, nd, padding, kw["padding_mode"])
@@ -251,7 +250,7 @@ def _bench(nd, n, c, o, size, kernel, layout="c", **kw):
         args = dict(bias=b, stride=kw.get("stride", 1), padding=kw.get("padding", 0), dilation=1,
                     groups=kw.get("groups", 1), padding_mode="zeros", scale=_out_scale(x, w),
                     zero_point=110)
-        return Case((x, w), args, label=f"bench-{nd}d" + ("-channels_last" if layout == "cl" else ""))
+        return Case((x, w), args, label=f"bench-{nd}d" + (u.CL_BENCH if layout == "cl" else ""))
     return build
 
 

@@ -244,8 +244,8 @@ def _torch_bn(relu):
         x, mean, var, w, b, eps, s, z = case.args
         c = x.shape[1]
         t = u.to_torch(x)
-        if case.label == "channels_last" and x.ndim == 4:
-            t = t.contiguous(memory_format=torch.channels_last)    # the bench peer, same memory
+        if u.cl_bench(case):
+            t = t.contiguous(memory_format=torch.channels_last)
         # PyTorch's kernel requires weight and bias; qops' None means ones and zeros.
         tw = _torch_vec(np.ones(c, np.float32) if w is None else w)
         tb = _torch_vec(np.zeros(c, np.float32) if b is None else b)
@@ -284,7 +284,7 @@ def _bench_bn(layout="c"):
     x = _x(r, (8, 64, 56, 56), qops.quint8, layout=layout, scale=0.05, zp=128)
     return Case((x, r.normal(0.3, 0.1, 64).astype(np.float32), r.uniform(0.8, 1.2, 64).astype(np.float32),
                  r.normal(1, 0.1, 64).astype(np.float32), r.normal(0, 0.1, 64).astype(np.float32),
-                 1e-5, 0.03, 128), label="channels_last" if layout == "cl" else "")
+                 1e-5, 0.03, 128), label="2d_8x64x56" + (u.CL_BENCH if layout == "cl" else ""))
 
 
 

@@ -195,13 +195,6 @@ def _torch_batched(fn, q, nsp, same_layout=False):
     return run
 
 
-def _cl_bench(case):
-    """True for the channels-last bench cases (_b_cl): there PyTorch's peer runs on the same
-    memory, with its NHWC kernels. Their average pools round ties their own way (see
-    SEMANTICS.md), so test cases keep PyTorch on NCHW, whose formulas qops follows."""
-    return case.label.endswith("-channels_last")
-
-
 def _torch_pool(fn_name, nsp):
     def oracle(case):
         import torch
@@ -223,7 +216,7 @@ def _torch_pool(fn_name, nsp):
         if not kw.pop("return_indices", False):
             # max is exact in any order, so PyTorch's NHWC max pool is a fair oracle and peer
             return _torch_batched(lambda t: fn(t, **kw), q, nsp,
-                                  name.startswith("max_pool") or _cl_bench(case))
+                                  name.startswith("max_pool") or u.cl_bench(case))
 
         def with_indices(t):
             # PyTorch's quantized max pool rejects return_indices: the indices come from its
@@ -397,7 +390,7 @@ def _torch_adaptive_avg(nsp):
             # NCHW output and come back channel-scrambled; one channel at a time is correct.
             return _torch_batched(
                 lambda t: torch.cat([fn(c, o) for c in t.split(1, dim=1)], dim=1), q, nsp)
-        return _torch_batched(lambda t: fn(t, o), q, nsp, _cl_bench(case))
+        return _torch_batched(lambda t: fn(t, o), q, nsp, u.cl_bench(case))
     return oracle
 
 
@@ -437,7 +430,7 @@ def _b_cl(shape, **kw):
         q = _bq(shape)
         raw = np.ascontiguousarray(np.moveaxis(q._int, 1, -1)).transpose(0, 3, 1, 2)
         return Case((qops.make_per_tensor_quantized_tensor(raw, q._scale, q._zero_point),), kw,
-                    label=f"{shape}-channels_last")
+                    label=f"{shape}{u.CL_BENCH}")
     return case
 
 
