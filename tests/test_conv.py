@@ -302,6 +302,34 @@ def test_saturation_prone_weights_are_exact(limit, xmax):
     np.testing.assert_array_equal(F.conv2d(x, w, None, **args)._int, want)
 
 
+def _ref_and_tier(tier, f, *args, **kw):
+    """The raw results of f(*args, **kw) on the reference and on the fast kernels' tier."""
+    from qops import _fast
+    kernels = _fast.load("conv")
+    with qops.backend("ref"):
+        want = f(*args, **kw)._int
+    previous = kernels._set_mode(tier)
+    try:
+        return want, f(*args, **kw)._int
+    finally:
+        kernels._set_mode(previous)
+
+
+def _depthwise_inputs(seed, c, size, k, wzp=0, channels_last=False):
+    """Depthwise input (image 0 all 0 or 255, image 1 random), weight and bias, with
+    saturation-prone weights: channel 0 all -128, the last all 127."""
+    r = u.rng(seed)
+    raw = r.choice(np.array([0, 255], np.uint8), size=(2,) + size + (c,))
+    raw[1] = r.integers(0, 256, size=size + (c,))
+    raw = np.moveaxis(raw, -1, 1)
+    x = qops.make_per_tensor_quantized_tensor(raw if channels_last else np.ascontiguousarray(raw),
+                                              0.03, 77)
+    w = _w((c, 1) + k, zp=wzp, seed=7, per_channel=channels_last)
+    w._int[0] = -128
+    w._int[-1] = 127
+    return x, w, r.normal(0, 3, c).astype(np.float32)
+
+
 @pytest.mark.parametrize("tier", ["portable", "vnni"])
 @pytest.mark.parametrize("nd,k,stride,dilation,padding,size,wzp", [
     (2, (3, 3), 1, 1, 1, (13, 37), 0),          # row-pair kernels: tails past 32 and 8 pixels
@@ -320,26 +348,45 @@ def test_saturation_prone_weights_are_exact(limit, xmax):
 def test_depthwise_kernels_equal_ref(tier, nd, k, stride, dilation, padding, size, wzp):
     # every depthwise kernel (VNNI / AVX2 row quads or pairs, planes kernels, portable) with
     # saturation-prone weights (|w| up to 128) and inputs at 0 and 255
-    from qops import _fast
-    kernels = _fast.load("conv")
-    r = u.rng(13)
     c = 2 if size[-1] * np.prod(size[:-1]) > 100000 else 5
-    raw = r.choice(np.array([0, 255], np.uint8), size=(2, c) + size)
-    raw[1] = r.integers(0, 256, size=(c,) + size)
-    x = qops.make_per_tensor_quantized_tensor(raw, 0.03, 77)
-    w = _w((c, 1) + k, zp=wzp, seed=7)
-    w._int[0] = -128
-    w._int[1] = 127
-    b = r.normal(0, 3, c).astype(np.float32)
+    x, w, b = _depthwise_inputs(13, c, size, k, wzp=wzp)
     fn = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nd]
     args = dict(stride=stride, padding=padding, dilation=dilation, groups=c,
                 scale=float(np.prod(k)) * 0.05, zero_point=120)
-    with qops.backend("ref"):
-        want = fn(x, w, b, **args)._int
-    previous = kernels._set_mode(tier)
-    try:
-        got = fn(x, w, b, **args)._int
-    finally:
-        kernels._set_mode(previous)
+    want, got = _ref_and_tier(tier, fn, x, w, b, **args)
     np.testing.assert_array_equal(got, want)
     assert np.std(want) > 5
+
+
+@pytest.mark.parametrize("tier", ["portable", "vnni"])
+@pytest.mark.parametrize("c,nd,k,stride,dilation,padding,size", [
+    (32, 2, (3, 3), 1, 1, 1, (7, 45)),          # two pixels a vector; a row of 45: a tail
+    (16, 2, (3, 3), 1, 1, 2, (5, 30)),          # four pixels a vector, padding past the taps
+    (1, 2, (3, 3), 1, 1, 1, (4, 131)),          # 64 pixels a vector
+    (3, 2, (3, 3), 1, 1, 1, (6, 20)),           # 3 does not divide 64: a masked pixel
+    (40, 2, (3, 3), 2, 1, 1, (9, 33)),          # a partial block at stride 2
+    (144, 2, (3, 3), 1, 1, 1, (6, 21)),         # blocks of 64, 64 and 16
+    (70, 2, (2, 4), (1, 2), (2, 3), (1, 2), (9, 31)),   # 4 taps to a quad, dilated
+    (24, 2, (5, 7), 1, 1, 3, (8, 19)),          # two quads (7 taps) and 5 rows
+    (64, 1, (3,), 1, 1, 1, (150,)),
+    (8, 1, (9,), 3, 1, 4, (101,)),
+    (48, 3, (3, 3, 3), 1, 1, 1, (4, 5, 17)),
+    (32, 3, (2, 3, 5), (1, 2, 1), (2, 1, 1), 1, (5, 7, 21)),
+])
+def test_channels_last_depthwise_equals_ref(tier, c, nd, k, stride, dilation, padding, size):
+    # the channels-last depthwise kernel (VNNI; the portable tier takes the planes) with
+    # saturation-prone weights (-128 and 127 rows), inputs at 0 and 255, both clamps
+    from qops import _fast
+    kernels = _fast.load("conv")
+    x, w, b = _depthwise_inputs(17, c, size, k, channels_last=True)
+    fn = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nd]
+    relu_fn = {1: F.conv1d_relu, 2: F.conv2d_relu, 3: F.conv3d_relu}[nd]
+    args = dict(stride=stride, padding=padding, dilation=dilation, groups=c,
+                scale=float(np.prod(k)) * 0.02, zero_point=120)
+    for f in (fn, relu_fn):
+        want, got = _ref_and_tier(tier, f, x, w, b, **args)
+        np.testing.assert_array_equal(got, want)
+        assert np.std(want) > 5
+        if tier == "vnni" and kernels._DWCL and c > 1:
+            # the kernel's result lies channels last, as its input (and as PyTorch's)
+            assert got.strides[1] == 1

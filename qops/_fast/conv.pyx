@@ -134,7 +134,7 @@ def pack_weight(w, w_zero_points, groups):
                 "wdsum": wd.sum(axis=1, dtype=np.int64).astype(np.int32),
                 "wv": quads.view(np.int32).reshape(o, nq),
                 "kzw": _wrap32(ntaps * wz - wf.sum(axis=(1, 2))), "wz": wz.astype(np.int32),
-                "gany": (wz != 0).astype(np.uint8)}
+                "gany": (wz != 0).astype(np.uint8), "symmetric": not (wz != 0).any()}
     og = o // groups
     cg4 = (cg + 3) // 4 * 4
     if _AMX and cg4 > 64:
@@ -195,6 +195,24 @@ cdef extern from "qops_conv_nhwc.h" nogil:
         uint8_t *out
     void qconv_nhwc_fill(const qconv_nhwc_fill_args *f, Py_ssize_t r0, Py_ssize_t r1)
     void qconv_nhwc_amx(const qconv_nhwc_args *a, Py_ssize_t r0, Py_ssize_t r1)
+    ctypedef struct qconv_dwcl_args:
+        const uint8_t *x
+        Py_ssize_t N, D, H, W, C
+        Py_ssize_t OD, OH, OW
+        Py_ssize_t KD, KH, KW
+        Py_ssize_t sd, sh, sw, pd, ph, pw, dd, dh, dw
+        const int8_t *wq
+        const int32_t *kzw
+        const float *bterm
+        const float *mult
+        int32_t xz, ozp, lo
+        uint8_t *out
+    int QCONV_DWCL_MAX_ROWS
+    int qconv_dwcl_available()
+    void qconv_dwcl_consts(const qconv_dwcl_args *a, float *cst)
+    void qconv_dwcl_rows(const qconv_dwcl_args *a, const float *cst, Py_ssize_t r0, Py_ssize_t r1)
+
+_DWCL = bool(qconv_dwcl_available())
 
 
 def _nhwc_weights(packed):
@@ -213,16 +231,97 @@ def _nhwc_weights(packed):
     return wb
 
 
+def _dw_quads(packed):
+    """The depthwise weights as qconv_dwcl_rows takes them, built on first use and kept:
+    [64-lane block][kernel row][tap quad q][4][64], byte 16L + 4i + j of vector k the weight
+    of lane 16L + 4k + i at tap kw = 4q + j (0 past the kernel), 64-aligned. Fewer channels
+    than 64 that divide 64 repeat across the block (lane l: channel l % C)."""
+    wq = packed.get("wq")
+    if wq is not None:
+        return wq
+    o = packed["O"]
+    kd, kh, kw = packed["kernel"]
+    nq = (kw + 3) // 4
+    cb = (o + 63) // 64
+    lanes = np.arange(cb * 64)
+    if o < 64 and 64 % o == 0:
+        lanes %= o
+    wl = np.zeros((cb * 64, kd * kh, nq * 4), np.int8)          # [lane][kernel row][tap]
+    real = lanes < o
+    wl[real, :, :kw] = packed["wv"].view(np.int8)[lanes[real], :kd * kh * kw].reshape(-1, kd * kh, kw)
+    b = np.arange(64)
+    L, i, j = b // 16, (b % 16) // 4, b % 4
+    k = np.arange(4)[:, None]
+    lane = 16 * L + 4 * k + i                                   # [k][byte]
+    wl = wl.reshape(cb, 64, kd * kh, nq, 4)                     # [block][lane][row][q][j]
+    wq = wl[:, lane, :, :, j]            # (advanced indices first) [k][byte][block][row][q]
+    wq = packed["wq"] = qops_aligned(np, wq.transpose(2, 3, 4, 0, 1))
+    return wq
+
+
+def _conv_dw_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
+                stride, padding, dilation):
+    """Depthwise conv of contiguous channels-last x (N, D, H, W, C) by qconv_dwcl_rows."""
+    cdef qconv_dwcl_args a
+    n, d, h, wdt, c = x.shape
+    kd, kh, kw = packed["kernel"]
+    (pd, ph, pw), (sd, sh, sw), (dd, dh, dwl) = padding, stride, dilation
+    od = (d + 2 * pd - dd * (kd - 1) - 1) // sd + 1
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (wdt + 2 * pw - dwl * (kw - 1) - 1) // sw + 1
+    wq = _dw_quads(packed)
+    cb = (c + 63) // 64
+    cst = np.empty(cb * 64 * 3, np.float32)
+    out = qops_empty(np, (n, od, oh, ow, c), np.uint8)
+    bt = np.ascontiguousarray(bias_term, np.float32)
+    mu = np.ascontiguousarray(multiplier, np.float32)
+    kzw = packed["kzw"]
+    a.x = <const uint8_t*>qops_ptr(x)
+    a.N, a.D, a.H, a.W, a.C = n, d, h, wdt, c
+    a.OD, a.OH, a.OW = od, oh, ow
+    a.KD, a.KH, a.KW = kd, kh, kw
+    a.sd, a.sh, a.sw, a.pd, a.ph, a.pw = sd, sh, sw, pd, ph, pw
+    a.dd, a.dh, a.dw = dd, dh, dwl
+    a.wq = <const int8_t*>qops_ptr(wq)
+    a.kzw = <const int32_t*>qops_ptr(kzw)
+    a.bterm = <const float*>qops_ptr(bt)
+    a.mult = <const float*>qops_ptr(mu)
+    a.xz = x_zero_point
+    a.ozp = out_zero_point
+    a.lo = out_zero_point if relu else 0
+    a.out = <uint8_t*>qops_ptr(out, True)
+    cdef float *cp = <float*>qops_ptr(cst, True)
+    cdef Py_ssize_t rows = n * od * oh, i
+    # a quarter of GRAIN: a depthwise multiply-add costs this kernel about four times what
+    # one costs the dense kernels (192 channels on 28x28, 1.35M of them: 48 us on one thread)
+    cdef int nthreads = qops_threads_for(rows * ow * c * kd * kh * kw, GRAIN // 4)
+    with nogil:
+        qconv_dwcl_consts(&a, cp)
+        for i in prange(nthreads, schedule="static", num_threads=nthreads):
+            qconv_dwcl_rows(&a, cp, rows * i // nthreads, rows * (i + 1) // nthreads)
+    return out
+
+
 def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
             stride, padding, dilation, groups):
     """conv of channels-last data: x (N, D, H, W, C) -> (N, OD, OH, OW, O).
 
-    Ungrouped convolutions with symmetric weights and 32+ input channels run the
-    channels-last AMX kernel where the CPU has AMX (fewer channels would waste most of each
-    64-byte pixel); everything else runs `conv` on the same memory, whose C-order result comes
-    back as a view."""
+    Depthwise convolutions with symmetric weights run a kernel vectorized over channels where
+    the CPU has VNNI. Ungrouped convolutions with symmetric weights and 32+ input channels run
+    the channels-last AMX kernel where the CPU has AMX (fewer channels would waste most of
+    each 64-byte pixel); everything else runs `conv` on the same memory, whose C-order result
+    comes back as a view."""
     x = np.ascontiguousarray(x)
     n, d, h, wdt, c = x.shape
+    if (_DWCL and _MODE[0] >= 1 and packed["kind"] == "dw" and packed["symmetric"]
+            and x.size > 0 and packed["kernel"][0] * packed["kernel"][1] <= QCONV_DWCL_MAX_ROWS):
+        return _conv_dw_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point,
+                           relu, stride, padding, dilation)
+    if packed["kind"] == "dw":
+        # the depthwise planes kernel reads rows of one channel: a C-order copy first
+        out = conv(np.ascontiguousarray(x.transpose(0, 4, 1, 2, 3)), packed, x_zero_point,
+                   bias_term, multiplier, out_zero_point, relu, stride, padding, dilation, groups)
+        return out.transpose(0, 2, 3, 4, 1)
     if not (_MODE[0] == 2 and packed["kind"] == "grouped" and groups == 1
             and packed["Cg"] >= _NHWC_MIN_C and packed["symmetric"] and x.size > 0):
         # the planes read the channels-last block as it lies

@@ -79,6 +79,11 @@ class PackedConv:
     def out_channels(self):
         return self._weight.shape[0]
 
+    @property
+    def depthwise(self):
+        """One input and one output channel per group."""
+        return self._weight.shape[1] == 1 and self.groups == self._weight.shape[0]
+
     def weight(self):
         """The quantized weight this pack was made from."""
         return self._weight
@@ -217,11 +222,12 @@ def _conv(ndim, relu, input, weight, bias, stride, padding, dilation, groups, pa
     scale = qp.check_scale(scale)
     zero_point = qp.check_zero_point(zero_point, quint8)
     x = input._int
-    # channels-last memory (channels innermost, the rest in order) of an ungrouped conv with
-    # zero padding: the channels-last kernel, whose result lies channels last too (as
-    # PyTorch's); otherwise the planes are built from any strides (a channels-last block of
-    # a grouped conv as it lies), other non-C layouts transposed first
-    channels_last = (pack.groups == 1 and x.shape[0] > 0 and is_channels_last(x)
+    # channels-last memory (channels innermost, the rest in order) of an ungrouped or
+    # depthwise conv with zero padding: the channels-last kernels, whose result lies channels
+    # last too (as PyTorch's); otherwise the planes are built from any strides (a
+    # channels-last block of a grouped conv as it lies), other non-C layouts transposed first
+    channels_last = ((pack.groups == 1 or pack.depthwise) and x.shape[0] > 0
+                     and is_channels_last(x)
                      and (pack.padding_mode == "zeros" or not any(pack.padding)))
     needs_copy = not channels_last and not x.flags.c_contiguous and not (
         x.strides[1] == 1 and pack.groups == 1)

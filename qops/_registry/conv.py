@@ -84,6 +84,22 @@ def _cases(nd):
             _case(r, nd, 1, 16, 8, s, k, padding=1, groups=2, layout="cl", label="cl-groups2"),
             _case(r, nd, 1, 16, 8, s, k, padding=1, padding_mode="reflect", layout="cl",
                   label="cl-reflect"),
+            # channels-last depthwise: the VNNI kernel with symmetric weights (a partial
+            # 64-channel block; 16 channels, four pixels a vector, a row not a multiple of
+            # four; two blocks, stride and dilation), the planes with asymmetric ones
+            _case(r, nd, 2, 40, 40, s, k, padding=1, groups=40, per_channel=True, layout="cl",
+                  label="cl-depthwise-c40"),
+            _case(r, nd, 1, 16, 16, s, k, padding=2, groups=16, per_channel=True, layout="cl",
+                  label="cl-depthwise-c16"),
+            _case(r, nd, 1, 70, 70, (s - 2,) * (nd - 1) + (13,), k, stride=2, padding=2,
+                  dilation=2, groups=70, per_channel=True, bias=False, layout="cl",
+                  label="cl-depthwise-c70-s2-d2"),
+            _case(r, nd, 1, 8, 8, s, 5, padding=3, groups=8, layout="cl",
+                  label="cl-depthwise-k5"),
+            # (spread 10: fbgemm, the oracle for asymmetric depthwise, saturates pair sums,
+            # 38-43 steps off at the usual spread of 40 for eight channels)
+            _case(r, nd, 1, 8, 8, s, k, padding=1, groups=8, w_zp=2, layout="cl", spread=10,
+                  label="cl-depthwise-wzp"),
         ]
         for mode in PADDING_MODES[1:]:
             cs.append(_case(r, nd, 1, 4, 6, s, k, padding=2, padding_mode=mode, label=mode))
@@ -266,6 +282,12 @@ def _benches(nd):
         "conv2d_1x1_256to64_56_b1": _bench(2, 1, 256, 64, (56, 56), 1),
         "conv2d_dw3x3_32_112_b1": _bench(2, 1, 32, 32, (112, 112), 3, padding=1, groups=32),
         "conv2d_dw3x3_144_56_b1": _bench(2, 1, 144, 144, (56, 56), 3, padding=1, groups=144),
+        "conv2d_dw3x3_32_112_b1_channels_last": _bench(2, 1, 32, 32, (112, 112), 3, layout="cl",
+                                                       padding=1, groups=32),
+        "conv2d_dw3x3_144_56_b1_channels_last": _bench(2, 1, 144, 144, (56, 56), 3, layout="cl",
+                                                       padding=1, groups=144),
+        "conv2d_dw3x3_96_112_s2_b1_channels_last": _bench(2, 1, 96, 96, (112, 112), 3, layout="cl",
+                                                          padding=1, stride=2, groups=96),
         "conv2d_stem3to32_s2_224_b1": _bench(2, 1, 3, 32, (224, 224), 3, padding=1, stride=2),
     }
 
