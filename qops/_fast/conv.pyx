@@ -195,6 +195,14 @@ cdef extern from "qops_conv_nhwc.h" nogil:
         uint8_t *out
     void qconv_nhwc_fill(const qconv_nhwc_fill_args *f, Py_ssize_t r0, Py_ssize_t r1)
     void qconv_nhwc_amx(const qconv_nhwc_args *a, Py_ssize_t r0, Py_ssize_t r1)
+    ctypedef struct qconv_im2col_args:
+        const uint8_t *x
+        Py_ssize_t N, D, H, W, C
+        Py_ssize_t KD, KH, KW
+        Py_ssize_t sd, sh, sw, pd, ph, pw, dd, dh, dw
+        uint8_t xz
+    void qconv_nhwc_amx_im2col(const qconv_nhwc_args *a, const qconv_im2col_args *f,
+                               uint8_t *row, Py_ssize_t r0, Py_ssize_t r1)
     ctypedef struct qconv_dwcl_args:
         const uint8_t *x
         Py_ssize_t N, D, H, W, C
@@ -215,20 +223,101 @@ cdef extern from "qops_conv_nhwc.h" nogil:
 _DWCL = bool(qconv_dwcl_available())
 
 
-def _nhwc_weights(packed):
-    """The weights as the channels-last AMX kernel's B tiles, built on first use and kept:
-    [oc block][tap][64-channel chunk][16 channel quads][16 oc][4], zero-padded, 64-aligned."""
-    wb = packed.get("wb")
-    if wb is not None:
-        return wb
-    o, ntaps, q4 = packed["wv"].shape
-    cp = (q4 * 4 + 63) // 64 * 64
+def _amx_b_tiles(w):
+    """int8 weights (O, taps, K) as the channels-last AMX kernel's B tiles: [oc block][tap]
+    [64-byte chunk of K][16 quads][16 oc][4], zero-padded, 64-aligned."""
+    o, ntaps, k = w.shape
+    cp = (k + 63) // 64 * 64
     nob = (o + 15) // 16
-    w = np.zeros((nob * 16, ntaps, cp), np.int8)
-    w[:o, :, :q4 * 4] = packed["wv"].view(np.int8).reshape(o, ntaps, q4 * 4)
-    wb = packed["wb"] = qops_aligned(
-        np, w.reshape(nob, 16, ntaps, cp // 64, 16, 4).transpose(0, 2, 3, 4, 1, 5))
+    wp = np.zeros((nob * 16, ntaps, cp), np.int8)
+    wp[:o, :, :k] = w
+    return qops_aligned(np, wp.reshape(nob, 16, ntaps, cp // 64, 16, 4).transpose(0, 2, 3, 4, 1, 5))
+
+
+def _nhwc_weights(packed):
+    """The weights as B tiles of the padded-buffer kernel (taps, channels padded to 4), built
+    on first use and kept."""
+    wb = packed.get("wb")
+    if wb is None:
+        o, ntaps, q4 = packed["wv"].shape
+        wb = packed["wb"] = _amx_b_tiles(packed["wv"].view(np.int8).reshape(o, ntaps, q4 * 4))
     return wb
+
+
+def _im2col_weights(packed):
+    """The weights as B tiles of the im2col kernel: one tap of K = taps x C bytes in (tap,
+    channel) order, built on first use and kept."""
+    wb = packed.get("wb_im2col")
+    if wb is None:
+        o, ntaps, q4 = packed["wv"].shape
+        c = packed["Cg"]
+        w = packed["wv"].view(np.int8).reshape(o, ntaps, q4 * 4)[:, :, :c].reshape(o, 1, ntaps * c)
+        wb = packed["wb_im2col"] = _amx_b_tiles(w)
+    return wb
+
+
+cdef object _nhwc_tiles_args(qconv_nhwc_args *a, packed, wb, taps, Py_ssize_t od, Py_ssize_t oh,
+                             Py_ssize_t ow, Py_ssize_t cp, Py_ssize_t ntaps, bias_term,
+                             multiplier, x_zero_point, out_zero_point, relu, out):
+    """Fill the parts of the AMX kernel's arguments both channels-last paths share; returns
+    the float arrays the pointers point into (keep them alive through the call)."""
+    o = packed["O"]
+    bt = np.ascontiguousarray(bias_term, np.float32)
+    mu = np.ascontiguousarray(multiplier, np.float32)
+    a.OD, a.OH, a.OW, a.O = od, oh, ow, o
+    a.ntaps, a.nch, a.nob = ntaps, cp // 64, (o + 15) // 16
+    a.toff = <const Py_ssize_t*>qops_ptr(taps)
+    a.wb = <const int8_t*>qops_ptr(wb)
+    a.kzw = <const int32_t*>qops_ptr(packed["kzw"])
+    a.bterm = <const float*>qops_ptr(bt)
+    a.mult = <const float*>qops_ptr(mu)
+    a.xz = x_zero_point
+    a.ozp = out_zero_point
+    a.lo = out_zero_point if relu else 0
+    a.out = <uint8_t*>qops_ptr(out, True)
+    return bt, mu
+
+
+def _conv_cl_im2col(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
+                    stride, padding, dilation):
+    """Ungrouped conv of contiguous channels-last x with few channels (AMX): each output row's
+    windows gathered into an im2col row, then a 1x1 conv over it on the tiles."""
+    cdef qconv_im2col_args f
+    cdef qconv_nhwc_args a
+    n, d, h, wdt, c = x.shape
+    kd, kh, kw = packed["kernel"]
+    o = packed["O"]
+    (pd, ph, pw), (sd, sh, sw), (dd, dh, dwl) = padding, stride, dilation
+    od = (d + 2 * pd - dd * (kd - 1) - 1) // sd + 1
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (wdt + 2 * pw - dwl * (kw - 1) - 1) // sw + 1
+    kp = (kd * kh * kw * c + 63) // 64 * 64
+    owp = (ow + 31) // 32 * 32                   # the tiles read whole 32-pixel groups
+    out = qops_empty(np, (n, od, oh, ow, o), np.uint8)
+    taps = np.zeros(1, np.intp)
+    f.x = <const uint8_t*>qops_ptr(x)
+    f.N, f.D, f.H, f.W, f.C = n, d, h, wdt, c
+    f.KD, f.KH, f.KW = kd, kh, kw
+    f.sd, f.sh, f.sw, f.pd, f.ph, f.pw = sd, sh, sw, pd, ph, pw
+    f.dd, f.dh, f.dw = dd, dh, dwl
+    f.xz = x_zero_point
+    # a 1x1 conv over the im2col rows
+    a.xp = NULL
+    a.Dp, a.Hp, a.Wp, a.Cp = od, oh, owp, kp
+    a.sd, a.sh, a.sw = 1, 1, 1
+    keep = _nhwc_tiles_args(&a, packed, _im2col_weights(packed), taps, od, oh, ow, kp, 1,
+                            bias_term, multiplier, x_zero_point, out_zero_point, relu, out)
+    cdef Py_ssize_t rows = n * od * oh, rowb = owp * kp, i
+    cdef int nthreads = qops_threads_for(rows * ow * o * kp, GRAIN)
+    # one im2col row per thread, zeroed once: the bytes past the windows stay 0
+    scratch = np.zeros(nthreads * rowb + 64, np.uint8)
+    cdef uint8_t *sp = <uint8_t*>qops_ptr(scratch, True)
+    sp = sp + (-<size_t>sp) % 64
+    with nogil:
+        for i in prange(nthreads, schedule="static", num_threads=nthreads):
+            qconv_nhwc_amx_im2col(&a, &f, sp + i * rowb, rows * i // nthreads,
+                                  rows * (i + 1) // nthreads)
+    return out
 
 
 def _dw_quads(packed):
@@ -322,6 +411,10 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
         out = conv(np.ascontiguousarray(x.transpose(0, 4, 1, 2, 3)), packed, x_zero_point,
                    bias_term, multiplier, out_zero_point, relu, stride, padding, dilation, groups)
         return out.transpose(0, 2, 3, 4, 1)
+    if (_MODE[0] == 2 and packed["kind"] == "grouped" and groups == 1
+            and packed["Cg"] < _NHWC_MIN_C and packed["symmetric"] and x.size > 0):
+        return _conv_cl_im2col(x, packed, x_zero_point, bias_term, multiplier,
+                               out_zero_point, relu, stride, padding, dilation)
     if not (_MODE[0] == 2 and packed["kind"] == "grouped" and groups == 1
             and packed["Cg"] >= _NHWC_MIN_C and packed["symmetric"] and x.size > 0):
         # the planes read the channels-last block as it lies
@@ -359,23 +452,11 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
             [((i * dd * hp + j * dh) * wp_ + k * dwl) * cp
              for i in range(kd) for j in range(kh) for k in range(kw)], dtype=np.intp)
     out = qops_empty(np, (n, od, oh, ow, o), np.uint8)
-    bt = np.ascontiguousarray(bias_term, np.float32)
-    mu = np.ascontiguousarray(multiplier, np.float32)
-    kzw = packed["kzw"]
     a.xp = f.xp
     a.Dp, a.Hp, a.Wp, a.Cp = dp, hp, wp_, cp
-    a.OD, a.OH, a.OW, a.O = od, oh, ow, o
     a.sd, a.sh, a.sw = sd, sh, sw
-    a.ntaps, a.nch, a.nob = len(taps), cp // 64, (o + 15) // 16
-    a.toff = <const Py_ssize_t*>qops_ptr(taps)
-    a.wb = <const int8_t*>qops_ptr(wb)
-    a.kzw = <const int32_t*>qops_ptr(kzw)
-    a.bterm = <const float*>qops_ptr(bt)
-    a.mult = <const float*>qops_ptr(mu)
-    a.xz = x_zero_point
-    a.ozp = out_zero_point
-    a.lo = out_zero_point if relu else 0
-    a.out = <uint8_t*>qops_ptr(out, True)
+    keep = _nhwc_tiles_args(&a, packed, wb, taps, od, oh, ow, cp, len(taps), bias_term,
+                            multiplier, x_zero_point, out_zero_point, relu, out)
     cdef int fill_threads = qops_threads_for(rows * wp_ * cp, 1 << 16)
     cdef int nthreads = qops_threads_for(orows * ow * o * c * len(taps), GRAIN)
     cdef Py_ssize_t i

@@ -66,72 +66,160 @@ typedef struct {
     uint8_t *out;                      /* (N, OD, OH, OW, O) */
 } qconv_nhwc_args;
 
+/* Small-channel convolutions (fewer than 32 input channels would fill under half of each
+ * 64-byte pixel above) run the same tiles on an im2col row instead: each output pixel's
+ * window gathered as K = taps x C bytes, dense in (tap, channel) order and zero-padded to Kp,
+ * a multiple of 64; the conv is then a 1x1 one over that row (Cp = Kp, one tap). Windows
+ * outside the input read the zero point, as the padded buffer's borders. */
+typedef struct {
+    const uint8_t *x;                  /* input (N, D, H, W, C), contiguous */
+    ptrdiff_t N, D, H, W, C;
+    ptrdiff_t KD, KH, KW;
+    ptrdiff_t sd, sh, sw, pd, ph, pw, dd, dh, dw;
+    uint8_t xz;
+} qconv_im2col_args;
+
 #ifdef QCONV_AMX
-/* Output rows [r0, r1) of the N * OD * OH rows. */
-__attribute__((target("amx-tile,amx-int8"))) static void
-qconv_nhwc_amx(const qconv_nhwc_args *a, ptrdiff_t r0, ptrdiff_t r1) {
-    qops_tilecfg cfg;
-    qops_tilecfg_init(&cfg);
-    for (int i = 0; i < 8; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
-    qops_tilecfg_load(&cfg);
-    int32_t buf[16 * 16] __attribute__((aligned(64)));
+/* One output row: tiles of 32 pixels at xrow (a pixel every sw * Cp bytes), output pixels at
+ * orow; the tiles configured by the caller, buf 1 KB of scratch. */
+__attribute__((target("amx-tile,amx-int8"))) static inline void
+qconv_nhwc_amx_row(const qconv_nhwc_args *a, const uint8_t *xrow, uint8_t *orow, int32_t *buf) {
     const __m512 lo = _mm512_set1_ps((float)(a->lo - a->ozp)), hi = _mm512_set1_ps((float)(255 - a->ozp));
     const __m512i ozp = _mm512_set1_epi32(a->ozp);
     const ptrdiff_t pstride = a->sw * a->Cp;           /* bytes between a tile's pixel rows */
     const ptrdiff_t wblk = (ptrdiff_t)a->ntaps * a->nch * 1024;
     const int ntaps = a->ntaps, nch = a->nch;
-    for (ptrdiff_t r = r0; r < r1; r++) {
-        const ptrdiff_t oh = r % a->OH, od = (r / a->OH) % a->OD, n = r / (a->OH * a->OD);
-        const uint8_t *xrow = a->xp + (((n * a->Dp + od * a->sd) * a->Hp + oh * a->sh) * a->Wp) * a->Cp;
-        uint8_t *orow = a->out + r * a->OW * a->O;
-        for (int ob = 0; ob < a->nob; ob += 2) {
-            const int two = ob + 1 < a->nob;
-            for (ptrdiff_t ow = 0; ow < a->OW; ow += 32) {
-                const int nv = (int)(a->OW - ow < 32 ? a->OW - ow : 32);
-                const uint8_t *xb = xrow + ow * pstride;
-                const int8_t *w0 = a->wb + ob * wblk, *w1 = w0 + wblk;
-                _tile_zero(0); _tile_zero(1);
-                if (two) { _tile_zero(2); _tile_zero(3); }
-                for (int t = 0; t < ntaps; t++) {
-                    const uint8_t *xt = xb + a->toff[t];
-                    for (int k = 0; k < nch; k++, w0 += 1024, w1 += 1024) {
-                        _tile_loadd(6, w0, 64);
-                        _tile_loadd(4, xt + 64 * k, pstride);
-                        _tile_dpbusd(0, 4, 6);
-                        _tile_loadd(5, xt + 64 * k + 16 * pstride, pstride);
-                        _tile_dpbusd(1, 5, 6);
-                        if (two) {
-                            _tile_loadd(7, w1, 64);
-                            _tile_dpbusd(2, 4, 7);
-                            _tile_dpbusd(3, 5, 7);
-                        }
-                    }
-                }
-                for (int b = 0; b < 1 + two; b++) {
-                    const ptrdiff_t oc = (ptrdiff_t)(ob + b) * 16;
-                    const int noc = (int)(a->O - oc < 16 ? a->O - oc : 16);
-                    const __mmask16 m = (__mmask16)((1u << noc) - 1);
-                    const __m512i corr = _mm512_mullo_epi32(_mm512_set1_epi32(a->xz),
-                                                            _mm512_maskz_loadu_epi32(m, a->kzw + oc));
-                    const __m512 bt = _mm512_maskz_loadu_ps(m, a->bterm + oc);
-                    const __m512 mu = _mm512_maskz_loadu_ps(m, a->mult + oc);
-                    for (int p = 0; p < 2; p++) {
-                        if (16 * p >= nv) break;
-                        qops_tile_store_acc(2 * b + p, buf);
-                        const int rows = nv - 16 * p < 16 ? nv - 16 * p : 16;
-                        for (int i = 0; i < rows; i++)      /* one pixel, noc channels */
-                            qconv_store16(_mm512_add_epi32(_mm512_load_si512((const void *)(buf + 16 * i)), corr),
-                                          bt, mu, lo, hi, ozp, orow + (ow + 16 * p + i) * a->O + oc, noc);
+    for (int ob = 0; ob < a->nob; ob += 2) {
+        const int two = ob + 1 < a->nob;
+        for (ptrdiff_t ow = 0; ow < a->OW; ow += 32) {
+            const int nv = (int)(a->OW - ow < 32 ? a->OW - ow : 32);
+            const uint8_t *xb = xrow + ow * pstride;
+            const int8_t *w0 = a->wb + ob * wblk, *w1 = w0 + wblk;
+            _tile_zero(0); _tile_zero(1);
+            if (two) { _tile_zero(2); _tile_zero(3); }
+            for (int t = 0; t < ntaps; t++) {
+                const uint8_t *xt = xb + a->toff[t];
+                for (int k = 0; k < nch; k++, w0 += 1024, w1 += 1024) {
+                    _tile_loadd(6, w0, 64);
+                    _tile_loadd(4, xt + 64 * k, pstride);
+                    _tile_dpbusd(0, 4, 6);
+                    _tile_loadd(5, xt + 64 * k + 16 * pstride, pstride);
+                    _tile_dpbusd(1, 5, 6);
+                    if (two) {
+                        _tile_loadd(7, w1, 64);
+                        _tile_dpbusd(2, 4, 7);
+                        _tile_dpbusd(3, 5, 7);
                     }
                 }
             }
+            for (int b = 0; b < 1 + two; b++) {
+                const ptrdiff_t oc = (ptrdiff_t)(ob + b) * 16;
+                const int noc = (int)(a->O - oc < 16 ? a->O - oc : 16);
+                const __mmask16 m = (__mmask16)((1u << noc) - 1);
+                const __m512i corr = _mm512_mullo_epi32(_mm512_set1_epi32(a->xz),
+                                                        _mm512_maskz_loadu_epi32(m, a->kzw + oc));
+                const __m512 bt = _mm512_maskz_loadu_ps(m, a->bterm + oc);
+                const __m512 mu = _mm512_maskz_loadu_ps(m, a->mult + oc);
+                for (int p = 0; p < 2; p++) {
+                    if (16 * p >= nv) break;
+                    qops_tile_store_acc(2 * b + p, buf);
+                    const int rows = nv - 16 * p < 16 ? nv - 16 * p : 16;
+                    for (int i = 0; i < rows; i++)      /* one pixel, noc channels */
+                        qconv_store16(_mm512_add_epi32(_mm512_load_si512((const void *)(buf + 16 * i)), corr),
+                                      bt, mu, lo, hi, ozp, orow + (ow + 16 * p + i) * a->O + oc, noc);
+                }
+            }
         }
+    }
+}
+
+__attribute__((target("amx-tile,amx-int8"))) static void qconv_nhwc_tiles(void) {
+    qops_tilecfg cfg;
+    qops_tilecfg_init(&cfg);
+    for (int i = 0; i < 8; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
+    qops_tilecfg_load(&cfg);
+}
+
+/* Output rows [r0, r1) of the N * OD * OH rows. */
+__attribute__((target("amx-tile,amx-int8"))) static void
+qconv_nhwc_amx(const qconv_nhwc_args *a, ptrdiff_t r0, ptrdiff_t r1) {
+    int32_t buf[16 * 16] __attribute__((aligned(64)));
+    qconv_nhwc_tiles();
+    for (ptrdiff_t r = r0; r < r1; r++) {
+        const ptrdiff_t oh = r % a->OH, od = (r / a->OH) % a->OD, n = r / (a->OH * a->OD);
+        qconv_nhwc_amx_row(a, a->xp + (((n * a->Dp + od * a->sd) * a->Hp + oh * a->sh) * a->Wp) * a->Cp,
+                           a->out + r * a->OW * a->O, buf);
+    }
+    _tile_release();
+}
+
+/* The im2col row of output row r into row (OW pixels of a->Cp bytes; the bytes past the
+ * window, zeroed once by the caller, are never written). */
+static void qconv_im2col_row(const qconv_im2col_args *f, const qconv_nhwc_args *a, ptrdiff_t r,
+                             uint8_t *row) {
+    /* locals: the stores below could alias the argument structs */
+    const ptrdiff_t C = f->C, KW = f->KW, Kp = a->Cp, OW = a->OW, W = f->W, sw = f->sw, pw = f->pw;
+    const ptrdiff_t dw = f->dw;
+    const ptrdiff_t oh = r % a->OH, od = (r / a->OH) % a->OD, n = r / (a->OH * a->OD);
+    const __m512i xzv = _mm512_set1_epi8((char)f->xz);
+    const __mmask64 mc = ((__mmask64)1 << C) - 1;      /* C < 32 */
+    /* a kernel row's KW taps are one run of KW C bytes at unit dilation */
+    const int run = dw == 1 && KW * C <= 64;
+    const __mmask64 mr = KW * C >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (KW * C)) - 1;
+    for (ptrdiff_t kd = 0, k = 0; kd < f->KD; kd++)
+        for (ptrdiff_t kh = 0; kh < f->KH; kh++, k++) {
+            const ptrdiff_t id = od * f->sd - f->pd + kd * f->dd, ih = oh * f->sh - f->ph + kh * f->dh;
+            uint8_t *dst = row + k * KW * C;
+            if (id < 0 || id >= f->D || ih < 0 || ih >= f->H) {
+                for (ptrdiff_t ow = 0; ow < OW; ow++)
+                    for (ptrdiff_t kw = 0; kw < KW; kw++)
+                        _mm512_mask_storeu_epi8(dst + ow * Kp + kw * C, mc, xzv);
+                continue;
+            }
+            const uint8_t *src = f->x + ((n * f->D + id) * f->H + ih) * W * C;
+            /* windows inside the row, [lo, hi), one run each */
+            ptrdiff_t lo = (pw + sw - 1) / sw, hi = W - KW + pw < 0 ? 0 : (W - KW + pw) / sw + 1;
+            if (!run || hi > OW) hi = run ? OW : 0;
+            if (lo > hi) lo = hi;
+            {
+                const uint8_t *s = src + (lo * sw - pw) * C;
+                uint8_t *d = dst + lo * Kp;
+                for (ptrdiff_t ow = lo; ow < hi; ow++, s += sw * C, d += Kp)
+                    _mm512_mask_storeu_epi8(d, mr, _mm512_maskz_loadu_epi8(mr, s));
+            }
+            for (ptrdiff_t ow = 0; ow < OW; ow++) {
+                if (ow == lo && lo < hi) ow = hi;
+                if (ow >= OW) break;
+                const ptrdiff_t iw0 = ow * sw - pw;
+                for (ptrdiff_t kw = 0; kw < KW; kw++) {
+                    const ptrdiff_t iw = iw0 + kw * dw;
+                    _mm512_mask_storeu_epi8(dst + ow * Kp + kw * C, mc,
+                                            iw >= 0 && iw < W ? _mm512_maskz_loadu_epi8(mc, src + iw * C) : xzv);
+                }
+            }
+        }
+}
+
+/* Output rows [r0, r1) through the im2col row `row` (this thread's: 32-pixel-rounded OW
+ * pixels of Kp bytes, zeroed); a describes the 1x1 conv over it. */
+__attribute__((target("amx-tile,amx-int8"))) static void
+qconv_nhwc_amx_im2col(const qconv_nhwc_args *a, const qconv_im2col_args *f, uint8_t *row,
+                      ptrdiff_t r0, ptrdiff_t r1) {
+    int32_t buf[16 * 16] __attribute__((aligned(64)));
+    qconv_nhwc_tiles();
+    for (ptrdiff_t r = r0; r < r1; r++) {
+        qconv_im2col_row(f, a, r, row);
+        qconv_nhwc_amx_row(a, row, a->out + r * a->OW * a->O, buf);
     }
     _tile_release();
 }
 #else
 static void qconv_nhwc_amx(const qconv_nhwc_args *a, ptrdiff_t r0, ptrdiff_t r1) {
     (void)a; (void)r0; (void)r1;       /* never called: conv_cl runs it only in AMX mode */
+}
+static void qconv_nhwc_amx_im2col(const qconv_nhwc_args *a, const qconv_im2col_args *f,
+                                  uint8_t *row, ptrdiff_t r0, ptrdiff_t r1) {
+    (void)a; (void)f; (void)row; (void)r0; (void)r1;
 }
 #endif
 

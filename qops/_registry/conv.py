@@ -74,6 +74,12 @@ def _cases(nd):
             # 32+ channels: padded to 64, partial oc blocks, strides, dilation, a row of
             # more than 32 pixels), and the paths it leaves to the planes
             _case(r, nd, 1, 16, 20, s, k, padding=1, layout="cl", label="cl-c16-o20"),
+            # (fewer than 32 channels: the im2col rows, one run per kernel row or tap by tap)
+            _case(r, nd, 2, 3, 33, s, k, stride=2, padding=1, per_channel=True, layout="cl",
+                  label="cl-c3-o33-s2"),
+            _case(r, nd, 1, 5, 17, s, 2, padding=2, dilation=2, layout="cl", label="cl-c5-d2"),
+            _case(r, nd, 1, 31, 16, (s - 4,) * (nd - 1) + (37,), 1, bias=False, layout="cl",
+                  label="cl-c31-1x1"),
             _case(r, nd, 2, 64, 40, s, k, stride=2, padding=2, dilation=2, per_channel=True,
                   layout="cl", label="cl-c64-o40-s2-d2"),
             _case(r, nd, 1, 70, 33, (s - 4,) * (nd - 1) + (40,), k, padding=1, bias=False,
@@ -289,6 +295,8 @@ def _benches(nd):
         "conv2d_dw3x3_96_112_s2_b1_channels_last": _bench(2, 1, 96, 96, (112, 112), 3, layout="cl",
                                                           padding=1, stride=2, groups=96),
         "conv2d_stem3to32_s2_224_b1": _bench(2, 1, 3, 32, (224, 224), 3, padding=1, stride=2),
+        "conv2d_stem3to32_s2_224_b1_channels_last": _bench(2, 1, 3, 32, (224, 224), 3, layout="cl",
+                                                           padding=1, stride=2),
     }
 
 
