@@ -93,6 +93,21 @@ def test_output_keeps_input_qparams_and_unbatched(backend):
     u.assert_same(u.canon(F.avg_pool2d(q, 3, 1, 1)), u.canon(batched[0]), "unbatched")
 
 
+def test_global_average_pool_shortcut_equals_general_path(backend):
+    # adaptive_avg_pool2d(x, 1) on a C-order batch skips the general checks; the same pool
+    # asked as (1, 1) takes them: both give the same tensor, and odd inputs still get errors
+    for dtype, zp, shape in ((qops.quint8, 100, (2, 33, 7, 5)), (qops.qint8, -3, (1, 5, 1, 1)),
+                             (qops.quint8, 0, (0, 4, 3, 3))):
+        q = _q(shape, dtype, zp)
+        a, b = F.adaptive_avg_pool2d(q, 1), F.adaptive_avg_pool2d(q, (1, 1))
+        assert a.dtype is dtype and a.shape == shape[:2] + (1, 1)
+        u.assert_same(u.canon(a), u.canon(b), f"global pool {shape}")
+    with pytest.raises(ValueError, match="non-empty spatial"):
+        F.adaptive_avg_pool2d(_q((1, 2, 0, 3), qops.quint8, 1), 1)
+    with pytest.raises(TypeError):
+        F.adaptive_avg_pool2d(_q((1, 2, 3, 3), qops.quint8, 1), True)
+
+
 def test_return_indices_match_float_max_pool(backend, torch):
     q = _q((2, 3, 9, 11), qops.quint8, 0)
     q._int[:] //= 32             # many equal values: the first maximum must win
