@@ -43,10 +43,24 @@ static void qconv_nhwc_fill(const qconv_nhwc_fill_args *f, ptrdiff_t r0, ptrdiff
         if (f->Cp == f->C) {
             memcpy(p, src, (size_t)(f->W * f->C));
         } else {
+#ifdef QCONV_VNNI
+            /* a pixel's 64-byte chunks by masked copies (a memcpy and a memset call per pixel
+             * took a third of a 96->24 1x1 conv); the channels past C meet zero weights, so
+             * they hold 0 here instead of the zero point */
+            const ptrdiff_t C = f->C, Cp = f->Cp;
+            for (ptrdiff_t w = 0; w < f->W; w++, src += C, p += Cp)
+                for (ptrdiff_t k = 0; k < Cp; k += 64) {
+                    const __mmask64 m = C - k >= 64 ? ~(__mmask64)0 : C - k <= 0 ? 0
+                                      : ((__mmask64)1 << (C - k)) - 1;
+                    _mm512_storeu_si512((void *)(p + k), _mm512_maskz_loadu_epi8(m, src + k));
+                }
+            p = dst + f->pw * f->Cp;
+#else
             for (ptrdiff_t w = 0; w < f->W; w++) {
                 memcpy(p + w * f->Cp, src + w * f->C, (size_t)f->C);
                 memset(p + w * f->Cp + f->C, f->xz, (size_t)(f->Cp - f->C));
             }
+#endif
         }
         memset(p + f->W * f->Cp, f->xz, (size_t)((f->Wp - f->pw - f->W) * f->Cp));
     }
