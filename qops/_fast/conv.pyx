@@ -86,7 +86,7 @@ cdef extern from "qops_conv.h" nogil:
 _AMX = bool(qconv_amx_available())
 _MODE = [2 if _AMX else qconv_best_mode()]
 _AMX_MIN_KC = [16]
-_NHWC_MIN_C = 32          # fewer channels fill under half of each 64-byte pixel of conv_cl
+_NHWC_MIN_C = 32          # conv_cl's padded-pixel kernel from here, im2col rows below
 
 
 def _set_mode(mode):
@@ -396,10 +396,11 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     """conv of channels-last data: x (N, D, H, W, C) -> (N, OD, OH, OW, O).
 
     Depthwise convolutions with symmetric weights run a kernel vectorized over channels where
-    the CPU has VNNI. Ungrouped convolutions with symmetric weights and 32+ input channels run
-    the channels-last AMX kernel where the CPU has AMX (fewer channels would waste most of
-    each 64-byte pixel); everything else runs `conv` on the same memory, whose C-order result
-    comes back as a view."""
+    the CPU has VNNI. Ungrouped convolutions with symmetric weights run the channels-last AMX
+    tiles where the CPU has AMX: from 32 input channels on a padded copy of the input, below
+    that (where channels would fill under half of each 64-byte pixel) on im2col rows.
+    Everything else runs `conv` on the same memory, whose C-order result comes back as a
+    view."""
     x = np.ascontiguousarray(x)
     n, d, h, wdt, c = x.shape
     if (_DWCL and _MODE[0] >= 1 and packed["kind"] == "dw" and packed["symmetric"]
@@ -411,12 +412,12 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
         out = conv(np.ascontiguousarray(x.transpose(0, 4, 1, 2, 3)), packed, x_zero_point,
                    bias_term, multiplier, out_zero_point, relu, stride, padding, dilation, groups)
         return out.transpose(0, 2, 3, 4, 1)
-    if (_MODE[0] == 2 and packed["kind"] == "grouped" and groups == 1
-            and packed["Cg"] < _NHWC_MIN_C and packed["symmetric"] and x.size > 0):
+    tiles = (_MODE[0] == 2 and packed["kind"] == "grouped" and groups == 1
+             and packed["symmetric"] and x.size > 0)
+    if tiles and packed["Cg"] < _NHWC_MIN_C:
         return _conv_cl_im2col(x, packed, x_zero_point, bias_term, multiplier,
                                out_zero_point, relu, stride, padding, dilation)
-    if not (_MODE[0] == 2 and packed["kind"] == "grouped" and groups == 1
-            and packed["Cg"] >= _NHWC_MIN_C and packed["symmetric"] and x.size > 0):
+    if not tiles:
         # the planes read the channels-last block as it lies
         out = conv(x.transpose(0, 4, 1, 2, 3), packed, x_zero_point, bias_term, multiplier,
                    out_zero_point, relu, stride, padding, dilation, groups)

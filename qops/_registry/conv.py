@@ -70,11 +70,11 @@ def _cases(nd):
             _case(r, nd, 0, 4, 8, s, k, padding=1, label="batch0"),
             _case(r, nd, 3, 3, 4, s, 2, stride=2, label="batch3-k2-s2"),
             _case(r, nd, 1, 64, 20, s - 2, k, padding=1, label="c64-o20"),
-            # channels-last inputs: the channels-last kernel (ungrouped, symmetric weights,
-            # 32+ channels: padded to 64, partial oc blocks, strides, dilation, a row of
-            # more than 32 pixels), and the paths it leaves to the planes
+            # channels-last inputs: the channels-last tiles (ungrouped, symmetric weights; 32+
+            # channels: padded to 64, partial oc blocks, strides, dilation, a row of more than
+            # 32 pixels; fewer: im2col rows, one run per kernel row or tap by tap), and the
+            # paths they leave to the planes
             _case(r, nd, 1, 16, 20, s, k, padding=1, layout="cl", label="cl-c16-o20"),
-            # (fewer than 32 channels: the im2col rows, one run per kernel row or tap by tap)
             _case(r, nd, 2, 3, 33, s, k, stride=2, padding=1, per_channel=True, layout="cl",
                   label="cl-c3-o33-s2"),
             _case(r, nd, 1, 5, 17, s, 2, padding=2, dilation=2, layout="cl", label="cl-c5-d2"),
