@@ -267,14 +267,22 @@ def test_wide_channels_every_tier(tier, cfg):
     assert 0.02 < np.mean(want == 120) < 0.5 or np.std(want) > 5
 
 
-def test_nonfinite_bias_fast_equals_ref():
-    # a NaN or infinite bias saturates (NaN to 255, as the clamp order of qops_clampf)
-    x, w = _x((1, 4, 5, 5)), _w((4, 4, 3, 3))
+@pytest.mark.parametrize("groups", [1, 4])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_nonfinite_bias_fast_equals_ref(groups, channels_last):
+    # a NaN or infinite bias saturates (NaN to 255, as the clamp order of qops_clampf), in
+    # every kernel: channels-last inputs take the im2col rows (4 channels) and the
+    # depthwise kernel (groups 4)
+    x, w = _x((1, 4, 5, 5)), _w((4, 4 // groups, 3, 3))
+    if channels_last:
+        x = qops.make_per_tensor_quantized_tensor(
+            np.ascontiguousarray(np.moveaxis(x._int, 1, -1)).transpose(0, 3, 1, 2), x._scale,
+            x._zero_point)
     b = np.array([np.nan, np.inf, -np.inf, 1e38], np.float32)
     outs = []
     for be in ("ref", "fast"):
         with qops.backend(be):
-            outs.append(F.conv2d(x, w, b, padding=1, scale=0.1, zero_point=9)._int)
+            outs.append(F.conv2d(x, w, b, padding=1, groups=groups, scale=0.1, zero_point=9)._int)
     np.testing.assert_array_equal(outs[1], outs[0])
     assert (outs[0][0, 0] == 255).all() and (outs[0][0, 1] == 255).all() and (outs[0][0, 2] == 0).all()
 
