@@ -20,7 +20,8 @@ def config_info():
                     # kernels the AVX-512 build picks at run time by CPU feature
                     vbmi_max_pool=_fast.load("pool")._use_vbmi(),
                     vbmi2_topk=_fast.load("sort")._topk_vbmi(),
-                    conv_kernel=_conv_kernel(_fast), gemm_kernel=_gemm_kernel(_fast))
+                    conv_kernel=_conv_kernel(_fast), cl_conv_kernel=_cl_conv_kernel(_fast),
+                    gemm_kernel=_gemm_kernel(_fast))
     except ImportError as exc:
         info.update(fast_error=str(exc))
     return info
@@ -43,6 +44,7 @@ def show_config():
                   f"{'on' if info['vbmi_max_pool'] else 'off'}, "
                   f"{'on' if info['vbmi2_topk'] else 'off'}"),
                  ("int8 conv kernel", info["conv_kernel"]),
+                 ("channels-last conv kernels", info["cl_conv_kernel"]),
                  ("int8 linear kernel", info["gemm_kernel"]),
                  ("debug build (bounds checks)", "yes" if info["debug_build"] else "no")]
     width = max(len(k) for k, _ in rows)
@@ -58,6 +60,15 @@ def _conv_kernel(fast):
     if mode == 1:
         return "AVX-512 VNNI" if fast.ISA == "avx512" else "AVX2 (vpmaddubsw, exact)"
     return "portable C"
+
+
+def _cl_conv_kernel(fast):
+    """What channels-last convolutions with symmetric weights run, ungrouped and depthwise."""
+    conv = fast.load("conv")
+    ungrouped = ("AMX tiles (im2col rows below 32 channels)" if conv._MODE[0] == 2
+                 else "the conv kernel, C-order result")
+    depthwise = "AVX-512 VNNI" if conv._DWCL and conv._MODE[0] >= 1 else "a C-order copy"
+    return f"ungrouped: {ungrouped}; depthwise: {depthwise}"
 
 
 def _gemm_kernel(fast):

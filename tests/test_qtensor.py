@@ -208,5 +208,5 @@ def test_show_config(capsys):
     qops.show_config()
     out = capsys.readouterr().out
     for key in ("numpy", "OpenMP", "threads", "ISAs compiled", "ISA in use", "VBMI kernels",
-                "int8 conv kernel"):
+                "int8 conv kernel", "channels-last conv kernels"):
         assert key in out
