@@ -157,3 +157,26 @@ def test_tie_differences_with_pytorch_are_few(torch):
 def test_near_half():
     assert near_half(np.array([0.5, 2.5000001, -3.5]))[0:3].all()
     assert not near_half(np.array([0.4, 2.0, 7.75])).any()
+
+
+@pytest.mark.parametrize("dtype", [qops.quint8, qops.qint8])
+def test_clamps_at_every_offset_and_length(dtype):
+    # the clamp kernel shifts aligned loads together when the input lies a multiple of 4
+    # bytes off the output's alignment (and runs a plain loop otherwise): every offset within
+    # a cache line, lengths around its 256-byte floor and its 64-byte steps, in place too
+    r = u.rng(21)
+    base = np.empty(4096 + 128, np.uint8 if dtype is qops.quint8 else np.int8)
+    info = np.iinfo(base.dtype)
+    for off in range(64):
+        for n in (255, 256, 257, 319, 320, 1000, 4096):
+            raw = base[off:off + n]
+            raw[:] = r.integers(info.min, info.max + 1, n)
+            q = qops.make_per_tensor_quantized_tensor(raw, 0.1, 5)
+            want = np.clip(raw, 5, info.max)
+            got = F.relu(q).int_repr()
+            np.testing.assert_array_equal(got, want, err_msg=f"relu offset {off} length {n}")
+            got = F.hardtanh(q, -2.0, 3.0).int_repr()
+            np.testing.assert_array_equal(got, np.clip(raw, 5 - 20, 5 + 30),
+                                          err_msg=f"hardtanh offset {off} length {n}")
+            F.relu_(q)
+            np.testing.assert_array_equal(q.int_repr(), want, err_msg=f"relu_ offset {off}")

@@ -107,10 +107,64 @@ cdef extern from *:
     #else
     #define QOPS_CLAMP_OMP_FOR
     #endif
+    #if defined(__AVX512BW__)
+    #include <immintrin.h>
+    /* min(max(x, lo), hi) of 64 bytes, unsigned or signed */
+    static inline __m512i qops_clamp64(__m512i v, __m512i lo, __m512i hi, int uns) {
+        return uns ? _mm512_min_epu8(_mm512_max_epu8(v, lo), hi)
+                   : _mm512_min_epi8(_mm512_max_epi8(v, lo), hi);
+    }
+    #define QOPS_CLAMP_SHIFT(k)                                                               \
+        case k:                                                                               \
+            for (; i + 64 <= n; i += 64, s += 64) {                                           \
+                const __m512i nx = _mm512_load_si512((const void *)(s + 64));                 \
+                _mm512_store_si512((void *)(dst + i),                                         \
+                                   qops_clamp64(_mm512_alignr_epi32(nx, cur, k), L, H, uns)); \
+                cur = nx;                                                                     \
+            }                                                                                 \
+            break;
+    /* The clamp of n >= 256 bytes whose source lies a multiple of 4 bytes off the (aligned)
+     * output: aligned loads shifted together by valignd, aligned stores. numpy's arrays start
+     * 16 bytes into a cache line: with plain unaligned loads every vector split two lines and
+     * relu of 64x112x112 took 23.5 instead of 20.3 us. Returns 0 (nothing done) otherwise. */
+    static int qops_clamp_shifted(const uint8_t *src, uint8_t *dst, ptrdiff_t n, uint8_t lo,
+                                  uint8_t hi, int uns) {
+        if (n < 256 || ((uintptr_t)src - (uintptr_t)dst) % 4 != 0) return 0;
+        const __m512i L = _mm512_set1_epi8((char)lo), H = _mm512_set1_epi8((char)hi);
+        ptrdiff_t i = (ptrdiff_t)((-(uintptr_t)dst) & 63);            /* to the output's line */
+        const __mmask64 mh = i ? (((__mmask64)1 << i) - 1) : 0;
+        _mm512_mask_storeu_epi8(dst, mh, qops_clamp64(_mm512_maskz_loadu_epi8(mh, src), L, H, uns));
+        const uint8_t *s = (const uint8_t *)((uintptr_t)(src + i) & ~(uintptr_t)63);
+        __m512i cur = _mm512_load_si512((const void *)s);
+        switch ((int)(((uintptr_t)(src + i) & 63) / 4)) {
+        case 0:                  /* lined up: no next line to read (it may be past the end) */
+            for (; i + 64 <= n; i += 64)
+                _mm512_store_si512((void *)(dst + i),
+                                   qops_clamp64(_mm512_load_si512((const void *)(src + i)), L, H, uns));
+            break;
+        QOPS_CLAMP_SHIFT(1) QOPS_CLAMP_SHIFT(2) QOPS_CLAMP_SHIFT(3) QOPS_CLAMP_SHIFT(4)
+        QOPS_CLAMP_SHIFT(5) QOPS_CLAMP_SHIFT(6) QOPS_CLAMP_SHIFT(7) QOPS_CLAMP_SHIFT(8)
+        QOPS_CLAMP_SHIFT(9) QOPS_CLAMP_SHIFT(10) QOPS_CLAMP_SHIFT(11) QOPS_CLAMP_SHIFT(12)
+        QOPS_CLAMP_SHIFT(13) QOPS_CLAMP_SHIFT(14) QOPS_CLAMP_SHIFT(15)
+        }
+        const __mmask64 mt = n - i >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (n - i)) - 1);
+        _mm512_mask_storeu_epi8(dst + i, mt, qops_clamp64(_mm512_maskz_loadu_epi8(mt, src + i), L, H, uns));
+        return 1;
+    }
+    #else
+    static int qops_clamp_shifted(const uint8_t *src, uint8_t *dst, ptrdiff_t n, uint8_t lo,
+                                  uint8_t hi, int uns) {
+        (void)src; (void)dst; (void)n; (void)lo; (void)hi; (void)uns;
+        return 0;
+    }
+    #endif
     /* (no restrict: relu_ runs it with src == dst) */
     #define QOPS_CLAMP_KERNEL(name, T)                                                        \
     static __attribute__((noinline)) void name##_run(const T* src, T* dst,                   \
                                                      ptrdiff_t n, T lo, T hi) {               \
+        if (qops_clamp_shifted((const uint8_t *)src, (uint8_t *)dst, n, (uint8_t)lo,         \
+                               (uint8_t)hi, (T)-1 > 0))                                       \
+            return;                                                                           \
         for (ptrdiff_t i = 0; i < n; i++) {                                                   \
             T v = src[i];                                                                     \
             v = v > lo ? v : lo;                                                              \
