@@ -399,3 +399,26 @@ def test_channels_last_depthwise_equals_ref(tier, c, nd, k, stride, dilation, pa
         if tier == "vnni" and kernels._DWCL and c > 1 and np.prod(k[:-1]) <= 256:
             # the kernel's result lies channels last, as its input (and as PyTorch's)
             assert got.strides[1] == 1
+
+
+@pytest.mark.parametrize("tier", ["portable", "vnni"])
+@pytest.mark.parametrize("c,nd,k,stride,padding,size", [
+    (64, 2, (3, 3), 2, 1, (13, 29)),            # stride 2: through the channels-last kernel
+    (96, 2, (3, 3), (1, 2), 1, (9, 40)),        # stride along W only
+    (144, 2, (3, 3), 1, 1, (7, 7)),             # a small plane, three channel blocks
+    (40, 3, (3, 3, 3), 1, 1, (3, 5, 6)),
+    (32, 1, (5,), 2, 2, (61,)),
+    (48, 2, (3, 3), 1, 1, (40, 40)),            # a large plane at stride 1: the planes
+])
+def test_c_order_depthwise_through_channels_last_equals_ref(tier, c, nd, k, stride, padding,
+                                                            size):
+    # C-order depthwise convs with symmetric weights and 32+ channels at a stride along W or
+    # on small planes run the channels-last kernel between two transposes; the result is
+    # C order as for every C-order input
+    x, w, b = _depthwise_inputs(23, c, size, k)
+    fn = {1: F.conv1d_relu, 2: F.conv2d, 3: F.conv3d}[nd]
+    args = dict(stride=stride, padding=padding, groups=c, scale=float(np.prod(k)) * 0.02,
+                zero_point=120)
+    want, got = _ref_and_tier(tier, fn, x, w, b, **args)
+    np.testing.assert_array_equal(got, want)
+    assert np.std(want) > 5 and got.flags.c_contiguous

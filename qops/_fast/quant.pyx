@@ -222,96 +222,7 @@ cdef extern from *:
             for (; i < n; i++) out[i] = qops_d_sc(q[i], s[i], zp[i]);
     }
 
-    /* dst (16 x 16, row stride ld) = transpose of src (16 x 16, row stride ls), bytes: four
-     * rounds of SSE2 unpacks, each doubling the run of one column's bytes (2, 4, 8, 16), so
-     * every build has it. */
-    #if defined(__x86_64__)
-    #include <emmintrin.h>
-    static inline void qops_t16x16(const uint8_t *src, ptrdiff_t ls, uint8_t *dst, ptrdiff_t ld) {
-        __m128i a[16], b[16];
-        for (int k = 0; k < 16; k++) a[k] = _mm_loadu_si128((const __m128i *)(src + k * ls));
-        /* b[h*8 + p]: rows 2p, 2p+1, columns 8h.. */
-        for (int p = 0; p < 8; p++) {
-            b[p] = _mm_unpacklo_epi8(a[2 * p], a[2 * p + 1]);
-            b[8 + p] = _mm_unpackhi_epi8(a[2 * p], a[2 * p + 1]);
-        }
-        /* a[h*8 + g*4 + q]: rows 4q..4q+3, columns 8h + 4g.. */
-        for (int h = 0; h < 2; h++)
-            for (int q = 0; q < 4; q++) {
-                a[8 * h + q] = _mm_unpacklo_epi16(b[8 * h + 2 * q], b[8 * h + 2 * q + 1]);
-                a[8 * h + 4 + q] = _mm_unpackhi_epi16(b[8 * h + 2 * q], b[8 * h + 2 * q + 1]);
-            }
-        /* b[h*8 + g*4 + k*2 + m]: rows 8m..8m+7, columns 8h + 4g + 2k.. */
-        for (int hg = 0; hg < 4; hg++)
-            for (int m = 0; m < 2; m++) {
-                b[4 * hg + m] = _mm_unpacklo_epi32(a[4 * hg + 2 * m], a[4 * hg + 2 * m + 1]);
-                b[4 * hg + 2 + m] = _mm_unpackhi_epi32(a[4 * hg + 2 * m], a[4 * hg + 2 * m + 1]);
-            }
-        /* column 8h + 4g + 2k (+1): all 16 rows */
-        for (int c = 0; c < 8; c++) {
-            _mm_storeu_si128((__m128i *)(dst + (2 * c) * ld), _mm_unpacklo_epi64(b[2 * c], b[2 * c + 1]));
-            _mm_storeu_si128((__m128i *)(dst + (2 * c + 1) * ld), _mm_unpackhi_epi64(b[2 * c], b[2 * c + 1]));
-        }
-    }
-    #endif
-
-    #if defined(__AVX512BW__)
-    /* Four 16x16 tiles side by side (16 rows of 64 bytes): the same unpacks on 512-bit
-     * registers work per 128-bit lane, so lane L ends up holding the columns 16L.. of tile
-     * L; each lane is stored on its own. 8x64x56x56 channels-last: 209 -> 190 us. */
-    static inline void qops_t16x64(const uint8_t *src, ptrdiff_t ls, uint8_t *dst, ptrdiff_t ld) {
-        __m512i a[16], b[16];
-        for (int k = 0; k < 16; k++) a[k] = _mm512_loadu_si512((const void *)(src + k * ls));
-        for (int p = 0; p < 8; p++) {
-            b[p] = _mm512_unpacklo_epi8(a[2 * p], a[2 * p + 1]);
-            b[8 + p] = _mm512_unpackhi_epi8(a[2 * p], a[2 * p + 1]);
-        }
-        for (int h = 0; h < 2; h++)
-            for (int q = 0; q < 4; q++) {
-                a[8 * h + q] = _mm512_unpacklo_epi16(b[8 * h + 2 * q], b[8 * h + 2 * q + 1]);
-                a[8 * h + 4 + q] = _mm512_unpackhi_epi16(b[8 * h + 2 * q], b[8 * h + 2 * q + 1]);
-            }
-        for (int hg = 0; hg < 4; hg++)
-            for (int m = 0; m < 2; m++) {
-                b[4 * hg + m] = _mm512_unpacklo_epi32(a[4 * hg + 2 * m], a[4 * hg + 2 * m + 1]);
-                b[4 * hg + 2 + m] = _mm512_unpackhi_epi32(a[4 * hg + 2 * m], a[4 * hg + 2 * m + 1]);
-            }
-        for (int c = 0; c < 8; c++) {
-            __m512i lo = _mm512_unpacklo_epi64(b[2 * c], b[2 * c + 1]);
-            __m512i hi = _mm512_unpackhi_epi64(b[2 * c], b[2 * c + 1]);
-            _mm_storeu_si128((__m128i *)(dst + (2 * c) * ld), _mm512_castsi512_si128(lo));
-            _mm_storeu_si128((__m128i *)(dst + (2 * c + 1) * ld), _mm512_castsi512_si128(hi));
-            _mm_storeu_si128((__m128i *)(dst + (16 + 2 * c) * ld), _mm512_extracti32x4_epi32(lo, 1));
-            _mm_storeu_si128((__m128i *)(dst + (17 + 2 * c) * ld), _mm512_extracti32x4_epi32(hi, 1));
-            _mm_storeu_si128((__m128i *)(dst + (32 + 2 * c) * ld), _mm512_extracti32x4_epi32(lo, 2));
-            _mm_storeu_si128((__m128i *)(dst + (33 + 2 * c) * ld), _mm512_extracti32x4_epi32(hi, 2));
-            _mm_storeu_si128((__m128i *)(dst + (48 + 2 * c) * ld), _mm512_extracti32x4_epi32(lo, 3));
-            _mm_storeu_si128((__m128i *)(dst + (49 + 2 * c) * ld), _mm512_extracti32x4_epi32(hi, 3));
-        }
-    }
-    #endif
-
-    /* dst (cols x rows) = transpose of the byte matrix src (rows x cols), both dense: rows
-     * [r0, r1) of src, which must be a multiple of 16 apart unless r1 = rows. */
-    static void qops_transpose8(const uint8_t *src, uint8_t *dst, ptrdiff_t rows, ptrdiff_t cols,
-                                ptrdiff_t r0, ptrdiff_t r1) {
-        ptrdiff_t r = r0, c;
-    #if defined(__x86_64__)
-        for (; r + 16 <= r1; r += 16) {
-            c = 0;
-    #if defined(__AVX512BW__)
-            for (; c + 64 <= cols; c += 64)
-                qops_t16x64(src + r * cols + c, cols, dst + c * rows + r, rows);
-    #endif
-            for (; c + 16 <= cols; c += 16)
-                qops_t16x16(src + r * cols + c, cols, dst + c * rows + r, rows);
-            for (; c < cols; c++)
-                for (ptrdiff_t k = 0; k < 16; k++) dst[c * rows + r + k] = src[(r + k) * cols + c];
-        }
-    #endif
-        for (; r < r1; r++)
-            for (c = 0; c < cols; c++) dst[c * rows + r] = src[r * cols + c];
-    }
+    #include "qops_transpose.h"
 
     #if QOPS_QUANT_AVX2
     /* D_sc then Q_fma of 32 bytes, for |zp| <= 2**22: f32(q - zp) exactly from
@@ -387,8 +298,8 @@ cdef extern from *:
                              int sgn) nogil
     void qops_dequantize_tab8(const uint8_t* q, float* out, Py_ssize_t n, const float* s,
                               const int32_t* zp, int sgn) nogil
-    void qops_transpose8(const uint8_t* src, uint8_t* dst, Py_ssize_t rows, Py_ssize_t cols,
-                         Py_ssize_t r0, Py_ssize_t r1) nogil
+    void qops_transpose8_batch(const uint8_t* src, uint8_t* dst, Py_ssize_t nb, Py_ssize_t rows,
+                               Py_ssize_t cols, int threads) nogil
     void qops_requantize8(const uint8_t* q, uint8_t* out, Py_ssize_t n, float s, int32_t zp,
                           float inv, float zpf, float qmin, float qmax) nogil
 
@@ -800,14 +711,8 @@ cdef void _copy_flat(const char* src, char* dst, Py_ssize_t n, int threads) noex
 
 cdef void _transpose8_batch(const uint8_t* src, uint8_t* dst, Py_ssize_t nb, Py_ssize_t rows,
                             Py_ssize_t cols) noexcept nogil:
-    # work items: 64-row strips of one matrix of the batch
-    cdef Py_ssize_t strips = (rows + 63) // 64, k, b, r0
-    for k in prange(nb * strips, schedule="static",
-                    num_threads=qops_threads_for(nb * rows * cols, GRAIN * 4)):
-        b = k // strips
-        r0 = (k - b * strips) * 64
-        qops_transpose8(src + b * rows * cols, dst + b * rows * cols, rows, cols, r0,
-                        min(rows, r0 + 64))
+    qops_transpose8_batch(src, dst, nb, rows, cols,
+                          qops_threads_for(nb * rows * cols, GRAIN * 4))
 
 
 def _batch_transpose(q):

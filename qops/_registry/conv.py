@@ -290,6 +290,8 @@ def _benches(nd):
         "conv2d_1x1_256to64_56_b1": _bench(2, 1, 256, 64, (56, 56), 1),
         "conv2d_dw3x3_32_112_b1": _bench(2, 1, 32, 32, (112, 112), 3, padding=1, groups=32),
         "conv2d_dw3x3_144_56_b1": _bench(2, 1, 144, 144, (56, 56), 3, padding=1, groups=144),
+        "conv2d_dw3x3_96_112_s2_b1": _bench(2, 1, 96, 96, (112, 112), 3, padding=1, stride=2,
+                                            groups=96),
         "conv2d_dw3x3_32_112_b1_channels_last": _bench(2, 1, 32, 32, (112, 112), 3, layout="cl",
                                                        padding=1, groups=32),
         "conv2d_dw3x3_144_56_b1_channels_last": _bench(2, 1, 144, 144, (56, 56), 3, layout="cl",
