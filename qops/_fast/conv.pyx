@@ -228,6 +228,12 @@ cdef extern from "qops_transpose.h" nogil:
 _DWCL = bool(qconv_dwcl_available())
 
 
+def _out_sizes(sizes, kernel, stride, padding, dilation):
+    """(OD, OH, OW) of a conv over `sizes` (D, H, W), all arguments 3-tuples."""
+    return tuple((n + 2 * p - d * (k - 1) - 1) // st + 1
+                 for n, k, st, p, d in zip(sizes, kernel, stride, padding, dilation))
+
+
 def _amx_b_tiles(w):
     """int8 weights (O, taps, K) as the channels-last AMX kernel's B tiles: [oc block][tap]
     [64-byte chunk of K][16 quads][16 oc][4], zero-padded, 64-aligned."""
@@ -293,9 +299,7 @@ def _conv_cl_im2col(x, packed, x_zero_point, bias_term, multiplier, out_zero_poi
     kd, kh, kw = packed["kernel"]
     o = packed["O"]
     (pd, ph, pw), (sd, sh, sw), (dd, dh, dwl) = padding, stride, dilation
-    od = (d + 2 * pd - dd * (kd - 1) - 1) // sd + 1
-    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    ow = (wdt + 2 * pw - dwl * (kw - 1) - 1) // sw + 1
+    od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
     kp = (kd * kh * kw * c + 63) // 64 * 64
     owp = (ow + 31) // 32 * 32                   # the tiles read whole 32-pixel groups
     out = qops_empty(np, (n, od, oh, ow, o), np.uint8)
@@ -360,9 +364,7 @@ def _conv_dw_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, 
     n, d, h, wdt, c = x.shape
     kd, kh, kw = packed["kernel"]
     (pd, ph, pw), (sd, sh, sw), (dd, dh, dwl) = padding, stride, dilation
-    od = (d + 2 * pd - dd * (kd - 1) - 1) // sd + 1
-    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    ow = (wdt + 2 * pw - dwl * (kw - 1) - 1) // sw + 1
+    od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
     wq = _dw_quads(packed)
     cb = (c + 63) // 64
     cst = np.empty(cb * 64 * 3, np.float32)
@@ -457,9 +459,7 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     o = packed["O"]
     (pd, ph, pw), (sd, sh, sw), (dd, dh, dwl) = padding, stride, dilation
     dp, hp, wp_ = d + 2 * pd, h + 2 * ph, wdt + 2 * pw
-    od = (dp - dd * (kd - 1) - 1) // sd + 1
-    oh = (hp - dh * (kh - 1) - 1) // sh + 1
-    ow = (wp_ - dwl * (kw - 1) - 1) // sw + 1
+    od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
     # a stride past the padded width leaves one output column, whatever its value: clamped,
     # the tiles' strided reads (and the slack below) stay small
     sw = min(sw, wp_)
@@ -544,9 +544,7 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
     sd, sh, sw = stride
     dd, dh, dwl = dilation
     dp, hp, wp_ = d + 2 * pd, h + 2 * ph, wdt + 2 * pw
-    od = (dp - dd * (kd - 1) - 1) // sd + 1
-    oh = (hp - dh * (kh - 1) - 1) // sh + 1
-    ow = (wp_ - dwl * (kw - 1) - 1) // sw + 1
+    od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
     # Symmetric depthwise convs with 32+ channels at a stride along W, or on small planes,
     # run faster through the channels-last kernel, transposes included (1 thread: 96ch
     # 112x112/2 462 -> 291 us, 144ch 56x56/2 267 -> 99, 384ch 14x14 79 -> 45, 960ch 7x7

@@ -314,21 +314,15 @@ static void qconv_dw_portable(const qconv_args *a, ptrdiff_t n, ptrdiff_t od, pt
 }
 
 #ifdef QCONV_VNNI
-/* 16 accumulators requantized: the output values, in [lo, 255], as int32 lanes. */
-static inline __attribute__((always_inline)) __m512i
-qconv_requant16(__m512i acc, __m512 bterm, __m512 mult, __m512 lo, __m512 hi, __m512i ozp) {
-    __m512 y = _mm512_add_ps(_mm512_cvtepi32_ps(acc), bterm);
-    /* clamping to the integer bounds before rounding equals rounding first; min first: NaN
-     * becomes hi, as qops_clampf; the conversion rounds half to even (default MXCSR) */
-    __m512 r = _mm512_max_ps(_mm512_min_ps(_mm512_mul_ps(y, mult), hi), lo);
-    return _mm512_add_epi32(_mm512_cvt_roundps_epi32(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), ozp);
-}
-
 /* Requantize 16 accumulators (16 pixels of one output channel) and store the first nv. */
 static inline __attribute__((always_inline)) void
 qconv_store16(__m512i acc, __m512 bterm, __m512 mult, __m512 lo, __m512 hi, __m512i ozp,
               uint8_t *o, int nv) {
-    __m512i v = qconv_requant16(acc, bterm, mult, lo, hi, ozp);
+    __m512 y = _mm512_add_ps(_mm512_cvtepi32_ps(acc), bterm);
+    /* clamping to the integer bounds before rounding equals rounding first; min first: NaN
+     * becomes hi, as qops_clampf; the conversion rounds half to even (default MXCSR) */
+    __m512 r = _mm512_max_ps(_mm512_min_ps(_mm512_mul_ps(y, mult), hi), lo);
+    __m512i v = _mm512_add_epi32(_mm512_cvt_roundps_epi32(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), ozp);
     __mmask16 m = nv >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1);
     _mm_mask_storeu_epi8(o, m, _mm512_cvtepi32_epi8(v));
 }

@@ -303,7 +303,7 @@ qconv_dwcl_madd(__m512i acc[4], const __m512i t[4], const int8_t *w) {
     acc[3] = _mm512_dpbusd_epi32(acc[3], _mm512_unpackhi_epi16(u1, v1), _mm512_load_si512((const void *)(w + 192)));
 }
 
-/* Requantize (as qconv_requant16, with the lower clamp and the zero point left to saturating
+/* Requantize (as qconv_store16, with the lower clamp and the zero point left to saturating
  * packs: what they saturate lies beyond [0, 255] either way) and store under mask om; the
  * packs put lanes 16L + 4k + i of accumulator k back in order. */
 static inline __attribute__((always_inline)) void
