@@ -326,7 +326,8 @@ def cat_into(qs, out, col_offsets, scales, zero_points, out_inv_scale, out_zero_
     cdef Py_ssize_t out_cols = out.shape[1], nbytes = 0, widest = 0
     cdef uint8_t* op
     cdef int nt
-    if nparts == 0 or rows == 0:
+    # Nothing to write, and out_cols == 0 would divide by zero in the row-block size.
+    if nparts == 0 or rows == 0 or out_cols == 0:
         return
     cdef cat_part* parts = <cat_part*>malloc(nparts * sizeof(cat_part))
     if parts == NULL:
