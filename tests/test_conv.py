@@ -58,7 +58,8 @@ def test_prepacked_equals_unpacked_and_never_repacks(backend, monkeypatch):
     args = dict(stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2)
     direct = F.conv2d_relu(x, w, b, scale=0.3, zero_point=90, **args)
     pk = F.prepack_conv2d(w, b, **args)
-    assert pk.weight() is w and np.array_equal(pk.bias(), b)
+    assert pk.weight().equal(w) and pk.weight() is not w   # a copy (issue 19 #8)
+    assert np.array_equal(pk.bias(), b)
     assert pk.stride == (2, 1) and pk.padding == (1, 2) and pk.dilation == (1, 2) and pk.groups == 2
     first = F.conv2d_relu(x, pk, scale=0.3, zero_point=90)
     np.testing.assert_array_equal(first._int, direct._int)

@@ -103,7 +103,7 @@ def test_prepacked_equals_unpacked_and_packs_once(backend):
     b = r.normal(0, 1, 24).astype(np.float32)
     xf = r.normal(0, 1, (5, 40)).astype(np.float32)
     packed = F.prepack_linear(wq, b)
-    assert packed.weight() is wq
+    assert packed.weight().equal(wq) and packed.weight() is not wq   # a copy (issue 19 #8)
     np.testing.assert_array_equal(packed.bias(), b)
     with qops.backend(backend):
         for fn, kw in ((F.linear, dict(scale=0.3, zero_point=100)), (F.linear_relu, {})):

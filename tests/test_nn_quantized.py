@@ -455,3 +455,118 @@ def test_dynamic_from_float(qz):
     q16 = nnqd.Linear.from_float(lin)
     assert q16.dtype == "float16"
     np.testing.assert_allclose(q16(x), lin(x), atol=5e-3)
+
+
+# -- issue 19: prepacked weights own their data; packed arguments are not silently dropped ---
+def _issue19_packers():
+    """(name, make(w_int) -> packed or module, run(packed, x) -> QTensor/array, x) per packer."""
+    rng = _rng(19)
+    xs = {n: qinput((2, 4) + (6,) * n, seed=n) for n in (1, 2, 3)}
+    xl = qinput((3, 5), seed=4)
+    xf = rng.standard_normal((3, 5)).astype(F32)
+    out = []
+    for n in (1, 2, 3):
+        conv = getattr(F, f"conv{n}d")
+        pack = getattr(F, f"prepack_conv{n}d")
+        out.append((f"prepack_conv{n}d", (6, 4) + (3,) * n,
+                    lambda w, pack=pack: pack(w, np.ones(6, F32)),
+                    lambda p, conv=conv, x=xs[n]: conv(x, p, scale=0.3, zero_point=7)))
+    out.append(("prepack_linear", (6, 5), lambda w: F.prepack_linear(w, np.ones(6, F32)),
+                lambda p: F.linear(xl, p, None, 0.3, 7)))
+
+    def conv_module(w):
+        m = nnq.Conv2d(4, 6, 3)
+        m.set_weight_bias(w, None)
+        return m
+    out.append(("nnq.Conv2d.set_weight_bias", (6, 4, 3, 3), conv_module, lambda m: m(xs[2])))
+
+    def linear_module(w):
+        m = nnq.Linear(5, 6)
+        m.set_weight_bias(w, None)
+        return m
+    out.append(("nnq.Linear.set_weight_bias", (6, 5), linear_module, lambda m: m(xl)))
+
+    def dynamic_module(w):
+        m = nnqd.Linear(5, 6)
+        m.set_weight_bias(w, None)
+        return m
+    out.append(("nnqd.Linear.set_weight_bias", (6, 5), dynamic_module, lambda m: m(xf)))
+    return out
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("case", _issue19_packers(), ids=lambda c: c[0])
+def test_issue19_prepack_copies_the_weight(case, per_channel):
+    # issue 19 #8: a pack kept the caller's array; editing it changed ref's results, not fast's
+    _, shape, make, run = case
+    w_int = _rng(8).integers(-64, 65, size=shape).astype(np.int8)
+    if per_channel:
+        scales = np.linspace(0.01, 0.03, shape[0])
+        zps = np.zeros(shape[0], np.int64)
+        w = qops.make_per_channel_quantized_tensor(w_int, scales, zps, 0)
+    else:
+        w = qops.make_per_tensor_quantized_tensor(w_int, 0.02, 0)
+    packed = make(w)
+
+    def result():
+        r = run(packed)
+        return r.int_repr() if isinstance(r, qops.QTensor) else r
+
+    with qops.backend("fast"):
+        before = result()
+    w_int[...] = 17                          # the caller reuses its buffer
+    w.copy_(qops.make_per_tensor_quantized_tensor(np.full(shape, -3, np.int8), 0.5, 0))
+    with qops.backend("ref"):                 # ref packs on first use: after the edit
+        after_ref = result()
+    with qops.backend("fast"):
+        after_fast = result()
+    np.testing.assert_array_equal(after_ref, before)
+    np.testing.assert_array_equal(after_fast, before)
+    got = packed.weight()
+    np.testing.assert_array_equal(got.int_repr(), _rng(8).integers(-64, 65, size=shape))
+    got.copy_(qops.make_per_tensor_quantized_tensor(np.zeros(shape, np.int8), 1.0, 0))
+    with qops.backend("ref"):
+        np.testing.assert_array_equal(result(), before)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_issue19_conv_packed_weight_refuses_other_arguments(n):
+    # issue 19 #9: conv{n}d(x, packed, bias=..., stride=3, padding=2, groups=2) ignored them
+    conv = getattr(F, f"conv{n}d")
+    x = qinput((1, 4) + (9,) * n, seed=n)
+    w = qweight((6, 2) + (3,) * n, False)
+    b = np.arange(6, dtype=F32)
+    packed = getattr(F, f"prepack_conv{n}d")(w, b, stride=2, padding=1, groups=2)
+    want = conv(x, w, b, stride=2, padding=1, groups=2, scale=0.2, zero_point=3)
+    # defaults and the pack's own values are accepted
+    for kw in ({}, dict(bias=b.copy(), stride=2, padding=(1,) * n, groups=2, dilation=1),
+               dict(stride=(2,) * n)):
+        assert conv(x, packed, scale=0.2, zero_point=3, **kw).equal(want)
+    bad = [(dict(bias=b + 1), "bias differs"), (dict(bias=np.ones(3, F32)), "bias differs"),
+           (dict(stride=3), "stride=3 differs"), (dict(padding=2), "padding=2 differs"),
+           (dict(dilation=2), "dilation=2 differs"), (dict(groups=1 + 3), "groups=4 differs"),
+           (dict(padding_mode="reflect"), "padding_mode='reflect' differs"),
+           (dict(stride=(1,) * n), "stride=.* differs"),
+           (dict(bias=b, stride=3, padding=2, groups=2), "stride=3 differs")]
+    for kw, msg in bad:
+        with pytest.raises(ValueError, match=msg):
+            conv(x, packed, scale=0.2, zero_point=3, **kw)
+    with pytest.raises(ValueError, match="bias differs"):
+        getattr(F, f"conv{n}d")(x, getattr(F, f"prepack_conv{n}d")(w, None, 2, 1, 1, 2),
+                                bias=b, scale=0.2)
+    with pytest.raises(TypeError, match="padding_mode must be a str"):
+        conv(x, packed, padding_mode=np.array([1, 2]))
+    # the fast path that skips checks for a packed weight seen before still sees them
+    assert conv(x, packed, scale=0.2, zero_point=3).equal(want)
+    with pytest.raises(ValueError, match="stride=3 differs"):
+        conv(x, packed, stride=3, scale=0.2, zero_point=3)
+
+
+@pytest.mark.parametrize("cls", [nnq.Linear, nnqd.Linear, nniq.LinearReLU])
+def test_issue19_linear_load_wrong_bias_shape(cls):
+    # issue 19 #11: a wrongly shaped bias raised NameError: name 'b_key' is not defined
+    m = cls(3, 2)
+    sd = m.state_dict()
+    sd["bias"] = np.zeros(5, F32)
+    with pytest.raises(ValueError, match=r"bias: shape \(5,\) in the state_dict, \(2,\)"):
+        m.load_state_dict(sd)

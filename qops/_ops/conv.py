@@ -85,8 +85,8 @@ class PackedConv:
         return self._weight.shape[1] == 1 and self.groups == self._weight.shape[0]
 
     def weight(self):
-        """The quantized weight this pack was made from."""
-        return self._weight
+        """A copy of the quantized weight this pack was made from."""
+        return self._weight.clone()
 
     def bias(self):
         """The float32 bias (or None)."""
@@ -144,6 +144,10 @@ class PackedConv:
 
 
 def _prepack(ndim, weight, bias, stride, padding, dilation, groups, padding_mode):
+    if isinstance(weight, QTensor):
+        # A private copy, as PyTorch's prepack: later edits of the caller's array must not
+        # reach the packs (each backend packs on first use, so they would differ).
+        weight = weight.clone()
     return PackedConv(ndim, weight, bias, stride, padding, dilation, groups, padding_mode)
 
 
@@ -192,6 +196,42 @@ def prepack_conv3d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     return _prepack(3, weight, bias, stride, padding, dilation, groups, padding_mode)
 
 
+def _check_packed_args(name, pack, bias, stride, padding, dilation, groups, padding_mode):
+    """Refuse conv arguments that a PackedConv overrides when they differ from the pack's.
+
+    The pack holds the bias and the conv parameters; an argument left at its default (bias
+    None, stride 1, padding 0, dilation 1, groups 1, padding_mode 'zeros') takes the pack's.
+    """
+    def given(v, default):
+        return not (type(v) is type(default) and v == default)
+
+    why = "the weight is a PackedConv, which holds its own"
+    if bias is not None:
+        b = _check.float_array(bias, "bias")
+        if pack._bias is None or b.shape != pack._bias.shape \
+                or not np.array_equal(b.astype(F32), pack._bias):
+            raise ValueError(f"{name}: bias differs from the packed weight's bias ({why} bias; "
+                             f"pass bias=None or pack a new weight)")
+    n = pack.ndim
+    for argname, v, default, have, minimum in (("stride", stride, 1, pack.stride, 1),
+                                                ("padding", padding, 0, pack.padding, 0),
+                                                ("dilation", dilation, 1, pack.dilation, 1)):
+        if given(v, default):
+            t = _check.int_tuple(v, n, argname, minimum=minimum)
+            if t != have:
+                raise ValueError(f"{name}: {argname}={v!r} differs from the packed weight's "
+                                 f"{argname} {have} ({why} {argname}; pack a new weight)")
+    if given(groups, 1) and _check.integer(groups, "groups", minimum=1) != pack.groups:
+        raise ValueError(f"{name}: groups={groups!r} differs from the packed weight's groups "
+                         f"{pack.groups} ({why} groups; pack a new weight)")
+    if not isinstance(padding_mode, str):
+        raise TypeError(f"{name}: padding_mode must be a str; got {type(padding_mode).__name__}")
+    if padding_mode != "zeros" and padding_mode != pack.padding_mode:
+        raise ValueError(f"{name}: padding_mode={padding_mode!r} differs from the packed "
+                         f"weight's padding_mode {pack.padding_mode!r} ({why} padding_mode; "
+                         f"pack a new weight)")
+
+
 def _acc_bound(pack, x_zp):
     """The largest |accumulator| the zero points allow (exact in Python ints)."""
     return pack._k * max(x_zp, 255 - x_zp) * pack._wmax
@@ -202,7 +242,10 @@ def _conv(ndim, relu, input, weight, bias, stride, padding, dilation, groups, pa
     # The usual call (a packed weight, a per-tensor quint8 input of a geometry seen before,
     # plain float scale and int zero point) skips the checks and geometry its first call did:
     # they cost more than the kernel for small convs (7.2 of 11.4 us for 96->24 on 2x2).
-    if (type(weight) is PackedConv and type(input) is QTensor and input._dtype is quint8
+    if (type(weight) is PackedConv and bias is None and type(stride) is int and stride == 1
+            and type(padding) is int and padding == 0 and type(dilation) is int and dilation == 1
+            and type(groups) is int and groups == 1 and type(padding_mode) is str
+            and padding_mode == "zeros" and type(input) is QTensor and input._dtype is quint8
             and input._axis is None and dtype is quint8 and type(zero_point) is int
             and 0 <= zero_point <= 255 and type(scale) is float and 1e-38 <= scale <= 3e38):
         x = input._int
@@ -217,6 +260,7 @@ def _conv(ndim, relu, input, weight, bias, stride, padding, dilation, groups, pa
         pack = weight
         if pack.ndim != ndim:
             raise ValueError(f"{name}: weight was packed by prepack_conv{pack.ndim}d")
+        _check_packed_args(name, pack, bias, stride, padding, dilation, groups, padding_mode)
     else:
         pack = PackedConv(ndim, weight, bias, stride, padding, dilation, groups, padding_mode)
     scale = qp.check_scale(scale)

@@ -67,8 +67,8 @@ class PackedLinear:
         return self._w_int.shape[0]
 
     def weight(self):
-        """The quantized weight (QTensor, out_features x in_features)."""
-        return self._weight
+        """A copy of the quantized weight (QTensor, out_features x in_features)."""
+        return self._weight.clone()
 
     def bias(self):
         """The float32 bias (a copy), or None."""
@@ -158,7 +158,10 @@ def prepack_linear(weight, bias=None):
     bias : float array (out_features,) or None
     """
     _check_weight(weight)
-    return PackedLinear(weight, _check_bias(bias, weight.shape[0]))
+    bias = _check_bias(bias, weight.shape[0])
+    # A private copy, as PyTorch's prepack: later edits of the caller's array must not reach
+    # the packs (each backend packs on first use, so they would differ).
+    return PackedLinear(weight.clone(), bias)
 
 
 def _packed_weight(weight, bias):
@@ -169,7 +172,9 @@ def _packed_weight(weight, bias):
     if not isinstance(weight, QTensor):
         raise TypeError(f"weight must be a quantized tensor (QTensor) or a PackedLinear; "
                         f"got {type(weight).__name__}")
-    return prepack_linear(weight, bias)
+    # packed for this call only: no copy needed
+    _check_weight(weight)
+    return PackedLinear(weight, _check_bias(bias, weight.shape[0]))
 
 
 def _check_features(shape, packed, argname="input"):

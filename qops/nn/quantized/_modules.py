@@ -383,7 +383,7 @@ class _ConvNd(_QParamsMixin, Module):
                 errors["missing"].append(k)
         if w_key in state and b_key in state:
             w, b = _to_numpy(state.pop(w_key)), _to_numpy(state.pop(b_key))
-            cur = self.weight()
+            cur = self._packed_params._weight
             if not isinstance(w, QTensor) or w.dtype is not qint8:
                 errors["bad"].append(f"{w_key}: expected a qint8 QTensor, got "
                                      f"{getattr(w, 'dtype', type(w).__name__)}")
@@ -533,7 +533,7 @@ class Linear(_QParamsMixin, Module):
 
     def _load_from_state_dict(self, state, prefix, errors):
         owner = type(self).__name__
-        w_key = prefix + "weight"
+        w_key, b_key = prefix + "weight", prefix + "bias"
         wb = pop_linear_weight_bias(state, prefix, errors)
         if wb is not None:
             w, b = wb

@@ -98,7 +98,7 @@ class Linear(Module):
         return ["weight", "bias"]
 
     def _load_from_state_dict(self, state, prefix, errors):
-        w_key = prefix + "weight"
+        w_key, b_key = prefix + "weight", prefix + "bias"
         wb = nnq.pop_linear_weight_bias(state, prefix, errors)
         if wb is not None:
             w, b = wb
