@@ -12,13 +12,14 @@ from qops.nn._layers import (AdaptiveAvgPool1d, AdaptiveAvgPool2d,  # noqa: F401
                              MaxPool3d, ReLU, ReLU6, Sigmoid, Tanh, Upsample,
                              UpsamplingBilinear2d, UpsamplingNearest2d)
 from qops.nn._layers import __all__ as _layers_all
+from qops.nn._graph import GraphModule  # noqa: F401
 from qops.nn._torch import from_torch  # noqa: F401
 from qops.nn.module import (Dropout, Flatten, Identity, Module, ModuleDict,  # noqa: F401
                             ModuleList, RemovableHandle, Sequential, module_type_table,
                             register_module_type)
 
 __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Flatten",
-           "Dropout", "from_torch", "register_module_type", "module_type_table"] + list(_layers_all)
+           "Dropout", "GraphModule", "from_torch", "register_module_type", "module_type_table"] + list(_layers_all)
 
 _SUBPACKAGES = ("quantized", "intrinsic", "qat", "utils")
 

@@ -250,35 +250,55 @@ def _copy_into(target, torch_module, table, what):
     return target
 
 
-def from_torch(module, target=None):
+def _convert_or_capture(module, table, what, leaf_modules):
+    import torch
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"{what}: expected a torch.nn.Module; got {type(module).__name__}")
+    if type(module) in table and not leaf_modules:
+        return _convert(module, table, what)
+    # A model class with its own forward: capture that forward as a graph.
+    from qops.nn._fx import capture
+    return capture(module, table, what, leaf_modules=leaf_modules)
+
+
+def from_torch(module, target=None, leaf_modules=()):
     """The qops float model equivalent to torch float model `module`, with the same weights.
+
+    A container of known layers converts layer by layer; any other model (a class with its
+    own forward) is traced with torch.fx and becomes a `qops.nn.GraphModule` running the same
+    forward on qops modules and functions.
 
     Parameters
     ----------
-    module : torch.nn.Module built from torch.nn layers (and fused torch.ao.nn.intrinsic
-        modules, FloatFunctional, QuantStub/DeQuantStub)
+    module : torch.nn.Module (torch.nn layers, fused torch.ao.nn.intrinsic modules,
+        FloatFunctional, QuantStub/DeQuantStub, and any forward built of those and of the
+        tensor operations listed in the README)
     target : optional qops model with the same submodule names; each torch layer is converted
-        and put in its place (use this for a model class with its own forward)
+        and put in its place (for a forward that torch.fx cannot trace)
+    leaf_modules : names of submodules to keep whole instead of tracing into them
     """
     import torch
     table = _float_table(torch)
     if target is not None:
         return _copy_into(target, module, table, "qops.nn.from_torch")
-    return _convert(module, table, "qops.nn.from_torch")
+    return _convert_or_capture(module, table, "qops.nn.from_torch", tuple(leaf_modules))
 
 
-def from_torch_quantized(module, target=None):
+def from_torch_quantized(module, target=None, leaf_modules=()):
     """The qops quantized model equivalent to a model converted by torch.ao.quantization.
 
     Parameters
     ----------
-    module : torch.nn.Module after torch.ao.quantization.convert / quantize_dynamic
+    module : torch.nn.Module after torch.ao.quantization.convert / quantize_dynamic (a
+        container, or any model class: its forward is captured as in `qops.nn.from_torch`)
     target : optional qops model with the same submodule names (see `from_torch`)
+    leaf_modules : names of submodules to keep whole instead of tracing into them
     """
     import torch
     table = _float_table(torch)
     table.update(_quantized_table(torch))
     if target is not None:
         return _copy_into(target, module, table, "qops.nn.quantized.from_torch")
-    return _convert(module, table, "qops.nn.quantized.from_torch")
+    return _convert_or_capture(module, table, "qops.nn.quantized.from_torch",
+                               tuple(leaf_modules))
 

@@ -8,9 +8,9 @@ from qops.nn.quantized._modules import (AdaptiveAvgPool1d, AdaptiveAvgPool2d,  #
                                         MaxPool2d, MaxPool3d, QFunctional, Quantize, ReLU6,
                                         Sigmoid, Tanh, Upsample)
 from qops.nn.quantized._modules import __all__ as _all
-from qops.nn.quantized._torch import from_torch  # noqa: F401
+from qops.nn.quantized._torch import from_torch, qtensor_from_torch  # noqa: F401
 
-__all__ = list(_all) + ["from_torch", "dynamic"]
+__all__ = list(_all) + ["from_torch", "qtensor_from_torch", "dynamic"]
 
 
 def __getattr__(name):

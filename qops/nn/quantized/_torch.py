@@ -4,7 +4,7 @@ from qops.nn._torch import from_torch_quantized, qtensor_from_torch
 __all__ = ["from_torch", "qtensor_from_torch"]
 
 
-def from_torch(module, target=None):
+def from_torch(module, target=None, leaf_modules=()):
     """The qops quantized model equivalent to a model quantized by torch.ao.quantization.
 
     Parameters
@@ -12,7 +12,10 @@ def from_torch(module, target=None):
     module : torch.nn.Module after torch.ao.quantization.convert (or quantize_dynamic):
         quantized conv/linear/norm/activation layers, Quantize/DeQuantize, QFunctional and the
         float layers PyTorch runs on quantized tensors (pooling, relu, flatten, ...)
+        A model class with its own forward is captured with torch.fx as a
+        `qops.nn.GraphModule` (see `qops.nn.from_torch`).
     target : optional qops model with the same submodule names; each torch layer is converted
-        and put in its place (use this for a model class with its own forward)
+        and put in its place (for a forward that torch.fx cannot trace)
+    leaf_modules : names of submodules to keep whole instead of tracing into them
     """
-    return from_torch_quantized(module, target)
+    return from_torch_quantized(module, target, leaf_modules)

@@ -1,0 +1,787 @@
+"""`GraphModule`: a model whose forward is a captured graph of qops modules and functions.
+
+`qops.nn.from_torch` captures a PyTorch model's own `forward` (with torch.fx, see `_fx.py`) and
+returns one of these. The graph is plain data: a list of `Node`s whose targets are submodule
+paths, method names, or names in `FUNCTIONS`, a fixed table of qops callables. No code object
+is stored, so a graph saves and loads without pickle and runs nothing but that table.
+
+Every function in the table takes the values PyTorch's would (numpy float32 arrays where torch
+has float tensors, QTensors where it has quantized ones, Python ints for sizes) and computes what
+PyTorch computes on them: float arithmetic on float arrays, `qops.functional` on QTensors.
+"""
+import builtins
+import operator
+
+import numpy as np
+
+from qops._dtypes import QDtype, as_qdtype
+from qops._qtensor import QTensor
+from qops.nn import _float_ops as fo
+from qops.nn.module import Module
+
+__all__ = ["GraphModule", "Node", "Ref", "FUNCTIONS", "METHODS"]
+
+
+class Ref:
+    """An argument that is the value of an earlier node, by that node's name."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"%{self.name}"
+
+    def __eq__(self, other):
+        return isinstance(other, Ref) and other.name == self.name
+
+    def __hash__(self):
+        return hash(("Ref", self.name))
+
+
+class Node:
+    """One step of a graph.
+
+    Parameters
+    ----------
+    name : str, unique in the graph; later nodes refer to its value as `Ref(name)`
+    op : "input" (a forward argument; target: its name), "module" (call the submodule at
+        path `target`), "module_method" (call method `target[1]` of the submodule at path
+        `target[0]`), "function" (a name in `FUNCTIONS`), "method" (a name in `METHODS`,
+        called on the first argument), "attr" (the buffer `target` of the graph module) or
+        "output" (args[0] is what forward returns)
+    args, kwargs : constants (numbers, strings, None, qops dtypes, slices, tuples, lists,
+        dicts) and `Ref`s
+    where : where the node came from (the line of the user's forward), for messages
+    """
+
+    __slots__ = ("name", "op", "target", "args", "kwargs", "where")
+    OPS = ("input", "module", "module_method", "function", "method", "attr", "output")
+
+    def __init__(self, name, op, target, args=(), kwargs=None, where=""):
+        if op not in self.OPS:
+            raise ValueError(f"node {name!r}: op must be one of {self.OPS}; got {op!r}")
+        self.name, self.op, self.target = name, op, target
+        self.args, self.kwargs, self.where = tuple(args), dict(kwargs or {}), where
+
+    def __repr__(self):
+        def fmt(v):
+            if isinstance(v, (tuple, list)):
+                inner = ", ".join(fmt(x) for x in v)
+                return f"({inner}{',' if len(v) == 1 and isinstance(v, tuple) else ''})" \
+                    if isinstance(v, tuple) else f"[{inner}]"
+            if isinstance(v, dict):
+                return "{" + ", ".join(f"{k!r}: {fmt(x)}" for k, x in v.items()) + "}"
+            return repr(v)
+        parts = [fmt(a) for a in self.args] + [f"{k}={fmt(v)}" for k, v in self.kwargs.items()]
+        target = ".".join(self.target) if self.op == "module_method" else self.target
+        if self.op == "input":
+            return f"%{self.name} = input {target}"
+        if self.op == "output":
+            return f"return {', '.join(parts)}"
+        if self.op == "method":
+            return f"%{self.name} = {parts[0]}.{target}({', '.join(parts[1:])})"
+        return f"%{self.name} = {self.op} {target}({', '.join(parts)})"
+
+
+# -- the functions a graph may call ----------------------------------------------------------
+def _F():
+    import qops.functional as F
+    return F
+
+
+def _is_q(x):
+    return isinstance(x, QTensor)
+
+
+def _f32(x):
+    """Float results stay float32 where torch's stay float32 (numpy would widen ints)."""
+    if isinstance(x, np.ndarray) and x.dtype == np.float64:
+        return x.astype(np.float32)
+    return x
+
+
+def _no_q(name, *xs):
+    if any(_is_q(x) for x in xs):
+        raise TypeError(f"{name} is not defined on quantized tensors (PyTorch refuses it too); "
+                        f"use a FloatFunctional module, or quantize the model with "
+                        f"qops.quantization.quantize_fx, which rewrites it")
+
+
+def _arith(name, fn):
+    def call(a, b):
+        _no_q(name, a, b)
+        return _f32(fn(a, b))
+    call.__name__ = name
+    return call
+
+
+def _dim(d, ndim):
+    return d + ndim if d < 0 else d
+
+
+def _flatten(x, start_dim=0, end_dim=-1):
+    if _is_q(x):
+        return x.flatten(start_dim, end_dim)
+    nd = x.ndim
+    if nd == 0:
+        return x.reshape(1)
+    s, e = _dim(start_dim, nd), _dim(end_dim, nd)
+    return x.reshape(x.shape[:s] + (-1,) + x.shape[e + 1:])
+
+
+def _shape_args(shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        return tuple(shape[0])
+    return tuple(shape)
+
+
+def _reshape(x, *shape):
+    shape = _shape_args(shape)
+    return x.reshape(*shape) if _is_q(x) else x.reshape(shape)
+
+
+def _view(x, *shape):
+    shape = _shape_args(shape)
+    return x.view(*shape) if _is_q(x) else x.reshape(shape)
+
+
+def _permute(x, *dims):
+    dims = _shape_args(dims)
+    return x.permute(*dims) if _is_q(x) else x.transpose(dims)
+
+
+def _transpose(x, dim0, dim1):
+    if _is_q(x):
+        return x.transpose(dim0, dim1)
+    return np.swapaxes(x, dim0, dim1)
+
+
+def _contiguous(x, memory_format=None):
+    return x.contiguous() if _is_q(x) else np.ascontiguousarray(x)
+
+
+def _size(x, dim=None):
+    if dim is None:
+        return tuple(x.shape)
+    return x.shape[dim]
+
+
+def _split_sizes(n, split_size_or_sections):
+    if isinstance(split_size_or_sections, int):
+        step = split_size_or_sections
+        return [min(step, n - i) for i in range(0, n, step)] or [0]
+    return list(split_size_or_sections)
+
+
+def _split(x, split_size_or_sections, dim=0):
+    n = x.shape[dim]
+    d = _dim(dim, len(x.shape))
+    out, start = [], 0
+    for s in _split_sizes(n, split_size_or_sections):
+        index = (slice(None),) * d + (slice(start, start + s),)
+        out.append(x[index])
+        start += s
+    return tuple(out)
+
+
+def _chunk(x, chunks, dim=0):
+    n = x.shape[dim]
+    step = -(-n // chunks) if n else 1
+    return _split(x, step, dim)
+
+
+def _mean(x, dim=None, keepdim=False, dtype=None):
+    if _is_q(x):
+        return x.mean(dim, keepdim)
+    axis = tuple(dim) if isinstance(dim, (list, tuple)) else dim
+    return np.mean(x, axis=axis, keepdims=keepdim, dtype=np.float32).astype(np.float32)
+
+
+def _cat(tensors, dim=0):
+    tensors = list(tensors)
+    if any(_is_q(t) for t in tensors):
+        # torch.cat of quantized tensors keeps the first input's qparams, as quantized::cat.
+        q = tensors[0]
+        return _F().cat(tensors, dim, q.q_scale(), q.q_zero_point())
+    return np.concatenate(tensors, axis=dim)
+
+
+def _unary(qname, float_fn):
+    def call(x, *args, inplace=False, **kwargs):
+        if _is_q(x):
+            return getattr(_F(), qname)(x, *args, **kwargs)
+        return float_fn(x, *args, **kwargs)
+    call.__name__ = qname
+    return call
+
+
+def _clamp(x, min=None, max=None):
+    if _is_q(x):
+        lo = -np.inf if min is None else min
+        hi = np.inf if max is None else max
+        return _F().clamp(x, lo, hi)
+    return np.clip(x, min, max).astype(np.float32, copy=False)
+
+
+def _hardtanh(x, min_val=-1.0, max_val=1.0, inplace=False):
+    if _is_q(x):
+        return _F().hardtanh(x, min_val, max_val)
+    return fo.hardtanh(x, min_val, max_val)
+
+
+def _relu6(x, inplace=False):
+    return _F().relu6(x) if _is_q(x) else fo.hardtanh(x, 0.0, 6.0)
+
+
+def _leaky_relu(x, negative_slope=0.01, inplace=False):
+    return _F().leaky_relu(x, negative_slope) if _is_q(x) else fo.leaky_relu(x, negative_slope)
+
+
+def _elu(x, alpha=1.0, inplace=False):
+    _no_q("elu (functional, without output qparams)", x)
+    return fo.elu(x, alpha)
+
+
+def _hardswish(x, inplace=False):
+    _no_q("hardswish (functional, without output qparams)", x)
+    return fo.hardswish(x)
+
+
+def _dropout(x, p=0.5, training=False, inplace=False):
+    if training:
+        raise ValueError("dropout in training mode is not supported by a captured graph; "
+                         "call model.eval() before running it")
+    return x
+
+
+def _pool(kind, n):
+    def call(x, *args, **kwargs):
+        if _is_q(x):
+            return getattr(_F(), f"{kind}_pool{n}d")(x, *args, **kwargs)
+        if kind == "max":
+            return _max_pool_float(x, n, *args, **kwargs)
+        return _avg_pool_float(x, n, *args, **kwargs)
+    call.__name__ = f"{kind}_pool{n}d"
+    return call
+
+
+def _max_pool_float(x, n, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                    return_indices=False):
+    if return_indices:
+        raise ValueError("max_pool with return_indices=True is not supported")
+    return fo.max_pool(x, n, kernel_size, stride if stride else kernel_size, padding, dilation,
+                       ceil_mode)
+
+
+def _avg_pool_float(x, n, kernel_size, stride=None, padding=0, ceil_mode=False,
+                    count_include_pad=True, divisor_override=None):
+    return fo.avg_pool(x, n, kernel_size, stride if stride else kernel_size, padding, ceil_mode,
+                       count_include_pad, divisor_override)
+
+
+def _adaptive(n):
+    def call(x, output_size):
+        if _is_q(x):
+            return getattr(_F(), f"adaptive_avg_pool{n}d")(x, output_size)
+        return fo.adaptive_avg_pool(x, n, output_size)
+    call.__name__ = f"adaptive_avg_pool{n}d"
+    return call
+
+
+def _interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                 recompute_scale_factor=None, antialias=False):
+    if antialias:
+        raise ValueError("interpolate(antialias=True) is not supported")
+    if _is_q(x):
+        return _F().interpolate(x, size, scale_factor, mode, align_corners)
+    return fo.interpolate(x, size, scale_factor, mode, align_corners)
+
+
+def _linear(x, weight, bias=None):
+    _no_q("linear (functional)", x)
+    return fo.linear(x, weight, bias)
+
+
+def _getattr(x, name):
+    if name not in ("shape", "ndim", "dtype", "is_quantized", "T"):
+        raise ValueError(f"attribute {name!r} is not one a graph may read")
+    if name == "is_quantized":
+        return _is_q(x)
+    if name == "shape":
+        return tuple(x.shape)
+    return getattr(x, name)
+
+
+def _quantize_per_tensor(x, scale, zero_point, dtype):
+    return _F().quantize_per_tensor(x, float(scale), int(zero_point), dtype)
+
+
+def _dequantize(x):
+    if isinstance(x, (list, tuple)):
+        return type(x)(_dequantize(v) for v in x)
+    return x.dequantize() if _is_q(x) else x
+
+
+def _q_binary(name):
+    def call(a, b, scale, zero_point):
+        return getattr(_F(), name)(a, b, float(scale), int(zero_point))
+    call.__name__ = f"quantized_{name}"
+    return call
+
+
+def _q_scalar(name):
+    def call(a, b):
+        return getattr(_F(), name)(a, b)
+    call.__name__ = f"quantized_{name}"
+    return call
+
+
+def _q_cat(tensors, scale, zero_point, dim=0):
+    return _F().cat(list(tensors), dim, float(scale), int(zero_point))
+
+
+def _q_hardswish(x, scale, zero_point):
+    return _F().hardswish(x, float(scale), int(zero_point))
+
+
+def _add(a, b, alpha=1):
+    _no_q("add", a, b)
+    return _f32(a + alpha * b if alpha != 1 else a + b)
+
+
+def _mul(a, b):
+    _no_q("mul", a, b)
+    return _f32(a * b)
+
+
+def _sigmoid(x):
+    return _F().sigmoid(x) if _is_q(x) else fo.sigmoid(x)
+
+
+def _tanh(x):
+    return _F().tanh(x) if _is_q(x) else fo.tanh(x)
+
+
+def _relu(x, inplace=False):
+    return _F().relu(x) if _is_q(x) else fo.relu(x)
+
+
+def _hardsigmoid(x, inplace=False):
+    return _F().hardsigmoid(x) if _is_q(x) else fo.hardsigmoid(x)
+
+
+def _squeeze(x, dim=None):
+    if _is_q(x):
+        return x.squeeze(dim)
+    return np.squeeze(x) if dim is None else (np.squeeze(x, dim) if x.shape[dim] == 1 else x)
+
+
+def _unsqueeze(x, dim):
+    return x.unsqueeze(dim) if _is_q(x) else np.expand_dims(x, _dim(dim, x.ndim + 1))
+
+
+def _numel(x):
+    return int(np.prod(x.shape))
+
+
+# name -> callable; the only functions a graph can name (saved files name these strings).
+FUNCTIONS = {
+    "getitem": operator.getitem,
+    "getattr": _getattr,
+    "add": _arith("add", operator.add),
+    "sub": _arith("sub", operator.sub),
+    "mul": _arith("mul", operator.mul),
+    "truediv": _arith("truediv", operator.truediv),
+    "floordiv": _arith("floordiv", operator.floordiv),
+    "neg": lambda x: _f32(-x) if not _is_q(x) else _no_q("neg", x),
+    "torch.add": _add,
+    "torch.mul": _mul,
+    "cat": _cat,
+    "flatten": _flatten,
+    "reshape": _reshape,
+    "permute": _permute,
+    "transpose": _transpose,
+    "chunk": _chunk,
+    "split": _split,
+    "mean": _mean,
+    "squeeze": _squeeze,
+    "unsqueeze": _unsqueeze,
+    "relu": _relu,
+    "relu6": _relu6,
+    "sigmoid": _sigmoid,
+    "tanh": _tanh,
+    "clamp": _clamp,
+    "hardtanh": _hardtanh,
+    "hardsigmoid": _hardsigmoid,
+    "hardswish": _hardswish,
+    "elu": _elu,
+    "leaky_relu": _leaky_relu,
+    "dropout": _dropout,
+    "max_pool1d": _pool("max", 1), "max_pool2d": _pool("max", 2), "max_pool3d": _pool("max", 3),
+    "avg_pool1d": _pool("avg", 1), "avg_pool2d": _pool("avg", 2), "avg_pool3d": _pool("avg", 3),
+    "adaptive_avg_pool1d": _adaptive(1), "adaptive_avg_pool2d": _adaptive(2),
+    "adaptive_avg_pool3d": _adaptive(3),
+    "interpolate": _interpolate,
+    "linear": _linear,
+    "quantize_per_tensor": _quantize_per_tensor,
+    "dequantize": _dequantize,
+    "quantized.add": _q_binary("add"),
+    "quantized.add_relu": _q_binary("add_relu"),
+    "quantized.mul": _q_binary("mul"),
+    "quantized.mul_relu": _q_binary("mul_relu"),
+    "quantized.add_scalar": _q_scalar("add_scalar"),
+    "quantized.mul_scalar": _q_scalar("mul_scalar"),
+    "quantized.cat": _q_cat,
+    "quantized.hardswish": _q_hardswish,
+    "numel": _numel,
+    "int": int, "float": float, "len": len,
+}
+
+# method name -> callable(self, *args, **kwargs): what `x.<name>(...)` does on arrays and
+# QTensors alike (numpy's own methods of those names mean other things: view, size, flatten).
+METHODS = {
+    "view": _view,
+    "reshape": _reshape,
+    "flatten": _flatten,
+    "size": _size,
+    "dim": lambda x: len(x.shape),
+    "numel": _numel,
+    "contiguous": _contiguous,
+    "permute": _permute,
+    "transpose": _transpose,
+    "mean": _mean,
+    "chunk": _chunk,
+    "split": _split,
+    "squeeze": _squeeze,
+    "unsqueeze": _unsqueeze,
+    "dequantize": _dequantize,
+    "relu": _relu,
+    "sigmoid": _sigmoid,
+    "tanh": _tanh,
+    "clamp": _clamp,
+    "hardsigmoid": _hardsigmoid,
+    "add": _add,
+    "mul": _mul,
+    "int_repr": lambda x: x.int_repr(),
+    "q_scale": lambda x: x.q_scale(),
+    "q_zero_point": lambda x: x.q_zero_point(),
+}
+
+
+# -- the graph module ------------------------------------------------------------------------
+class GraphSubmodules(Module):
+    """A level of the submodule tree of a GraphModule (a torch module the graph went through)."""
+
+    def __init__(self, original_name=""):
+        super().__init__()
+        self.original_name = original_name
+
+    def _get_name(self):
+        return self.original_name or "GraphSubmodules"
+
+    def forward(self, *args, **kwargs):
+        raise RuntimeError(f"{self._get_name()} was captured into its parent's graph; call the "
+                           f"GraphModule, not this level of its submodule tree")
+
+
+def _walk(x, fn):
+    """Apply fn to every Ref inside a nested argument, rebuilding the structure."""
+    if isinstance(x, Ref):
+        return fn(x)
+    if isinstance(x, tuple):
+        return tuple(_walk(v, fn) for v in x)
+    if isinstance(x, list):
+        return [_walk(v, fn) for v in x]
+    if isinstance(x, dict):
+        return {k: _walk(v, fn) for k, v in x.items()}
+    if isinstance(x, slice):
+        return slice(_walk(x.start, fn), _walk(x.stop, fn), _walk(x.step, fn))
+    return x
+
+
+def _has_ref(x):
+    found = []
+    _walk(x, lambda r: found.append(r))
+    return bool(found)
+
+
+def _check_constant(x, where):
+    ok = (type(None), bool, int, float, str, QDtype, Ref, type(Ellipsis))
+    if isinstance(x, (tuple, list)):
+        for v in x:
+            _check_constant(v, where)
+    elif isinstance(x, dict):
+        for k, v in x.items():
+            if not isinstance(k, str):
+                raise TypeError(f"{where}: dict keys in a graph must be strings; got {k!r}")
+            _check_constant(v, where)
+    elif isinstance(x, slice):
+        for v in (x.start, x.stop, x.step):
+            _check_constant(v, where)
+    elif not isinstance(x, ok):
+        raise TypeError(f"{where}: {type(x).__name__} is not a constant a graph can hold")
+
+
+class GraphModule(Module):
+    """A model whose forward runs a captured graph (see `qops.nn.from_torch`).
+
+    Parameters
+    ----------
+    nodes : list of Node, in execution order (one "output" node last)
+    modules : dict {path: Module}, the submodules the graph calls, placed in a tree by path
+    buffers : dict {path: array or QTensor}, values of the graph's "attr" nodes
+    class_name : the name of the model class the graph was captured from (printed)
+    """
+
+    def __init__(self, nodes, modules=None, buffers=None, class_name="GraphModule"):
+        super().__init__()
+        self.__dict__["class_name"] = class_name
+        for path, m in (modules or {}).items():
+            self._place(path, m)
+        for path, value in (buffers or {}).items():
+            *parents, leaf = path.split(".")
+            owner = self
+            for p in parents:
+                owner = self._level(owner, p)
+            owner.register_buffer(leaf, value)
+        self.__dict__["nodes"] = list(nodes)
+        self._check()
+        self.__dict__["_plan"] = None
+
+    def _level(self, owner, name):
+        child = owner._modules.get(name)
+        if child is None:
+            child = GraphSubmodules()
+            owner.add_module(name, child)
+        return child
+
+    def _place(self, path, module):
+        *parents, leaf = path.split(".")
+        owner = self
+        for p in parents:
+            owner = self._level(owner, p)
+        owner.add_module(leaf, module)
+
+    def _check(self):
+        names = set()
+        if not self.nodes or self.nodes[-1].op != "output":
+            raise ValueError("a graph must end with one 'output' node")
+        for node in self.nodes:
+            where = f"node {node.name!r}" + (f" ({node.where})" if node.where else "")
+            if node.name in names:
+                raise ValueError(f"{where}: name used twice")
+            for arg in list(node.args) + list(node.kwargs.values()):
+                _check_constant(arg, where)
+                _walk(arg, lambda r: r.name in names or _raise(
+                    ValueError(f"{where}: refers to %{r.name}, which is not an earlier node")))
+            if node.op == "function" and node.target not in FUNCTIONS:
+                raise ValueError(f"{where}: {node.target!r} is not a function a graph may call")
+            if node.op == "method" and node.target not in METHODS:
+                raise ValueError(f"{where}: {node.target!r} is not a method a graph may call")
+            if node.op in ("module", "module_method"):
+                path = node.target[0] if node.op == "module_method" else node.target
+                try:
+                    self.get_submodule(path)
+                except (AttributeError, KeyError) as e:
+                    raise ValueError(f"{where}: no submodule {path!r}") from e
+            if node.op == "output" and node is not self.nodes[-1]:
+                raise ValueError(f"{where}: 'output' must be the last node")
+            names.add(node.name)
+
+    # -- running ---------------------------------------------------------------------------
+    def _compile(self):
+        """One closure per node over a list of value slots: no dict lookups while running."""
+        slot = {}
+        steps = []
+        inputs = []
+        for i, node in enumerate(self.nodes):
+            slot[node.name] = i
+
+            def resolver(x):
+                if not _has_ref(x):
+                    return lambda env, x=x: x
+                if isinstance(x, Ref):
+                    j = slot[x.name]
+                    return lambda env, j=j: env[j]
+                return lambda env, x=x: _walk(x, lambda r: env[slot[r.name]])
+
+            if node.op == "input":
+                inputs.append((i, node))
+                continue
+            getters = [resolver(a) for a in node.args]
+            kw = [(k, resolver(v)) for k, v in node.kwargs.items()]
+            if node.op == "output":
+                steps.append((i, None, getters, kw, node))
+                continue
+            if node.op == "module":
+                fn = self.get_submodule(node.target)
+            elif node.op == "module_method":
+                fn = getattr(self.get_submodule(node.target[0]), node.target[1])
+            elif node.op == "function":
+                fn = FUNCTIONS[node.target]
+            elif node.op == "method":
+                fn = METHODS[node.target]
+            else:   # attr
+                value = self._attr(node.target)
+                fn = (lambda v: (lambda: v))(value)
+            steps.append((i, fn, getters, kw, node))
+        return inputs, steps, len(self.nodes)
+
+    def _attr(self, path):
+        *parents, leaf = path.split(".")
+        owner = self
+        for p in parents:
+            owner = owner._modules[p]
+        return owner._buffers[leaf]
+
+    def _plan_now(self):
+        # Modules may have been swapped by name since the last call (prepare/convert, or a
+        # user's set_submodule): the plan holds the module objects, so it is rebuilt if any
+        # of them is no longer in the tree.
+        plan = self.__dict__["_plan"]
+        if plan is not None:
+            for path, m in plan[3]:
+                if self.get_submodule(path) is not m:
+                    plan = None
+                    break
+        if plan is None:
+            inputs, steps, n = self._compile()
+            used = [(node.target if node.op == "module" else node.target[0],
+                     self.get_submodule(node.target if node.op == "module" else node.target[0]))
+                    for node in self.nodes if node.op in ("module", "module_method")]
+            plan = (inputs, steps, n, used)
+            self.__dict__["_plan"] = plan
+        return plan
+
+    def forward(self, *args, **kwargs):
+        inputs, steps, n, _ = self._plan_now()
+        env = [None] * n
+        for k, (i, node) in enumerate(inputs):
+            if k < len(args):
+                env[i] = args[k]
+            elif node.target in kwargs:
+                env[i] = kwargs[node.target]
+            elif node.args:
+                env[i] = node.args[0]
+            else:
+                raise TypeError(f"{self.class_name}.forward() missing argument {node.target!r}")
+        if len(args) > len(inputs):
+            raise TypeError(f"{self.class_name}.forward() takes {len(inputs)} arguments; "
+                            f"got {len(args)}")
+        for i, fn, getters, kw, node in steps:
+            a = [g(env) for g in getters]
+            if fn is None:
+                return a[0]
+            try:
+                if kw:
+                    env[i] = fn(*a, **{k: g(env) for k, g in kw})
+                else:
+                    env[i] = fn(*a)
+            except Exception as e:
+                if not getattr(e, "_qops_node", False) and hasattr(e, "add_note"):
+                    e.add_note(f"in node %{node.name}: {node!r}"
+                               + (f"\n  from {node.where}" if node.where else ""))
+                    e._qops_node = True
+                raise
+        raise RuntimeError("graph has no output node")
+
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        if isinstance(value, Module):
+            self.__dict__["_plan"] = None
+
+    # -- printing and saving -----------------------------------------------------------------
+    def _get_name(self):
+        return f"GraphModule[{self.class_name}]"
+
+    def code(self):
+        """The graph as text: one line per node, as `print(model)` shows it after the modules."""
+        return "\n".join(repr(n) for n in self.nodes)
+
+    def __repr__(self):
+        body = super().__repr__()
+        graph = "\n  ".join(self.code().split("\n"))
+        return body[:-1] + ("\n" if not body.endswith("(\n)") else "") + \
+            f"  graph:\n  {graph}\n)"
+
+    def _config(self):
+        return {"class_name": self.class_name}
+
+
+def _raise(e):
+    raise e
+
+
+def node_to_data(node):
+    """A node as JSON-friendly data (qops.save): Refs and special constants tagged."""
+    def enc(x):
+        if isinstance(x, Ref):
+            return {"$ref": x.name}
+        if isinstance(x, QDtype):
+            return {"$qdtype": x.name}
+        if isinstance(x, slice):
+            return {"$slice": [enc(x.start), enc(x.stop), enc(x.step)]}
+        if x is Ellipsis:
+            return {"$ellipsis": True}
+        if isinstance(x, tuple):
+            return {"$tuple": [enc(v) for v in x]}
+        if isinstance(x, list):
+            return [enc(v) for v in x]
+        if isinstance(x, dict):
+            return {"$dict": {k: enc(v) for k, v in x.items()}}
+        if isinstance(x, float) and not np.isfinite(x):
+            return {"$float": repr(x)}
+        return x
+    target = list(node.target) if isinstance(node.target, tuple) else node.target
+    return {"name": node.name, "op": node.op, "target": target,
+            "args": [enc(a) for a in node.args],
+            "kwargs": {k: enc(v) for k, v in node.kwargs.items()}, "where": node.where}
+
+
+def node_from_data(d, depth=0):
+    """The inverse of `node_to_data`, refusing anything but the tagged forms it writes."""
+    def dec(x, level=0):
+        if level > 64:
+            raise ValueError("graph argument nested deeper than 64 levels")
+        if isinstance(x, list):
+            return [dec(v, level + 1) for v in x]
+        if isinstance(x, dict):
+            if len(x) != 1:
+                raise ValueError(f"bad graph argument {x!r}")
+            (tag, v), = x.items()
+            if tag == "$ref":
+                return Ref(str(v))
+            if tag == "$qdtype":
+                return as_qdtype(v)
+            if tag == "$slice":
+                return slice(*[dec(p, level + 1) for p in v])
+            if tag == "$ellipsis":
+                return Ellipsis
+            if tag == "$tuple":
+                return tuple(dec(p, level + 1) for p in v)
+            if tag == "$dict":
+                return {str(k): dec(p, level + 1) for k, p in v.items()}
+            if tag == "$float":
+                return float(v)
+            raise ValueError(f"bad graph argument tag {tag!r}")
+        if isinstance(x, (type(None), bool, int, float, str)):
+            return x
+        raise ValueError(f"bad graph argument {x!r}")
+    if not isinstance(d, dict):
+        raise ValueError("a graph node must be a mapping")
+    target = d.get("target")
+    if d.get("op") == "module_method":
+        if not (isinstance(target, list) and len(target) == 2
+                and all(isinstance(t, str) for t in target)):
+            raise ValueError(f"node {d.get('name')!r}: bad module_method target")
+        target = tuple(target)
+    elif not isinstance(target, str):
+        raise ValueError(f"node {d.get('name')!r}: target must be a string")
+    return Node(str(d.get("name")), d.get("op"), target,
+                [dec(a) for a in d.get("args", [])],
+                {str(k): dec(v) for k, v in d.get("kwargs", {}).items()}, str(d.get("where", "")))
+
+
+_ = builtins  # builtins.getattr etc. are mapped by name in _fx.py

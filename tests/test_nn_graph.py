@@ -1,0 +1,345 @@
+"""Models with their own forward, imported from PyTorch by graph capture (qops.nn.from_torch).
+
+Each model class below is plain torch, written the way real forwards are (residual `+` and
+FloatFunctional, an inverted residual with hardswish and squeeze-excitation, channel shuffle,
+an inception block with cat, an MLP with `view(x.size(0), -1)`). Each is imported as float and
+as converted int8 and compared with PyTorch.
+
+Tolerances: float imports run numpy float32 layers whose sums are ordered differently from
+oneDNN's, so outputs agree to ~1e-6 relative, not bit for bit; int8 imports are exact. A float
+model quantized by qops' own flow sees those float outputs in its observers, so its scales may
+differ from PyTorch's in the last few ulp (as in tests/test_quantization_parity.py), and an
+output may then move by one quantization step.
+"""
+import copy
+import functools
+
+import numpy as np
+import pytest
+
+import qops
+import qops.nn as qnn
+import qops.nn.quantized as nnq
+import qops.quantization as qq
+from qops.nn import GraphModule
+
+from conftest import torch_or_skip
+
+SCALE_RTOL = 4 * float(np.finfo(np.float32).eps)
+
+
+@functools.lru_cache(None)
+def _models():
+    torch = torch_or_skip()
+    nn, TF = torch.nn, torch.nn.functional
+    from torch.ao.quantization import DeQuantStub, QuantStub
+    FloatFunctional = torch.ao.nn.quantized.FloatFunctional
+
+    class Residual(nn.Module):
+        def __init__(self, functional):
+            super().__init__()
+            self.quant, self.dequant = QuantStub(), DeQuantStub()
+            self.conv1, self.bn1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+            self.relu = nn.ReLU()
+            self.conv2, self.bn2 = nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8)
+            self.functional = functional
+            self.skip = FloatFunctional()
+            self.pool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(8, 10)
+
+        def forward(self, x):
+            x = self.quant(x)
+            x = self.relu(self.bn1(self.conv1(x)))
+            y = self.bn2(self.conv2(x))
+            x = self.skip.add_relu(y, x) if self.functional else TF.relu(x + y)
+            x = torch.flatten(self.pool(x), 1)
+            return self.dequant(self.fc(x))
+
+    class SqueezeExcitation(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.fc1, self.relu = nn.Conv2d(c, 4, 1), nn.ReLU()
+            self.fc2, self.gate = nn.Conv2d(4, c, 1), nn.Hardsigmoid()
+            self.mul = FloatFunctional()
+
+        def forward(self, x):
+            s = TF.adaptive_avg_pool2d(x, 1)
+            s = self.gate(self.fc2(self.relu(self.fc1(s))))
+            return self.mul.mul(s, x)
+
+    class InvertedResidual(nn.Module):
+        def __init__(self, c=16):
+            super().__init__()
+            self.quant, self.dequant = QuantStub(), DeQuantStub()
+            self.stem = nn.Conv2d(3, c, 3, padding=1)
+            self.expand, self.act = nn.Conv2d(c, 2 * c, 1), nn.Hardswish()
+            self.dw = nn.Conv2d(2 * c, 2 * c, 3, padding=1, groups=2 * c)
+            self.se = SqueezeExcitation(2 * c)
+            self.project = nn.Conv2d(2 * c, c, 1)
+            self.skip = FloatFunctional()
+
+        def forward(self, x):
+            x = self.stem(self.quant(x))
+            y = self.project(self.se(self.act(self.dw(self.act(self.expand(x))))))
+            return self.dequant(self.skip.add(x, y))
+
+    class FloatSE(nn.Module):
+        """Squeeze-excitation as float forwards write it: `x * scale`."""
+
+        def __init__(self, c=8):
+            super().__init__()
+            self.conv = nn.Conv2d(3, c, 3, padding=1)
+            self.fc = nn.Conv2d(c, c, 1)
+
+        def forward(self, x):
+            x = TF.hardswish(self.conv(x))
+            scale = TF.hardsigmoid(self.fc(x.mean((2, 3), keepdim=True)))
+            return x * scale
+
+    def channel_shuffle(x, groups):
+        b, c, h, w = x.size()
+        x = x.view(b, groups, c // groups, h, w)
+        x = torch.transpose(x, 1, 2).contiguous()
+        return x.view(b, -1, h, w)
+
+    class Shuffle(nn.Module):
+        def __init__(self, c=16):
+            super().__init__()
+            self.quant, self.dequant = QuantStub(), DeQuantStub()
+            self.stem = nn.Conv2d(3, c, 3, padding=1)
+            self.branch = nn.Sequential(nn.Conv2d(c // 2, c // 2, 1), nn.ReLU())
+            self.cat = FloatFunctional()
+
+        def forward(self, x):
+            x = self.stem(self.quant(x))
+            x1, x2 = x.chunk(2, dim=1)
+            x = self.cat.cat([x1, self.branch(x2)], dim=1)
+            return self.dequant(channel_shuffle(x, 2))
+
+    class Inception(nn.Module):
+        def __init__(self, c=8):
+            super().__init__()
+            self.quant, self.dequant = QuantStub(), DeQuantStub()
+            self.b1 = nn.Conv2d(3, c, 1)
+            self.b2 = nn.Sequential(nn.Conv2d(3, c, 1), nn.ReLU(), nn.Conv2d(c, c, 3, padding=1))
+            self.pool, self.b3 = nn.MaxPool2d(3, 1, 1), nn.Conv2d(3, c, 1)
+            self.myop = FloatFunctional()
+
+        def forward(self, x):
+            x = self.quant(x)
+            x = self.myop.cat([self.b1(x), self.b2(x), self.b3(self.pool(x))], 1)
+            return self.dequant(TF.max_pool2d(x, 2))
+
+    class FloatInception(nn.Module):
+        def __init__(self, c=8):
+            super().__init__()
+            self.b1, self.b2 = nn.Conv2d(3, c, 1), nn.Conv2d(3, c, 3, padding=1)
+
+        def forward(self, x):
+            y = torch.cat([self.b1(x), TF.avg_pool2d(self.b2(x), 3, 1, 1)], 1)
+            a, b = torch.split(y, [5, 11], dim=1)
+            return torch.cat([b, a], 1).mean([2, 3])
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.quant, self.dequant = QuantStub(), DeQuantStub()
+            self.fc1, self.relu, self.fc2 = nn.Linear(3 * 8 * 8, 32), nn.ReLU(), nn.Linear(32, 10)
+
+        def forward(self, x):
+            x = self.quant(x)
+            x = x.view(x.size(0), -1)
+            return self.dequant(self.fc2(self.relu(self.fc1(x))))
+
+    return dict(residual_plus=functools.partial(Residual, False),
+                residual_functional=functools.partial(Residual, True),
+                inverted_residual=InvertedResidual, float_se=FloatSE, shuffle=Shuffle,
+                inception=Inception, float_inception=FloatInception, mlp=MLP)
+
+
+FLOAT = ["residual_plus", "residual_functional", "inverted_residual", "float_se", "shuffle",
+         "inception", "float_inception", "mlp"]
+INT8 = {"residual_functional": [["conv1", "bn1", "relu"], ["conv2", "bn2"]],
+        "inverted_residual": [], "shuffle": [], "inception": [], "mlp": [["fc1", "relu"]]}
+
+
+def _model(name, seed=0):
+    torch = torch_or_skip()
+    torch.manual_seed(seed)
+    m = _models()[name]().eval()
+    # Non-trivial batch-norm statistics, so folding them is tested.
+    for mod in m.modules():
+        if isinstance(mod, torch.nn.BatchNorm2d):
+            mod.running_mean.uniform_(-0.5, 0.5)
+            mod.running_var.uniform_(0.5, 2.0)
+    return m
+
+
+def _data(torch, n=4, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(2, 3, 8, 8, generator=g) for _ in range(n)]
+
+
+def _torch_int8(torch, m, fuse, calib):
+    m = copy.deepcopy(m)
+    if fuse:
+        m = torch.ao.quantization.fuse_modules(m, fuse)
+    m.qconfig = torch.ao.quantization.get_default_qconfig("x86")
+    torch.ao.quantization.prepare(m, inplace=True)
+    with torch.no_grad():
+        for c in calib:
+            m(c)
+    torch.ao.quantization.convert(m, inplace=True)
+    return m
+
+
+@pytest.mark.parametrize("name", FLOAT)
+def test_float_import_matches_torch(name):
+    torch = torch_or_skip()
+    m = _model(name)
+    g = qnn.from_torch(m)
+    assert isinstance(g, GraphModule)
+    # Parameters keep the torch model's names.
+    assert set(g.state_dict()) == set(m.state_dict()) - {
+        k for k in m.state_dict() if k.endswith("num_batches_tracked")} | {
+        k for k in g.state_dict() if k.endswith("num_batches_tracked")}
+    for x in _data(torch, 2):
+        with torch.no_grad():
+            want = m(x).numpy()
+        for backend in ("fast", "ref"):
+            with qops.backend(backend):
+                got = g(x.numpy())
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(INT8))
+def test_int8_import_is_exact(name):
+    torch = torch_or_skip()
+    calib = _data(torch)
+    tm = _torch_int8(torch, _model(name), INT8[name], calib)
+    g = nnq.from_torch(tm)
+    assert isinstance(g, GraphModule)
+    for x in _data(torch, 3, seed=7):
+        want = tm(x).numpy()
+        for backend in ("fast", "ref"):
+            with qops.backend(backend):
+                got = g(x.numpy())
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", sorted(INT8))
+def test_float_import_then_qops_flow_matches_torch_flow(name):
+    torch = torch_or_skip()
+    calib = _data(torch)
+    m = _model(name)
+    tm = _torch_int8(torch, m, INT8[name], calib)
+    g = qnn.from_torch(m)
+    if INT8[name]:
+        g = qq.fuse_modules(g, INT8[name])
+    g.qconfig = qq.get_default_qconfig("x86")
+    qq.prepare(g, inplace=True)
+    for c in calib:
+        g(c.numpy())
+    qq.convert(g, inplace=True)
+    theirs = {n: (float(mm.scale), int(mm.zero_point)) for n, mm in tm.named_modules()
+              if hasattr(mm, "scale") and not callable(mm.scale)}
+    ours = dict(g.named_modules())
+    assert theirs
+    for n, (s, z) in theirs.items():
+        mine = ours[n]
+        assert int(np.asarray(mine.zero_point).ravel()[0]) == z, n
+        np.testing.assert_allclose(float(np.asarray(mine.scale).ravel()[0]), s,
+                                   rtol=SCALE_RTOL, err_msg=n)
+    for x in _data(torch, 3, seed=7):
+        want, got = tm(x).numpy(), g(x.numpy())
+        step = max(s for s, _ in theirs.values())
+        assert np.abs(got - want).max() <= step * 1.0001
+
+
+def test_graph_prints_its_nodes_and_modules():
+    m = _model("mlp")
+    g = qnn.from_torch(m)
+    text = repr(g)
+    assert text.startswith("GraphModule[MLP](")
+    assert "(fc1): Linear(in_features=192, out_features=32" in text
+    assert "%view = %quant.view(%size, -1)" in text
+    assert [n.op for n in g.nodes][:2] == ["input", "module"]
+
+
+def test_modules_swapped_by_name_are_used():
+    torch = torch_or_skip()
+    m = _model("mlp")
+    g = qnn.from_torch(m)
+    x = _data(torch, 1)[0].numpy()
+    before = g(x)
+    g.set_submodule("relu", qnn.Identity())
+    after = g(x)
+    assert not np.array_equal(before, after)
+
+
+def test_unsupported_nodes_are_all_listed_with_their_lines():
+    torch = torch_or_skip()
+
+    class Odd(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 1)
+            self.rnn_like = torch.nn.PReLU()
+
+        def forward(self, x):
+            x = self.conv(x).exp()
+            x = torch.logsumexp(x, 1)
+            return self.rnn_like(x)
+
+    with pytest.raises(TypeError) as e:
+        qnn.from_torch(Odd().eval())
+    msg = str(e.value)
+    assert "3 node(s) of Odd.forward" in msg
+    assert ".exp()" in msg and "logsumexp" in msg and "PReLU" in msg
+    assert "test_nn_graph.py:" in msg and "x = self.conv(x).exp()" in msg
+
+
+def test_data_dependent_control_flow_points_to_target_and_leaf_modules():
+    torch = torch_or_skip()
+
+    class Branchy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 1)
+
+        def forward(self, x):
+            if x.sum() > 0:
+                return self.conv(x)
+            return x
+
+    with pytest.raises(TypeError, match="target=.*leaf_modules="):
+        qnn.from_torch(Branchy().eval())
+
+
+def test_leaf_modules_keep_a_submodule_whole():
+    torch = torch_or_skip()
+    m = _model("inverted_residual")
+    with pytest.raises(ValueError, match="leaf_modules names no submodule"):
+        qnn.from_torch(m, leaf_modules=["nope"])
+    # A leaf qops cannot convert is reported as such.
+    with pytest.raises(TypeError, match="no qops equivalent for module .*SqueezeExcitation"):
+        qnn.from_torch(m, leaf_modules=["se"])
+
+
+def test_qtensor_chunk_split_and_flatten_work_like_torch():
+    torch = torch_or_skip()
+    from qops.nn._graph import METHODS
+    x = np.arange(2 * 6 * 2 * 2, dtype=np.float32).reshape(2, 6, 2, 2)
+    q = qops.quantize_per_tensor(x, 0.5, 3, qops.quint8)
+    tq = torch.quantize_per_tensor(torch.from_numpy(x), 0.5, 3, torch.quint8)
+    for args in [(2, 1), (4, 1), (3, 0)]:
+        ours = METHODS["chunk"](q, *args)
+        theirs = tq.chunk(*args)
+        assert len(ours) == len(theirs)
+        for a, b in zip(ours, theirs):
+            np.testing.assert_array_equal(a.int_repr(), b.int_repr().numpy())
+    for sizes in [[1, 5], 4]:
+        for a, b in zip(METHODS["split"](q, sizes, 1), tq.split(sizes, 1)):
+            np.testing.assert_array_equal(a.int_repr(), b.int_repr().numpy())
+    np.testing.assert_array_equal(METHODS["flatten"](q, 1).int_repr(),
+                                  tq.flatten(1).int_repr().numpy())
+    np.testing.assert_array_equal(METHODS["flatten"](x, 1), torch.from_numpy(x).flatten(1))
