@@ -14,33 +14,45 @@ F32 = np.float32
 
 
 def check_scale(scale, argname="scale"):
-    """Return `scale` as a Python float after checking it is finite and positive."""
+    """Return `scale` as a Python float after checking it is a finite positive float32.
+
+    Kernels use f32(scale) and f32(1/f32(scale)): a scale that rounds to inf (above
+    3.4028235e38) or to 0, or whose float32 inverse overflows, would give NaN results.
+    """
     if type(scale) is float and 1e-38 <= scale <= 3e38:
         return scale            # the common case: clearly finite, > 0, and 1/f32(scale) finite
     if isinstance(scale, np.ndarray) and scale.size == 1:
         scale = scale.reshape(()).item()
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise TypeError(f"{argname} must be a real number; got {type(scale).__name__}")
-    scale = float(scale)
+    try:
+        scale = float(scale)
+    except OverflowError:       # an int beyond float64
+        raise ValueError(f"{argname} is too large for float32; got an int of "
+                         f"{len(str(abs(scale)))} digits") from None
     if not math.isfinite(scale) or scale <= 0.0:
         raise ValueError(f"{argname} must be finite and > 0; got {scale!r}")
     with np.errstate(over="ignore", divide="ignore"):
-        inv = F32(1.0) / F32(scale)
+        s32 = F32(scale)
+        inv = F32(1.0) / s32
+    if not np.isfinite(s32):
+        raise ValueError(f"{argname}={scale!r} is too large for float32 (above 3.4028235e+38)")
     if not np.isfinite(inv):
         raise ValueError(f"{argname}={scale!r} is too small for float32 (1/scale overflows)")
     return scale
 
 
 def check_zero_point(zero_point, dtype, argname="zero_point"):
-    """Return `zero_point` as an int after checking it lies in `dtype`'s range."""
+    """Return `zero_point` as an int after checking it is an integer in `dtype`'s range.
+
+    Python and numpy integers (and one-element integer arrays) are accepted; bools and floats,
+    even integral ones, are refused as PyTorch refuses them.
+    """
     dtype = as_qdtype(dtype)
     if isinstance(zero_point, np.ndarray) and zero_point.size == 1:
         zero_point = zero_point.reshape(()).item()
-    if isinstance(zero_point, bool) or not isinstance(zero_point, numbers.Integral):
-        if isinstance(zero_point, numbers.Real) and float(zero_point).is_integer():
-            zero_point = int(zero_point)
-        else:
-            raise TypeError(f"{argname} must be an integer; got {zero_point!r}")
+    if isinstance(zero_point, (bool, np.bool_)) or not isinstance(zero_point, numbers.Integral):
+        raise TypeError(f"{argname} must be an integer; got {zero_point!r}")
     zero_point = int(zero_point)
     if not dtype.qmin <= zero_point <= dtype.qmax:
         raise ValueError(f"{argname}={zero_point} is outside the range of {dtype.name} "
@@ -64,20 +76,24 @@ def check_channel_qparams(scales, zero_points, dtype, length, scales_name="scale
         raise TypeError(f"{scales_name} must be real numbers; got dtype {scales.dtype}")
     scales = scales.astype(np.float64)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        bad = ~np.isfinite(scales) | (scales <= 0) | ~np.isfinite(F32(1.0) / scales.astype(F32))
+        s32 = scales.astype(F32)
+        bad = ~np.isfinite(s32) | (scales <= 0) | ~np.isfinite(F32(1.0) / s32)
     if bad.any():
-        raise ValueError(f"{scales_name} must be finite and > 0; got {scales[bad][0]!r} "
-                         f"at index {int(np.flatnonzero(bad)[0])}")
-    if not np.issubdtype(zps.dtype, np.integer):
-        if np.issubdtype(zps.dtype, np.floating) and np.all(np.mod(zps, 1) == 0):
-            zps = zps.astype(np.int64)
-        else:
-            raise TypeError(f"{zps_name} must be integers; got dtype {zps.dtype}")
-    zps = zps.astype(np.int64)
-    out = (zps < dtype.qmin) | (zps > dtype.qmax)
+        raise ValueError(f"{scales_name} must be finite positive float32 values (1/scale finite "
+                         f"too); got {scales[bad][0].item()!r} at index {int(np.flatnonzero(bad)[0])}")
+    if zps.dtype == np.bool_ or not (np.issubdtype(zps.dtype, np.integer)
+                                     or np.issubdtype(zps.dtype, np.floating)):
+        raise TypeError(f"{zps_name} must be integers; got dtype {zps.dtype}")
+    # the range is checked on the values as given: converting first would wrap a uint64 or
+    # a huge float into range
+    with np.errstate(invalid="ignore"):
+        out = ~((zps >= dtype.qmin) & (zps <= dtype.qmax))
     if out.any():
-        raise ValueError(f"{zps_name} has {int(zps[out][0])} outside the range of {dtype.name} "
+        raise ValueError(f"{zps_name} has {zps[out][0].item()!r} outside the range of {dtype.name} "
                          f"[{dtype.qmin}, {dtype.qmax}]")
+    if np.issubdtype(zps.dtype, np.floating) and not np.all(np.mod(zps, 1) == 0):
+        raise TypeError(f"{zps_name} must be integers; got dtype {zps.dtype} with fractions")
+    zps = zps.astype(np.int64)
     return scales, zps
 
 

@@ -1,6 +1,6 @@
 """QTensor: an integer array with its quantization parameters (torch's quantized tensor)."""
+import math
 import numbers
-import operator
 
 import numpy as np
 
@@ -171,30 +171,61 @@ class QTensor:
         return t
 
     def copy_(self, src):
-        """Copy `src`'s values and qparams into this tensor, in place (shapes broadcast)."""
+        """Copy `src`'s values and qparams into this tensor, in place (shapes broadcast).
+
+        As in PyTorch, `src` must have this tensor's dtype and granularity (per tensor or per
+        channel). A per-channel `src` keeps its channel axis, counted in this tensor's
+        dimensions; if that axis has size 1 and is broadcast, its scale and zero point are
+        repeated along it, so there is always one scale per channel.
+
+        Parameters
+        ----------
+        src : QTensor whose shape broadcasts to this tensor's
+        """
         if not isinstance(src, QTensor):
             raise TypeError(f"copy_() takes a QTensor; got {type(src).__name__}")
         if src._dtype is not self._dtype:
             raise TypeError(f"copy_(): dtype {src._dtype.name} does not match {self._dtype.name}")
+        if (src._axis is None) != (self._axis is None):
+            raise TypeError(f"copy_(): src is {src._qscheme.name} but this tensor is "
+                            f"{self._qscheme.name}; copy_ keeps the granularity, as PyTorch's")
+        if not self._int.flags.writeable:
+            raise ValueError("copy_(): this tensor is read-only (a view from expand(), or of a "
+                             "read-only array); copy into a clone() instead")
         try:
-            np.copyto(self._int, np.broadcast_to(src._int, self.shape))
+            values = np.broadcast_to(src._int, self.shape)
         except ValueError:
             raise ValueError(f"copy_(): shape {src.shape} does not broadcast to {self.shape}") from None
+        axis = scales = zps = None
+        if src._axis is not None:
+            # broadcasting prepends dimensions: the channel axis moves right by their number
+            axis = src._axis + (self.ndim - src.ndim)
+            c = self.shape[axis]
+            scales, zps = src._scales.copy(), src._zero_points.copy()
+            if scales.shape[0] != c:            # a channel axis of size 1, broadcast
+                scales, zps = np.repeat(scales, c), np.repeat(zps, c)
+        np.copyto(self._int, values)
         self._qscheme, self._scale, self._zero_point = src._qscheme, src._scale, src._zero_point
-        self._scales, self._zero_points, self._axis = src._scales, src._zero_points, src._axis
+        self._scales, self._zero_points, self._axis = scales, zps, axis
         return self
 
     def resize_(self, *shape):
         """Give this tensor a new shape in place; new elements (if any) are zero raw values."""
-        shape = _shape_arg(shape)
+        shape = _shape_arg(shape, "resize_", negative="none")
         if self._axis is not None:
             raise TypeError("resize_() is not supported on per-channel quantized tensors")
-        n = int(np.prod(shape, dtype=np.int64))
+        n = math.prod(shape)            # Python ints: an int64 product could wrap to a small n
+        if n > _MAX_BYTES // self._int.itemsize:
+            raise ValueError(f"resize_(): shape {shape} has {n} elements, too many for one array")
         flat = np.ascontiguousarray(self._int).reshape(-1)
         if n <= flat.size:
             data = flat[:n].copy()
         else:
-            data = np.zeros(n, dtype=flat.dtype)
+            try:
+                data = np.zeros(n, dtype=flat.dtype)
+            except MemoryError:
+                raise MemoryError(f"resize_(): cannot allocate {n} elements for shape "
+                                  f"{shape}") from None
             data[:flat.size] = flat
         self._int = data.reshape(shape)
         return self
@@ -202,7 +233,7 @@ class QTensor:
     # -- views -----------------------------------------------------------------------------
     def reshape(self, *shape):
         """The same values in a new shape (a view when the layout allows it)."""
-        shape = _shape_arg(shape)
+        shape = _shape_arg(shape, "reshape")
         try:
             data = self._int.reshape(shape)
         except ValueError:
@@ -211,7 +242,7 @@ class QTensor:
 
     def view(self, *shape):
         """A view with a new shape; fails when the layout would need a copy, as torch's."""
-        shape = _shape_arg(shape)
+        shape = _shape_arg(shape, "view")
         data = self._int.view()
         try:
             data.shape = np.empty(self.shape, dtype=[]).reshape(shape).shape
@@ -267,7 +298,7 @@ class QTensor:
     def permute(self, *dims):
         """Reorder the dimensions (a view)."""
         self._no_stride_views("permute")
-        dims = _shape_arg(dims)
+        dims = _shape_arg(dims, "permute", "dims", negative="any")
         if sorted(_axis_arg(d, self.ndim, "dims") for d in dims) != list(range(self.ndim)):
             raise ValueError(f"permute(): dims {dims} are not a permutation of {self.ndim} dims")
         return self._like(np.transpose(self._int, [_axis_arg(d, self.ndim, "dims") for d in dims]))
@@ -275,10 +306,13 @@ class QTensor:
     def expand(self, *sizes):
         """Broadcast size-1 dimensions to `sizes` (-1 keeps a size), as a read-only view."""
         self._no_stride_views("expand")
-        sizes = _shape_arg(sizes)
+        sizes = _shape_arg(sizes, "expand", "sizes", negative="-1")
         lead = len(sizes) - self.ndim
         if lead < 0:
             raise ValueError(f"expand(): {len(sizes)} sizes for a tensor of {self.ndim} dims")
+        if -1 in sizes[:lead]:
+            raise ValueError(f"expand(): sizes={sizes}: -1 is not allowed in the new leading "
+                             f"dimensions")
         target = tuple(self.shape[i - lead] if n == -1 else n for i, n in enumerate(sizes))
         try:
             return self._like(np.broadcast_to(self._int, target))
@@ -306,8 +340,15 @@ class QTensor:
 
     def select(self, dim, index):
         """The slice at `index` along `dim`, with that dimension removed."""
+        if self.ndim == 0:
+            raise ValueError("select() needs a tensor with at least one dimension")
         d = _axis_arg(dim, self.ndim, "dim")
-        key = (slice(None),) * d + (operator.index(index),)
+        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+            raise TypeError(f"select(): index must be an int; got {index!r}")
+        n = self.shape[d]
+        if not -n <= index < n:
+            raise IndexError(f"select(): index={index} is out of range for dim {d} of size {n}")
+        key = (slice(None),) * d + (int(index),)
         return self[key]
 
     def __getitem__(self, key):
@@ -318,7 +359,9 @@ class QTensor:
             rest = [k for k in key if k is not Ellipsis]
             n_used = sum(k is not None for k in rest)
             key = key[:i] + (slice(None),) * (self.ndim - n_used) + key[i + 1:]
-        basic = all(k is None or isinstance(k, (slice, numbers.Integral)) for k in key)
+        # a bool is an Integral but numpy reads it as a mask (a new axis), not an index
+        basic = all(k is None or isinstance(k, slice)
+                    or (isinstance(k, numbers.Integral) and not isinstance(k, bool)) for k in key)
         if self._axis is None:
             return self._like(self._int[key])
         if not basic:
@@ -335,7 +378,7 @@ class QTensor:
                     scales, zps = self._scales[k], self._zero_points[k]
                     return QTensor._make(data, self._dtype, scales=scales, zero_points=zps,
                                          axis=out, qscheme=self._qscheme)
-                c = operator.index(k)
+                c = int(k)
                 c = c + self.shape[self._axis] if c < 0 else c
                 return QTensor._make(data, self._dtype, float(self._scales[c]),
                                      int(self._zero_points[c]),
@@ -404,13 +447,34 @@ class QTensor:
                         "dequantize() values")
 
 
-def _shape_arg(shape):
+_MAX_BYTES = 2 ** 63 - 1
+
+
+def _shape_arg(shape, what, argname="shape", negative="one -1"):
+    """Sizes given as ints or one sequence, as a tuple of ints.
+
+    negative: "one -1" (reshape, view: at most one -1, inferred), "-1" (expand: -1 keeps a
+    size), "none" (resize_) or "any" (permute's dims, checked by the caller).
+    """
     if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
-        shape = tuple(shape[0])
-    try:
-        return tuple(operator.index(n) for n in shape)
-    except TypeError:
-        raise TypeError(f"shape must be integers; got {shape!r}") from None
+        try:
+            shape = tuple(shape[0])
+        except TypeError:
+            raise TypeError(f"{what}(): {argname} must be ints or one sequence of ints; "
+                            f"got {shape[0]!r}") from None
+    if any(isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral) for n in shape):
+        raise TypeError(f"{what}(): {argname} must be ints; got {shape!r}")
+    shape = tuple(int(n) for n in shape)
+    if negative != "any":
+        allowed = 0 if negative == "none" else -1
+        bad = [n for n in shape if n < allowed]
+        if bad:
+            raise ValueError(f"{what}(): {argname}={shape} has the negative size {bad[0]}")
+        if negative == "one -1" and shape.count(-1) > 1:
+            raise ValueError(f"{what}(): {argname}={shape} has more than one -1")
+        if any(n > _MAX_BYTES for n in shape):
+            raise ValueError(f"{what}(): {argname}={shape} has a size above 2**63 - 1")
+    return shape
 
 
 def _axis_arg(axis, ndim, argname="axis"):
@@ -518,6 +582,9 @@ def make_per_channel_quantized_tensor(input, scales, zero_points, axis):
     axis : int
     """
     data, dtype = _int_input(input)
+    if data.ndim == 0:
+        raise ValueError("make_per_channel_quantized_tensor needs an input with at least one "
+                         "dimension (the channel axis)")
     axis = _axis_arg(axis, data.ndim, "axis")
     scales, zps = qp.check_channel_qparams(scales, zero_points, dtype, data.shape[axis])
     return QTensor._make(data, dtype, scales=scales, zero_points=zps, axis=axis)

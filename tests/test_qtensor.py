@@ -210,3 +210,208 @@ def test_show_config(capsys):
     for key in ("numpy", "OpenMP", "threads", "ISAs compiled", "ISA in use", "VBMI kernels",
                 "int8 conv kernel", "channels-last conv kernels"):
         assert key in out
+
+
+# -- issue 19: hostile and careless use of QTensor and its qparams -------------------------
+
+def pcq(shape, axis, scales, zps, dtype=qops.quint8, seed=2):
+    raw = np.random.default_rng(seed).integers(0, 50, size=shape).astype(dtype.storage)
+    return qops.make_per_channel_quantized_tensor(raw, scales, zps, axis)
+
+
+# issue 19 #2: copy_ of a broadcast per-channel source left more channels than scales
+@pytest.mark.parametrize("backend", ["ref", "fast"])
+@pytest.mark.parametrize("src_shape, src_axis, dst_shape, dst_axis", [
+    ((1, 4), 0, (3, 4), 0),        # one channel broadcast to three: its qparams repeated
+    ((4,), 0, (3, 4), 1),          # a new leading dim: the channel axis moves to 1
+    ((4,), 0, (2, 3, 4), 2),
+    ((3, 1), 0, (3, 5), 0),        # channels kept, another axis broadcast
+    ((1, 1, 2), 1, (2, 3, 2), 1),
+    ((3, 4), 1, (3, 4), 1),        # no broadcast
+])
+def test_issue19_copy_per_channel_broadcast_qparams(backend, src_shape, src_axis, dst_shape,
+                                                    dst_axis):
+    c = src_shape[src_axis]
+    src = pcq(src_shape, src_axis, np.linspace(0.1, 0.4, c), np.arange(c) + 2)
+    nd = dst_shape[dst_axis]
+    dst = pcq(dst_shape, dst_axis, np.full(nd, 0.7), np.zeros(nd, np.int64), seed=3)
+    with qops.backend(backend):
+        dst.copy_(src)
+        axis = dst.q_per_channel_axis()
+        assert axis == src_axis + len(dst_shape) - len(src_shape)
+        assert dst.q_per_channel_scales().shape == (dst_shape[axis],)
+        assert dst.q_per_channel_zero_points().shape == (dst_shape[axis],)
+        np.testing.assert_array_equal(dst.dequantize(),
+                                      np.broadcast_to(src.dequantize(), dst_shape))
+
+
+# issue 19 #2: copy_ across granularities (the issue's per-channel into per-tensor) is refused
+def test_issue19_copy_refuses_other_granularity():
+    src = pcq((1, 3), 1, [0.1, 0.2, 0.3], [0, 1, 2])
+    dst = q((4, 3))
+    before = dst.int_repr()
+    with pytest.raises(TypeError, match="per_channel_affine"):
+        dst.copy_(src)
+    np.testing.assert_array_equal(dst.int_repr(), before)     # refused before any write
+    assert dst.q_scale() == 0.1
+    with pytest.raises(TypeError, match="per_tensor_affine"):
+        pcq((4, 3), 1, [0.1, 0.2, 0.3], [0, 1, 2]).copy_(q((4, 3)))
+
+
+# issue 19 #15: copy_ into a read-only view said the shapes do not broadcast
+def test_issue19_copy_into_read_only_view():
+    t = q((1, 4))
+    for view in (t.expand(3, 4), qops.make_per_tensor_quantized_tensor(
+            np.frombuffer(bytes(12), np.uint8).reshape(3, 4), 0.1, 0)):
+        with pytest.raises(ValueError, match="read-only"):
+            view.copy_(q((3, 4)))
+
+
+# issue 19 #4: qint32 q - zero_point wraps in int32 as PyTorch's; ref computed it exactly
+@pytest.mark.parametrize("backend", ["ref", "fast"])
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 33])
+def test_issue19_qint32_dequantize_wraps_like_torch(torch, backend, n):
+    raw = np.resize(np.array([2**31 - 1, -2**31, 0, -1, 1000, -1000, 2**30], np.int32), n)
+    for zp in (-2**31, 2**31 - 1, -1000, 1000):
+        theirs = torch._make_per_tensor_quantized_tensor(torch.from_numpy(raw), 0.5, zp)
+        with qops.backend(backend):
+            t = qops.make_per_tensor_quantized_tensor(raw, 0.5, zp)
+            np.testing.assert_array_equal(t.dequantize(), theirs.dequantize().numpy())
+            # requantize is quantize(dequantize(x)): the same wrapped values
+            r = F.requantize(t, 2.0**20, 3, qops.qint32)
+            expected = torch.quantize_per_tensor(theirs.dequantize(), 2.0**20, 3, torch.qint32)
+            np.testing.assert_array_equal(r.int_repr(), expected.int_repr().numpy())
+    # the wrap, spelled out: (2**31 - 1) - (-1000) is -2**31 + 999
+    t = qops.make_per_tensor_quantized_tensor(np.array([2**31 - 1], np.int32), 1.0, -1000)
+    assert t.dequantize()[0] == np.float32(-2**31 + 999)
+
+
+# issue 19 #5: scales beyond float32 (or whose float32 inverse overflows) were accepted
+@pytest.mark.parametrize("scale", [1e300, 3.5e38, 3.4028236e38, 10**400, 1e-46, 1e-39])
+def test_issue19_scales_beyond_float32(scale):
+    x = np.zeros((2, 3), np.float32)
+    calls = [lambda: qops.quantize_per_tensor(x, scale, 0, qops.quint8),
+             lambda: qops.make_per_tensor_quantized_tensor(np.zeros(3, np.uint8), scale, 0),
+             lambda: F.requantize(q(), scale, 0)]
+    for call in calls:
+        with pytest.raises(ValueError, match="scale"):
+            call()
+    if scale != 10**400:
+        for call in (lambda: qops.quantize_per_channel(x, [0.1, scale], [0, 0], 0, qops.quint8),
+                     lambda: qops.make_per_channel_quantized_tensor(
+                         np.zeros((2, 3), np.int8), [scale, 0.1], [0, 0], 0)):
+            with pytest.raises(ValueError, match="scales"):
+                call()
+
+
+# issue 19 #5: the extremes float32 can hold are still accepted, and finite when dequantized
+def test_issue19_float32_extreme_scales_accepted():
+    top = float(np.finfo(np.float32).max)
+    for scale in (top, 3.4028235e38, float(np.finfo(np.float32).tiny) * 4):
+        t = qops.make_per_tensor_quantized_tensor(np.array([0, 1], np.uint8), scale, 0)
+        assert np.isfinite(t.dequantize()).all()
+
+
+# issue 19 #5: scalar ops computed result scales above float32 (1e39), or named no argument
+def test_issue19_scalar_ops_result_scale_in_float32():
+    big = qops.make_per_tensor_quantized_tensor(np.arange(10, dtype=np.uint8), 1e38, 5)
+    tiny = qops.make_per_tensor_quantized_tensor(np.arange(10, dtype=np.uint8), 1e-30, 5)
+    huge = qops.make_per_tensor_quantized_tensor(np.arange(10, dtype=np.uint8), 3e38, 5)
+    for call in (lambda: F.mul_scalar(big, 10.0), lambda: F.mul_scalar(q(), 1e300),
+                 lambda: F.mul_scalar(q(), -1e300), lambda: F.mul_scalar(q(), 1e-300),
+                 lambda: F.add_scalar(tiny, 1e300),          # other / scale overflows float64
+                 lambda: F.add_scalar(huge, -3e38 * 300),    # requantized scale 3.6e38
+                 lambda: F.add_scalar(q(), 10**400), lambda: F.mul_scalar(q(), 10**400)):
+        with pytest.raises(ValueError, match="other"):
+            call()
+    r = F.mul_scalar(big, 3.0)                               # 3e38 still fits
+    assert r.q_scale() == 3e38 and not np.isnan(r.dequantize()).any()
+
+
+# issue 19 #10: negative sizes were taken as "infer" (resize_(-3) on 10 elements gave (7,))
+def test_issue19_resize_and_views_refuse_negative_sizes():
+    t = q((10,))
+    for call, match in ((lambda: t.clone().resize_(-3), "negative"),
+                        (lambda: t.clone().resize_(2, -1), "negative"),
+                        (lambda: t.reshape(-3), "negative"), (lambda: t.reshape(2, -5), "negative"),
+                        (lambda: t.view(-2, 5), "negative"), (lambda: t.reshape(-1, -1), "-1"),
+                        (lambda: t.expand(-2), "negative"),
+                        (lambda: t[:1].expand(-1, 3, 1), "leading"),
+                        (lambda: t.clone().resize_(2**62, 4), "too many"),
+                        (lambda: t.reshape(2**64), "2\\*\\*63")):
+        with pytest.raises(ValueError, match=match):
+            call()
+    for bad in ((True, 10), (1.5,), ("10",)):
+        with pytest.raises(TypeError, match="shape"):
+            t.reshape(*bad)
+    assert t.clone().resize_(0).shape == (0,) and t.reshape(2, -1).shape == (2, 5)
+    assert t[:2].expand(3, -1).shape == (3, 2)
+
+
+# issue 19 #15: make_per_channel_quantized_tensor on a 0-d array raised IndexError
+def test_issue19_make_per_channel_0d():
+    with pytest.raises(ValueError, match="dimension"):
+        qops.make_per_channel_quantized_tensor(np.array(3, np.uint8), [0.1], [0], 0)
+
+
+# issue 19 #15: zero_point=True / 2.0 were accepted as 1 / 2
+@pytest.mark.parametrize("zp", [True, False, np.bool_(True), 2.0, np.float64(2.0),
+                                np.array(2.0), np.array([True]), "2", None])
+def test_issue19_zero_point_must_be_an_integer(zp):
+    x = np.zeros(3, np.float32)
+    for call in (lambda: qops.quantize_per_tensor(x, 0.1, zp, qops.quint8),
+                 lambda: qops.make_per_tensor_quantized_tensor(np.zeros(3, np.uint8), 0.1, zp),
+                 lambda: F.requantize(q(), 0.1, zp)):
+        with pytest.raises(TypeError, match="zero_point"):
+            call()
+
+
+# issue 19 #15: the integer types PyTorch accepts as a zero point still work
+@pytest.mark.parametrize("zp", [2, np.int64(2), np.uint8(2), np.int32(2), np.int8(2), np.array(2),
+                                np.array([2], np.int16)])
+def test_issue19_zero_point_integer_types_accepted(zp):
+    assert qops.quantize_per_tensor(np.zeros(3, np.float32), 0.1, zp, qops.quint8).q_zero_point() == 2
+
+
+# issue 19 #15: bool scales and axes are refused, naming them
+def test_issue19_bool_scale_and_axis():
+    x = np.zeros((2, 3), np.float32)
+    for scale in (True, np.array(True)):
+        with pytest.raises(TypeError, match="scale"):
+            qops.quantize_per_tensor(x, scale, 0, qops.quint8)
+    with pytest.raises(TypeError, match="scales"):
+        qops.quantize_per_channel(x, [True, True], [0, 0], 0, qops.quint8)
+    with pytest.raises(TypeError, match="axis"):
+        qops.quantize_per_channel(x, [0.1, 0.1], [0, 0], True, qops.quint8)
+    with pytest.raises(TypeError, match="axis"):
+        qops.make_per_channel_quantized_tensor(np.zeros((2, 3), np.uint8), [0.1, 0.1], [0, 0], 0.0)
+
+
+# issue 19 #15: per-channel zero points were converted before the range check (uint64 2**64-1
+# wrapped to -1, 1e30 to INT64_MIN)
+@pytest.mark.parametrize("zps", [np.array([0, 2**64 - 1], np.uint64), np.array([0.0, 1e30]),
+                                 np.array([0.0, np.nan])])
+def test_issue19_per_channel_zero_points_range_before_conversion(zps):
+    with pytest.raises(ValueError, match="zero_points"):
+        qops.quantize_per_channel(np.zeros((2, 3), np.float32), [0.1, 0.1], zps, 0, qops.qint8)
+
+
+# issue 19 #2: t[True] on a per-channel tensor moved the data's axes but not the channel axis
+def test_issue19_per_channel_bool_index():
+    c = qc((2, 3, 4), axis=1)
+    for key in (True, (slice(None), False), np.bool_(True)):
+        with pytest.raises(TypeError, match="basic indexing"):
+            c[key]
+    v = c[None, ..., 1:]                                     # basic keys keep working
+    assert v.q_per_channel_axis() == 2 and v.q_per_channel_scales().shape == (3,)
+    np.testing.assert_array_equal(v.dequantize(), c.dequantize()[None, ..., 1:])
+
+
+# issue 19 #15: select() errors name the index
+def test_issue19_select_index_errors():
+    t = q((10,))
+    with pytest.raises(IndexError, match="index=20"):
+        t.select(0, 20)
+    with pytest.raises(TypeError, match="index"):
+        t.select(0, 1.0)
+    assert t.select(0, -10).shape == ()

@@ -80,9 +80,10 @@ static inline int32_t qops_q_vec(float x, float inv, int32_t zp, float lo, float
     return (int32_t)qops_clampf(qops_rintf(x * inv), lo, hi) + zp;
 }
 
-/* D_sc: s * (q - zp). */
+/* D_sc: s * (q - zp), q - zp wrapping in int32 as PyTorch's (a qint32 difference can leave
+ * int32's range; the unsigned subtraction makes the wrap defined behaviour). */
 static inline float qops_d_sc(int32_t q, float s, int32_t zp) {
-    return s * (float)(q - zp);
+    return s * (float)(int32_t)((uint32_t)q - (uint32_t)zp);
 }
 
 /* D_vec: fma(s, q, s * -zp); s_negzp = f32(s * f32(-zp)) is prepared by the caller. */

@@ -134,10 +134,11 @@ def add_scalar(input, other):
     other = _scalar(other, "add_scalar")
     d = input.dtype
     s, z = input._scale, input._zero_point
-    c_q = int(np.rint(other / s))               # float64 division, ties to even
-    if abs(c_q) >= 2 ** 62:
+    c = np.rint(other / s)                      # float64 division, ties to even
+    if not abs(c) < 2 ** 62:                    # also inf: other / s can overflow float64
         # PyTorch holds c_q in an int64 (undefined beyond it); the kernels add it to q - z
         raise ValueError(f"add_scalar: other={other!r} is too large for the input's scale {s!r}")
+    c_q = int(c)
     z_new = z - c_q
     if d.qmin <= z_new <= d.qmax:
         return QTensor._make(np.array(input._int, copy=True), d, s, z_new)
@@ -147,8 +148,7 @@ def add_scalar(input, other):
     else:
         s_new = (z_new - d.qmin) / (d.qmax - d.qmin) * s
         zp_new = d.qmax
-    if not (math.isfinite(s_new) and s_new > 0):
-        raise ValueError(f"add_scalar: other={other!r} is too large for the input's scale {s!r}")
+    _result_scale(s_new, other, s, "add_scalar")
     m = float(F32(s) * F32(qp.inv_scale(s_new)))
     data = elementwise(_kernels().requant_int, input._int, z, c_q, m, zp_new)
     return QTensor._make(data, d, s_new, zp_new)
@@ -173,8 +173,18 @@ def mul_scalar(input, other):
         data, scale, zp = np.array(input._int, copy=True), other * s, z
     else:
         data, scale, zp = elementwise(_kernels().reflect, input._int), -other * s, d.qmax - (z - d.qmin)
-    scale = qp.check_scale(scale, "scale of the result")
+    _result_scale(scale, other, s, "mul_scalar")
     return QTensor._make(data, d, scale, zp)
+
+
+def _result_scale(scale, other, s, what):
+    # a derived scale must be a usable float32 scale too; the error names the scalar
+    try:
+        qp.check_scale(scale, "result scale")
+    except ValueError:
+        raise ValueError(f"{what}: other={other!r} with the input's scale {s!r} gives the result "
+                         f"scale {scale!r}, outside float32's positive finite range (its "
+                         f"inverse too)") from None
 
 
 def _cat_ok(tensors, dim):

@@ -7,7 +7,7 @@ x86 kernels (SEMANTICS.md section 0.1):
     Q_fma  clampQ(rint(fma(x, 1/s, zp)))        quantize_per_tensor, 8-bit
     Q_leg  clampQ(rint(f32(f32(x/s) + zp)))      quantize_per_channel, qint32, kernel tails
     Q_vec  clampQ(rint(f32(x/s)) + zp)           vector bodies of float-domain kernels
-    D_sc   f32(s * (q - zp))                     dequantize per tensor
+    D_sc   f32(s * (q - zp))                     dequantize per tensor (q - zp wraps in int32)
     D_vec  fma(s, q, f32(s * -zp))               vector bodies of float-domain kernels
     D_pc   f32(f64(q - zp) * scale_f64)          dequantize per channel
 """
@@ -73,8 +73,14 @@ def q_vec(x, inv, zp, qmin, qmax):
 
 
 def d_sc(q, scale, zp):
-    """D_sc: f32(scale * f32(q - zp))."""
-    return F32(scale) * (np.asarray(q).astype(np.int64) - zp).astype(F32)
+    """D_sc: f32(scale * f32(q - zp)), q - zp wrapping in int32.
+
+    PyTorch subtracts in int32, so a qint32 difference beyond int32's range wraps around
+    (q = 2**31 - 1, zp = -1000 gives -2**31 + 999); only qint32 can get there.
+    """
+    k = np.asarray(q).astype(np.int64) - zp
+    k = (k + 2 ** 31) % 2 ** 32 - 2 ** 31
+    return F32(scale) * k.astype(F32)
 
 
 def d_vec(q, scale, zp):

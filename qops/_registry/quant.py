@@ -137,7 +137,24 @@ def _dq_cases():
                     r.normal(size=shape).astype(np.float32), r.uniform(0.01, 1, c).astype(sdt),
                     r.integers(-3, 3, c) + (128 if d is qops.quint8 else 0), 1, d),),
                     label=f"pc-{d.name}-{label}-{np.dtype(sdt).name}"))
+    cases += [Case((q,), label=label) for q, label in _qint32_extremes(r)]
     return cases
+
+
+def _qint32_extremes(r):
+    """qint32 tensors whose q - zero_point leaves int32 (it wraps, as in PyTorch), with
+    lengths that cover vector bodies and tails; per channel the subtraction is in float."""
+    out = []
+    for n in (1, 7, 8, 9, 33, 1000):
+        raw = r.integers(-2 ** 31, 2 ** 31, size=n, dtype=np.int64)
+        raw[:min(n, 4)] = [2 ** 31 - 1, -2 ** 31, 0, -1][:min(n, 4)]
+        raw = raw.astype(np.int32)
+        for zp in (-2 ** 31, 2 ** 31 - 1, -1000, 77):
+            out.append((qops.make_per_tensor_quantized_tensor(raw, 0.5, zp), f"qint32-wrap-n{n}-z{zp}"))
+    raw = r.integers(-2 ** 31, 2 ** 31, size=(3, 40), dtype=np.int64).astype(np.int32)
+    out.append((qops.make_per_channel_quantized_tensor(raw, [0.5, 1e-3, 3.0],
+                                                       [-2 ** 31, 2 ** 31 - 1, 5], 0), "qint32-pc-extreme"))
+    return out
 
 
 def _dq_strategy():
@@ -161,6 +178,10 @@ def _rq_cases():
             cases.append(Case((q, 0.2, 5, d), label=f"{d.name}-n{n}-ties"))
             cases.append(Case((q, 0.0371, d.qmax, d), label=f"{d.name}-n{n}"))
         cases.append(Case((u.random_qtensor(r, (9, 31), d, layout="t"), 0.05, 0, qops.qint32), label="to-qint32"))
+    for q, label in _qint32_extremes(r):
+        if not q.is_per_channel:
+            cases.append(Case((q, 2.0 ** 20, 3, qops.qint32), label=label))
+            cases.append(Case((q, 1e7, 100, qops.quint8), label=label + "-to-quint8"))
     return cases
 
 
