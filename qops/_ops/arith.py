@@ -115,7 +115,11 @@ def mul_relu(a, b, scale, zero_point):
 def _scalar(other, what):
     if isinstance(other, bool) or not isinstance(other, numbers.Real):
         raise TypeError(f"{what}: other must be a real number; got {other!r}")
-    other = float(other)
+    try:
+        other = float(other)
+    except OverflowError:
+        raise ValueError(f"{what}: other must be finite; got a number too large for a "
+                         f"float") from None
     if not math.isfinite(other):
         raise ValueError(f"{what}: other must be finite; got {other!r}")
     return other

@@ -286,6 +286,10 @@ def _conv(ndim, relu, input, weight, bias, stride, padding, dilation, groups, pa
                          f"groups={pack.groups})")
     x_zp = int(input._zero_point)
     pad = pack.padding
+    # Both backends work on a padded copy of the input (ref's in int64): refuse one that
+    # cannot exist before numpy fails without naming the argument (the output is no larger).
+    _check.out_shape(x.shape[:2] + tuple(s + 2 * p for s, p in zip(x.shape[2:], pad)),
+                     "padding", 8)
     padded_copy = pack.padding_mode != "zeros" and any(pad)
     if padded_copy:
         # as PyTorch's modules: pad the raw quantized input, then convolve without padding

@@ -213,7 +213,8 @@ def _linear(input, weight, bias, scale, zero_point, relu):
     bterm, mult = packed._static_params(input._scale, scale)
     kernels = _config.impl("linear")
     lead = input.shape[:-1]
-    x = input._int.reshape(-1, packed.in_features)
+    # rows given explicitly: -1 cannot be inferred when in_features is 0
+    x = input._int.reshape(math.prod(lead), packed.in_features)
     out = kernels.linear(x, input._zero_point, packed._packed(kernels), bterm, mult,
                          zero_point, relu)
     return QTensor._make(out.reshape(lead + (packed.out_features,)), quint8, scale, zero_point)
@@ -317,7 +318,7 @@ def _linear_dynamic(input, weight, bias, reduce_range, relu):
         raise TypeError(f"reduce_range must be a bool; got {reduce_range!r}")
     _check_features(x.shape, packed)
     lead = x.shape[:-1]
-    x2 = x.reshape(-1, packed.in_features)
+    x2 = x.reshape(math.prod(lead), packed.in_features)
     kernels = _config.impl("linear")
     if x2.size:
         xmin, xmax = kernels.minmax(x2)

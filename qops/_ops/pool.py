@@ -53,20 +53,20 @@ def _pad3(t, nsp, fill):
     return (fill,) * (3 - nsp) + tuple(t)
 
 
-def _ints(v, n, argname, minimum):
+def _ints(v, n, argname, minimum, maximum=_check.MAX_DIM):
     """_check.int_tuple, with plain ints and tuples of them accepted without its ABC checks."""
     # exact types only (bool, numpy ints and lists take the full check and its messages); the
     # full check costs ~1.5 us per argument, most of a small pool's call
     if type(v) is int:
-        if v >= minimum:
+        if minimum <= v <= _check.MAX_DIM:
             return (v,) * n
     elif type(v) is tuple and len(v) == n:
         for e in v:
-            if type(e) is not int or e < minimum:
+            if type(e) is not int or not minimum <= e <= _check.MAX_DIM:
                 break
         else:
             return v
-    return _check.int_tuple(v, n, argname, minimum=minimum)
+    return _check.int_tuple(v, n, argname, minimum=minimum, maximum=maximum)
 
 
 def _plain(v):
@@ -109,7 +109,7 @@ def _pool_args_checked(nsp, kernel_size, stride, padding, dilation, spatial, cei
     if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0):
         s = k
     else:
-        s = _ints(stride, nsp, "stride", 1)
+        s = _ints(stride, nsp, "stride", 1, _check.MAX_INDEX)
     p = _ints(padding, nsp, "padding", 0)
     d = _ints(dilation, nsp, "dilation", 1)
     if not isinstance(ceil_mode, (bool, np.bool_)):
@@ -127,6 +127,9 @@ def _pool_args_checked(nsp, kernel_size, stride, padding, dilation, spatial, cei
         if ceil_mode and (o - 1) * si >= L + pi:
             o -= 1    # the last window must start inside the input or its left padding
         out.append(o)
+    # A stride past the padded input leaves one window, the same for any such stride: the
+    # kernels get the padded length (their index arithmetic is int32).
+    s = tuple(min(si, L + 2 * pi) for L, si, pi in zip(spatial[3 - nsp:], s, p))
     if nsp == 3:
         return k, s, p, d, tuple(out)
     return (_pad3(k, nsp, 1), _pad3(s, nsp, 1), _pad3(p, nsp, 0), _pad3(d, nsp, 1),
@@ -315,7 +318,7 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
 
 def _adaptive_size(output_size, nsp, spatial):
     """output_size as a checked tuple; None entries keep the input's size."""
-    if type(output_size) is int and output_size >= 1:
+    if type(output_size) is int and 1 <= output_size <= _check.MAX_DIM:
         return (output_size,) * nsp
     if isinstance(output_size, (list, tuple)):
         if len(output_size) != nsp:
@@ -325,7 +328,8 @@ def _adaptive_size(output_size, nsp, spatial):
         raise TypeError("output_size must be an int or a tuple of ints, not None")
     else:
         vals = [output_size] * nsp
-    return tuple(_check.integer(v, "output_size", minimum=1) for v in vals)
+    return tuple(_check.integer(v, "output_size", minimum=1, maximum=_check.MAX_DIM)
+                 for v in vals)
 
 
 def _adaptive(nsp, input, output_size, kind, return_indices=False):
@@ -338,6 +342,11 @@ def _adaptive(nsp, input, output_size, kind, return_indices=False):
         spatial = x5.shape[2:]
     o = _adaptive_size(output_size, nsp, spatial[3 - nsp:])
     o = (1,) * (3 - nsp) + o
+    nc = (xcl.shape[0], xcl.shape[4]) if xcl is not None else x5.shape[:2]
+    itemsize = input._int.itemsize
+    if kind == "max" and _bool(return_indices, "return_indices"):
+        itemsize += 8                            # the int64 indices
+    _check.out_shape(nc + o, "output_size", itemsize)
     if kind == "avg":
         # adaptive windows are at most ceil(L/O) + 1 long per dim
         if o == (1, 1, 1):

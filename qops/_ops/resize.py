@@ -28,7 +28,7 @@ def _sizes(input, size, scale_factor, nsp):
             if len(size) != nsp:
                 raise ValueError(f"size must be an int or {nsp} ints for a {input.ndim}-D "
                                  f"input; got {size!r}")
-        out = _check.int_tuple(size, nsp, "size", minimum=1)
+        out = _check.int_tuple(size, nsp, "size", minimum=1, maximum=_check.MAX_DIM)
         return out, None
     if isinstance(scale_factor, (list, tuple)):
         if len(scale_factor) != nsp:
@@ -139,6 +139,8 @@ def _plan(input, size, scale_factor, mode, align_corners):
     x5_shape = shape[:2] + (1,) * (3 - nsp) + spatial
     out5 = (1,) * (3 - nsp) + tuple(out_sp)
     out_shape = shape[:2] + tuple(out_sp)
+    _check.out_shape(out_shape, "size" if size is not None else "scale_factor",
+                     input._int.itemsize)
     if tuple(out_sp) == tuple(spatial):
         return x5_shape, out5, None, out_shape
     sc = (None,) * (3 - nsp) + (scales if scales is not None else (None,) * nsp)
