@@ -192,3 +192,192 @@ def test_long_channels_equal_ref(dtype, params):
         with qops.backend(be):
             outs.append(F.instance_norm(x, w, b, 1e-5, out_scale, 1 if dtype is qops.qint8 else 129))
     np.testing.assert_array_equal(outs[1].int_repr(), outs[0].int_repr())
+
+
+# -- issue 19 #7: the variance and affine steps are fused as in PyTorch's AVX2 kernel --------
+# PyTorch 2.13's x86 wheels run the AVX2 build of quantized_normalize_kernel, which GCC
+# compiled with FMA contraction: SS/N - m*m is one vfnmadd, (..) * gamma + beta one vfmadd.
+
+F32 = np.float32
+
+
+def _emulate(x3, groups, w, b, xs, zp, eps, inv, fused):
+    """f32(y * inv) of group norm (x3 (B, C, L)) or of layer norm (groups=None, x3 (M, 1, N)),
+    with the variance and the affine fused or (qops before issue 19 #7) rounded step by step."""
+    from qops._ref.quant import fma_f32
+    nb, c, length = x3.shape
+    g = 1 if groups is None else groups
+    v = x3.astype(np.int64).reshape(nb * g, -1)
+    n = F32(v.shape[1])
+    m1 = v.sum(1).astype(F32) / n
+    t = (v * v).sum(1).astype(F32) / n
+    var = np.maximum(fma_f32(-m1, m1, t) if fused else t - m1 * m1, F32(0))
+    r = (np.float64(xs) / np.sqrt((var * F32(xs) * F32(xs)).astype(np.float64) + eps)).astype(F32)
+    mean = (m1 - F32(zp)).reshape(nb, g, 1, 1)
+    r = r.reshape(nb, g, 1, 1)
+    d = (x3.astype(np.int64) - zp).astype(F32).reshape(nb, g, -1, length) - mean
+    if groups is None:           # layer norm: t = f32(d * r), then t * w_i + b_i
+        a, m, bb = d * r, w.reshape(1, 1, 1, length), b.reshape(1, 1, 1, length)
+    else:                        # group norm: d * f32(r * w_c) + b_c
+        a, m, bb = d, r * w.reshape(1, g, -1, 1), b.reshape(1, g, -1, 1)
+    y = fma_f32(a, m, bb) if fused else a * m + bb
+    return (y * F32(inv)).reshape(x3.shape)
+
+
+def _near_tie_input(dtype, shape, spread, seed):
+    """Raw values around a per-row (first axis) mean: narrow spreads make m*m large against the
+    variance (its rounding matters most), wide ones the typical 1e-5 near-misses."""
+    r = np.random.default_rng(seed)
+    zp = 128 if dtype is qops.quint8 else 0
+    lo, hi = spread
+    one = (shape[0],) + (1,) * (len(shape) - 1)
+    # raw means of 50-90 in magnitude: m*m is then large, as in activations away from zp
+    centre = (128 + r.uniform(-40, 40, one) if dtype is qops.quint8 else
+              r.choice([-1, 1], one) * r.uniform(50, 90, one))
+    sd = r.uniform(lo, hi, one)
+    raw = np.clip(np.rint(r.normal(centre, sd, shape)), dtype.qmin, dtype.qmax)
+    return raw.astype(dtype.storage), zp
+
+
+def _select_rows(raw, groups, w, b, xs, zp, inv, max_rows=64):
+    """Rows (first axis) where the fused and step-by-step results round differently."""
+    x3 = raw if groups is not None else raw[:, None, :]
+    new = np.rint(_emulate(x3, groups, w, b, xs, zp, 1e-5, inv, True))
+    old = np.rint(_emulate(x3, groups, w, b, xs, zp, 1e-5, inv, False))
+    differ = (new != old).reshape(raw.shape[0], -1).any(axis=1)
+    y = _emulate(x3, groups, w, b, xs, zp, 1e-5, inv, True).reshape(raw.shape[0], -1)
+    return np.flatnonzero(differ)[:max_rows], y
+
+
+@pytest.mark.parametrize("dtype", [qops.quint8, qops.qint8])
+@pytest.mark.parametrize("spread", [(10, 40), (0.4, 3)])
+def test_issue19_layer_norm_variance_fused_near_ties(torch, dtype, spread):
+    # issue 19 #7: layer_norm rounded m*m before SS/N - m*m; PyTorch fuses it (one rounding)
+    n, xs, out_s = 64, 0.05, 0.05           # 64: no scalar tail in PyTorch's kernel
+    raw, zp = _near_tie_input(dtype, (20000, n), spread, 7)
+    r = np.random.default_rng(8)
+    w, b = r.normal(1, 0.3, n).astype(F32), r.normal(0, 0.3, n).astype(F32)
+    rows, y = _select_rows(raw, None, w, b, xs, zp, F32(1) / F32(out_s))
+    assert len(rows) >= 2
+    if spread == (10, 40):                  # these sit within a few ulps of a .5 boundary
+        yr = y[rows].astype(np.float64)
+        old = np.rint(_emulate(raw[rows][:, None], None, w, b, xs, zp, 1e-5, 1 / F32(out_s),
+                               False)[:, 0])
+        near = np.abs(yr - np.floor(yr) - 0.5)[old != np.rint(yr)]
+        assert near.max() < 1e-3
+    x = qops.make_per_tensor_quantized_tensor(raw[rows], xs, zp)
+    ozp = 128 if dtype is qops.quint8 else 0
+    theirs = torch.ops.quantized.layer_norm(
+        reg.u.to_torch(x), [n], weight=torch.from_numpy(w), bias=torch.from_numpy(b), eps=1e-5,
+        output_scale=out_s, output_zero_point=ozp).int_repr().numpy()
+    for be in ("ref", "fast"):
+        with qops.backend(be):
+            ours = F.layer_norm(x, n, w, b, 1e-5, out_s, ozp).int_repr()
+        np.testing.assert_array_equal(ours, theirs, err_msg=be)
+
+
+@pytest.mark.parametrize("dtype", [qops.quint8, qops.qint8])
+@pytest.mark.parametrize("groups", [2, 4])
+@pytest.mark.parametrize("spread", [(4, 12), (0.4, 3)])
+def test_issue19_group_norm_variance_fused_near_ties(torch, dtype, groups, spread):
+    # issue 19 #7: group_norm/instance_norm rounded m*m before SS/N - m*m; PyTorch fuses it
+    c, length, xs, out_s = 4, 24, 0.05, 0.05
+    raw, zp = _near_tie_input(dtype, (12000, c, length), spread, 9)
+    r = np.random.default_rng(10)
+    w, b = r.normal(1, 0.3, c).astype(F32), r.normal(0, 0.3, c).astype(F32)
+    rows, _ = _select_rows(raw, groups, w, b, xs, zp, F32(1) / F32(out_s))
+    assert len(rows) >= 5
+    x = qops.make_per_tensor_quantized_tensor(raw[rows], xs, zp)
+    ozp = 128 if dtype is qops.quint8 else 0
+    tx, tw, tb = reg.u.to_torch(x), torch.from_numpy(w), torch.from_numpy(b)
+    if groups == c:
+        theirs = torch.ops.quantized.instance_norm(tx, tw, tb, 1e-5, out_s, ozp)
+    else:
+        theirs = torch.ops.quantized.group_norm(tx, groups, tw, tb, 1e-5, out_s, ozp)
+    for be in ("ref", "fast"):
+        with qops.backend(be):
+            ours = (F.instance_norm(x, w, b, 1e-5, out_s, ozp) if groups == c else
+                    F.group_norm(x, groups, w, b, 1e-5, out_s, ozp))
+        np.testing.assert_array_equal(ours.int_repr(), theirs.int_repr().numpy(), err_msg=be)
+
+
+def _tie_bias(p):
+    """b with f32(f32(p) + b) == +-0.5 exactly (asserted), for products p (float64) with
+    2 <= |p| < 4: the exact p + b is then more than half an ulp of 0.5 off the tie whenever
+    the product is inexact, so a fused sum rounds away from the tie."""
+    assert ((np.abs(p) >= 2) & (np.abs(p) < 4)).all()
+    target = np.where(p > 0, 0.5, -0.5)
+    b = (target - p.astype(F32).astype(np.float64)).astype(F32)
+    assert (p.astype(F32) + b == target).all()
+    return b
+
+
+def _weights_for(base, r):
+    """Weights w (float32) putting |base * w| in [2, 4), jittered."""
+    base = np.where(base == 0, F32(1), base).astype(np.float64)
+    w = (r.uniform(2.2, 3.8, base.shape) / np.abs(base)).astype(F32)
+    return np.where(np.abs(base * w) >= 2, w, w * F32(1.1)).astype(F32)
+
+
+@pytest.mark.parametrize("dtype", [qops.quint8, qops.qint8])
+def test_issue19_layer_norm_affine_fused_at_ties(torch, dtype):
+    # issue 19 #7: layer_norm rounded t * gamma before + beta; PyTorch fuses them (vfmadd):
+    # each beta below puts f32(f32(t * gamma) + beta) exactly on a .5 tie of row 0, so only
+    # the fused sum, a hair off the tie, rounds as PyTorch does
+    n = 96                                   # a multiple of 32: no scalar tail in PyTorch
+    raw, zp = _near_tie_input(dtype, (3, n), (10, 40), 11)
+    r = np.random.default_rng(12)
+    t = _emulate(raw[:, None], None, np.ones(n, F32), np.zeros(n, F32), 0.05, zp, 1e-5, 1.0,
+                 True)[0, 0]
+    w = _weights_for(t, r)
+    p = t.astype(np.float64) * w.astype(np.float64)
+    b = _tie_bias(p)
+    x = qops.make_per_tensor_quantized_tensor(raw, 0.05, zp)
+    ozp = 128 if dtype is qops.quint8 else 0
+    theirs = torch.ops.quantized.layer_norm(
+        reg.u.to_torch(x), [n], weight=torch.from_numpy(w), bias=torch.from_numpy(b), eps=1e-5,
+        output_scale=1.0, output_zero_point=ozp).int_repr().numpy()
+    unfused = np.rint(p.astype(F32) + b) + ozp
+    assert (unfused != theirs[0]).sum() >= 10      # PyTorch does not round these as ties
+    for be in ("ref", "fast"):
+        with qops.backend(be):
+            ours = F.layer_norm(x, n, w, b, 1e-5, 1.0, ozp).int_repr()
+        np.testing.assert_array_equal(ours, theirs, err_msg=be)
+
+
+@pytest.mark.parametrize("dtype", [qops.quint8, qops.qint8])
+@pytest.mark.parametrize("length", [5, 40, 2100])
+def test_issue19_group_norm_affine_fused_at_ties(torch, dtype, length):
+    # issue 19 #7: group_norm rounded d * f32(r * gamma_c) before + beta_c; PyTorch fuses them.
+    # beta_c puts position 0 of each channel of batch 0 exactly on a tie when rounded twice.
+    # (length 2100: the fast kernels' one-fma fold of long channels must decline these)
+    c, groups = 64, 16
+    raw, zp = _near_tie_input(dtype, (2, c, length), (10, 40), 13)
+    from qops._ref.quant import fma_f32
+    r = np.random.default_rng(14)
+    v = raw.astype(np.int64).reshape(2 * groups, -1)
+    n = F32(v.shape[1])
+    m1 = v.sum(1).astype(F32) / n
+    var = np.maximum(fma_f32(-m1, m1, (v * v).sum(1).astype(F32) / n), F32(0))
+    rr = (np.float64(F32(0.05)) / np.sqrt((var * F32(0.05) * F32(0.05)).astype(np.float64)
+                                          + 1e-5)).astype(F32).reshape(2, groups)
+    rc = rr[0].repeat(c // groups)                                 # r of each channel, batch 0
+    dd = (raw[0, :, 0].astype(np.int64) - zp).astype(F32) - (m1.reshape(2, groups)[0] -
+                                                            F32(zp)).repeat(c // groups)
+    w = _weights_for(rc * dd, r)
+    g = rc * w                                                     # f32(r * gamma_c)
+    p = dd.astype(np.float64) * g.astype(np.float64)
+    w = np.where((np.abs(p) >= 2) & (np.abs(p) < 4), w, F32(0))   # (rare misses: no tie)
+    g = rc * w
+    p = np.where(w == 0, 3.0, dd.astype(np.float64) * g.astype(np.float64))
+    b = _tie_bias(p)
+    x = qops.make_per_tensor_quantized_tensor(raw, 0.05, zp)
+    ozp = 128 if dtype is qops.quint8 else 0
+    theirs = torch.ops.quantized.group_norm(reg.u.to_torch(x), groups, torch.from_numpy(w),
+                                            torch.from_numpy(b), 1e-5, 1.0, ozp).int_repr().numpy()
+    unfused = np.rint(p.astype(F32) + b) + ozp
+    assert (unfused != theirs[0, :, 0]).sum() >= 5
+    for be in ("ref", "fast"):
+        with qops.backend(be):
+            ours = F.group_norm(x, groups, w, b, 1e-5, 1.0, ozp).int_repr()
+        np.testing.assert_array_equal(ours, theirs, err_msg=be)

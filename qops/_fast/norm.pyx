@@ -268,7 +268,7 @@ cdef extern from *:
     }
 
     #if QOPS_NORM_AVX2
-    /* Whether fma(A, f, B) gives the bytes of ((f - mean) * g + b) * inv (f = q - zp) for
+    /* Whether fma(A, f, B) gives the bytes of fma(f - mean, g, b) * inv (f = q - zp) for
      * every one of the 256 raw values, both rounded and clamped as qops_q_vec does: then a
      * long channel may run the batch norm kernel, one fma instead of four steps. Checking
      * costs about what 2048 values of the saving are worth. */
@@ -285,8 +285,7 @@ cdef extern from *:
             __m256 f[4];
             qops_bytes_to_f32x4(qops_iota32(i), sgn, off, f);
             for (int k = 0; k < 4; k++) {
-                __m256 y4 = _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(f[k], mv), gv),
-                                                        bv), iv);
+                __m256 y4 = _mm256_mul_ps(_mm256_fmadd_ps(_mm256_sub_ps(f[k], mv), gv, bv), iv);
                 __m256i r4 = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(y4), lv), hv);
                 __m256i r1 = _mm256_min_epi32(_mm256_max_epi32(
                     _mm256_cvtps_epi32(_mm256_fmadd_ps(av, f[k], cv)), lv), hv);
@@ -297,8 +296,8 @@ cdef extern from *:
     }
     #endif
 
-    /* Group norm, one channel: out = clamp(rint(((q - zp - mean) * g + b) * inv), lo, hi) + ozp,
-     * every step rounded as written (no fma). */
+    /* Group norm, one channel: out = clamp(rint(fma(q - zp - mean, g, b) * inv), lo, hi) + ozp,
+     * every other step rounded as written (PyTorch's AVX2 kernel fuses the affine). */
     static inline __attribute__((always_inline)) void
     qops_gn_row_t(const uint8_t *x, uint8_t *out, ptrdiff_t n, float mean, float g, float b,
                   int32_t zp, float inv, int32_t ozp, float lo, float hi, int sgn) {
@@ -318,8 +317,7 @@ cdef extern from *:
             const __m256 mv = _mm256_set1_ps(mean), gv = _mm256_set1_ps(g);
             const __m256 bv = _mm256_set1_ps(b), iv = _mm256_set1_ps(inv), off = qops_f32_offset(zp, sgn);
             const __m256i o16 = _mm256_set1_epi16((short)ozp);
-            #define QOPS_GN(k) _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(          \
-                f[k], mv), gv), bv), iv)
+            #define QOPS_GN(k) _mm256_mul_ps(_mm256_fmadd_ps(_mm256_sub_ps(f[k], mv), gv, bv), iv)
             for (; i + 32 <= n; i += 32) {
                 __m256 f[4];
                 qops_norm_ld32(x + i, sgn, off, f);
@@ -332,7 +330,7 @@ cdef extern from *:
     #endif
         for (; i < n; i++) {
             int32_t q = sgn ? (int32_t)(int8_t)x[i] : (int32_t)x[i];
-            out[i] = (uint8_t)qops_q_vec(((float)(q - zp) - mean) * g + b, inv, ozp, lo, hi);
+            out[i] = (uint8_t)qops_q_vec(fmaf((float)(q - zp) - mean, g, b), inv, ozp, lo, hi);
         }
     }
     static void qops_gn_row(const uint8_t *x, uint8_t *out, ptrdiff_t n, float mean, float g,
@@ -342,8 +340,9 @@ cdef extern from *:
         else qops_gn_row_t(x, out, n, mean, g, b, zp, inv, ozp, lo, hi, 0);
     }
 
-    /* Layer norm, one row: out = clamp(rint((((q - zp - mean) * r) * w[i] + b[i]) * inv), lo,
-     * hi) + ozp; wb_max bounds |w[i]| and |b[i]| (found once by the caller, inf if not finite). */
+    /* Layer norm, one row: out = clamp(rint(fma((q - zp - mean) * r, w[i], b[i]) * inv), lo,
+     * hi) + ozp (PyTorch's AVX2 kernel fuses the affine); wb_max bounds |w[i]| and |b[i]|
+     * (found once by the caller, inf if not finite). */
     static inline __attribute__((always_inline)) void
     qops_ln_row_t(const uint8_t *x, uint8_t *out, ptrdiff_t n, const float *w, const float *b,
                   double wb_max, float mean, float r, int32_t zp, float inv, int32_t ozp,
@@ -357,9 +356,9 @@ cdef extern from *:
             const __m256 mv = _mm256_set1_ps(mean), rv = _mm256_set1_ps(r);
             const __m256 iv = _mm256_set1_ps(inv);
             const __m256i zv = _mm256_set1_epi32(zp), o16 = _mm256_set1_epi16((short)ozp);
-            #define QOPS_LN(k) _mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(          \
+            #define QOPS_LN(k) _mm256_mul_ps(_mm256_fmadd_ps(_mm256_mul_ps(                     \
                 _mm256_sub_ps(qops_norm_ld8(x + i + 8 * (k), sgn, zv), mv), rv),                \
-                _mm256_loadu_ps(w + i + 8 * (k))), _mm256_loadu_ps(b + i + 8 * (k))), iv)
+                _mm256_loadu_ps(w + i + 8 * (k)), _mm256_loadu_ps(b + i + 8 * (k))), iv)
             for (; i + 32 <= n; i += 32)
                 _mm256_storeu_si256((__m256i *)(out + i),
                                     qops_norm_narrow(QOPS_LN(0), QOPS_LN(1), QOPS_LN(2), QOPS_LN(3),
@@ -377,8 +376,8 @@ cdef extern from *:
                 __m128i v = _mm_loadu_si128((const __m128i *)(x + i));
                 __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(
                     sgn ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v), zv));
-                __m512 y = _mm512_mul_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(
-                    _mm512_sub_ps(f, mv), rv), _mm512_loadu_ps(w + i)), _mm512_loadu_ps(b + i)), iv);
+                __m512 y = _mm512_mul_ps(_mm512_fmadd_ps(_mm512_mul_ps(_mm512_sub_ps(f, mv), rv),
+                    _mm512_loadu_ps(w + i), _mm512_loadu_ps(b + i)), iv);
                 __m512i t = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(y), lov), hiv);
                 _mm_storeu_si128((__m128i *)(out + i), _mm512_cvtepi32_epi8(_mm512_add_epi32(t, ov)));
             }
@@ -386,8 +385,8 @@ cdef extern from *:
     #endif
         for (; i < n; i++) {
             int32_t q = sgn ? (int32_t)(int8_t)x[i] : (int32_t)x[i];
-            out[i] = (uint8_t)qops_q_vec((((float)(q - zp) - mean) * r) * w[i] + b[i], inv, ozp,
-                                         lo, hi);
+            out[i] = (uint8_t)qops_q_vec(fmaf(((float)(q - zp) - mean) * r, w[i], b[i]), inv,
+                                         ozp, lo, hi);
         }
     }
     static void qops_ln_row(const uint8_t *x, uint8_t *out, ptrdiff_t n, const float *w,
@@ -397,7 +396,7 @@ cdef extern from *:
         else qops_ln_row_t(x, out, n, w, b, wb_max, mean, r, zp, inv, ozp, lo, hi, 0);
     }
 
-    /* One channel's 256-entry table, table[u] = clamp(rint((d[u] * g + b) * inv), lo, hi) + ozp,
+    /* One channel's 256-entry table, table[u] = clamp(rint(fma(d[u], g, b) * inv), lo, hi) + ozp,
      * where d[u] = f32(q(u) - zp) - mean is shared by the channels of a group (worked out once
      * per group). The vector body: vminps/vmaxps return the bound for NaN and order signed
      * zeros as the scalar clamp does, vrndscaleps is rint. */
@@ -408,7 +407,7 @@ cdef extern from *:
         const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
         const __m512i vz = _mm512_set1_epi32(ozp);
         for (int u = 0; u < 256; u += 16) {
-            __m512 t = _mm512_mul_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(d + u), vg), vb), vi);
+            __m512 t = _mm512_mul_ps(_mm512_fmadd_ps(_mm512_loadu_ps(d + u), vg, vb), vi);
             t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
             t = _mm512_max_ps(_mm512_min_ps(t, vhi), vlo);
             _mm_storeu_si128((__m128i *)(table + u),
@@ -416,7 +415,7 @@ cdef extern from *:
         }
     #else
         for (int u = 0; u < 256; u++)
-            table[u] = (uint8_t)qops_q_vec(d[u] * g + b, inv, ozp, lo, hi);
+            table[u] = (uint8_t)qops_q_vec(fmaf(d[u], g, b), inv, ozp, lo, hi);
     #endif
     }
     """
@@ -541,7 +540,8 @@ cdef inline void _stats(const q8_t* p, Py_ssize_t n, int32_t zp, float xs, doubl
         ss = ssu - 256 * su + 16384 * n
     m1 = <float>s / nf
     mean_out[0] = m1 - <float>zp
-    var = <float>ss / nf - m1 * m1
+    # one rounding: PyTorch's AVX2 kernel computes SS/N - m1*m1 as a fused multiply-subtract
+    var = fmaf(-m1, m1, <float>ss / nf)
     if not (var > 0.0):
         var = 0.0
     r_out[0] = <float>(<double>xs / sqrt(<double>(var * xs * xs) + eps))
