@@ -415,3 +415,19 @@ def test_issue19_select_index_errors():
     with pytest.raises(TypeError, match="index"):
         t.select(0, 1.0)
     assert t.select(0, -10).shape == ()
+
+
+# issue 19 #5: a torch tensor's unvalidated scale (1e300) or, #2, a channel axis that no
+# longer matches its scales (reshape of a per-channel tensor) came into a QTensor unchecked
+def test_issue19_qtensor_from_torch_checks_qparams(torch):
+    from qops.nn._torch import qtensor_from_torch
+    t = torch._make_per_tensor_quantized_tensor(torch.zeros(3, dtype=torch.uint8), 1e300, 0)
+    with pytest.raises(ValueError, match="scale"):
+        qtensor_from_torch(t)
+    c = torch.quantize_per_channel(torch.randn(3, 4), torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64),
+                                   torch.tensor([0, 1, 2]), 0, torch.quint8)
+    with pytest.raises(ValueError, match="scales"):
+        qtensor_from_torch(c.reshape(12))
+    v = qtensor_from_torch(c[:, 1])                        # torch reports axis -1 here
+    assert v.q_per_channel_axis() == 0
+    np.testing.assert_array_equal(v.dequantize(), c.dequantize()[:, 1].numpy())

@@ -14,20 +14,27 @@ def qtensor_from_torch(t):
     """A QTensor with the integer values and qparams of a quantized torch tensor."""
     from qops._dtypes import (as_qdtype, per_channel_affine, per_channel_symmetric,
                               per_tensor_affine, per_tensor_symmetric)
-    from qops._qtensor import QTensor
+    from qops import _qparams as qp
+    from qops._qtensor import QTensor, _axis_arg
     t = t.detach()
     dtype = as_qdtype(str(t.dtype).replace("torch.", ""))
     data = t.int_repr().contiguous().numpy().copy()
     qscheme = str(t.qscheme()).replace("torch.", "")
+    # PyTorch validates neither scales nor (after some views) the channel axis: check them as
+    # qops' own constructors do, so a QTensor never has unusable or mismatched qparams
     if qscheme in ("per_tensor_affine", "per_tensor_symmetric"):
-        return QTensor._make(data, dtype, float(t.q_scale()), int(t.q_zero_point()),
+        return QTensor._make(data, dtype, qp.check_scale(float(t.q_scale())),
+                             qp.check_zero_point(int(t.q_zero_point()), dtype),
                              qscheme=per_tensor_symmetric if qscheme.endswith("symmetric")
                              else per_tensor_affine)
     if qscheme in ("per_channel_affine", "per_channel_symmetric"):
-        return QTensor._make(data, dtype,
-                             scales=t.q_per_channel_scales().double().numpy().copy(),
-                             zero_points=t.q_per_channel_zero_points().long().numpy().copy(),
-                             axis=int(t.q_per_channel_axis()),
+        if data.ndim == 0:
+            raise ValueError("a per-channel torch tensor with no dimensions has no channel axis")
+        axis = _axis_arg(int(t.q_per_channel_axis()), data.ndim, "q_per_channel_axis()")
+        scales, zps = qp.check_channel_qparams(
+            t.q_per_channel_scales().double().numpy().copy(),
+            t.q_per_channel_zero_points().long().numpy().copy(), dtype, data.shape[axis])
+        return QTensor._make(data, dtype, scales=scales, zero_points=zps, axis=axis,
                              qscheme=per_channel_symmetric if qscheme.endswith("symmetric")
                              else per_channel_affine)
     raise TypeError(f"cannot convert a torch tensor with qscheme {qscheme}")
