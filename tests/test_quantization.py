@@ -208,6 +208,76 @@ def test_histogram_observer_inf_and_constant():
     _same_qparams(a.calculate_qparams(), b.calculate_qparams())
 
 
+_HIST_OBSERVERS = (qq.HistogramObserver, qq.PercentileObserver, qq.EntropyObserver)
+_FMAX = float(np.finfo(F32).max)
+
+
+# issue 19 #15: values near ±3e38 overflow the histogram's bin arithmetic (PyTorch: NaN scale,
+# or every value in bin 0); a clear ValueError before the statistics change
+@pytest.mark.parametrize("cls", _HIST_OBSERVERS)
+@pytest.mark.parametrize("data", [[-3e38, 0.0, 1.0, 3e38], [0.0, 1.0, 3.4e38],
+                                  [-3.4e38, 0.0, 1.0], [-_FMAX, _FMAX], [1.0, np.nan]])
+def test_issue19_histogram_observers_huge_values(cls, data):
+    sym = cls is qq.PercentileObserver
+    obs = cls(dtype=qops.qint8 if sym else qops.quint8,
+              qscheme=qops.per_tensor_symmetric if sym else qops.per_tensor_affine)
+    with pytest.raises(ValueError, match=rf"{cls.__name__}\.forward\(\).*span.*finite float32"):
+        obs(np.array(data, F32))
+    assert float(obs.min_val) == np.inf  # nothing recorded
+    ok = np.random.default_rng(0).standard_normal(1000).astype(F32)
+    obs(ok)
+    before = obs.histogram.copy(), float(obs.min_val), float(obs.max_val)
+    with pytest.raises(ValueError, match="span"):  # and across batches
+        obs(np.array(data, F32))
+    np.testing.assert_array_equal(obs.histogram, before[0])
+    assert (float(obs.min_val), float(obs.max_val)) == before[1:]
+    s, z = obs.calculate_qparams()
+    assert np.isfinite(s).all() and s[0] > 0
+
+
+# issue 19 #15: two batches, each fine alone, whose union overflows
+@pytest.mark.parametrize("cls", _HIST_OBSERVERS)
+def test_issue19_histogram_observers_union_overflows(cls):
+    obs = cls()
+    obs(np.array([-1e35, 0.0], F32))
+    with pytest.raises(ValueError, match="span"):
+        obs(np.array([0.0, 1e35], F32))
+    assert float(obs.max_val) == 0.0
+
+
+# issue 19 #15: wide but representable ranges: percentile/entropy give finite qparams;
+# Histogram's L2 search overflows float32 (PyTorch silently returns half the range): an error;
+# tiny ranges keep working (the scale clamps to eps as in PyTorch)
+@pytest.mark.parametrize("mag", [1e14, 1e20, 1e30])
+def test_issue19_histogram_observers_wide_ranges(mag):
+    x = (np.random.default_rng(1).standard_normal(5000) * mag).astype(F32)
+    for cls in (qq.PercentileObserver, qq.EntropyObserver):
+        obs = cls()
+        obs(x)
+        s, z = obs.calculate_qparams()
+        assert np.isfinite(s).all() and s[0] > 0 and 0 <= int(z[0]) <= 255
+    obs = qq.HistogramObserver()
+    obs(x)
+    with pytest.raises(ValueError, match="L2 error .* overflows float32"):
+        obs.calculate_qparams()
+    tiny = qq.HistogramObserver()
+    tiny((x / F32(mag) * F32(1e-36)).astype(F32))
+    s, z = tiny.calculate_qparams()
+    assert float(s[0]) == float(np.finfo(F32).eps) and int(z[0]) == 0
+
+
+# issue 19 #15: a min/max whose difference overflows float32 gives no inf scale
+def test_issue19_minmax_observer_range_overflow():
+    obs = qq.MinMaxObserver()
+    obs(np.array([-3e38, 3e38], F32))
+    with pytest.raises(ValueError, match="min_val=-3e\\+38, max_val=3e\\+38.*not a finite"):
+        obs.calculate_qparams()
+    sym = qq.MinMaxObserver(dtype=qops.qint8, qscheme=qops.per_tensor_symmetric)
+    sym(np.array([-3e38, 3e38], F32))
+    s, z = sym.calculate_qparams()  # max(|min|, |max|) / 127.5 is representable
+    assert np.isfinite(s).all() and int(z[0]) == 0
+
+
 def test_fixed_placeholder_recording_noop():
     obs = qq.default_fixed_qparams_range_0to1_observer()
     s, z = obs.calculate_qparams()

@@ -143,6 +143,16 @@ def calculate_qparams(min_val, max_val, quant_min, quant_max, qscheme, dtype,
                                eps32)
             zero_point = quant_min - np.rint((min_neg / scale).astype(F32)).astype(np.int64)
             zero_point = np.clip(zero_point, quant_min, quant_max).astype(np.int64)
+    # A range wider than float32's (or a NaN min/max) gives an inf/NaN scale that every op
+    # would reject later without saying where it came from (PyTorch returns it as is).
+    bad = ~np.isfinite(np.atleast_1d(scale))
+    if bad.any():
+        i = int(np.argmax(bad))
+        lo, hi = np.atleast_1d(min_val), np.atleast_1d(max_val)
+        lo, hi = float(lo[i % lo.size]), float(hi[i % hi.size])
+        raise ValueError(f"calculate_qparams: min_val={lo:.7g}, max_val={hi:.7g} give the scale "
+                         f"{float(np.atleast_1d(scale)[i])}, not a finite float32; the observed "
+                         f"range is too wide (or NaN) to quantize")
     return np.atleast_1d(scale).astype(F32), np.atleast_1d(zero_point)
 
 

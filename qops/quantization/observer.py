@@ -17,6 +17,7 @@ from qops._dtypes import (QDtype, as_qscheme, per_channel_affine, per_channel_af
                           qint32, quint8)
 from qops.nn.module import Module
 from qops.quantization import _choose_qparams as cq
+from qops.quantization._torch_sum import torch_sum
 
 F32 = np.float32
 _EPS = cq.EPS
@@ -477,7 +478,7 @@ class HistogramObserver(UniformQuantizationObserverBase):
         if update_min == orig_min and update_max == orig_max:
             return (orig_hist + update_hist).astype(F32)
         if orig_min == orig_max:
-            bin_value = F32(np.sum(orig_hist, dtype=F32))
+            bin_value = torch_sum(orig_hist)
             moved = (_histc(np.array([orig_min], dtype=F32), self.bins, update_min, update_max)
                      * bin_value).astype(F32)
             return (moved + update_hist).astype(F32)
@@ -502,11 +503,17 @@ class HistogramObserver(UniformQuantizationObserverBase):
             if x.size == 0:
                 return x_orig
             x_min, x_max = np.min(x), np.max(x)
+        if np.isnan(x_min) or np.isnan(x_max):
+            # PyTorch fails in histc ("range of [nan, nan] is not finite").
+            raise ValueError(f"{type(self).__name__}.forward(): the input contains NaN; its "
+                             "values span no finite float32 range")
         cur_min, cur_max = F32(self.min_val), F32(self.max_val)
         if cur_min == np.inf or cur_max == -np.inf:
+            self._check_span(x_min, x_max)
             self.reset_histogram(x, x_min, x_max)
             return x_orig
         new_min, new_max = min(cur_min, x_min), max(cur_max, x_max)
+        self._check_span(new_min, new_max)
         update = _histc(x, self.bins, new_min, new_max)
         if new_min == cur_min and new_max == cur_max:
             self.histogram = (self.histogram + update).astype(F32)
@@ -516,6 +523,19 @@ class HistogramObserver(UniformQuantizationObserverBase):
             self.min_val = np.array(new_min, dtype=F32)
             self.max_val = np.array(new_max, dtype=F32)
         return x_orig
+
+    def _check_span(self, lo, hi):
+        # The bin of x is (x - min) * bins / (max - min) in float32 (torch.histc): past
+        # float32's range it is inf or NaN, and PyTorch then puts every value in bin 0 or
+        # returns a NaN scale. Refuse before the statistics change.
+        with np.errstate(over="ignore", invalid="ignore"):
+            span = F32(F32(F32(hi) - F32(lo)) * F32(self.bins))
+        if not np.isfinite(span):
+            raise ValueError(
+                f"{type(self).__name__}.forward(): the values seen span [{float(lo):.7g}, "
+                f"{float(hi):.7g}]; (max - min) * bins must be a finite float32 (at most "
+                f"{float(np.finfo(F32).max):.7g}) to build the histogram. Clip or drop such "
+                f"values first")
 
     # search
     def _compute_quantization_error(self, next_start_bin, next_end_bin):
@@ -543,14 +563,16 @@ class HistogramObserver(UniformQuantizationObserverBase):
         dst_of_end_center = ((dst_of_end * dbw).astype(F32) + half).astype(F32)
         delta_end = (src_end - dst_of_end_center).astype(F32)
         norm = (norm + _l2_norm(F32(-dst_bin_width / 2), delta_end, density)).astype(F32)
-        return float(np.sum(norm, dtype=F32))
+        return float(torch_sum(norm))
 
     def _non_linear_param_search(self):
         """PyTorch's L2 min/max search: move the end that gains more while the error falls."""
         if self.histogram.shape[0] != self.bins:
             raise ValueError("bins mismatch between the histogram and the observer")
         bin_width = F32(F32(self.max_val - self.min_val) / F32(self.bins))
-        total = float(np.sum(self.histogram, dtype=F32))
+        # Sums in ATen's order: the thresholds below compare against this total, and numpy's
+        # pairwise order moves it by an ulp often enough to flip a bin (issue 19 #18).
+        total = float(torch_sum(self.histogram))
         # torch.cumsum accumulates float32 in double on CPU, then stores float32.
         csum = np.cumsum(self.histogram.astype(np.float64)).astype(F32).tolist()
         stepsize = 1e-5
@@ -577,7 +599,17 @@ class HistogramObserver(UniformQuantizationObserverBase):
                 beta = next_beta
             if next_start_bin == start_bin and next_end_bin == end_bin:
                 continue
-            norm = self._compute_quantization_error(next_start_bin, next_end_bin)
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                norm = self._compute_quantization_error(next_start_bin, next_end_bin)
+            if norm != norm and float(self.max_val) - float(self.min_val) >= 1.0:
+                # The cubes of the L2 error overflow float32 (ranges above ~1e13): PyTorch
+                # then keeps searching on NaN and returns a meaningless range. (On ranges
+                # below 1 a NaN comes from an infinite density; the scale clamps to eps.)
+                raise ValueError(
+                    f"{type(self).__name__}.calculate_qparams(): the L2 error of the range "
+                    f"search overflows float32 for the observed range "
+                    f"[{float(self.min_val):.7g}, {float(self.max_val):.7g}]; use "
+                    f"MinMaxObserver or PercentileObserver for values this large")
             if norm > norm_min:
                 break
             norm_min = norm
