@@ -191,6 +191,24 @@ def test_issue19_torch_sum_arguments():
     assert ts.torch_vector_width("avx512") == 16 and ts.torch_vector_width("default") == 8
 
 
+# issue 19 #18: the capability (hence the vector width) is chosen as ATen chooses it
+def test_issue19_torch_cpu_capability_rules(monkeypatch):
+    skx = {"FMA3": True, "AVX2": True, "AVX512F": True, "AVX512VL": True, "AVX512BW": True,
+           "AVX512DQ": True, "AVX512VNNI": False}  # AVX-512 without VNNI: still ATen's avx512
+    zen3 = {"FMA3": True, "AVX2": True}
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    for feats, env, want in [(skx, None, "avx512"), (skx, "avx2", "avx2"),
+                             (skx, "default", "default"), (skx, "AVX2", "avx512"),
+                             (zen3, None, "avx2"), (zen3, "avx512", "avx2"), ({}, None, "default"),
+                             ({"AVX2": True}, None, "default")]:
+        monkeypatch.setattr(ts, "_cpu_features", lambda f=feats: f)
+        if env is None:
+            monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+        else:
+            monkeypatch.setenv("ATEN_CPU_CAPABILITY", env)
+        assert ts.torch_cpu_capability() == want, (feats, env)
+
+
 def _three_batches(seed):
     rng = np.random.default_rng(seed)
     return [rng.standard_normal(500_000).astype(F32) for _ in range(3)]

@@ -9,7 +9,9 @@ From 32768 elements on and with more than one ATen thread, each thread sums its 
 first and the per-thread results are summed in turn.
 
 Every sum here is float32 addition in the order given, through `np.add.accumulate` (strictly
-sequential, never numpy's pairwise summation).
+sequential, never numpy's pairwise summation). ATen starts each accumulator at +0.0; starting
+at the first element instead changes only the sign of a zero, and the final `0 + sum` of the
+output store makes every zero result +0.0 either way.
 """
 import os
 
@@ -23,17 +25,32 @@ __all__ = ["torch_sum", "torch_cpu_capability", "torch_vector_width"]
 GRAIN_SIZE = 32768
 
 
+def _cpu_features():
+    """{feature: bool} of this CPU and OS, named as numpy names them (AVX512VL, FMA3, ...)."""
+    for mod in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):
+        try:
+            return dict(__import__(mod, fromlist=["__cpu_features__"]).__cpu_features__)
+        except (ImportError, AttributeError):
+            pass
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+    except OSError:
+        return {}
+    names = {"fma": "FMA3", "avx2": "AVX2", "avx512f": "AVX512F", "avx512vl": "AVX512VL",
+             "avx512bw": "AVX512BW", "avx512dq": "AVX512DQ"}
+    return {v: k in flags for k, v in names.items()}
+
+
 def torch_cpu_capability():
     """The ATen CPU capability PyTorch picks here: "avx512", "avx2" or "default".
 
     As ATen's `compute_cpu_capability`: the environment variable ATEN_CPU_CAPABILITY wins
     (only ever lowering it), else AVX-512 when the CPU has AVX512 F/VL/BW/DQ and FMA3, else
-    AVX2 when it has AVX2 and FMA3.
+    AVX2 when it has AVX2 and FMA3. (qops' own `_fast` tiers are no guide: its avx512 tier
+    also needs VNNI, which ATen's AVX-512 capability does not.)
     """
-    try:
-        from numpy._core._multiarray_umath import __cpu_features__ as feats
-    except ImportError:  # numpy < 2
-        from numpy.core._multiarray_umath import __cpu_features__ as feats
+    feats = _cpu_features()
     fma = feats.get("FMA3", False)
     if (fma and feats.get("AVX512F", False) and feats.get("AVX512VL", False)
             and feats.get("AVX512BW", False) and feats.get("AVX512DQ", False)):
@@ -43,7 +60,7 @@ def torch_cpu_capability():
     else:
         best = "default"
     order = ("default", "avx2", "avx512")
-    forced = os.environ.get("ATEN_CPU_CAPABILITY", "").lower()
+    forced = os.environ.get("ATEN_CPU_CAPABILITY", "")  # ATen compares case-sensitively
     if forced in order and order.index(forced) <= order.index(best):
         return forced
     return best
@@ -66,19 +83,17 @@ def torch_vector_width(capability=None):
 
 
 def _seq(rows):
-    """Sequential float32 sum over axis 0, starting from 0 (shape rows.shape[1:])."""
-    zero = np.zeros((1,) + rows.shape[1:], dtype=F32)
-    return np.add.accumulate(np.concatenate([zero, rows]), axis=0, dtype=F32)[-1]
+    """Sequential float32 sum over axis 0 (shape rows.shape[1:]); 0 if there are no rows."""
+    if rows.shape[0] == 0:
+        return np.zeros(rows.shape[1:], dtype=F32)
+    return np.add.accumulate(rows, axis=0, dtype=F32)[-1]
 
 
 def _seq_groups(rows, step):
     """Sequential sums of consecutive groups of `step` rows (whole groups only) and the count."""
     n = rows.shape[0] // step
-    cols = rows.shape[1:]
-    g = rows[:n * step].reshape((n, step) + cols)
-    zero = np.zeros((n, 1) + cols, dtype=F32)
-    sums = np.add.accumulate(np.concatenate([zero, g], axis=1), axis=1, dtype=F32)[:, -1]
-    return sums, n * step
+    g = rows[:n * step].reshape((n, step) + rows.shape[1:])
+    return np.add.accumulate(g, axis=1, dtype=F32)[:, -1], n * step
 
 
 def _ceil_log2(x):
