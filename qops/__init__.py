@@ -22,6 +22,6 @@ def __getattr__(name):
     import importlib
     if name in ("functional", "nn", "quantization", "bench"):
         return importlib.import_module(f"qops.{name}")
-    if name in ("save", "load"):
+    if name in ("save", "load", "LoadError"):
         return getattr(importlib.import_module("qops.nn._serialize"), name)
     raise AttributeError(f"module 'qops' has no attribute {name!r}")

@@ -1,7 +1,9 @@
 """A small CNN quantized by torch.ao.quantization, imported with qops.nn.quantized.from_torch;
 qops.save / qops.load round trips and their errors."""
+import io
 import json
 import zipfile
+from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -338,3 +340,139 @@ def test_qat_modules_refuse_to_save(tmp_path):
     import qops.quantization as qz
     with pytest.raises(TypeError, match="convert\\(\\) the model before qops.save"):
         qops.save(nnqat.Linear(3, 2, qconfig=qz.default_qat_qconfig), tmp_path / "q.npz")
+
+
+# -- issue 19: qops.load on hostile files -----------------------------------------------------
+def _hostile_files(tmp_path):
+    """(label, path) of files that made qops.load raise raw exceptions."""
+    model = nn.Sequential(nnq.Quantize(0.1, 3, qops.quint8), nnq.Linear(4, 3))
+    good = tmp_path / "good.npz"
+    qops.save(model, good)
+    blob = good.read_bytes()
+    files = []
+
+    def put(label, data):
+        p = tmp_path / f"hostile{len(files)}.npz"
+        p.write_bytes(data)
+        files.append((label, p))
+
+    put("random bytes", np.random.default_rng(19).bytes(3000))
+    put("empty", b"")
+    put("truncated", blob[:len(blob) // 2])
+    raw = bytearray(blob)
+    start = raw.find(b"PK\x03\x04", 10) + 60             # inside a compressed entry
+    raw[start:start + 8] = b"\xff" * 8
+    put("corrupted deflate data", bytes(raw))
+
+    head = '{"type": "qops.nn.Sequential", "config": {}, "state": {}, "children": {"0": '
+    leaf = '{"type": "qops.nn.Identity", "config": {}, "state": {}, "children": {}}'
+    text = ('{"format": "qops.nn.model", "version": 1, "model": ' + head * 900 + leaf
+            + "}}" * 900 + "}")
+    deep = io.BytesIO()
+    np.savez(deep, __qops__=np.array(text))
+    put("900 levels", deep.getvalue())
+
+    def bad_index(m):
+        m["model"]["children"]["1"]["state"]["weight"]["qtensor"]["int"] = ["a0"]
+    put("array reference of the wrong type", _rewrite(good, tmp_path / "t.npz",
+                                                      bad_index).read_bytes())
+    with np.load(good) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(str(arrays["__qops__"]))
+    key = meta["model"]["children"]["1"]["state"]["bias"]["array"]
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False,
+                                                  "shape": (2 ** 40,)})
+    big = io.BytesIO()
+    with zipfile.ZipFile(big, "w") as zf:
+        for k, a in arrays.items():
+            with zf.open(k + ".npy", "w") as f:
+                if k == key:
+                    f.write(header.getvalue() + b"\0" * 16)
+                else:
+                    np.lib.format.write_array(f, a)
+    put("npy header declaring 4 TiB", big.getvalue())
+    return files
+
+
+# issue 19 #12: raw EOFError/zlib.error/TypeError/RecursionError/MemoryError; pickle advice
+def test_issue19_load_raises_its_own_error(tmp_path):
+    assert issubclass(qops.LoadError, ValueError)
+    for label, path in _hostile_files(tmp_path):
+        with pytest.raises(qops.LoadError) as info:
+            qops.load(path)
+        msg = str(info.value)
+        assert str(path) in msg, (label, msg)
+        assert "pickle" not in msg.lower(), (label, msg)
+    with pytest.raises(qops.LoadError, match="no-such-file"):
+        qops.load(tmp_path / "no-such-file.npz")
+
+
+# issue 19 #13: a 3.9 KB file declaring Linear(40000, 40000) cost 1.6 GB and 2 s
+@pytest.mark.parametrize("cls, config", [
+    (nnq.Linear, dict(in_features=40000, out_features=40000)),
+    (nn.Linear, dict(in_features=60000, out_features=60000)),
+    (nnq.Conv2d, dict(in_channels=4096, out_channels=4096, kernel_size={"tuple": [7, 7]})),
+    (nnq.LayerNorm, dict(normalized_shape={"tuple": [40000, 40000]})),
+    (nn.BatchNorm2d, dict(num_features=10 ** 9))])
+def test_issue19_load_checks_sizes_before_building(tmp_path, cls, config):
+    import time
+    import tracemalloc
+    small = {nnq.Linear: lambda: nnq.Linear(4, 4), nn.Linear: lambda: nn.Linear(4, 4),
+             nnq.Conv2d: lambda: nnq.Conv2d(4, 4, 1), nnq.LayerNorm: lambda: nnq.LayerNorm(4),
+             nn.BatchNorm2d: lambda: nn.BatchNorm2d(4)}[cls]()
+    good = tmp_path / "small.npz"
+    qops.save(small, good)
+
+    def grow(m):
+        m["model"]["config"].update(config)
+    bad = _rewrite(good, tmp_path / "big.npz", grow)
+    assert bad.stat().st_size < 8000
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(qops.LoadError, match=r"module '<root>'.*declares \d+ elements"):
+            qops.load(bad)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert time.perf_counter() - t0 < 1.0
+    assert peak < 20 << 20
+
+
+# issue 19 #14: scale NaN/0/-1, zero point 1000, per-channel scheme with per-tensor qparams
+def test_issue19_load_validates_qparams(tmp_path):
+    model = nn.Sequential(OrderedDict([
+        ("quant", nnq.Quantize(0.1, 3, qops.quint8)),
+        ("body", nn.Sequential(OrderedDict([("fc", nnq.Linear(4, 3)),
+                                            ("add", nnq.QFunctional())])))]))
+    good = tmp_path / "good.npz"
+    qops.save(model, good)
+    with np.load(good) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(str(arrays["__qops__"]))
+    body = meta["model"]["children"]["body"]["children"]
+
+    def ref(node, key):
+        return node["state"][key]["array"]
+    cases = []
+    for path, node in (("quant", meta["model"]["children"]["quant"]), ("body.fc", body["fc"]),
+                       ("body.add", body["add"])):
+        for key, value in (("scale", np.nan), ("scale", 0.0), ("scale", -1.0),
+                           ("zero_point", 1000)):
+            cases.append((rf"{path}\.{key}", {ref(node, key): np.array(value)}, None))
+
+    def per_channel_scheme(m):
+        m["model"]["children"]["body"]["children"]["fc"]["state"]["weight"]["qtensor"][
+            "qscheme"] = "per_channel_affine"
+
+    def nan_weight_scale(m):
+        m["model"]["children"]["body"]["children"]["fc"]["state"]["weight"]["qtensor"][
+            "scale"] = float("nan")
+    cases.append((r"module 'body\.fc', 'weight'.*per_channel_affine with per-tensor", {},
+                  per_channel_scheme))
+    cases.append((r"module 'body\.fc', 'weight'", {}, nan_weight_scale))
+    for i, (where, add, edit) in enumerate(cases):
+        with pytest.raises(qops.LoadError, match=where):
+            qops.load(_rewrite(good, tmp_path / f"bad{i}.npz", edit, add=add))
+    assert qops.load(good).body.fc.zero_point == model.body.fc.zero_point

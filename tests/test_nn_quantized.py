@@ -508,6 +508,13 @@ def test_issue19_prepack_copies_the_weight(case, per_channel):
         w = qops.make_per_tensor_quantized_tensor(w_int, 0.02, 0)
     packed = make(w)
 
+    def other(fill):
+        # a QTensor of w's shape and granularity (copy_ keeps the granularity, as PyTorch's)
+        data = np.full(shape, fill, np.int8)
+        if per_channel:
+            return qops.make_per_channel_quantized_tensor(data, scales * 3, zps, 0)
+        return qops.make_per_tensor_quantized_tensor(data, 0.5, 0)
+
     def result():
         r = run(packed)
         return r.int_repr() if isinstance(r, qops.QTensor) else r
@@ -515,7 +522,7 @@ def test_issue19_prepack_copies_the_weight(case, per_channel):
     with qops.backend("fast"):
         before = result()
     w_int[...] = 17                          # the caller reuses its buffer
-    w.copy_(qops.make_per_tensor_quantized_tensor(np.full(shape, -3, np.int8), 0.5, 0))
+    w.copy_(other(-3))
     with qops.backend("ref"):                 # ref packs on first use: after the edit
         after_ref = result()
     with qops.backend("fast"):
@@ -524,7 +531,7 @@ def test_issue19_prepack_copies_the_weight(case, per_channel):
     np.testing.assert_array_equal(after_fast, before)
     got = packed.weight()
     np.testing.assert_array_equal(got.int_repr(), _rng(8).integers(-64, 65, size=shape))
-    got.copy_(qops.make_per_tensor_quantized_tensor(np.zeros(shape, np.int8), 1.0, 0))
+    got.copy_(other(0))
     with qops.backend("ref"):
         np.testing.assert_array_equal(result(), before)
 

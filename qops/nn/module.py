@@ -406,7 +406,7 @@ class Module:
         store = self._parameters if name in self._parameters else self._buffers
         current = store[name]
         if isinstance(current, np.ndarray):
-            if isinstance(value, QTensor) or not hasattr(value, "shape"):
+            if isinstance(value, QTensor) or not isinstance(value, np.ndarray):
                 value = np.asarray(value) if isinstance(value, numbers.Number) else value
             if not isinstance(value, np.ndarray):
                 errors["bad"].append(f"{key}: expected an array, got {type(value).__name__}")

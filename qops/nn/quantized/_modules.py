@@ -145,8 +145,13 @@ class _QParamsMixin:
         destination[prefix + "scale"] = np.asarray(self.scale, dtype=np.float64)
         destination[prefix + "zero_point"] = np.asarray(self.zero_point, dtype=np.int64)
 
+    # The output zero point's range: quint8's for layers whose output is quint8, else the
+    # union of quint8's and qint8's (the output dtype follows the input's).
+    _ZP_RANGE = (-128, 255)
+
     def _load_qparams(self, state, prefix, errors):
-        for name, kind in (("scale", float), ("zero_point", int)):
+        from qops import _qparams as qp
+        for name in ("scale", "zero_point"):
             key = prefix + name
             if key not in state:
                 errors["missing"].append(key)
@@ -155,7 +160,20 @@ class _QParamsMixin:
             if v.size != 1:
                 errors["bad"].append(f"{key}: expected one value, got shape {v.shape}")
                 continue
-            setattr(self, name, kind(v.reshape(()).item()))
+            value = v.reshape(()).item()
+            # checked here so that a bad file names the module, not a later call
+            try:
+                if name == "scale":
+                    value = qp.check_scale(value, key)
+                elif isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                    raise TypeError(f"{key} must be an integer; got {value!r}")
+                elif not self._ZP_RANGE[0] <= value <= self._ZP_RANGE[1]:
+                    raise ValueError(f"{key}={value} is outside [{self._ZP_RANGE[0]}, "
+                                     f"{self._ZP_RANGE[1]}]")
+            except (TypeError, ValueError) as e:
+                errors["bad"].append(str(e))
+                continue
+            setattr(self, name, int(value) if name == "zero_point" else value)
 
 
 # -- quantize / dequantize -----------------------------------------------------------------
@@ -174,6 +192,22 @@ class Quantize(Module):
     def _cache(self):
         self.__dict__["_s"] = float(self.scale)
         self.__dict__["_z"] = int(self.zero_point)
+
+    def _load_from_state_dict(self, state, prefix, errors):
+        from qops import _qparams as qp
+        # checked here so that a bad file names the module, not a later call
+        for name, check in (("scale", lambda v, k: qp.check_scale(v, k)),
+                            ("zero_point", lambda v, k: qp.check_zero_point(v, self.dtype, k))):
+            key = prefix + name
+            if key in state:
+                try:
+                    v = np.asarray(_to_numpy(state[key]))
+                    if v.size != 1:
+                        raise ValueError(f"{key}: expected one value, got shape {v.shape}")
+                    check(v.reshape(()).item(), key)
+                except (TypeError, ValueError) as e:
+                    errors["bad"].append(str(e))
+        super()._load_from_state_dict(state, prefix, errors)
 
     def _after_load(self):
         self._cache()
@@ -316,6 +350,7 @@ class QFunctional(_QParamsMixin, Module):
 class _ConvNd(_QParamsMixin, Module):
     _NDIM = 2
     _RELU = False
+    _ZP_RANGE = (0, 255)
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
                  groups=1, bias=True, padding_mode="zeros", device=None, dtype=None):
@@ -483,6 +518,7 @@ class Linear(_QParamsMixin, Module):
     """Quantized linear: quint8 input (..., in_features), qint8 weight, float bias."""
 
     _RELU = False
+    _ZP_RANGE = (0, 255)
 
     def __init__(self, in_features, out_features, bias_=True, dtype=qint8):
         super().__init__()
