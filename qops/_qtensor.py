@@ -173,10 +173,11 @@ class QTensor:
     def copy_(self, src):
         """Copy `src`'s values and qparams into this tensor, in place (shapes broadcast).
 
-        As in PyTorch, `src` must have this tensor's dtype and granularity (per tensor or per
-        channel). A per-channel `src` keeps its channel axis, counted in this tensor's
-        dimensions; if that axis has size 1 and is broadcast, its scale and zero point are
-        repeated along it, so there is always one scale per channel.
+        `src` must have this tensor's dtype; this tensor takes its scheme (PyTorch refuses a
+        copy between per-tensor and per-channel tensors; qops allows it). A per-channel `src`
+        keeps its channel axis, counted in this tensor's dimensions; if that axis has size 1
+        and is broadcast, its scale and zero point are repeated along it, so there is always
+        one scale per channel.
 
         Parameters
         ----------
@@ -186,9 +187,6 @@ class QTensor:
             raise TypeError(f"copy_() takes a QTensor; got {type(src).__name__}")
         if src._dtype is not self._dtype:
             raise TypeError(f"copy_(): dtype {src._dtype.name} does not match {self._dtype.name}")
-        if (src._axis is None) != (self._axis is None):
-            raise TypeError(f"copy_(): src is {src._qscheme.name} but this tensor is "
-                            f"{self._qscheme.name}; copy_ keeps the granularity, as PyTorch's")
         if not self._int.flags.writeable:
             raise ValueError("copy_(): this tensor is read-only (a view from expand(), or of a "
                              "read-only array); copy into a clone() instead")

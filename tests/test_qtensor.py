@@ -245,17 +245,22 @@ def test_issue19_copy_per_channel_broadcast_qparams(backend, src_shape, src_axis
                                       np.broadcast_to(src.dequantize(), dst_shape))
 
 
-# issue 19 #2: copy_ across granularities (the issue's per-channel into per-tensor) is refused
-def test_issue19_copy_refuses_other_granularity():
+# issue 19 #2: the issue's case: a per-channel (1, C) source into a larger per-tensor tensor
+@pytest.mark.parametrize("backend", ["ref", "fast"])
+def test_issue19_copy_per_channel_into_per_tensor(backend):
     src = pcq((1, 3), 1, [0.1, 0.2, 0.3], [0, 1, 2])
-    dst = q((4, 3))
-    before = dst.int_repr()
-    with pytest.raises(TypeError, match="per_channel_affine"):
-        dst.copy_(src)
-    np.testing.assert_array_equal(dst.int_repr(), before)     # refused before any write
-    assert dst.q_scale() == 0.1
-    with pytest.raises(TypeError, match="per_tensor_affine"):
-        pcq((4, 3), 1, [0.1, 0.2, 0.3], [0, 1, 2]).copy_(q((4, 3)))
+    with qops.backend(backend):
+        dst = q((4, 3)).copy_(src)
+        assert dst.q_per_channel_axis() == 1 and dst.q_per_channel_scales().shape == (3,)
+        np.testing.assert_array_equal(dst.dequantize(), np.broadcast_to(src.dequantize(), (4, 3)))
+        src1 = pcq((1, 3), 0, [0.25], [4])                   # one channel, broadcast to four
+        dst = q((4, 3)).copy_(src1)
+        assert dst.q_per_channel_axis() == 0
+        np.testing.assert_array_equal(dst.q_per_channel_scales(), [0.25] * 4)
+        np.testing.assert_array_equal(dst.q_per_channel_zero_points(), [4] * 4)
+        np.testing.assert_array_equal(dst.dequantize(), np.broadcast_to(src1.dequantize(), (4, 3)))
+        back = dst.copy_(q((3,)))                            # and back to per tensor
+        assert not back.is_per_channel and back.q_scale() == 0.1
 
 
 # issue 19 #15: copy_ into a read-only view said the shapes do not broadcast
