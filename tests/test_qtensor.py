@@ -436,3 +436,39 @@ def test_issue19_qtensor_from_torch_checks_qparams(torch):
     v = qtensor_from_torch(c[:, 1])                        # torch reports axis -1 here
     assert v.q_per_channel_axis() == 0
     np.testing.assert_array_equal(v.dequantize(), c.dequantize()[:, 1].numpy())
+
+
+# issue 19 #2: no view of a per-channel tensor may have other than one scale per channel
+# (random basic keys, bools among them, and the reshaping views, against numpy)
+def test_issue19_per_channel_views_fuzz():
+    import random
+    rnd, rng = random.Random(19), np.random.default_rng(19)
+    for _ in range(800):
+        nd = rnd.randint(1, 4)
+        shape = tuple(rnd.randint(0, 4) for _ in range(nd))
+        axis = rnd.randrange(nd)
+        raw = rng.integers(0, 255, size=shape).astype(np.uint8)
+        c = shape[axis]
+        t = qops.make_per_channel_quantized_tensor(raw, rng.uniform(0.1, 1, c),
+                                                   rng.integers(0, 10, c), axis)
+        full = t.dequantize()
+        key = tuple(rnd.choice([None, Ellipsis, True, rnd.randint(-5, 5),
+                                slice(rnd.choice([None, -3, 0, 1]), rnd.choice([None, -1, 2, 5]),
+                                      rnd.choice([None, 1, 2, -1]))])
+                    for _ in range(rnd.randint(0, nd + 1)))
+        views = [lambda: t[key], t.squeeze, t.flatten, lambda: t.unsqueeze(rnd.randint(-nd - 1, nd)),
+                 lambda: t.select(rnd.randrange(nd), rnd.randint(-2, 2)), lambda: t.reshape(-1)]
+        for make in views:
+            try:
+                v = make()
+            except (IndexError, ValueError, TypeError):
+                continue
+            if v.is_per_channel:
+                a = v.q_per_channel_axis()
+                assert 0 <= a < v.ndim and v.q_per_channel_scales().shape == (v.shape[a],), (shape, axis, key)
+            d = v.dequantize()
+            if make is views[0]:
+                np.testing.assert_allclose(d, full[key], rtol=1e-6)    # D_sc vs D_pc: 1 ulp
+                np.testing.assert_array_equal(v.int_repr(), raw[key])
+            elif d.size == full.size:
+                np.testing.assert_allclose(d.reshape(-1), full.reshape(-1), rtol=1e-6)
