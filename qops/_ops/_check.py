@@ -114,7 +114,11 @@ def out_shape(shape, argname, itemsize=1):
 def real(v, argname):
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         raise TypeError(f"{argname} must be a real number; got {v!r}")
-    return float(v)
+    try:
+        return float(v)
+    except OverflowError:
+        raise ValueError(f"{argname} must be finite; got a number too large for a "
+                         f"float") from None
 
 
 def float_array(x, argname="input"):

@@ -58,7 +58,7 @@ def _extreme(input, dim, keepdim, is_max):
     axis = _axis_arg(dim, nd, "dim")
     data = input._int.reshape(1) if input.ndim == 0 else input._cint()
     if data.shape[axis] == 0:
-        raise ValueError(f"{name}(): dimension {dim} of shape {input.shape} is empty")
+        raise ValueError(f"{name}(): input has an empty dimension {dim} (shape {input.shape})")
     values, indices = (k.max_dim if is_max else k.min_dim)(_split3(data, axis))
     out_shape = data.shape[:axis] + ((1,) if keepdim else ()) + data.shape[axis + 1:]
     if input.ndim == 0:
@@ -155,8 +155,8 @@ def mean(input, dim=None, keepdim=False):
     n = math.prod([data.shape[a] for a in axes])
     kept_shape = tuple(data.shape[a] for a in kept)
     if n == 0 and math.prod(kept_shape) > 0:
-        raise ValueError(f"mean(): the reduced dimensions {axes} of shape {input.shape} are "
-                         f"empty (the mean of nothing is undefined)")
+        raise ValueError(f"mean(): the reduced dimensions {axes} of input (shape "
+                         f"{input.shape}) are empty (the mean of nothing is undefined)")
     out = _mean_in_memory_order(data, axes, n, kept)
     if out is None:
         if axes == tuple(range(axes[0], axes[-1] + 1)):

@@ -123,7 +123,7 @@ def _plan(input, size, scale_factor, mode, align_corners):
         if input.ndim != 4:
             raise ValueError(f"bilinear mode needs a 4-D input; got shape {input.shape}")
         if input.dtype is qint32:
-            raise TypeError("bilinear mode supports quint8 and qint8 inputs; got qint32")
+            raise TypeError("input must be quint8 or qint8 for bilinear mode; got qint32")
         if align_corners is None:
             align_corners = False
         elif not isinstance(align_corners, (bool, np.bool_)):

@@ -1,0 +1,497 @@
+"""The hostile-argument suite's generator and runner (issue 19), run in a child process.
+
+From each registered op's valid cases, one argument at a time is replaced by a bad or odd
+value (wrong types, dtypes and schemes, zero-size, extreme and non-finite qparams, 0-stride,
+negative-stride, unaligned and read-only arrays, out-of-range ints). Each mutated call runs on
+both backends; it must return the same on both (and leave its inputs alone), or raise
+ValueError/TypeError on both, naming the argument. Anything else (another exception, an
+IndexError of the bounds-checked build, a crash, a hang) is a failure.
+
+Protocol (stdout, one line each): "S <i>\t<op>\t<label>" before case i runs, "F <i>\\t<op>\\t<label>\\t<why>"
+for a failure, "D <n>" when all n cases of the family ran. The parent (tests/test_hostile.py)
+restarts after a crash at the case that follows the one last started.
+"""
+import inspect
+import re
+import sys
+import warnings
+
+import numpy as np
+
+import qops
+from qops._qtensor import QTensor
+from qops._registry import Case, all_specs
+from qops._registry import _util as u
+
+#: valid cases taken per op (the smallest non-empty ones, with distinct shapes)
+BASE_CASES = 2
+
+
+# -- values -------------------------------------------------------------------------------
+
+_SKIP = object()
+
+
+def _qt(data, like, scale=None, zero_point=None):
+    """A per-tensor QTensor over `data` (not copied) with like's qparams."""
+    return qops.make_per_tensor_quantized_tensor(
+        data, like._scale if scale is None else scale,
+        like._zero_point if zero_point is None else zero_point)
+
+
+def _unaligned(a, offset=1):
+    """A copy of `a` starting `offset` bytes past a 64-byte boundary."""
+    a = np.ascontiguousarray(a)
+    buf = np.zeros(a.nbytes + 128, np.uint8)
+    start = (-buf.ctypes.data) % 64 + offset
+    out = buf[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def _readonly(a):
+    a = np.array(a, copy=True)
+    a.setflags(write=False)
+    return a
+
+
+def _zero_stride(a):
+    """An array of a's shape whose first non-unit axis has stride 0 (np.broadcast_to)."""
+    if a.ndim == 0 or a.size == 0:
+        return None
+    ax = next((i for i, n in enumerate(a.shape) if n > 1), None)
+    if ax is None:
+        return None
+    return np.broadcast_to(np.take(a, [0], axis=ax), a.shape)
+
+
+def _neg_stride(a):
+    if a.ndim == 0:
+        return None
+    return np.ascontiguousarray(a[..., ::-1])[..., ::-1]
+
+
+def _strided(a):
+    """a's values in every other element of a larger buffer (a positive, non-unit stride)."""
+    if a.ndim == 0:
+        return None
+    big = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
+    big[..., ::2] = a
+    return big[..., ::2]
+
+
+def _fortran(a):
+    return np.asfortranarray(a) if a.ndim >= 2 else None
+
+
+def _channels_last(a):
+    return u._layout(a, "cl") if a.ndim >= 3 else None
+
+
+def _zero_size(a, axis):
+    if a.ndim == 0:
+        return None
+    axis = axis % a.ndim
+    return np.take(a, [], axis=axis)
+
+
+BAD_INTS = [0, -1, -2**31, 2**31, 2**63, -2**63 - 1, 2**64, True, 2.0, 2.5, float("nan"),
+            None, "1", np.int64(2), (2,), [1, 2, 3, 4, 5, 6]]
+BAD_FLOATS = [0.0, -1.0, -0.0, float("nan"), float("inf"), float("-inf"), 1e300, 3.5e38,
+              3.4e38, 1e-45, 1e-300, True, "0.1", None, np.float32(0.25), 10**400, 2**64,
+              np.array([0.1, 0.2]), 1j]
+BAD_BOOLS = [2, -1, None, "yes", 1.5, np.bool_(True), [True]]
+BAD_STRS = ["bogus", "", None, 3, b"zeros"]
+BAD_GENERIC = [0, -1, 2**63, 1.5, float("nan"), "x", [], np.zeros(3, np.float32), True]
+BAD_DTYPES = ["quint8", None, np.uint8, 7, "float32"]
+
+
+def _float_array_mutations(a):
+    """Bad and odd versions of a float array argument."""
+    out = [("float64", a.astype(np.float64)), ("float16", a.astype(np.float16)),
+           ("int16", a.astype(np.int16)), ("bool", a.astype(bool)), ("list", a.tolist()),
+           ("None", None), ("scalar 0-d", np.asarray(np.float32(1.5))),
+           ("extra element", np.concatenate([a.ravel(), [1.0]]).astype(a.dtype)),
+           ("readonly", _readonly(a)), ("unaligned", _unaligned(a, 1)),
+           ("neg-stride", _neg_stride(a)), ("0-stride", _zero_stride(a)),
+           ("strided", _strided(a)), ("object", a.astype(object))]
+    if a.size:
+        for name, v in (("nan", np.nan), ("inf", np.inf), ("-inf", -np.inf), ("3e38", 3e38),
+                        ("-1e30", -1e30), ("1e-45", 1e-45)):
+            b = a.copy()
+            b.flat[0] = v
+            out.append((f"{name} value", b))
+        out.append(("zero-size", _zero_size(a, 0)))
+        if a.ndim >= 2:
+            out.append(("fortran", _fortran(a)))
+            out.append(("channels-last", _channels_last(a)))
+            out.append(("extra dim", a[None]))
+            out.append(("one dim less", a[0]))
+    return [(n, v) for n, v in out if v is not None or n == "None"]
+
+
+def _qtensor_mutations(q):
+    """Bad and odd versions of a QTensor argument (per-tensor unless it is per-channel)."""
+    a = q._int
+    out = [("raw ndarray", a), ("float ndarray", q.dequantize()), ("list", a.tolist()),
+           ("None", None), ("float", 3.0), ("bool", True)]
+    per_tensor = q._axis is None
+
+    def same(data, **kw):
+        try:
+            if per_tensor:
+                return _qt(data, q, **kw)
+            return qops.make_per_channel_quantized_tensor(data, q._scales, q._zero_points,
+                                                          q._axis)
+        except (ValueError, TypeError):
+            return _SKIP            # the constructor refuses it: nothing to pass on
+
+    # layouts of the same values
+    for name, data in (("readonly", _readonly(a)), ("unaligned+1", _unaligned(a, 1)),
+                       ("unaligned+3", _unaligned(a, 3)), ("neg-stride", _neg_stride(a)),
+                       ("0-stride", _zero_stride(a)), ("strided", _strided(a)),
+                       ("fortran", _fortran(a)), ("channels-last", _channels_last(a))):
+        if data is not None:
+            out.append((name, same(data)))
+    # other dtypes and schemes
+    for name, dt in (("as qint8", np.int8), ("as quint8", np.uint8), ("as qint32", np.int32)):
+        if a.dtype != dt:
+            data = np.clip(a.astype(np.int64), np.iinfo(dt).min, np.iinfo(dt).max).astype(dt)
+            zp = 0
+            out.append((name, qops.make_per_tensor_quantized_tensor(data, 0.1, zp)))
+    if per_tensor and a.ndim >= 1 and a.shape[0] > 0:
+        n = a.shape[0]
+        out.append(("per-channel axis 0", qops.make_per_channel_quantized_tensor(
+            a, np.linspace(0.05, 0.2, n), np.full(n, q._zero_point), 0)))
+    if not per_tensor:
+        out.append(("per-tensor", _qt(a, q, scale=0.1, zero_point=0)))
+    # sizes and dims
+    if a.ndim >= 1:
+        out.append(("zero-size dim 0", same(_zero_size(a, 0))))
+        out.append(("zero-size last dim", same(_zero_size(a, -1))))
+        if per_tensor:
+            out.append(("extra dim", same(a[None])))
+            out.append(("0-d", _qt(np.asarray(a.flat[0]) if a.size else np.asarray(a.dtype.type(0)), q)))
+            if a.ndim >= 2:
+                out.append(("one dim less", same(a[0])))
+            out.append(("5 extra dims", same(a.reshape((1,) * 5 + a.shape))))
+    # extreme qparams (values the constructors accept)
+    if per_tensor:
+        info = np.iinfo(a.dtype)
+        qmin, qmax = (info.min, info.max) if a.dtype != np.int32 else (-2**31, 2**31 - 1)
+        for name, kw in (("scale 1e-38", dict(scale=1e-38)), ("scale 3e38", dict(scale=3e38)),
+                         ("scale 1.4e-45", dict(scale=1.4e-45)),
+                         ("zero_point qmin", dict(zero_point=int(qmin))),
+                         ("zero_point qmax", dict(zero_point=int(qmax)))):
+            try:
+                out.append((name, _qt(a, q, **kw)))
+            except (ValueError, TypeError):
+                pass
+    return [(n, v) for n, v in out if v is not _SKIP]
+
+
+def _list_mutations(v):
+    out = [("empty list", []), ("tuple", tuple(v)), ("None in list", list(v) + [None]),
+           ("ndarray in list", [v[0]._int] + list(v[1:])), ("not a list", v[0]),
+           ("generator", (t for t in v)), ("None", None)]
+    for i, t in enumerate(v[:1]):
+        for name, m in _qtensor_mutations(t):
+            out.append((f"[{i}] {name}", list(v[:i]) + [m] + list(v[i + 1:])))
+    return out
+
+
+def _value_mutations(v, method=False):
+    """(label, value) pairs replacing an argument whose valid value (or default) is v."""
+    if isinstance(v, QTensor):
+        if method:
+            # a QTensor method's self: only other QTensors can be it
+            return [(n, m) for n, m in _qtensor_mutations(v) if isinstance(m, QTensor)]
+        return _qtensor_mutations(v)
+    if isinstance(v, list) and v and all(isinstance(t, QTensor) for t in v):
+        return _list_mutations(v)
+    if isinstance(v, np.ndarray):
+        return _float_array_mutations(v) if v.dtype.kind == "f" else [("None", None)]
+    if isinstance(v, (bool, np.bool_)):
+        return [(repr(b), b) for b in BAD_BOOLS]
+    if isinstance(v, (int, np.integer)):
+        return [(repr(b)[:40], b) for b in BAD_INTS]
+    if isinstance(v, float):
+        return [(repr(b)[:40], b) for b in BAD_FLOATS]
+    if isinstance(v, str):
+        return [(repr(b), b) for b in BAD_STRS]
+    if isinstance(v, qops._dtypes.QDtype):
+        return [(repr(b), b) for b in BAD_DTYPES] + [
+            (d.name, d) for d in (qops.quint8, qops.qint8, qops.qint32) if d is not v]
+    if isinstance(v, tuple):
+        out = [("empty tuple", ()), ("list", list(v)), ("None", None)]
+        if v:
+            for b in (0, -1, 2**31, 2**63, None, 1.5, True):
+                out.append((f"[0]={b!r}", (b,) + tuple(v[1:])))
+            out.append(("one more", tuple(v) + (v[-1],)))
+        return out
+    return [(repr(b)[:40], b) for b in BAD_GENERIC]
+
+
+# -- cases --------------------------------------------------------------------------------
+
+def _numel(case):
+    n = 0
+    for a in tuple(case.args) + tuple(case.kwargs.values()):
+        if isinstance(a, QTensor):
+            n += a.numel()
+        elif isinstance(a, np.ndarray):
+            n += a.size
+        elif isinstance(a, list):
+            n += sum(t.numel() for t in a if isinstance(t, QTensor))
+    return n
+
+
+def _first_qtensor_size(case):
+    for a in case.args:
+        if isinstance(a, QTensor):
+            return a.numel()
+        if isinstance(a, np.ndarray):
+            return a.size
+        if isinstance(a, list) and a and isinstance(a[0], QTensor):
+            return a[0].numel()
+    return 1
+
+
+def base_cases(spec):
+    """The op's smallest non-empty valid cases (distinct in argument shapes)."""
+    cases = [c for c in spec.cases() if _first_qtensor_size(c) > 0 and _numel(c) <= 5000]
+    cases.sort(key=_numel)
+    chosen, shapes = [], set()
+    for c in cases:
+        key = tuple(getattr(a, "shape", None) for a in c.args)
+        if key in shapes:
+            continue
+        shapes.add(key)
+        chosen.append(c)
+        if len(chosen) == BASE_CASES:
+            break
+    return chosen
+
+
+def _params(spec):
+    return inspect.signature(spec.op).parameters
+
+
+def _is_method(spec):
+    """Whether the op is a QTensor method (clone, contiguous) wrapped by the registry."""
+    return getattr(spec.op, "__module__", "").startswith("qops._registry")
+
+
+def mutations(spec):
+    """Every mutated case of `spec`: (label, argument name, Case)."""
+    names = list(_params(spec))
+    out = []
+    for ci, case in enumerate(base_cases(spec)):
+        given = set(names[:len(case.args)]) | set(case.kwargs)
+        for i, v in enumerate(case.args):
+            argname = names[i] if i < len(names) else f"arg{i}"
+            for label, m in _value_mutations(v, method=i == 0 and _is_method(spec)):
+                args = case.args[:i] + (m,) + case.args[i + 1:]
+                out.append((f"c{ci} {argname}={label}", argname, Case(args, dict(case.kwargs))))
+        for k, v in case.kwargs.items():
+            for label, m in _value_mutations(v):
+                out.append((f"c{ci} {k}={label}", k, Case(case.args, {**case.kwargs, k: m})))
+        # arguments left at their defaults (first base case only)
+        if ci == 0:
+            for k, p in _params(spec).items():
+                if k in given or p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                    continue
+                for label, m in _value_mutations(p.default):
+                    out.append((f"c{ci} {k}={label}", k, Case(case.args, {**case.kwargs, k: m})))
+    return out
+
+
+def family_cases(family):
+    """(op name, label, argument name, spec, Case) of every mutated case of a family, in a
+    fixed order (the same in every child process)."""
+    out = []
+    for spec in all_specs():
+        if spec.family != family:
+            continue
+        for label, argname, case in mutations(spec):
+            out.append((spec.name, label, argname, spec, case))
+    return out
+
+
+# -- running ------------------------------------------------------------------------------
+
+class _Raised:
+    def __init__(self, exc):
+        self.type = type(exc)
+        self.msg = str(exc)
+
+    def __repr__(self):
+        return f"{self.type.__name__}: {self.msg[:300]}"
+
+
+def _run(call, backend):
+    with qops.backend(backend):
+        try:
+            return u.canon(call())
+        except BaseException as e:        # noqa: B902 - every exception is a verdict here
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            return _Raised(e)
+
+
+def _snapshot(v):
+    if isinstance(v, QTensor):
+        return ("q", np.array(v._int, copy=True), v._scale, v._zero_point)
+    if isinstance(v, np.ndarray):
+        return ("a", np.array(v, copy=True))
+    if isinstance(v, (list, tuple)):
+        return ("l", [_snapshot(x) for x in v])
+    return None
+
+
+def _same_snapshot(a, b):
+    if a is None or b is None:
+        return a is b
+    if a[0] == "l":
+        return len(a[1]) == len(b[1]) and all(_same_snapshot(x, y) for x, y in zip(a[1], b[1]))
+    if a[0] == "a" or a[0] == "q":
+        x, y = a[1], b[1]
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        if x.dtype.kind in "fc":
+            eq = (x == y) | (np.isnan(x) & np.isnan(y))
+        elif x.dtype == object:
+            return True
+        else:
+            eq = x == y
+        return bool(np.all(eq)) and a[2:] == b[2:]
+    return True
+
+
+def _calls(spec, case):
+    """(path name, zero-argument callable maker) for the direct call and the spec's runner."""
+    paths = [("direct", lambda: (lambda: case.call(spec.op)))]
+    # (an in-place op's runner only clones its input first: the direct call is the op)
+    if spec.runner is not None and not spec.name.endswith("_"):
+        paths.append(("runner", lambda: spec.qops_call(case)))
+    return paths
+
+
+def _truthy(v):
+    try:
+        return bool(v)
+    except Exception:
+        return False
+
+
+def _names(msg, argname):
+    return re.search(rf"(?<![\w.]){re.escape(argname)}(?!\w)", msg) is not None
+
+
+def _names_arg(msg, argname, spec, value):
+    """Whether an error message names the mutated argument. A tensor or array can be wrong
+    only relative to another argument (an output zero point outside its new dtype's range):
+    naming any of the op's arguments will do for those."""
+    if _names(msg, argname):
+        return True
+    # a function of one argument may name itself ("dequantize() takes a QTensor")
+    if len(_params(spec)) == 1 and _names(msg, spec.name):
+        return True
+    if isinstance(value, (QTensor, np.ndarray, list, qops._dtypes.QDtype)):
+        return any(_names(msg, p) for p in _params(spec))
+    return False
+
+
+def _mutated(spec, case, argname):
+    if argname in case.kwargs:
+        return case.kwargs[argname]
+    names = list(_params(spec))
+    i = names.index(argname) if argname in names else -1
+    return case.args[i] if 0 <= i < len(case.args) else None
+
+
+def check(spec, label, argname, case):
+    """None if the mutated call behaved, else why not (one line)."""
+    problems = []
+    inplace = spec.name.endswith("_") or bool(case.kwargs.get("inplace") is not None
+                                               and _truthy(case.kwargs.get("inplace")))
+    for path, make in _calls(spec, case):
+        res = {}
+        for backend in ("ref", "fast"):
+            if not inplace and not (isinstance(case.args[0], list) and "generator" in label):
+                before = _snapshot(tuple(case.args) + tuple(case.kwargs.values()))
+            else:
+                before = None
+
+            def call():
+                return make()()
+            res[backend] = _run(call, backend)
+            if before is not None:
+                after = _snapshot(tuple(case.args) + tuple(case.kwargs.values()))
+                if not _same_snapshot(before, after):
+                    problems.append(f"{path} {backend}: an input was modified")
+        ref, fast = res["ref"], res["fast"]
+        for backend, r in res.items():
+            if isinstance(r, _Raised) and not issubclass(r.type, (ValueError, TypeError)):
+                problems.append(f"{path} {backend} raised {r!r}")
+        if isinstance(ref, _Raised) != isinstance(fast, _Raised):
+            problems.append(f"{path}: ref {'raised ' + repr(ref) if isinstance(ref, _Raised) else 'returned'}"
+                            f" but fast {'raised ' + repr(fast) if isinstance(fast, _Raised) else 'returned'}")
+        elif isinstance(ref, _Raised):
+            if ref.type is not fast.type:
+                problems.append(f"{path}: ref raised {ref!r}, fast {fast!r}")
+            elif (issubclass(ref.type, (ValueError, TypeError))
+                  and not _names_arg(ref.msg, argname, spec, _mutated(spec, case, argname))):
+                problems.append(f"{path}: {ref!r} does not name {argname!r}")
+        else:
+            try:
+                u.assert_same(fast, ref, "fast vs ref")
+            except AssertionError as e:
+                problems.append(f"{path}: {str(e)[:300]}")
+            except Exception as e:       # results that cannot even be compared
+                problems.append(f"{path}: results not comparable ({type(e).__name__}: {e})")
+        if problems:
+            break
+    return "; ".join(problems) if problems else None
+
+
+def _limit_memory(extra=3 << 30):
+    """Cap the address space at what is mapped now plus `extra`: a huge allocation is then a
+    MemoryError (a failure) rather than the machine's OOM killer."""
+    try:
+        import resource
+        with open("/proc/self/status") as f:
+            vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = vm + extra
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (ImportError, OSError, ValueError, StopIteration):
+        pass
+
+
+def main(family, start=0, threads=2):
+    # u.canon tries "import torch" (seconds): the oracle plays no part here
+    sys.modules.setdefault("torch", None)
+    warnings.simplefilter("ignore")
+    np.seterr(all="ignore")
+    qops.set_num_threads(threads)
+    cases = family_cases(family)
+    _limit_memory()
+    w = sys.stdout
+    for i in range(start, len(cases)):
+        name, label, argname, spec, case = cases[i]
+        w.write(f"S {i}\t{name}\t{label}\n")
+        w.flush()
+        why = check(spec, label, argname, case)
+        if why is not None:
+            why = why.replace("\n", " ").replace("\t", " ")
+            w.write(f"F {i}\t{name}\t{label}\t{why}\n")
+            w.flush()
+    w.write(f"D {len(cases)}\n")
+    w.flush()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0)
