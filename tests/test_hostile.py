@@ -130,6 +130,11 @@ HUGE_INT_CALLS = [
      "scale_factor"),
     ("add_scalar 10**400", F.add_scalar, _X4, dict(other=10**400), "other"),
     ("mul_scalar -10**400", F.mul_scalar, _X4, dict(other=-10**400), "other"),
+    ("hardtanh min_val 10**400", F.hardtanh, _X4, dict(min_val=-10**400), "min_val"),
+    ("clamp max_ 10**400", F.clamp, _X4, dict(min_=0.0, max_=10**400), "max_"),
+    ("elu alpha 10**400", F.elu, _X4, dict(scale=0.1, zero_point=0, alpha=10**400), "alpha"),
+    ("leaky_relu negative_slope 10**400", F.leaky_relu, _X4, dict(negative_slope=10**400),
+     "negative_slope"),
 ]
 
 
@@ -148,6 +153,20 @@ def test_issue19_huge_int_arguments_named(label, op, shapes, kwargs, argname, ba
                 F.conv2d(x, _w((2, 2, 3, 3)), scale=0.1, zero_point=0, **kwargs)
             else:
                 op(x, **kwargs)
+
+
+# issue 19 (suite finding): errors on an empty input to max/min/mean and on a qint32 input to
+# bilinear resizing did not name the input
+def test_issue19_errors_name_input():
+    empty = _x((0,))
+    for op in (F.max, F.min, F.mean):
+        with pytest.raises(ValueError, match=r"\binput\b"):
+            op(empty)
+        with pytest.raises(ValueError, match=r"\binput\b"):
+            op(empty, 0)
+    q32 = qops.make_per_tensor_quantized_tensor(np.zeros((1, 1, 2, 2), np.int32), 0.1, 0)
+    with pytest.raises(TypeError, match=r"^input "):
+        F.upsample_bilinear(q32, size=4)
 
 
 # issue 19 #15: a pool stride up to 2**63 - 1 (past the input: one window, as in PyTorch) is
