@@ -3,6 +3,7 @@ registry-driven suite of mutated arguments run in child processes so that a cras
 naming the op and the case, not a dead pytest."""
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -298,12 +299,12 @@ KNOWN = {}
 _RESULTS = {}
 
 
-def _family_results(family):
+def _family_results(family, **extra_env):
     """{"ops": {op: [(label, why)]}, "counts": {op: cases run}, "total": n} for a family,
     from child processes (restarted after the case a crash or hang happened in)."""
-    if family in _RESULTS:
+    if family in _RESULTS and not extra_env:
         return _RESULTS[family]
-    env = dict(os.environ)
+    env = dict(os.environ, **extra_env)
     env["PYTHONPATH"] = os.pathsep.join([ROOT, HERE, env.get("PYTHONPATH", "")])
     ops, counts, start, crashes, total = {}, {}, 0, 0, None
     while total is None:
@@ -340,8 +341,10 @@ def _family_results(family):
             ops.setdefault(op, []).append(("(rest of the family)", "not run: too many crashes"))
             break
         start = i + 1
-    _RESULTS[family] = {"ops": ops, "counts": counts, "total": total}
-    return _RESULTS[family]
+    res = {"ops": ops, "counts": counts, "total": total}
+    if not extra_env:
+        _RESULTS[family] = res
+    return res
 
 
 def _known(op, label, why):
@@ -368,3 +371,15 @@ def test_hostile_arguments(spec):
                     pytrace=False)
     if fails:
         pytest.xfail("; ".join(sorted({_known(spec.name, lb, w) for lb, w in fails})))
+
+
+# issue 19 (the suite): a crash in a child is a failure naming the op and case, and the rest of
+# the family still runs
+def test_hostile_suite_reports_a_crash():
+    res = _family_results("sort", QOPS_HOSTILE_CRASH_AT="5")
+    assert res["total"] is not None and sum(res["counts"].values()) == res["total"]
+    crashed = [(op, label, why) for op, fails in res["ops"].items() for label, why in fails
+               if "died" in why]
+    assert len(crashed) == 1, crashed
+    op, label, why = crashed[0]
+    assert op == "sort" and label and f"exit status {-signal.SIGSEGV}" in why, crashed
