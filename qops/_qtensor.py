@@ -27,6 +27,11 @@ class QTensor:
                  "_zero_points", "_axis", "__weakref__")
     is_quantized = True
 
+    def __init__(self, *args, **kwargs):
+        # an empty QTensor() would fail later on its missing fields, far from the cause
+        raise TypeError("QTensor is not built directly; use qops.quantize_per_tensor, "
+                        "quantize_per_channel or make_per_tensor/per_channel_quantized_tensor")
+
     @classmethod
     def _make(cls, data, dtype, scale=None, zero_point=None, scales=None, zero_points=None,
               axis=None, qscheme=None):

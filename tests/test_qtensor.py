@@ -472,3 +472,13 @@ def test_issue19_per_channel_views_fuzz():
                 np.testing.assert_array_equal(v.int_repr(), raw[key])
             elif d.size == full.size:
                 np.testing.assert_allclose(d.reshape(-1), full.reshape(-1), rtol=1e-6)
+
+
+# issue 19 #15: QTensor() gave an empty object whose every method failed with AttributeError
+def test_issue19_qtensor_constructor_refused():
+    import copy
+    import pickle
+    with pytest.raises(TypeError, match="quantize_per_tensor"):
+        qops.QTensor()
+    c = qc()
+    assert pickle.loads(pickle.dumps(c)).equal(c) and copy.deepcopy(c).equal(c)
