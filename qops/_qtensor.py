@@ -511,8 +511,8 @@ def quantize_per_tensor(input, scale, zero_point, dtype):
     Parameters
     ----------
     input : array_like of float (float32; float16/float64 are converted to float32)
-    scale : float > 0
-    zero_point : int in the range of `dtype`
+    scale : float > 0 whose float32 rounding and its inverse are finite (<= 3.4028235e38)
+    zero_point : int (Python or numpy integer; not bool or float) in the range of `dtype`
     dtype : qops.quint8, qops.qint8 or qops.qint32
 
     NaN becomes qmax for 8-bit types and INT32_MIN for qint32; +inf qmax; -inf qmin
@@ -533,7 +533,7 @@ def quantize_per_channel(input, scales, zero_points, axis, dtype):
     Parameters
     ----------
     input : array_like of float
-    scales : 1-D array of float > 0, one per channel
+    scales : 1-D array of float > 0, one per channel (each a finite float32, as `scale`)
     zero_points : 1-D array of int in the range of `dtype`, one per channel
     axis : int, the channel dimension
     dtype : qops.quint8, qops.qint8 or qops.qint32
@@ -567,8 +567,8 @@ def make_per_tensor_quantized_tensor(input, scale, zero_point):
     Parameters
     ----------
     input : integer ndarray (not copied)
-    scale : float > 0
-    zero_point : int in the dtype's range
+    scale : float > 0 whose float32 rounding and its inverse are finite
+    zero_point : int (not bool or float) in the dtype's range
     """
     data, dtype = _int_input(input)
     return QTensor._make(data, dtype, qp.check_scale(scale),

@@ -15,8 +15,8 @@ def requantize(input, scale, zero_point, dtype=None):
     Parameters
     ----------
     input : per-tensor QTensor
-    scale : float > 0, the new scale
-    zero_point : int, the new zero point
+    scale : float > 0, the new scale (a finite float32, its inverse too)
+    zero_point : int, the new zero point (not bool or float)
     dtype : the new dtype (default: the input's)
     """
     _check.qtensor(input, "input")
