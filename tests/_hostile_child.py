@@ -11,6 +11,7 @@ Protocol (stdout, one line each): "S <i>\t<op>\t<label>" before case i runs, "F 
 for a failure, "D <n>" when all n cases of the family ran. The parent (tests/test_hostile.py)
 restarts after a crash at the case that follows the one last started.
 """
+import faulthandler
 import inspect
 import os
 import re
@@ -199,6 +200,12 @@ def _list_mutations(v):
     for i, t in enumerate(v[:1]):
         for name, m in _qtensor_mutations(t):
             out.append((f"[{i}] {name}", list(v[:i]) + [m] + list(v[i + 1:])))
+    for axis in (0, -1):            # every input empty along one axis
+        try:
+            out.append((f"all zero-size dim {axis}",
+                        [_qt(_zero_size(t._int, axis), t) for t in v]))
+        except (ValueError, TypeError, IndexError):
+            pass
     if len(v) > 1:                  # the last one too (other code paths index from the end)
         i = len(v) - 1
         for name, m in _qtensor_mutations(v[i]):
@@ -268,16 +275,27 @@ def base_cases(spec):
     """The op's smallest non-empty valid cases (distinct in argument shapes)."""
     cases = [c for c in spec.cases() if _first_qtensor_size(c) > 0 and _numel(c) <= 5000]
     cases.sort(key=_numel)
-    chosen, shapes = [], set()
-    for c in cases:
-        key = tuple(getattr(a, "shape", None) for a in c.args)
-        if key in shapes:
-            continue
-        shapes.add(key)
-        chosen.append(c)
-        if len(chosen) == BASE_CASES:
-            break
+    if not cases:
+        return []
+    # the smallest, then the smallest of the most dims (other paths: rows and columns, planes)
+    chosen = [cases[0]]
+    rest = [c for c in cases[1:] if _shapes(c) != _shapes(cases[0])]
+    if rest and BASE_CASES > 1:
+        most = max(_ndim(c) for c in rest)
+        chosen.append(next(c for c in rest if _ndim(c) == most))
     return chosen
+
+
+def _shapes(case):
+    return tuple(getattr(a, "shape", None) if not isinstance(a, list) else
+                 tuple(getattr(t, "shape", None) for t in a) for a in case.args)
+
+
+def _ndim(case):
+    a = case.args[0]
+    if isinstance(a, list):
+        a = a[0] if a else None
+    return getattr(a, "ndim", 0)
 
 
 def _params(spec):
@@ -481,6 +499,7 @@ def _limit_memory(extra=3 << 30):
 def main(family, start=0, threads=2):
     # u.canon tries "import torch" (seconds): the oracle plays no part here
     sys.modules.setdefault("torch", None)
+    faulthandler.enable()           # a crash leaves its Python stack in the parent's report
     warnings.simplefilter("ignore")
     np.seterr(all="ignore")
     qops.set_num_threads(threads)
