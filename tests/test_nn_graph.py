@@ -343,3 +343,42 @@ def test_qtensor_chunk_split_and_flatten_work_like_torch():
     np.testing.assert_array_equal(METHODS["flatten"](q, 1).int_repr(),
                                   tq.flatten(1).int_repr().numpy())
     np.testing.assert_array_equal(METHODS["flatten"](x, 1), torch.from_numpy(x).flatten(1))
+
+
+@pytest.mark.parametrize("name", ["residual_plus", "inverted_residual", "shuffle", "mlp"])
+def test_captured_models_save_and_load(name, tmp_path):
+    torch = torch_or_skip()
+    m = _model(name)
+    x = _data(torch, 1)[0]
+    models = [qnn.from_torch(m)]
+    if name in INT8:
+        models.append(nnq.from_torch(_torch_int8(torch, m, INT8[name], _data(torch))))
+    for g in models:
+        path = tmp_path / "g.npz"
+        qops.save(g, path)
+        back = qops.load(path)
+        assert isinstance(back, GraphModule)
+        assert repr(back) == repr(g)
+        assert list(back.state_dict()) == list(g.state_dict())
+        np.testing.assert_array_equal(back(x.numpy()), g(x.numpy()))
+
+
+def test_loaded_graph_refuses_unknown_targets(tmp_path):
+    import json
+    import zipfile
+    m = qnn.from_torch(_model("mlp"))
+    path = tmp_path / "g.npz"
+    qops.save(m, path)
+    with zipfile.ZipFile(path) as zf:
+        entries = {n: zf.read(n) for n in zf.namelist()}
+    meta = np.load(path)["__qops__"]
+    for bad in ("os.system", "eval", "__import__"):
+        d = json.loads(str(meta))
+        for node in d["model"]["graph"]:
+            if node["op"] == "method":
+                node["target"] = bad
+        out = tmp_path / f"bad_{bad}.npz"
+        arrays = {n[:-4]: np.load(path)[n[:-4]] for n in entries if n != "__qops__.npy"}
+        np.savez(out, __qops__=np.array(json.dumps(d)), **arrays)
+        with pytest.raises(qops.LoadError, match="not a method a graph may call"):
+            qops.load(out)

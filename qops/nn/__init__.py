@@ -37,3 +37,4 @@ def _load_all_types():
     for name in ("quantized", "quantized.dynamic", "intrinsic", "intrinsic.quantized",
                  "intrinsic.quantized.dynamic", "intrinsic.qat", "qat"):
         importlib.import_module(f"qops.nn.{name}")
+    importlib.import_module("qops.quantization.stubs")

@@ -88,7 +88,7 @@ def _tracer_class(torch, leaf_types, leaf_modules):
         def is_leaf_module(self, m, qualname):
             if qualname in leaf_modules or type(m) in leaf_types:
                 return True
-            if isinstance(m, (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)):
+            if type(m) in (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict):
                 return False
             return super().is_leaf_module(m, qualname)
 
@@ -156,7 +156,9 @@ def capture(module, table, what, leaf_modules=(), convert=None):
     import torch.fx as fx
 
     containers = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
-    leaf_types = {t for t in table if not issubclass(t, containers)}
+    # Fused modules (ConvReLU2d, ...) subclass Sequential but convert whole: only the plain
+    # containers are traced into.
+    leaf_types = {t for t in table if t not in containers}
     leaf_modules = set(leaf_modules)
     unknown = leaf_modules - {n for n, _ in module.named_modules()}
     if unknown:

@@ -481,6 +481,9 @@ class GraphSubmodules(Module):
     def _get_name(self):
         return self.original_name or "GraphSubmodules"
 
+    def _config(self):
+        return {"original_name": self.original_name}
+
     def forward(self, *args, **kwargs):
         raise RuntimeError(f"{self._get_name()} was captured into its parent's graph; call the "
                            f"GraphModule, not this level of its submodule tree")
@@ -535,9 +538,12 @@ class GraphModule(Module):
     class_name : the name of the model class the graph was captured from (printed)
     """
 
-    def __init__(self, nodes, modules=None, buffers=None, class_name="GraphModule"):
+    def __init__(self, nodes=(), modules=None, buffers=None, class_name="GraphModule"):
         super().__init__()
         self.__dict__["class_name"] = class_name
+        if not nodes:
+            # An empty graph returns its input (qops.load fills the nodes in afterwards).
+            nodes = [Node("x", "input", "x"), Node("output", "output", "output", [Ref("x")])]
         for path, m in (modules or {}).items():
             self._place(path, m)
         for path, value in (buffers or {}).items():
@@ -586,6 +592,11 @@ class GraphModule(Module):
                     self.get_submodule(path)
                 except (AttributeError, KeyError) as e:
                     raise ValueError(f"{where}: no submodule {path!r}") from e
+            if node.op == "attr":
+                try:
+                    self._attr(node.target)
+                except (AttributeError, KeyError) as e:
+                    raise ValueError(f"{where}: no buffer {node.target!r}") from e
             if node.op == "output" and node is not self.nodes[-1]:
                 raise ValueError(f"{where}: 'output' must be the last node")
             names.add(node.name)
@@ -708,6 +719,16 @@ class GraphModule(Module):
 
     def _config(self):
         return {"class_name": self.class_name}
+
+    def _graph_data(self):
+        """The nodes as JSON-friendly data (qops.save)."""
+        return [node_to_data(n) for n in self.nodes]
+
+    def _set_graph(self, data):
+        """Replace the nodes with ones read by `node_from_data` (qops.load), checked."""
+        self.__dict__["nodes"] = [node_from_data(d) for d in data]
+        self._check()
+        self.__dict__["_plan"] = None
 
 
 def _raise(e):

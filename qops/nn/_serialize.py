@@ -118,8 +118,13 @@ def _encode_module(m, w, path):
     for cname, child in m._modules.items():
         cpath = f"{path}.{cname}" if path else cname
         children[cname] = None if child is None else _encode_module(child, w, cpath)
-    return {"type": name, "config": config, "training": bool(m.training), "state": state,
+    node = {"type": name, "config": config, "training": bool(m.training), "state": state,
             "children": children}
+    graph = getattr(m, "_graph_data", None)
+    if graph is not None:
+        # A captured graph is data too: node kinds, targets named from a fixed table, args.
+        node["graph"] = graph()
+    return node
 
 
 def save(module, path):
@@ -406,6 +411,9 @@ class _Plan:
             if not k or "." in k:
                 raise _Bad(f"bad state key {k!r} at {where}")
             self.state[k] = _Value(enc, ar, f"{where}, {k!r}")
+        self.graph = node.get("graph")
+        if self.graph is not None and not isinstance(self.graph, list):
+            raise _Bad(f"bad graph at {where}")
         self.children = {}
         for cname, cnode in _need(node, "children", dict, where).items():
             if not cname or "." in cname:
@@ -437,6 +445,18 @@ class _Plan:
                 raise _Bad(f"cannot build {self.name} at {where}: {_describe(e)}") from None
         for cname, child in built.items():
             m.add_module(cname, child)
+        if hasattr(m, "_graph_data"):
+            # Buffers read by the graph's "attr" nodes are registered before the state loads.
+            for k in self.state:
+                if k not in m._parameters and k not in m._buffers and k not in m._modules:
+                    m.register_buffer(k, None)
+        if self.graph is not None or hasattr(cls, "_set_graph"):
+            if not hasattr(cls, "_set_graph") or self.graph is None:
+                raise _Bad(f"{where} ({self.name}): a graph belongs to a GraphModule")
+            try:
+                m._set_graph(self.graph)
+            except (TypeError, ValueError) as e:
+                raise _Bad(f"bad graph at {where}: {_describe(e)}") from None
         own = {}
         m._save_to_state_dict(own, "")
         for k, cur in own.items():

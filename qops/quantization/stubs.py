@@ -3,7 +3,7 @@
 Before `convert` the stubs are identities (QuantStub carries an observer after `prepare`);
 `convert` swaps them for `qops.nn.quantized.Quantize` / `DeQuantize`.
 """
-from qops.nn.module import Module
+from qops.nn.module import Module, register_module_type
 
 __all__ = ["QuantStub", "DeQuantStub", "QuantWrapper"]
 
@@ -40,6 +40,11 @@ class DeQuantStub(Module):
 
     def forward(self, x):
         return x
+
+
+# Float models imported from PyTorch keep their stubs, and qops.save must be able to name them.
+register_module_type(QuantStub, "qops.quantization.QuantStub")
+register_module_type(DeQuantStub, "qops.quantization.DeQuantStub")
 
 
 class QuantWrapper(Module):
