@@ -12,6 +12,7 @@ for a failure, "D <n>" when all n cases of the family ran. The parent (tests/tes
 restarts after a crash at the case that follows the one last started.
 """
 import faulthandler
+import fractions
 import inspect
 import os
 import re
@@ -99,11 +100,13 @@ def _zero_size(a, axis):
 
 
 BAD_INTS = [0, -1, -2**31, 2**31, 2**63, -2**63 - 1, 2**64, True, 2.0, 2.5, float("nan"),
-            None, "1", np.int64(2), (2,), [1, 2, 3, 4, 5, 6]]
+            None, "1", np.int64(2), np.uint64(2**64 - 1), np.int8(-1), np.array(2),
+            np.array([2, 2]), (2,), [1, 2, 3, 4, 5, 6]]
 BAD_FLOATS = [0.0, -1.0, -0.0, float("nan"), float("inf"), float("-inf"), 1e300, 3.5e38,
               3.4e38, 1e-45, 1e-300, True, "0.1", None, np.float32(0.25), 10**400, 2**64,
-              np.array([0.1, 0.2]), 1j]
-BAD_BOOLS = [2, -1, None, "yes", 1.5, np.bool_(True), [True]]
+              np.array([0.1, 0.2]), np.array(0.25), fractions.Fraction(1, 4),
+              fractions.Fraction(10**400), 1j]
+BAD_BOOLS = [2, -1, None, "yes", 1.5, np.bool_(True), np.array(True), [True]]
 BAD_STRS = ["bogus", "", None, 3, b"zeros"]
 BAD_GENERIC = [0, -1, 2**63, 1.5, float("nan"), "x", [], np.zeros(3, np.float32), True]
 BAD_DTYPES = ["quint8", None, np.uint8, 7, "float32"]
@@ -117,7 +120,8 @@ def _float_array_mutations(a):
            ("extra element", np.concatenate([a.ravel(), [1.0]]).astype(a.dtype)),
            ("readonly", _readonly(a)), ("unaligned", _unaligned(a, 1)),
            ("neg-stride", _neg_stride(a)), ("0-stride", _zero_stride(a)),
-           ("strided", _strided(a)), ("object", a.astype(object))]
+           ("strided", _strided(a)), ("object", a.astype(object)),
+           ("big-endian", a.astype(a.dtype.newbyteorder(">")))]
     if a.size:
         for name, v in (("nan", np.nan), ("inf", np.inf), ("-inf", -np.inf), ("3e38", 3e38),
                         ("-1e30", -1e30), ("1e-45", 1e-45)):
@@ -163,9 +167,11 @@ def _qtensor_mutations(q):
             zp = 0
             out.append((name, qops.make_per_tensor_quantized_tensor(data, 0.1, zp)))
     if per_tensor and a.ndim >= 1 and a.shape[0] > 0:
-        n = a.shape[0]
-        out.append(("per-channel axis 0", qops.make_per_channel_quantized_tensor(
-            a, np.linspace(0.05, 0.2, n), np.full(n, q._zero_point), 0)))
+        for axis in sorted({0, a.ndim - 1}):
+            n = a.shape[axis]
+            out.append((f"per-channel axis {axis}", qops.make_per_channel_quantized_tensor(
+                a, np.linspace(0.05, 0.2, n), np.full(n, q._zero_point), axis)))
+    out.append(("raw big-endian", a.astype(a.dtype.newbyteorder(">"))))
     if not per_tensor:
         out.append(("per-tensor", _qt(a, q, scale=0.1, zero_point=0)))
     # sizes and dims
@@ -315,7 +321,10 @@ def mutations(spec):
         given = set(names[:len(case.args)]) | set(case.kwargs)
         for i, v in enumerate(case.args):
             argname = names[i] if i < len(names) else f"arg{i}"
-            for label, m in _value_mutations(v, method=i == 0 and _is_method(spec)):
+            muts = _value_mutations(v, method=i == 0 and _is_method(spec))
+            if i > 0 and isinstance(v, QTensor) and isinstance(case.args[0], QTensor):
+                muts.append((f"the same object as {names[0]}", case.args[0]))   # aliasing
+            for label, m in muts:
                 args = case.args[:i] + (m,) + case.args[i + 1:]
                 out.append((f"c{ci} {argname}={label}", argname, Case(args, dict(case.kwargs))))
         for k, v in case.kwargs.items():
