@@ -476,3 +476,16 @@ def test_issue19_load_validates_qparams(tmp_path):
         with pytest.raises(qops.LoadError, match=where):
             qops.load(_rewrite(good, tmp_path / f"bad{i}.npz", edit, add=add))
     assert qops.load(good).body.fc.zero_point == model.body.fc.zero_point
+
+
+def test_attributes_set_after_construction_are_saved_or_refused(tmp_path):
+    # issue 20: qops.save silently dropped attributes set after __init__.
+    m = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
+    m[0].note, m[1].inplace, m.tag = (1, 2.5, "x"), True, {"k": [1, 2]}
+    qops.save(m, tmp_path / "a.npz")
+    back = qops.load(tmp_path / "a.npz")
+    assert back[0].note == (1, 2.5, "x") and back[1].inplace is True
+    assert back.tag == {"k": [1, 2]}
+    m[1].hook = lambda x: x
+    with pytest.raises(TypeError, match="attribute 'hook'.*set after it was built"):
+        qops.save(m, tmp_path / "b.npz")

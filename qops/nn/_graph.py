@@ -538,6 +538,8 @@ class GraphModule(Module):
     class_name : the name of the model class the graph was captured from (printed)
     """
 
+    _state_attrs = ("nodes", "class_name")
+
     def __init__(self, nodes=(), modules=None, buffers=None, class_name="GraphModule"):
         super().__init__()
         self.__dict__["class_name"] = class_name

@@ -99,6 +99,33 @@ def _encode_value(value, w, where):
     raise TypeError(f"qops.save: cannot save state of type {type(value).__name__} ({where})")
 
 
+def _changed_attrs(m, where):
+    """Public attributes set or changed after construction, encoded; refuse what can't be."""
+    from qops.nn.module import _public_attrs
+    at_init = m.__dict__.get("_init_attrs")
+    if at_init is None:
+        return {}
+    out = {}
+    for k, v in _public_attrs(m).items():
+        if k in at_init and (at_init[k] is v or _equal_config(at_init[k], v)):
+            continue
+        try:
+            out[k] = _encode_config(v, f"{where}: attribute {k!r}")
+        except TypeError:
+            raise TypeError(f"qops.save: module '{where}' has attribute {k!r} (a "
+                            f"{type(v).__name__}) set after it was built, which a model file "
+                            f"cannot hold; delete it before saving, or keep it in a buffer "
+                            f"(register_buffer)") from None
+    return out
+
+
+def _equal_config(a, b):
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:   # noqa: BLE001 - arrays and odd types: treat as changed
+        return False
+
+
 def _encode_module(m, w, path):
     from qops.nn.module import _TYPES
     where = path or "<root>"
@@ -120,6 +147,9 @@ def _encode_module(m, w, path):
         children[cname] = None if child is None else _encode_module(child, w, cpath)
     node = {"type": name, "config": config, "training": bool(m.training), "state": state,
             "children": children}
+    attrs = _changed_attrs(m, where)
+    if attrs:
+        node["attrs"] = attrs
     graph = getattr(m, "_graph_data", None)
     if graph is not None:
         # A captured graph is data too: node kinds, targets named from a fixed table, args.
@@ -239,6 +269,10 @@ class _Archive:
         except Exception as e:
             raise _Bad(f"array {key!r} referenced by {where} cannot be read "
                        f"({_describe(e)})") from None
+
+
+def _bad_attrs(where):
+    raise _Bad(f"bad attributes at {where}")
 
 
 def _need(d, key, types, where):
@@ -411,6 +445,14 @@ class _Plan:
             if not k or "." in k:
                 raise _Bad(f"bad state key {k!r} at {where}")
             self.state[k] = _Value(enc, ar, f"{where}, {k!r}")
+        self.attrs = {}
+        for k, v in node.get("attrs", {}).items() if isinstance(node.get("attrs", {}), dict) \
+                else _bad_attrs(where):
+            if not (isinstance(k, str) and k.isidentifier() and not k.startswith("_")):
+                raise _Bad(f"bad attribute name {k!r} at {where}")
+            if hasattr(self.cls, k) or k == "training":
+                raise _Bad(f"attribute {k!r} at {where} would replace a member of {name}")
+            self.attrs[k] = _decode_config(v, f"{where}: attribute {k!r}")
         self.graph = node.get("graph")
         if self.graph is not None and not isinstance(self.graph, list):
             raise _Bad(f"bad graph at {where}")
@@ -445,6 +487,10 @@ class _Plan:
                 raise _Bad(f"cannot build {self.name} at {where}: {_describe(e)}") from None
         for cname, child in built.items():
             m.add_module(cname, child)
+        for k, v in self.attrs.items():
+            if k in m._parameters or k in m._buffers or k in m._modules:
+                raise _Bad(f"attribute {k!r} at {where} names a parameter, buffer or child")
+            object.__setattr__(m, k, v)
         if hasattr(m, "_graph_data"):
             # Buffers read by the graph's "attr" nodes are registered before the state loads.
             for k in self.state:

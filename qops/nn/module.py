@@ -95,6 +95,8 @@ class Module:
 
     _version = 1
     _qops_type_name = None
+    # Public attributes a subclass saves by itself (qops.save skips them).
+    _state_attrs = ()
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -508,6 +510,12 @@ def _add_hook(hooks, hook, prepend):
     return handle
 
 
+def _public_attrs(module):
+    """The plain attributes of a module a user may set (not its tensors, children or caches)."""
+    return {k: v for k, v in module.__dict__.items()
+            if not k.startswith("_") and k != "training" and k not in module._state_attrs}
+
+
 def _recording_init(init):
     sig = inspect.signature(init)
 
@@ -527,6 +535,10 @@ def _recording_init(init):
                 cfg = {}
             object.__setattr__(self, "_init_config", cfg)
         init(self, *args, **kwargs)
+        if outer:
+            # What the constructor left in the public attributes: qops.save stores (or refuses)
+            # whatever differs from this later, instead of silently losing it.
+            object.__setattr__(self, "_init_attrs", _public_attrs(self))
 
     __init__.__signature__ = sig
     return __init__
