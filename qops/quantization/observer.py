@@ -8,6 +8,7 @@ tensor or one per channel. Every uniform observer hands its final (min, max) to
 Beyond PyTorch: `PercentileObserver` and `EntropyObserver` (ONNX Runtime's calibrators).
 """
 import functools
+import math
 import warnings
 
 import numpy as np
@@ -380,12 +381,28 @@ def _histc(x, bins, lo, hi):
     if lo == hi:
         lo, hi = lo - 1.0, hi + 1.0
     left, right = F32(lo), F32(hi)
+    if left == right:
+        # A constant so large that +-1 does not move it in float32: the bin formula is 0/0.
+        # PyTorch puts it in the middle bin, where the +-1 range would have put it.
+        hist = np.zeros(bins, dtype=F32)
+        hist[bins // 2] = np.count_nonzero(x == left)
+        return hist
     if x.size and not (x.min() >= left and x.max() <= right):
         x = x[(x >= left) & (x <= right)]  # the observer's own range needs no filtering
+    width = F32(right - left)
     with np.errstate(over="ignore", invalid="ignore"):
         t = np.subtract(x, left, dtype=F32)
-        t *= F32(bins)
-        t /= F32(right - left)
+        if np.isfinite(F32(width * F32(bins))):
+            t *= F32(bins)
+            t /= width
+        else:
+            # (x - min) * bins overflows float32 (PyTorch then bins every value at 0): the same
+            # formula on the range scaled by 2**-k, exact as powers of two are, but for
+            # differences that turn subnormal, which lie in bin 0 either way.
+            k = math.frexp(float(width))[1]
+            t = np.ldexp(t, -k).astype(F32)
+            t *= F32(bins)
+            t /= F32(np.ldexp(width, -k))
     pos = t.astype(np.intp)
     pos[pos == bins] = bins - 1
     return np.bincount(pos, minlength=bins).astype(F32)
@@ -525,22 +542,27 @@ class HistogramObserver(UniformQuantizationObserverBase):
         return x_orig
 
     def _check_span(self, lo, hi):
-        # The bin of x is (x - min) * bins / (max - min) in float32 (torch.histc): past
-        # float32's range it is inf or NaN, and PyTorch then puts every value in bin 0 or
-        # returns a NaN scale. Refuse before the statistics change.
+        # Bins are (max - min) / bins wide in float32: past float32's range that is inf and
+        # PyTorch returns a NaN scale. Refuse before the statistics change.
         with np.errstate(over="ignore", invalid="ignore"):
-            span = F32(F32(F32(hi) - F32(lo)) * F32(self.bins))
+            span = F32(F32(hi) - F32(lo))
         if not np.isfinite(span):
             raise ValueError(
                 f"{type(self).__name__}.forward(): the values seen span [{float(lo):.7g}, "
-                f"{float(hi):.7g}]; (max - min) * bins must be a finite float32 (at most "
+                f"{float(hi):.7g}]; max - min must be a finite float32 (at most "
                 f"{float(np.finfo(F32).max):.7g}) to build the histogram. Clip or drop such "
                 f"values first")
 
     # search
-    def _compute_quantization_error(self, next_start_bin, next_end_bin):
-        """L2 error of quantizing the histogram with bins start..end as the range."""
-        bin_width = (float(self.max_val) - float(self.min_val)) / self.bins
+    def _compute_quantization_error(self, next_start_bin, next_end_bin, scale_exp=0):
+        """L2 error of quantizing the histogram with bins start..end as the range.
+
+        `scale_exp` k evaluates it on the range scaled by 2**-k (see `_non_linear_param_search`).
+        """
+        lo, hi = float(self.min_val), float(self.max_val)
+        if scale_exp:
+            lo, hi = math.ldexp(lo, -scale_exp), math.ldexp(hi, -scale_exp)
+        bin_width = (hi - lo) / self.bins
         dst_bin_width = bin_width * (next_end_bin - next_start_bin + 1) / self.dst_nbins
         if dst_bin_width == 0.0:
             return 0.0
@@ -565,16 +587,12 @@ class HistogramObserver(UniformQuantizationObserverBase):
         norm = (norm + _l2_norm(F32(-dst_bin_width / 2), delta_end, density)).astype(F32)
         return float(torch_sum(norm))
 
-    def _non_linear_param_search(self):
-        """PyTorch's L2 min/max search: move the end that gains more while the error falls."""
-        if self.histogram.shape[0] != self.bins:
-            raise ValueError("bins mismatch between the histogram and the observer")
-        bin_width = F32(F32(self.max_val - self.min_val) / F32(self.bins))
-        # Sums in ATen's order: the thresholds below compare against this total, and numpy's
-        # pairwise order moves it by an ulp often enough to flip a bin (issue 19 #18).
-        total = float(torch_sum(self.histogram))
-        # torch.cumsum accumulates float32 in double on CPU, then stores float32.
-        csum = np.cumsum(self.histogram.astype(np.float64)).astype(F32).tolist()
+    def _search_bins(self, total, csum, scale_exp=0, nan_stops=True):
+        """(start_bin, end_bin) of the L2 search; None at a NaN error if `nan_stops`.
+
+        Without `nan_stops` it is PyTorch's loop as written: `norm > NaN` is False, so a NaN
+        error never stops it.
+        """
         stepsize = 1e-5
         alpha, beta = 0.0, 1.0
         start_bin, end_bin = 0, self.bins - 1
@@ -600,20 +618,47 @@ class HistogramObserver(UniformQuantizationObserverBase):
             if next_start_bin == start_bin and next_end_bin == end_bin:
                 continue
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-                norm = self._compute_quantization_error(next_start_bin, next_end_bin)
-            if norm != norm and float(self.max_val) - float(self.min_val) >= 1.0:
-                # The cubes of the L2 error overflow float32 (ranges above ~1e13): PyTorch
-                # then keeps searching on NaN and returns a meaningless range. (On ranges
-                # below 1 a NaN comes from an infinite density; the scale clamps to eps.)
-                raise ValueError(
-                    f"{type(self).__name__}.calculate_qparams(): the L2 error of the range "
-                    f"search overflows float32 for the observed range "
-                    f"[{float(self.min_val):.7g}, {float(self.max_val):.7g}]; use "
-                    f"MinMaxObserver or PercentileObserver for values this large")
+                norm = self._compute_quantization_error(next_start_bin, next_end_bin, scale_exp)
+            if norm != norm and nan_stops:
+                return None
             if norm > norm_min:
                 break
             norm_min = norm
             start_bin, end_bin = next_start_bin, next_end_bin
+        return start_bin, end_bin
+
+    def _non_linear_param_search(self):
+        """PyTorch's L2 min/max search: move the end that gains more while the error falls.
+
+        When an error comes out NaN on a range of 1 or more (its cubes overflow float32, from
+        ranges of ~1e13 on) PyTorch goes on comparing NaN and returns an arbitrary range; the
+        search is then rerun on the range scaled by a power of two near 1/(max - min), where
+        every step is PyTorch's own arithmetic scaled exactly (the errors by a power of two),
+        so it picks the bins PyTorch would pick without the overflow.
+        """
+        if self.histogram.shape[0] != self.bins:
+            raise ValueError("bins mismatch between the histogram and the observer")
+        bin_width = F32(F32(self.max_val - self.min_val) / F32(self.bins))
+        # Sums in ATen's order: the thresholds below compare against this total, and numpy's
+        # pairwise order moves it by an ulp often enough to flip a bin (issue 19 #18).
+        total = float(torch_sum(self.histogram))
+        # torch.cumsum accumulates float32 in double on CPU, then stores float32.
+        csum = np.cumsum(self.histogram.astype(np.float64)).astype(F32).tolist()
+        found = self._search_bins(total, csum)
+        width = float(self.max_val) - float(self.min_val)
+        if found is None:
+            # Below a range of 1 a NaN comes from an infinite density (a tiny range, whose
+            # scale clamps to eps anyway): PyTorch's result is kept.
+            if not (1.0 <= width < np.inf):
+                found = self._search_bins(total, csum, nan_stops=False)
+            else:
+                found = self._search_bins(total, csum, math.frexp(width)[1])
+                if found is None:
+                    raise ValueError(
+                        f"{type(self).__name__}.calculate_qparams(): the L2 error of the "
+                        f"range search is NaN for the observed range "
+                        f"[{float(self.min_val):.7g}, {float(self.max_val):.7g}]")
+        start_bin, end_bin = found
         new_min = F32(self.min_val + F32(bin_width * F32(start_bin)))
         new_max = F32(self.min_val + F32(bin_width * F32(end_bin + 1)))
         return new_min, new_max
