@@ -447,6 +447,9 @@ def _l2_norm(delta_begin, delta_end, density):
 class HistogramObserver(UniformQuantizationObserverBase):
     """Running histogram of the values; min/max chosen by PyTorch's L2 search over it.
 
+    Bit for bit PyTorch's qparams on the same data: its float32 sums follow ATen's order
+    (`_torch_sum`, for the vector width PyTorch picks on this CPU).
+
     Parameters
     ----------
     bins : int, histogram bins (2048)
