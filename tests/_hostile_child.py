@@ -24,7 +24,7 @@ import numpy as np
 
 import qops
 from qops._qtensor import QTensor
-from qops._registry import Case, all_specs
+from qops._registry import Case, OpSpec, all_specs
 from qops._registry import _util as u
 
 #: valid cases taken per op (the smallest non-empty ones, with distinct shapes)
@@ -245,7 +245,7 @@ def _value_mutations(v, method=False):
     if isinstance(v, tuple):
         out = [("empty tuple", ()), ("list", list(v)), ("None", None)]
         if v:
-            for b in (0, -1, 2**31, 2**63, None, 1.5, True):
+            for b in (0, -1, -3, 2**31, 2**63, None, 1.5, True):
                 out.append((f"[0]={b!r}", (b,) + tuple(v[1:])))
             out.append(("one more", tuple(v) + (v[-1],)))
         return out
@@ -279,6 +279,8 @@ def _first_qtensor_size(case):
 
 def base_cases(spec):
     """The op's smallest non-empty valid cases (distinct in argument shapes)."""
+    if spec.family == "qtensor":
+        return spec.cases()          # a few hand-picked calls, all kept
     cases = [c for c in spec.cases() if _first_qtensor_size(c) > 0 and _numel(c) <= 5000]
     cases.sort(key=_numel)
     if not cases:
@@ -308,8 +310,17 @@ def _params(spec):
     return inspect.signature(spec.op).parameters
 
 
+def _index(spec, case):
+    """The index of `case` in spec.cases() (cases are rebuilt equal by every call)."""
+    return next(i for i, c in enumerate(spec.cases()) if c.label == case.label
+                and _shapes(c) == _shapes(case))
+
+
 def _is_method(spec):
-    """Whether the op is a QTensor method (clone, contiguous) wrapped by the registry."""
+    """Whether the op is a QTensor method (clone, contiguous, reshape, ...), whose first
+    argument can only be a QTensor."""
+    if spec.family == "qtensor":
+        return not spec.name.startswith("make_")
     return getattr(spec.op, "__module__", "").startswith("qops._registry")
 
 
@@ -325,7 +336,9 @@ def mutations(spec):
             if i > 0 and isinstance(v, QTensor) and isinstance(case.args[0], QTensor):
                 muts.append((f"the same object as {names[0]}", case.args[0]))   # aliasing
             for label, m in muts:
-                args = case.args[:i] + (m,) + case.args[i + 1:]
+                # an in-place op gets its own copy of the other arguments
+                base = spec.cases()[_index(spec, case)] if spec.name.endswith("_") else case
+                args = base.args[:i] + (m,) + base.args[i + 1:]
                 out.append((f"c{ci} {argname}={label}", argname, Case(args, dict(case.kwargs))))
         for k, v in case.kwargs.items():
             for label, m in _value_mutations(v):
@@ -340,11 +353,126 @@ def mutations(spec):
     return out
 
 
+# -- QTensor methods and constructors (not registry ops, the same treatment) ------------------
+
+def _m(name, fn, *argsets):
+    """A pseudo-spec of family "qtensor": fn(input, ...) with valid argument tuples."""
+    def cases():
+        r = u.rng(zlib_crc(name))
+        q = u.random_qtensor(r, (2, 3, 4), scale=0.1, zero_point=3)
+        pc = qops.make_per_channel_quantized_tensor(
+            np.ascontiguousarray(q._int), np.array([0.1, 0.2, 0.3]), np.array([1, 2, 3]), 1)
+        env = {"q": q, "pc": pc, "q1": u.random_qtensor(r, (1, 3, 4), scale=0.2, zero_point=5),
+               "pc1": qops.make_per_channel_quantized_tensor(   # a channel axis of size 1
+                   np.ascontiguousarray(q._int[:1]), np.array([0.4]), np.array([7]), 0),
+               "raw": np.ascontiguousarray(q._int), "x": r.standard_normal((2, 3, 4)).astype(np.float32)}
+        return [Case(tuple(env.get(a, a) if isinstance(a, str) else a for a in args))
+                for args in argsets]
+    fn.__name__ = name
+    return OpSpec(name, "qtensor", (), fn, cases, None, {}, None, "a QTensor method")
+
+
+def zlib_crc(name):
+    import zlib
+    return zlib.crc32(name.encode())
+
+
+def _reshape(input, shape):
+    return input.reshape(shape)
+
+
+def _view(input, shape):
+    return input.view(shape)
+
+
+def _resize_(input, shape):
+    return input.resize_(shape)
+
+
+def _copy_(input, src):
+    return input.copy_(src)
+
+
+def _transpose(input, dim0, dim1):
+    return input.transpose(dim0, dim1)
+
+
+def _permute(input, dims):
+    return input.permute(dims)
+
+
+def _expand(input, sizes):
+    return input.expand(sizes)
+
+
+def _squeeze(input, dim):
+    return input.squeeze(dim)
+
+
+def _unsqueeze(input, dim):
+    return input.unsqueeze(dim)
+
+
+def _select(input, dim, index):
+    return input.select(dim, index)
+
+
+def _getitem(input, key):
+    return input[key]
+
+
+def _flatten(input, start_dim, end_dim):
+    return input.flatten(start_dim, end_dim)
+
+
+def _size(input, dim):
+    return input.size(dim)
+
+
+def _equal(input, other):
+    return input.equal(other)
+
+
+def _make_pt(input, scale, zero_point):
+    return qops.make_per_tensor_quantized_tensor(input, scale, zero_point)
+
+
+def _make_pc(input, scales, zero_points, axis):
+    return qops.make_per_channel_quantized_tensor(input, scales, zero_points, axis)
+
+
+METHOD_SPECS = [
+    _m("reshape", _reshape, ("q", (4, 6)), ("pc", (2, 3, 4, 1))),
+    _m("view", _view, ("q", (6, 4)), ("pc", (2, 3, 2, 2))),
+    _m("resize_", _resize_, ("q", (5, 5)), ("q", (2, 7))),
+    _m("copy_", _copy_, ("q", "q1"), ("q", "pc"), ("q", "pc1")),
+    _m("transpose", _transpose, ("q", 0, 2), ("pc", 1, 2)),
+    _m("permute", _permute, ("q", (2, 0, 1)), ("pc", (1, 2, 0))),
+    _m("expand", _expand, ("q1", (3, 3, 4)), ("q1", (2, 2, 3, 4))),
+    _m("squeeze", _squeeze, ("q1", 0), ("q1", None)),
+    _m("unsqueeze", _unsqueeze, ("q", 1), ("pc", -1)),
+    _m("select", _select, ("q", 1, 2), ("pc", 2, 0)),
+    _m("getitem", _getitem, ("q", (slice(None), 1)), ("pc", (0, slice(None, None, -1)))),
+    _m("flatten", _flatten, ("q", 0, -1), ("pc", 2, 2)),
+    _m("size", _size, ("q", 1), ("pc", -1)),
+    _m("equal", _equal, ("q", "q1"), ("pc", "pc")),
+    _m("make_per_tensor_quantized_tensor", _make_pt, ("raw", 0.1, 3),
+       (np.zeros((3, 0), np.int8), 1e-3, -128)),
+    _m("make_per_channel_quantized_tensor", _make_pc,
+       ("raw", np.array([0.1, 0.2, 0.3]), np.array([1, 2, 3]), 1),
+       ("raw", np.array([0.5, 0.25]), np.array([0, 255]), 0)),
+]
+
+
+def _all_specs():
+    return list(all_specs()) + METHOD_SPECS
+
+
 def family_cases(family):
     """(op name, label, argument name, spec, Case) of every mutated case of a family, in a
     fixed order (the same in every child process)."""
     out = []
-    for spec in all_specs():
+    for spec in _all_specs():
         if spec.family != family:
             continue
         for label, argname, case in mutations(spec):
@@ -363,10 +491,28 @@ class _Raised:
         return f"{self.type.__name__}: {self.msg[:300]}"
 
 
+_BIG = 1 << 26
+
+
+def _canon(out):
+    """u.canon, except that a huge (0-stride) view is summarized, not copied."""
+    if isinstance(out, (tuple, list)):
+        return tuple(_canon(o) for o in out)
+    if isinstance(out, QTensor) and out._int.size * out._int.itemsize > _BIG:
+        a = out._int
+        return ("big", a.shape, a.dtype.str, out._qscheme, out._scale, out._zero_point,
+                a.flat[0] if a.size else None, a.flat[-1] if a.size else None)
+    if isinstance(out, QTensor):
+        # the result must be usable: dequantizing reads its qparams per channel (a tensor
+        # with more channels than scales once read out of bounds here)
+        return u.canon(out) + (np.asarray(out.dequantize()),)
+    return u.canon(out)
+
+
 def _run(call, backend):
     with qops.backend(backend):
         try:
-            return u.canon(call())
+            return _canon(call())
         except BaseException as e:        # noqa: B902 - every exception is a verdict here
             if isinstance(e, KeyboardInterrupt):
                 raise
@@ -402,6 +548,26 @@ def _same_snapshot(a, b):
     return True
 
 
+def _save(v):
+    """The state of every QTensor in v (slots, and a copy of its values) for _restore."""
+    if isinstance(v, QTensor):
+        state = {k: getattr(v, k) for k in QTensor.__slots__ if hasattr(v, k)
+                 and not k.startswith("__")}
+        return [(v, state, np.array(v._int, copy=True))]
+    if isinstance(v, (list, tuple)):
+        return [s for x in v for s in _save(x)]
+    return []
+
+
+def _restore(saved):
+    """Undo an in-place op, so that each backend (and each later case) sees the same input."""
+    for q, state, values in saved:
+        for k, x in state.items():
+            setattr(q, k, x)
+        if q._int.flags.writeable and q._int.shape == values.shape:
+            np.copyto(q._int, values)
+
+
 def _calls(spec, case):
     """(path name, zero-argument callable maker) for the direct call and the spec's runner."""
     paths = [("direct", lambda: (lambda: case.call(spec.op)))]
@@ -409,6 +575,17 @@ def _calls(spec, case):
     if spec.runner is not None and not spec.name.endswith("_"):
         paths.append(("runner", lambda: spec.qops_call(case)))
     return paths
+
+
+#: indexing methods raise IndexError for an index out of range, as Python and PyTorch do
+_INDEXING = ("select", "getitem")
+
+
+def _own_memory_error(r, spec, argname):
+    """A MemoryError of qops' own that names what could not be allocated (this child's address
+    space is capped) passes; numpy's bare "Unable to allocate" does not."""
+    return issubclass(r.type, MemoryError) and (_names(r.msg, spec.name)
+                                                or _names(r.msg, argname))
 
 
 def _truthy(v):
@@ -422,14 +599,18 @@ def _names(msg, argname):
     return re.search(rf"(?<![\w.]){re.escape(argname)}(?!\w)", msg) is not None
 
 
+#: other words that name an argument ("per-channel tensors take only basic indexing")
+_ALIASES = {"key": ("index", "indexing")}
+
+
 def _names_arg(msg, argname, spec, value):
     """Whether an error message names the mutated argument. A tensor or array can be wrong
     only relative to another argument (an output zero point outside its new dtype's range):
     naming any of the op's arguments will do for those."""
-    if _names(msg, argname):
+    if any(_names(msg, n) for n in (argname,) + _ALIASES.get(argname, ())):
         return True
-    # a function of one argument may name itself ("dequantize() takes a QTensor")
-    if len(_params(spec)) == 1 and _names(msg, spec.name):
+    # a function of one argument, or a QTensor method, may name itself ("copy_() takes ...")
+    if (len(_params(spec)) == 1 or spec.family == "qtensor") and _names(msg, spec.name):
         return True
     if isinstance(value, (QTensor, np.ndarray, list, qops._dtypes.QDtype)):
         return any(_names(msg, p) for p in _params(spec))
@@ -459,14 +640,19 @@ def check(spec, label, argname, case):
 
             def call():
                 return make()()
+            saved = _save(tuple(case.args) + tuple(case.kwargs.values())) if inplace else None
             res[backend] = _run(call, backend)
+            if saved:
+                _restore(saved)
             if before is not None:
                 after = _snapshot(tuple(case.args) + tuple(case.kwargs.values()))
                 if not _same_snapshot(before, after):
                     problems.append(f"{path} {backend}: an input was modified")
         ref, fast = res["ref"], res["fast"]
+        accepted = (ValueError, TypeError) + ((IndexError,) if spec.name in _INDEXING else ())
         for backend, r in res.items():
-            if isinstance(r, _Raised) and not issubclass(r.type, (ValueError, TypeError)):
+            if isinstance(r, _Raised) and not issubclass(r.type, accepted) \
+                    and not _own_memory_error(r, spec, argname):
                 problems.append(f"{path} {backend} raised {r!r}")
         if isinstance(ref, _Raised) != isinstance(fast, _Raised):
             problems.append(f"{path}: ref {'raised ' + repr(ref) if isinstance(ref, _Raised) else 'returned'}"

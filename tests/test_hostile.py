@@ -284,17 +284,26 @@ def test_issue19_linear_zero_in_features_torch(torch, relu):
 
 # -- the registry-driven hostile-argument suite ---------------------------------------------
 
-from qops._registry import all_specs  # noqa: E402
+import _hostile_child  # noqa: E402
 
-SPECS = all_specs()
-FAMILIES = sorted({s.family for s in SPECS})
+SPECS = _hostile_child._all_specs()     # the registry's ops, then QTensor methods/constructors
 CHILD = os.path.join(HERE, "_hostile_child.py")
 FAMILY_TIMEOUT = 600          # seconds for one child run (a hang is a failure, not a stall)
 MAX_CRASHES = 10              # restarts after crashes before a family is given up
 
 #: known failures: (op, regex on "<label>: <why>") -> reason naming the defect; a test whose
 #: failures all match is xfail
-KNOWN = {}
+KNOWN = {
+    ("squeeze", r"input=0-d: .*IndexError"):
+        "issue 19 suite finding (QTensor, not fixed here): squeeze(0) of a 0-d tensor raises "
+        "IndexError 'tuple index out of range' (PyTorch returns the tensor)",
+    ("getitem", r"key=\[0\]=9223372036854775808: .*OverflowError"):
+        "issue 19 suite finding (QTensor, not fixed here): q[2**63] raises numpy's "
+        "OverflowError instead of IndexError",
+    ("flatten", r"reshape\(\): the channel axis .*does not name"):
+        "issue 19 suite finding (QTensor, not fixed here): flatten() of a per-channel tensor "
+        "across its channel axis raises an error that says reshape()",
+}
 
 _RESULTS = {}
 
