@@ -381,3 +381,92 @@ def test_issue19_group_norm_affine_fused_at_ties(torch, dtype, length):
         with qops.backend(be):
             ours = F.group_norm(x, groups, w, b, 1e-5, 1.0, ozp).int_repr()
         np.testing.assert_array_equal(ours, theirs, err_msg=be)
+
+
+def _emulate_nhwc(raw, groups, w, b, xs, zp, eps, inv):
+    """f32(y * inv) of PyTorch's channels-last group norm kernel for raw (B, C, H, W):
+    s_c = f32(r * w_c), t_c = fma(-s_c, mean, b_c), y = fma(q - zp, s_c, t_c)."""
+    from qops._ref.quant import fma_f32
+    nb, c = raw.shape[:2]
+    cpg = c // groups
+    v = raw.astype(np.int64).reshape(nb, groups, -1)
+    n = F32(v.shape[2])
+    m1 = v.sum(2).astype(F32) / n
+    var = np.maximum(fma_f32(-m1, m1, (v * v).sum(2).astype(F32) / n), F32(0))
+    r = (np.float64(xs) / np.sqrt((var * F32(xs) * F32(xs)).astype(np.float64) + eps)).astype(F32)
+    s = r[:, :, None] * w.reshape(1, groups, cpg)
+    t = fma_f32(-s, (m1 - F32(zp))[:, :, None], b.reshape(1, groups, cpg))
+    k = (raw.astype(np.int64) - zp).astype(F32)
+    return fma_f32(k, s.reshape(nb, c, 1, 1), t.reshape(nb, c, 1, 1)) * F32(inv)
+
+
+def _torch_group_norm_cl(torch, x, groups, w, b, out_s, ozp):
+    # batch by batch: PyTorch's channels-last kernel skips the batches past the group size
+    t = reg.u.to_torch(x).contiguous(memory_format=torch.channels_last)
+    outs = [torch.ops.quantized.group_norm(t[i:i + 1].contiguous(memory_format=torch.channels_last),
+                                           groups, torch.from_numpy(w), torch.from_numpy(b),
+                                           1e-5, out_s, ozp).int_repr().numpy()
+            for i in range(x.shape[0])]
+    return np.concatenate(outs)
+
+
+@pytest.mark.parametrize("dtype", [qops.quint8, qops.qint8])
+@pytest.mark.parametrize("layout", ["cl", "c11"])
+def test_issue19_group_norm_channels_last_kernel(torch, dtype, layout):
+    # issue 19 #7: on channels-last inputs (and C-order (N, C, 1, 1), which PyTorch takes as
+    # channels last) PyTorch runs its NHWC kernel, y = fma(q - zp, s_c, fma(-s_c, mean, b_c));
+    # qops used the C-order y = fma(q - zp - mean, s_c, b_c), which rounds differently
+    c, groups, out_s = 64, 2, 0.05            # 32 channels a group: PyTorch's vector body only
+    h, wd = (3, 5) if layout == "cl" else (1, 1)
+    r = np.random.default_rng(15)
+    zp = 128 if dtype is qops.quint8 else 0
+    nb = 3000
+    # raw means far from the zero point, small spreads: fma(-s, mean, b) then cancels
+    one = (nb, 1, 1, 1)
+    centre = (128 + r.choice([-1, 1], one) * r.uniform(80, 110, one) if dtype is qops.quint8
+              else r.choice([-1, 1], one) * r.uniform(60, 90, one))
+    raw = np.clip(np.rint(r.normal(centre, r.uniform(0.5, 3, (nb, 1, 1, 1)), (nb, c, h, wd))),
+                  dtype.qmin, dtype.qmax).astype(dtype.storage)
+    w, b = r.normal(1, 0.3, c).astype(F32), r.normal(0, 0.3, c).astype(F32)
+    inv = F32(1) / F32(out_s)
+    new = np.rint(_emulate_nhwc(raw, groups, w, b, F32(0.05), zp, 1e-5, inv))
+    old = np.rint(_emulate(raw.reshape(nb, c, -1), groups, w, b, F32(0.05), zp, 1e-5, inv, True)
+                  ).reshape(raw.shape)
+    rows = np.flatnonzero((new != old).reshape(nb, -1).any(axis=1))[:40]
+    assert len(rows) >= 3
+    data = raw[rows]
+    if layout == "cl":
+        data = np.ascontiguousarray(data.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    x = qops.make_per_tensor_quantized_tensor(data, 0.05, zp)
+    ozp = 128 if dtype is qops.quint8 else 0
+    theirs = _torch_group_norm_cl(torch, x, groups, w, b, out_s, ozp)
+    assert (old[rows] + ozp != theirs).any()          # PyTorch takes the NHWC formula
+    for be in ("ref", "fast"):
+        with qops.backend(be):
+            ours = F.group_norm(x, groups, w, b, 1e-5, out_s, ozp)
+        np.testing.assert_array_equal(ours.int_repr(), theirs, err_msg=be)
+        if layout == "cl":                            # the result stays channels last
+            assert ours._int.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+def test_issue19_group_norm_channels_last_detection():
+    # issue 19 #7: qops takes the NHWC formula exactly where PyTorch's is_contiguous(
+    # channels_last) holds (dims of size 1 skipped), else the C-order one
+    from qops._ops.norm import _torch_channels_last
+    torch = pytest.importorskip("torch")
+    shapes = [(2, 8, 3, 5), (2, 8, 1, 1), (2, 1, 3, 5), (1, 8, 3, 1), (1, 8, 1, 5), (2, 8, 3)]
+    for shape in shapes:
+        a = np.zeros(shape, np.uint8)
+        views = [a, a.transpose(0, 1, 3, 2) if a.ndim == 4 else a, a[..., ::-1]]
+        if a.ndim == 4:
+            views.append(np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2))
+        for v in views:
+            # strides of size-1 dims never matter (PyTorch skips them): make them positive
+            st = [abs(s) // v.itemsize if n == 1 else s // v.itemsize
+                  for s, n in zip(v.strides, v.shape)]
+            if any(s < 0 for s in st):           # a reversed dim: never channels last
+                assert not _torch_channels_last(v)
+                continue
+            t = torch.zeros(v.size, dtype=torch.uint8).as_strided(v.shape, st)
+            expect = v.ndim == 4 and t.is_contiguous(memory_format=torch.channels_last)
+            assert _torch_channels_last(v) == expect, (shape, v.strides)

@@ -418,9 +418,120 @@ cdef extern from *:
             table[u] = (uint8_t)qops_q_vec(fmaf(d[u], g, b), inv, ozp, lo, hi);
     #endif
     }
+
+    /* Exact per-channel sums of u = byte ^ flip and u^2 for channels c0 .. c0 + nc - 1
+     * (nc <= 32) of npix channels-last rows of C bytes, in 32-bit lanes flushed to 64 bits
+     * every 32768 rows (u^2 * 32768 < 2^32). NC: a constant 32 for whole blocks, so that GCC
+     * keeps the 64 lanes in registers, or 0 (nc at run time) for the last one. */
+    static inline __attribute__((always_inline)) void
+    qops_norm_sums_cols_t(const uint8_t *x, ptrdiff_t npix, ptrdiff_t C, ptrdiff_t c0,
+                          ptrdiff_t nc, uint8_t flip, int64_t *s, int64_t *ss, const int NC) {
+        uint32_t as[32], ass[32];
+        if (NC) nc = NC;
+        for (ptrdiff_t c = 0; c < nc; c++) s[c] = ss[c] = 0;
+        for (ptrdiff_t p0 = 0; p0 < npix; p0 += 32768) {
+            ptrdiff_t pe = npix - p0 > 32768 ? p0 + 32768 : npix;
+            for (ptrdiff_t c = 0; c < nc; c++) as[c] = ass[c] = 0;
+            for (ptrdiff_t p = p0; p < pe; p++) {
+                const uint8_t *row = x + p * C + c0;
+                for (ptrdiff_t c = 0; c < nc; c++) {
+                    uint32_t u = (uint8_t)(row[c] ^ flip);
+                    as[c] += u;
+                    ass[c] += u * u;
+                }
+            }
+            for (ptrdiff_t c = 0; c < nc; c++) {
+                s[c] += as[c];
+                ss[c] += ass[c];
+            }
+        }
+    }
+    static void qops_norm_sums_cols(const uint8_t *x, ptrdiff_t npix, ptrdiff_t C, ptrdiff_t c0,
+                                    ptrdiff_t nc, uint8_t flip, int64_t *s, int64_t *ss) {
+        if (nc == 32) qops_norm_sums_cols_t(x, npix, C, c0, nc, flip, s, ss, 32);
+        else qops_norm_sums_cols_t(x, npix, C, c0, nc, flip, s, ss, 0);
+    }
+
+    /* Group norm of channels-last rows r0..r1 of C channels (npix rows per batch):
+     * out = clamp(rint(fma(q - zp, s[c], t[c]) * inv), lo, hi) + ozp, s and t the C values of
+     * the row's batch (PyTorch's NHWC kernel: its affine folded into one fma per element). */
+    static inline __attribute__((always_inline)) void
+    qops_gn_cl_t(const uint8_t *x, uint8_t *out, ptrdiff_t r0, ptrdiff_t r1, ptrdiff_t npix,
+                 ptrdiff_t C, const float *s, const float *t, int32_t zp, float inv, int32_t ozp,
+                 float lo, float hi, int sgn) {
+        for (ptrdiff_t r = r0; r < r1; r++) {
+            const uint8_t *xr = x + r * C;
+            uint8_t *orow = out + r * C;
+            const float *restrict sr = s + (r / npix) * C, *restrict tr = t + (r / npix) * C;
+            for (ptrdiff_t c = 0; c < C; c++) {
+                int32_t q = sgn ? (int32_t)(int8_t)xr[c] : (int32_t)xr[c];
+                orow[c] = (uint8_t)qops_q_vec(fmaf((float)(q - zp), sr[c], tr[c]), inv, ozp, lo,
+                                              hi);
+            }
+        }
+    }
+    #if QOPS_NORM_AVX2
+    /* The same for rows of one batch, 32 channels at a time (each 8 a vector), narrowed as
+     * the row kernels; the caller's bound keeps |y| < 2^30. */
+    static void qops_gn_cl_avx2(const uint8_t *x, uint8_t *out, ptrdiff_t r0, ptrdiff_t r1,
+                                ptrdiff_t C, const float *s, const float *t, int32_t zp,
+                                float inv, int32_t ozp, float lo, float hi, int sgn) {
+        const __m256i zv = _mm256_set1_epi32(zp), o16 = _mm256_set1_epi16((short)ozp);
+        const __m256 iv = _mm256_set1_ps(inv);
+        const ptrdiff_t c32 = C / 32 * 32;
+        for (ptrdiff_t r = r0; r < r1; r++) {
+            const uint8_t *xr = x + r * C;
+            uint8_t *orow = out + r * C;
+            ptrdiff_t c = 0;
+            for (; c < c32; c += 32) {
+                __m256 y[4];
+                for (int k = 0; k < 4; k++)
+                    y[k] = _mm256_mul_ps(_mm256_fmadd_ps(qops_norm_ld8(xr + c + 8 * k, sgn, zv),
+                                                         _mm256_loadu_ps(s + c + 8 * k),
+                                                         _mm256_loadu_ps(t + c + 8 * k)), iv);
+                _mm256_storeu_si256((__m256i *)(orow + c),
+                                    qops_norm_narrow(y[0], y[1], y[2], y[3], o16, o16, sgn, 0));
+            }
+            for (; c < C; c++) {
+                int32_t q = sgn ? (int32_t)(int8_t)xr[c] : (int32_t)xr[c];
+                orow[c] = (uint8_t)qops_q_vec(fmaf((float)(q - zp), s[c], t[c]), inv, ozp, lo, hi);
+            }
+        }
+    }
+    #endif
+    static void qops_gn_cl(const uint8_t *x, uint8_t *out, ptrdiff_t r0, ptrdiff_t r1,
+                           ptrdiff_t npix, ptrdiff_t C, const float *s, const float *t, int32_t zp,
+                           float inv, int32_t ozp, float lo, float hi, int sgn) {
+    #if QOPS_NORM_AVX2
+        /* batch by batch: each has its own s and t, and its own bound on |y| */
+        while (r0 < r1) {
+            ptrdiff_t bt = r0 / npix, end = (bt + 1) * npix < r1 ? (bt + 1) * npix : r1;
+            const float *sb = s + bt * C, *tb = t + bt * C;
+            double bound = 0.0;
+            for (ptrdiff_t c = 0; c < C; c++) {
+                double v = (fabs((double)sb[c]) * 256.0 + fabs((double)tb[c])) * fabs((double)inv)
+                           * 1.001;
+                bound = v > bound || v != v ? v : bound;
+            }
+            if (qops_norm_vec_ok(bound))
+                qops_gn_cl_avx2(x, out, r0, end, C, sb, tb, zp, inv, ozp, lo, hi, sgn);
+            else if (sgn) qops_gn_cl_t(x, out, r0, end, npix, C, s, t, zp, inv, ozp, lo, hi, 1);
+            else qops_gn_cl_t(x, out, r0, end, npix, C, s, t, zp, inv, ozp, lo, hi, 0);
+            r0 = end;
+        }
+    #else
+        if (sgn) qops_gn_cl_t(x, out, r0, r1, npix, C, s, t, zp, inv, ozp, lo, hi, 1);
+        else qops_gn_cl_t(x, out, r0, r1, npix, C, s, t, zp, inv, ozp, lo, hi, 0);
+    #endif
+    }
     """
     void qops_norm_sums(const uint8_t* p, Py_ssize_t n, uint8_t flip, int64_t* s_out,
                         int64_t* ss_out) nogil
+    void qops_norm_sums_cols(const uint8_t* x, Py_ssize_t npix, Py_ssize_t C, Py_ssize_t c0,
+                             Py_ssize_t nc, uint8_t flip, int64_t* s, int64_t* ss) nogil
+    void qops_gn_cl(const uint8_t* x, uint8_t* out, Py_ssize_t r0, Py_ssize_t r1,
+                    Py_ssize_t npix, Py_ssize_t C, const float* s, const float* t, int32_t zp,
+                    float inv, int32_t ozp, float lo, float hi, int sgn) nogil
     void qops_bn_row(const uint8_t* x, uint8_t* out, Py_ssize_t n, float a, float b, int32_t zp,
                      int32_t ozp, float lo, float hi, int relu, int sgn) nogil
     void qops_bn_cl(const uint8_t* x, uint8_t* out, Py_ssize_t npix, Py_ssize_t C,
@@ -528,9 +639,8 @@ def batch_norm_cl(x, alpha, beta, zero_point, output_zero_point, relu):
 
 cdef inline void _stats(const q8_t* p, Py_ssize_t n, int32_t zp, float xs, double eps,
                         float* mean_out, float* r_out) noexcept nogil:
-    # Exact integer S and SS, then the float32/double steps of SEMANTICS.md section 13.
+    # Exact integer S and SS of n contiguous values, then _stats_of.
     cdef int64_t s, ss, su, ssu
-    cdef float m1, var, nf = <float>n
     if q8_t is uint8_t:
         qops_norm_sums(<const uint8_t*>p, n, 0, &s, &ss)
     else:
@@ -538,6 +648,13 @@ cdef inline void _stats(const q8_t* p, Py_ssize_t n, int32_t zp, float xs, doubl
         qops_norm_sums(<const uint8_t*>p, n, 0x80, &su, &ssu)
         s = su - 128 * n
         ss = ssu - 256 * su + 16384 * n
+    _stats_of(s, ss, n, zp, xs, eps, mean_out, r_out)
+
+
+cdef inline void _stats_of(int64_t s, int64_t ss, Py_ssize_t n, int32_t zp, float xs, double eps,
+                           float* mean_out, float* r_out) noexcept nogil:
+    # The float32/double steps of SEMANTICS.md section 13 from exact S and SS of n values.
+    cdef float m1, var, nf = <float>n
     m1 = <float>s / nf
     mean_out[0] = m1 - <float>zp
     # one rounding: PyTorch's AVX2 kernel computes SS/N - m1*m1 as a fused multiply-subtract
@@ -644,4 +761,77 @@ def group_norm(x, num_groups, weight, bias, scale, zero_point, eps, inv_output_s
     else:
         _group_norm_groups[int8_t](x, out, num_groups, w, b, scale, zero_point, eps,
                                    inv_output_scale, output_zero_point, lo, hi)
+    return out
+
+
+cdef void _group_norm_cl_stats(const int64_t* su, const int64_t* ssu, Py_ssize_t npix,
+                               Py_ssize_t cpg, bint signed8, const float* w, const float* b,
+                               float xs, int32_t zp, double eps, float* s,
+                               float* t) noexcept nogil:
+    # One (batch, group) of channels-last data from its channels' exact sums of u and u^2:
+    # the statistics, then each channel's s = f32(r * w) and t = fma(-s, mean, b) (PyTorch's
+    # NHWC kernel). The locals live in this call's frame: nothing is shared between threads.
+    cdef int64_t sm = 0, ssm = 0
+    cdef float mean = 0.0, r = 0.0
+    cdef Py_ssize_t c, n = npix * cpg
+    for c in range(cpg):
+        sm += su[c]
+        ssm += ssu[c]
+    if signed8:
+        # u = q + 128: S = Su - 128 n, SS = SSu - 256 Su + 16384 n (exact)
+        ssm = ssm - 256 * sm + 16384 * n
+        sm = sm - 128 * n
+    _stats_of(sm, ssm, n, zp, xs, eps, &mean, &r)
+    for c in range(cpg):
+        s[c] = r * w[c]
+        t[c] = fmaf(-s[c], mean, b[c])
+
+
+def group_norm_cl(x, num_groups, weight, bias, scale, zero_point, eps, inv_output_scale,
+                  output_zero_point):
+    """group_norm of channels-last data: x (B, P, C), every row of C one position's channels."""
+    x = np.ascontiguousarray(x)
+    out = qops_empty(np, x.shape, x.dtype)
+    cdef Py_ssize_t B = x.shape[0], P = x.shape[1], C = x.shape[2], G = num_groups
+    cdef Py_ssize_t cpg = C // G, k, t, nt, rows = B * P, nblk = (C + 31) // 32
+    info = np.iinfo(x.dtype)
+    w = np.ones(C, np.float32) if weight is None else np.ascontiguousarray(weight, np.float32)
+    b = np.zeros(C, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32)
+    cdef float lo = info.min - output_zero_point, hi = info.max - output_zero_point
+    if x.size == 0:
+        return out
+    sums = np.empty((2, B, C), np.int64)
+    sc = np.empty((B, C), np.float32)
+    sh = np.empty((B, C), np.float32)
+    cdef const uint8_t* xp = <const uint8_t*>qops_ptr(x)
+    cdef uint8_t* op = <uint8_t*>qops_ptr(out, True)
+    cdef const float* wp = <const float*>qops_ptr(w)
+    cdef const float* bp = <const float*>qops_ptr(b)
+    cdef int64_t* s1 = <int64_t*>qops_ptr(sums, True)
+    cdef int64_t* s2 = s1 + B * C
+    cdef float* sp = <float*>qops_ptr(sc, True)
+    cdef float* hp = <float*>qops_ptr(sh, True)
+    cdef int32_t zp = zero_point, ozp = output_zero_point
+    cdef float xs = scale, inv = inv_output_scale
+    cdef double e = eps
+    cdef int sgn = x.dtype == np.int8
+    cdef uint8_t flip = 0x80 if sgn else 0
+    with nogil:
+        # per-channel sums, one (batch, block of 32 channels) an iteration
+        for k in prange(B * nblk, schedule="static",
+                        num_threads=qops_threads_for(B * P * C, GRAIN)):
+            qops_norm_sums_cols(xp + (k // nblk) * P * C, P, C, (k % nblk) * 32,
+                                min(C - (k % nblk) * 32, 32), flip,
+                                s1 + (k // nblk) * C + (k % nblk) * 32,
+                                s2 + (k // nblk) * C + (k % nblk) * 32)
+        for k in range(B * G):
+            _group_norm_cl_stats(s1 + (k // G) * C + (k % G) * cpg,
+                                 s2 + (k // G) * C + (k % G) * cpg, P, cpg, sgn,
+                                 wp + (k % G) * cpg, bp + (k % G) * cpg, xs, zp, e,
+                                 sp + (k // G) * C + (k % G) * cpg,
+                                 hp + (k // G) * C + (k % G) * cpg)
+        nt = min(rows, qops_threads_for(rows * C, GRAIN))
+        for t in prange(nt, schedule="static", num_threads=nt):
+            qops_gn_cl(xp, op, rows * t // nt, rows * (t + 1) // nt, P, C, sp, hp, zp, inv, ozp,
+                       lo, hi, sgn)
     return out

@@ -190,6 +190,21 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, output
     return QTensor._make(out.reshape(out_shape), input.dtype, scale, zp)
 
 
+def _torch_channels_last(a):
+    """Whether PyTorch takes 4-D `a` as channels-last contiguous (is_contiguous(channels_last):
+    strides of C, W, H, N in that order, dims of size 1 skipped), as its group norm asks. So
+    C-order (N, C, 1, 1) and (N, 1, H, W) arrays count too."""
+    if a.ndim != 4:
+        return False
+    expected = a.itemsize
+    for d in (1, 3, 2, 0):
+        if a.shape[d] != 1:
+            if a.strides[d] != expected:
+                return False
+            expected *= a.shape[d]
+    return True
+
+
 def _group_norm(input, num_groups, weight, bias, eps, output_scale, output_zero_point):
     c = input.shape[1]
     weight = _param(weight, "weight", (c,))
@@ -198,6 +213,16 @@ def _group_norm(input, num_groups, weight, bias, eps, output_scale, output_zero_
     scale, zp = _out_qparams(output_scale, output_zero_point, input.dtype)
     if input.numel() == 0:
         return QTensor._make(np.empty(input.shape, input._int.dtype), input.dtype, scale, zp)
+    if _torch_channels_last(input._int):
+        # PyTorch runs its NHWC kernel on these (another rounding of the affine): so does qops,
+        # and the result keeps the layout
+        xm = input._int.transpose(0, 2, 3, 1)
+        b_, h, w_, c_ = xm.shape
+        out = _config.impl("norm").group_norm_cl(
+            np.ascontiguousarray(xm).reshape(b_, h * w_, c_), num_groups, weight, bias,
+            qp.f32(input._scale), input._zero_point, eps, qp.inv_scale(scale), zp)
+        out = out.reshape(b_, h, w_, c_).transpose(0, 3, 1, 2)
+        return QTensor._make(out, input.dtype, scale, zp)
     x3 = _rows3(input._cint(), 1)
     out = _config.impl("norm").group_norm(x3, num_groups, weight, bias, qp.f32(input._scale),
                                           input._zero_point, eps, qp.inv_scale(scale), zp)

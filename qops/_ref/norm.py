@@ -132,3 +132,36 @@ def group_norm(x, num_groups, weight, bias, scale, zero_point, eps, inv_output_s
     y = fma_f32(k - mean, g, bb.reshape(1, num_groups, cpg, 1))
     out = q_vec(y, inv_output_scale, output_zero_point, qmin, qmax)
     return out.reshape(x.shape).astype(x.dtype)
+
+
+def group_norm_cl(x, num_groups, weight, bias, scale, zero_point, eps, inv_output_scale,
+                  output_zero_point):
+    """group_norm of channels-last data: x (B, P, C), every row of C one position's channels.
+
+    PyTorch's NHWC kernel (quantized_groupnorm_nhwc_kernel, AVX2 build, fused as compiled):
+    the same statistics, then per channel s_c = f32(r * w_c), t_c = fma(-s_c, mean, b_c),
+    y = fma(f32(q - zp), s_c, t_c) ; out = Q_vec(y). (PyTorch sums in float32 per thread
+    when P >= 512; these statistics stay exact.)
+
+    Parameters
+    ----------
+    x : uint8/int8 ndarray (B, P, C), P = the spatial size
+    num_groups : int, dividing C
+    weight, bias : float32 ndarrays (C,) or None (1 and 0)
+    scale, zero_point : the input's float32 scale and zero point
+    eps : float, added to the variance in double
+    inv_output_scale : float, f32(1.0f / f32(output_scale))
+    output_zero_point : int
+    """
+    qmin, qmax = _limits(x.dtype)
+    b, p, c = x.shape
+    cpg = c // num_groups
+    groups = x.reshape(b, p, num_groups, cpg).transpose(0, 2, 1, 3).reshape(b * num_groups, -1)
+    mean, r = _group_stats(groups, zero_point, scale, eps)
+    w = np.ones(c, F32) if weight is None else np.asarray(weight, F32)
+    bb = np.zeros(c, F32) if bias is None else np.asarray(bias, F32)
+    s = r.reshape(b, num_groups, 1) * w.reshape(1, num_groups, cpg)
+    t = fma_f32(-s, mean.reshape(b, num_groups, 1), bb.reshape(1, num_groups, cpg))
+    k = (x.astype(np.int64) - zero_point).astype(F32)
+    y = fma_f32(k, s.reshape(b, 1, c), t.reshape(b, 1, c))
+    return q_vec(y, inv_output_scale, output_zero_point, qmin, qmax).astype(x.dtype)

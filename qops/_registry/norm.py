@@ -149,6 +149,13 @@ def _gn_cases():
         cases.append(_gn_case(r, (2, 6, 5, 7), 3, d, "neg", "ones", eps=1e-3, zp=d.qmin))
         cases.append(_gn_case(r, (2, 4, 30), 2, d, "c", "rand", zp=d.qmax))
         cases.append(_gn_case(r, (0, 4, 3), 2, d, label=f"empty-{d.name}"))
+        # channels last (PyTorch's NHWC kernel, another rounding of the affine), and C-order
+        # arrays PyTorch takes as channels last too ((N, C, 1, 1), (N, 1, H, W))
+        cases.append(_gn_case(r, (2, 64, 5, 7), 2, d, "cl"))
+        cases.append(_gn_case(r, (2, 6, 5, 7), 3, d, "cl", "none"))
+        cases.append(_gn_case(r, (1, 40, 3, 4), 40, d, "cl", "ones", zp=d.qmin))
+        cases.append(_gn_case(r, (3, 8, 1, 1), 4, d))
+        cases.append(_gn_case(r, (2, 1, 6, 5), 1, d))
     return cases
 
 
@@ -161,16 +168,95 @@ def _gn_strategy():
     dims = st.tuples(st.integers(1, 3), st.integers(1, 4), st.integers(1, 4),
                      st.lists(st.integers(1, 12), min_size=1, max_size=3))
     return st.tuples(dims, st.integers(0, 2**32 - 1), st.sampled_from(DTYPES),
-                     st.sampled_from(["c", "t", "neg"]), st.sampled_from(["rand", "none", "ones"]),
+                     st.sampled_from(["c", "t", "neg", "cl"]),
+                     st.sampled_from(["rand", "none", "ones"]),
                      st.sampled_from([1e-5, 1e-3, 0.5])).map(build)
+
+
+def _to_torch_gn(x):
+    """The input as PyTorch's group norm should see it: channels last where qops' is."""
+    import torch
+    from qops._ops.norm import _torch_channels_last
+    t = u.to_torch(x)
+    if _torch_channels_last(x._int):
+        t = t.contiguous(memory_format=torch.channels_last)
+    return t
+
+
+def _gn_tail_near_tie(x, g, w, b, eps, s):
+    """For a channels-last input: where PyTorch's NHWC kernel rounds with its scalar tail
+    (Q_leg, the zero point added before rounding) and f32(y * inv) lies within 1e-3 of a .5
+    tie, so the two roundings may differ; elsewhere False."""
+    from qops import _qparams as qp
+    from qops._ops.norm import _torch_channels_last
+    from qops._ref import norm as ref
+    from qops._ref.quant import fma_f32
+    a = x._int
+    mask = np.zeros(a.shape, bool)
+    if not _torch_channels_last(a) or a.size == 0:
+        return mask
+    nb, c, h, wd = a.shape
+    cpg = c // g
+    xm = np.ascontiguousarray(a.transpose(0, 2, 3, 1)).reshape(nb, h * wd, c)
+    groups = xm.reshape(nb, h * wd, g, cpg).transpose(0, 2, 1, 3).reshape(nb * g, -1)
+    mean, r = ref._group_stats(groups, x._zero_point, qp.f32(x._scale), eps)
+    wv = np.ones(c, np.float32) if w is None else np.asarray(w, np.float32)
+    bv = np.zeros(c, np.float32) if b is None else np.asarray(b, np.float32)
+    sc = r.reshape(nb, g, 1) * wv.reshape(1, g, cpg)
+    t = fma_f32(-sc, mean.reshape(nb, g, 1), bv.reshape(1, g, cpg))
+    k = (xm.astype(np.int64) - x._zero_point).astype(np.float32)
+    y = fma_f32(k, sc.reshape(nb, 1, c), t.reshape(nb, 1, c)) * np.float32(qp.inv_scale(s))
+    frac = np.abs(y.astype(np.float64) - np.floor(y) - 0.5)
+    # the vector body covers whole 32-byte vectors: of each group's channels below 512
+    # positions, of all C channels from 512 on
+    ch = np.arange(c)
+    tail = (ch % cpg >= cpg // 32 * 32) if h * wd < 512 else (ch >= c // 32 * 32)
+    near = (frac < 1e-3) & tail[None, None, :]
+    return near.reshape(nb, h, wd, c).transpose(0, 3, 1, 2)
+
+
+def _compare_gn(case, ours, theirs, groups):
+    """Equal except +-1 in PyTorch's channels-last scalar tail within 1e-3 of a .5 tie."""
+    x, g, w, b, eps, s = (case.args[0], groups(case), case.args[-5], case.args[-4],
+                          case.args[-3], case.args[-2])
+    assert ours[:2] == theirs[:2] and ours[3:] == theirs[3:], \
+        f"{case.label}: qparams {ours[3:]} vs {theirs[3:]}"
+    a, t = np.asarray(ours[2]).astype(np.int64), np.asarray(theirs[2]).astype(np.int64)
+    assert a.shape == t.shape, f"{case.label}: shape {a.shape} vs {t.shape}"
+    bad = a != t
+    if bad.any():
+        near = _gn_tail_near_tie(x, g, w, b, eps, s)
+        assert (np.abs(a - t)[bad] == 1).all() and near[bad].all(), \
+            f"{case.label}: {int(bad.sum())} differ, not all +-1 near ties in PyTorch's tail"
+
+
+def compare_gn(case, ours, theirs):
+    return _compare_gn(case, ours, theirs, lambda c: c.args[1])
+
+
+def compare_in(case, ours, theirs):
+    return _compare_gn(case, ours, theirs, lambda c: c.args[0].shape[1])
+
+
+def _per_batch_if_wrapping(op, x, g):
+    """`op(t)` on PyTorch's view of `x`, batch by batch where its NHWC kernel would go wrong:
+    it steps the batch index modulo the group size N (data_index_step(n, N, g, G)), so with
+    more batches than N the later batches are never written (qops computes them)."""
+    import torch
+    t = _to_torch_gn(x)
+    n = int(np.prod(x.shape[1:], dtype=np.int64)) // g if x.ndim else 0
+    if t.ndim != 4 or not t.is_contiguous(memory_format=torch.channels_last) or x.shape[0] <= n:
+        return lambda: op(t)
+    parts = [t[i:i + 1].contiguous(memory_format=torch.channels_last) for i in range(x.shape[0])]
+    return lambda: torch.cat([op(p) for p in parts])
 
 
 def _torch_gn(case):
     import torch
     x, g, w, b, eps, s, z = case.args
-    t = u.to_torch(x)
     tw, tb = _torch_vec(w), _torch_vec(b)
-    return lambda: torch.ops.quantized.group_norm(t, g, tw, tb, eps, s, z)
+    return _per_batch_if_wrapping(lambda t: torch.ops.quantized.group_norm(t, g, tw, tb, eps, s, z),
+                                  x, g)
 
 
 def _in_cases():
@@ -189,9 +275,9 @@ def _in_strategy():
 def _torch_in(case):
     import torch
     x, w, b, eps, s, z = case.args
-    t = u.to_torch(x)
     tw, tb = _torch_vec(w), _torch_vec(b)
-    return lambda: torch.ops.quantized.instance_norm(t, tw, tb, eps, s, z)
+    return _per_batch_if_wrapping(lambda t: torch.ops.quantized.instance_norm(t, tw, tb, eps, s, z),
+                                  x, max(x.shape[1], 1))
 
 
 # -- batch norm ---------------------------------------------------------------------------
@@ -288,6 +374,12 @@ def _bench_bn(layout="c"):
 
 
 
+# PyTorch's NHWC group norm kernel (channels-last 4-D inputs) rounds the channels past its
+# last whole 32-byte vector (all of them for instance norm) with Q_leg; qops rounds every
+# element as the vector body (Q_vec), as for layer norm.
+_GN_TOLERANCE = ("exact except +-1 within 1e-3 of .5 rounding ties in the scalar tail of "
+                 "PyTorch's channels-last kernel (Q_leg there, Q_vec in qops)")
+
 SPECS = [
     OpSpec("batch_norm", "norm", ("batch_norm", "batch_norm_cl"), F.batch_norm, _bn_cases, _bn_strategy,
            bench={"2d_8x64x56": _bench_bn,
@@ -301,10 +393,13 @@ SPECS = [
            # rounding (Q_leg); qops rounds every element as the vector body (Q_vec).
            tolerance="exact except +-1 at exact .5 rounding ties in PyTorch's scalar tail (Q_leg "
                      "there, Q_vec in qops)"),
-    OpSpec("group_norm", "norm", ("group_norm",), F.group_norm, _gn_cases, _gn_strategy,
+    OpSpec("group_norm", "norm", ("group_norm", "group_norm_cl"), F.group_norm, _gn_cases,
+           _gn_strategy,
            bench={"8x256x28x28_g32": _bench_gn((8, 256, 28, 28), 32),
                   "256x56_g32": _bench_gn((1, 256, 56, 56), 32)},
-           torch=_torch_gn),
-    OpSpec("instance_norm", "norm", ("group_norm",), F.instance_norm, _in_cases, _in_strategy,
-           bench={"8x64x56": _bench_in}, torch=_torch_in),
+           torch=_torch_gn, compare=compare_gn, tolerance=_GN_TOLERANCE),
+    OpSpec("instance_norm", "norm", ("group_norm", "group_norm_cl"), F.instance_norm, _in_cases,
+           _in_strategy,
+           bench={"8x64x56": _bench_in}, torch=_torch_in, compare=compare_in,
+           tolerance=_GN_TOLERANCE),
 ]
