@@ -7,9 +7,11 @@ both backends; it must return the same on both (and leave its inputs alone), or 
 ValueError/TypeError on both, naming the argument. Anything else (another exception, an
 IndexError of the bounds-checked build, a crash, a hang) is a failure.
 
-Protocol (stdout, one line each): "S <i>\t<op>\t<label>" before case i runs, "F <i>\\t<op>\\t<label>\\t<why>"
-for a failure, "D <n>" when all n cases of the family ran. The parent (tests/test_hostile.py)
-restarts after a crash at the case that follows the one last started.
+QTensor methods and constructors (family "qtensor", METHOD_SPECS) get the same treatment.
+
+Protocol (stdout, one tab-separated line each): "S <i> <op> <label>" before case i runs,
+"F <i> <op> <label> <why>" for a failure, "D <n>" when all n cases of the family ran. The
+parent (tests/test_hostile.py) restarts after a crash at the case after the one last started.
 """
 import faulthandler
 import fractions
@@ -19,6 +21,7 @@ import re
 import signal
 import sys
 import warnings
+import zlib
 
 import numpy as np
 
@@ -27,7 +30,7 @@ from qops._qtensor import QTensor
 from qops._registry import Case, OpSpec, all_specs
 from qops._registry import _util as u
 
-#: valid cases taken per op (the smallest non-empty ones, with distinct shapes)
+#: valid cases taken per op: the smallest non-empty one, and the smallest of the most dims
 BASE_CASES = 2
 
 
@@ -180,7 +183,8 @@ def _qtensor_mutations(q):
         out.append(("zero-size last dim", same(_zero_size(a, -1))))
         if per_tensor:
             out.append(("extra dim", same(a[None])))
-            out.append(("0-d", _qt(np.asarray(a.flat[0]) if a.size else np.asarray(a.dtype.type(0)), q)))
+            scalar = a.flat[0] if a.size else a.dtype.type(0)
+            out.append(("0-d", _qt(np.asarray(scalar), q)))
             if a.ndim >= 2:
                 out.append(("one dim less", same(a[0])))
             out.append(("5 extra dims", same(a.reshape((1,) * 5 + a.shape))))
@@ -358,23 +362,18 @@ def mutations(spec):
 def _m(name, fn, *argsets):
     """A pseudo-spec of family "qtensor": fn(input, ...) with valid argument tuples."""
     def cases():
-        r = u.rng(zlib_crc(name))
+        r = u.rng(zlib.crc32(name.encode()))
         q = u.random_qtensor(r, (2, 3, 4), scale=0.1, zero_point=3)
         pc = qops.make_per_channel_quantized_tensor(
             np.ascontiguousarray(q._int), np.array([0.1, 0.2, 0.3]), np.array([1, 2, 3]), 1)
         env = {"q": q, "pc": pc, "q1": u.random_qtensor(r, (1, 3, 4), scale=0.2, zero_point=5),
                "pc1": qops.make_per_channel_quantized_tensor(   # a channel axis of size 1
                    np.ascontiguousarray(q._int[:1]), np.array([0.4]), np.array([7]), 0),
-               "raw": np.ascontiguousarray(q._int), "x": r.standard_normal((2, 3, 4)).astype(np.float32)}
+               "raw": np.ascontiguousarray(q._int)}
         return [Case(tuple(env.get(a, a) if isinstance(a, str) else a for a in args))
                 for args in argsets]
     fn.__name__ = name
     return OpSpec(name, "qtensor", (), fn, cases, None, {}, None, "a QTensor method")
-
-
-def zlib_crc(name):
-    import zlib
-    return zlib.crc32(name.encode())
 
 
 def _reshape(input, shape):
@@ -617,6 +616,10 @@ def _names_arg(msg, argname, spec, value):
     return False
 
 
+def _outcome(r):
+    return f"raised {r!r}" if isinstance(r, _Raised) else "returned"
+
+
 def _mutated(spec, case, argname):
     if argname in case.kwargs:
         return case.kwargs[argname]
@@ -655,8 +658,7 @@ def check(spec, label, argname, case):
                     and not _own_memory_error(r, spec, argname):
                 problems.append(f"{path} {backend} raised {r!r}")
         if isinstance(ref, _Raised) != isinstance(fast, _Raised):
-            problems.append(f"{path}: ref {'raised ' + repr(ref) if isinstance(ref, _Raised) else 'returned'}"
-                            f" but fast {'raised ' + repr(fast) if isinstance(fast, _Raised) else 'returned'}")
+            problems.append(f"{path}: ref {_outcome(ref)} but fast {_outcome(fast)}")
         elif isinstance(ref, _Raised):
             if ref.type is not fast.type:
                 problems.append(f"{path}: ref raised {ref!r}, fast {fast!r}")
