@@ -628,9 +628,19 @@ def _mutated(spec, case, argname):
     return case.args[i] if 0 <= i < len(case.args) else None
 
 
+_UNRAISABLE = []
+
+
+def _unraisable(info):
+    # An exception inside a noexcept kernel (the bounds-checked build's IndexError) cannot
+    # propagate: Cython reports it here and the kernel goes on.
+    _UNRAISABLE.append(f"{info.exc_type.__name__}: {info.exc_value} (in {info.object!r})")
+
+
 def check(spec, label, argname, case):
     """None if the mutated call behaved, else why not (one line)."""
     problems = []
+    del _UNRAISABLE[:]
     inplace = spec.name.endswith("_") or bool(case.kwargs.get("inplace") is not None
                                                and _truthy(case.kwargs.get("inplace")))
     for path, make in _calls(spec, case):
@@ -672,6 +682,9 @@ def check(spec, label, argname, case):
                 problems.append(f"{path}: {str(e)[:300]}")
             except Exception as e:       # results that cannot even be compared
                 problems.append(f"{path}: results not comparable ({type(e).__name__}: {e})")
+        if _UNRAISABLE:
+            problems.append(f"{path}: an exception inside a kernel was swallowed: "
+                            f"{_UNRAISABLE[0][:300]}")
         if problems:
             break
     return "; ".join(problems) if problems else None
@@ -697,6 +710,7 @@ def main(family, start=0, threads=2):
     # u.canon tries "import torch" (seconds): the oracle plays no part here
     sys.modules.setdefault("torch", None)
     faulthandler.enable()           # a crash leaves its Python stack in the parent's report
+    sys.unraisablehook = _unraisable
     warnings.simplefilter("ignore")
     np.seterr(all="ignore")
     qops.set_num_threads(threads)
