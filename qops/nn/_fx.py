@@ -81,9 +81,11 @@ def _tracer_class(torch, leaf_types, leaf_modules):
     import torch.fx as fx
 
     class Tracer(fx.Tracer):
-        def __init__(self):
+        def __init__(self, record_stack_traces=False):
             super().__init__()
-            self.record_stack_traces = True
+            # Stack traces cost about a third of a trace: they are recorded only when a
+            # capture failed and its message needs the lines of the user's forward.
+            self.record_stack_traces = record_stack_traces
 
         def is_leaf_module(self, m, qualname):
             if qualname in leaf_modules or type(m) in leaf_types:
@@ -152,6 +154,21 @@ def capture(module, table, what, leaf_modules=(), convert=None):
     leaf_modules : qualified names of submodules to keep whole (not traced into)
     convert : function(torch_module, path) -> qops module (defaults to the table's builders)
     """
+    try:
+        return _capture(module, table, what, leaf_modules, convert, False)
+    except _Unsupported:
+        # Trace again with stack traces, so the message gives the lines of the forward.
+        try:
+            return _capture(module, table, what, leaf_modules, convert, True)
+        except _Unsupported as e:
+            raise TypeError(str(e)) from None
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _capture(module, table, what, leaf_modules, convert, record_stack_traces):
     import torch
     import torch.fx as fx
 
@@ -163,7 +180,7 @@ def capture(module, table, what, leaf_modules=(), convert=None):
     unknown = leaf_modules - {n for n, _ in module.named_modules()}
     if unknown:
         raise ValueError(f"{what}: leaf_modules names no submodule {sorted(unknown)}")
-    tracer = _tracer_class(torch, leaf_types, leaf_modules)()
+    tracer = _tracer_class(torch, leaf_types, leaf_modules)(record_stack_traces)
     saved = _patched_functional_methods(torch, tracer)
     was_training = module.training
     try:
@@ -233,7 +250,7 @@ def capture(module, table, what, leaf_modules=(), convert=None):
                                 f"{type(tm).__module__}.{type(tm).__name__} at '{n.target}'")
                 continue
             if n.target not in modules:
-                modules[n.target] = convert_module(tm, n.target)
+                modules[n.target] = tm
             nodes.append(Node(name, "module", n.target, args, kwargs, where))
         elif n.op == "get_attr":
             value = module.get_parameter(n.target) if n.target in dict(
@@ -256,7 +273,7 @@ def capture(module, table, what, leaf_modules=(), convert=None):
                                     f"{type(tm).__name__} at '{path}'")
                     continue
                 if path not in modules:
-                    modules[path] = convert_module(tm, path)
+                    modules[path] = tm
                 nodes.append(Node(name, "module_method", (path, method), args[2:], kwargs,
                                   where))
                 continue
@@ -279,10 +296,12 @@ def capture(module, table, what, leaf_modules=(), convert=None):
         else:
             problems.append(f"{label}: node kind {n.op} is not supported")
     if problems:
-        raise TypeError(f"{what}: {len(problems)} node(s) of {type(module).__name__}.forward "
+        raise _Unsupported(f"{what}: {len(problems)} node(s) of {type(module).__name__}.forward "
                         f"cannot run in qops:\n  " + "\n  ".join(problems)
                         + "\n(a submodule qops cannot convert may be given as target= with a "
                           "qops model; see qops.nn.from_torch)")
+    # Converted only once the whole graph is known to run (weights are copied and packed).
+    modules = {path: convert_module(tm, path) for path, tm in modules.items()}
     gm = GraphModule(nodes, modules, buffers, class_name=type(module).__name__)
     # Keep the torch names of the levels the graph went through (for printing).
     for path, m in gm.named_modules():

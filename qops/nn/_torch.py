@@ -49,7 +49,10 @@ def _np(t):
     return t.cpu().numpy().copy()
 
 
-def _ctor_kwargs(qcls, tm, skip=()):
+_UNSET = object()
+
+
+def _ctor_kwargs(qcls, tm, skip=(), bias=_UNSET):
     """Constructor arguments of `qcls` read from the same-named attributes of torch module tm."""
     sig = inspect.signature(qcls.__init__)
     kwargs = {}
@@ -59,7 +62,7 @@ def _ctor_kwargs(qcls, tm, skip=()):
         if name in ("device", "dtype", "factory_kwargs", "inplace"):
             continue
         if name in ("bias", "bias_"):
-            b = getattr(tm, "bias", None)
+            b = getattr(tm, "bias", None) if bias is _UNSET else bias
             if callable(b):
                 b = b()
             kwargs[name] = b is not None
@@ -134,12 +137,15 @@ def _float_table(torch):
 
 def _with_qparams(qcls, extra=()):
     def build(tm, convert):
-        kwargs = _ctor_kwargs(qcls, tm)
+        # Unpack torch's packed weight once (weight(), bias() and the bias attribute would
+        # each unpack it again).
+        wb = tm._weight_bias() if hasattr(tm, "_weight_bias") else None
+        kwargs = _ctor_kwargs(qcls, tm, bias=None if wb is None else wb[1])
         for name in extra:
             kwargs[name] = getattr(tm, name)
         m = qcls(**kwargs)
         if hasattr(m, "set_weight_bias"):
-            w, b = tm.weight(), tm.bias()
+            w, b = wb if wb is not None else (tm.weight(), tm.bias())
             m.set_weight_bias(_np(w), _np(b))
         else:
             state = {k: _np(v) for k, v in tm.state_dict().items()}
