@@ -382,3 +382,29 @@ def test_loaded_graph_refuses_unknown_targets(tmp_path):
         np.savez(out, __qops__=np.array(json.dumps(d)), **arrays)
         with pytest.raises(qops.LoadError, match="not a method a graph may call"):
             qops.load(out)
+
+
+def test_quantized_calls_left_in_graphs_run():
+    # Converted graphs call torch.quantize_per_tensor, torch.ops.quantized.* and dequantize.
+    torch = torch_or_skip()
+
+    class Q(torch.nn.Module):
+        def forward(self, x, y):
+            qx = torch.quantize_per_tensor(x, 0.05, 60, torch.quint8)
+            qy = torch.quantize_per_tensor(y, 0.04, 70, torch.quint8)
+            s = torch.ops.quantized.add(qx, qy, 0.07, 64)
+            r = torch.ops.quantized.add_relu(qx, qy, 0.07, 64)
+            m = torch.ops.quantized.mul(qx, qy, 0.1, 50)
+            c = torch.ops.quantized.cat([s, r], scale=0.08, zero_point=60, dim=1)
+            h = torch.ops.quantized.hardswish(qx, 0.03, 40)
+            return c.dequantize(), torch.dequantize(m), h.dequantize(), torch.flatten(
+                torch.relu(qx), 1).dequantize()
+
+    g = qnn.from_torch(Q())
+    gen = torch.Generator().manual_seed(3)
+    x, y = torch.randn(2, 3, 4, 4, generator=gen), torch.randn(2, 3, 4, 4, generator=gen)
+    want = Q()(x, y)
+    got = g(x.numpy(), y.numpy())
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b.numpy())
