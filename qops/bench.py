@@ -1,6 +1,7 @@
 """Compare qops' fast kernels with its reference and with PyTorch, in one process.
 
     python -m qops.bench [--ops conv2d,linear] [--family conv] [--threads 1,2] [--seconds 0.3]
+    python -m qops.bench --models [resnet18,...] [--batch 1,8] [--threads 1,2] [--profile]
 
 Prints one table row per op and benchmark case: median microseconds per call for `ref`,
 `fast` and PyTorch (when installed), then fast's speed-up over ref and over PyTorch. The
@@ -196,7 +197,22 @@ def main(argv=None):
     p.add_argument("--bandwidth", action="store_true",
                    help="add fast's GB/s and its share of a plain copy's speed")
     p.add_argument("--list", action="store_true", help="list ops and cases, then exit")
+    p.add_argument("--models", nargs="?", const="all", default=None,
+                   help="time whole torchvision int8 models in PyTorch and imported into qops "
+                        "(comma-separated names, default all) instead of the ops")
+    p.add_argument("--batch", default="1", help="with --models: comma-separated batch sizes")
+    p.add_argument("--profile", action="store_true",
+                   help="with --models: per-layer times and ratios, largest share first")
     a = p.parse_args(argv)
+    if a.models is not None:
+        from qops import _bench_models
+        names = None if a.models == "all" else a.models.split(",")
+        unknown = set(names or ()) - set(_bench_models.MODELS)
+        if unknown:
+            p.error(f"unknown models {sorted(unknown)}; choose from {sorted(_bench_models.MODELS)}")
+        _bench_models.run(names, [int(t) for t in a.threads.split(",")],
+                          [int(b) for b in a.batch.split(",")], max(a.seconds, 1.0), a.profile)
+        return 0
     if a.list:
         for s in all_specs():
             print(f"{s.family:<11} {s.name:<24} {', '.join(s.bench)}")

@@ -1,0 +1,156 @@
+"""Whole-model benchmarks: torchvision's int8 models in PyTorch and imported into qops.
+
+    python -m qops.bench --models [resnet18,mobilenet_v2] [--threads 1,2] [--batch 1,8]
+    python -m qops.bench --models resnet50 --profile        # where the time goes, per layer
+
+Each model (random weights) is fused, calibrated with min/max observers on one batch and
+converted by PyTorch (x86 engine), then imported with `qops.nn.quantized.from_torch`; both run
+the same input, timed in alternating blocks. `--profile` times every leaf module in both (by
+its name, through forward hooks) and prints the layers by their share of qops' time. The
+graph runner's own cost per node is measured on a chain of no-op nodes.
+"""
+import sys
+import time
+import warnings
+
+import numpy as np
+
+import qops
+
+MODELS = {"resnet18": 224, "resnet50": 224, "mobilenet_v2": 224, "mobilenet_v3_large": 224,
+          "shufflenet_v2_x1_0": 224, "googlenet": 224, "inception_v3": 299}
+
+
+def build(torch, q, name, size):
+    """(PyTorch int8 model, qops GraphModule, import seconds) for torchvision model `name`."""
+    torch.manual_seed(0)
+    kw = dict(weights=None, quantize=False)
+    if name in ("googlenet", "inception_v3"):
+        kw.update(aux_logits=False, init_weights=False)
+    m = getattr(q, name)(**kw).eval()
+    m.fuse_model()
+    tq = torch.ao.quantization
+    m.qconfig = tq.QConfig(activation=tq.MinMaxObserver.with_args(reduce_range=True),
+                           weight=tq.get_default_qconfig("x86").weight)
+    tq.prepare(m, inplace=True)
+    with torch.no_grad():
+        m(torch.randn(2, 3, size, size))
+    tq.convert(m, inplace=True)
+    import qops.nn.quantized as nnq
+    t0 = time.perf_counter()
+    g = nnq.from_torch(m)
+    return m, g, time.perf_counter() - t0
+
+
+def node_overhead_us(n=200, repeats=200):
+    """The graph runner's cost per node: a chain of `n` no-op nodes on a tiny QTensor."""
+    from qops.nn._graph import GraphModule, Node, Ref
+    nodes = [Node("x", "input", "x")]
+    for i in range(n):
+        nodes.append(Node(f"n{i}", "function", "dropout", [Ref(nodes[-1].name)]))
+    nodes.append(Node("out", "output", "output", [Ref(nodes[-1].name)]))
+    g = GraphModule(nodes)
+    x = qops.quantize_per_tensor(np.zeros((1, 4), np.float32), 0.1, 0, qops.quint8)
+    g(x)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        g(x)
+    return (time.perf_counter() - t0) / repeats / n * 1e6
+
+
+def _leaf_times(torch, model, run, is_qops):
+    """{module name: seconds of its calls} over one run(), through forward hooks."""
+    spent, started, handles = {}, {}, []
+    for name, mod in model.named_modules():
+        children = list(mod.children()) if not is_qops else list(mod._modules.values())
+        if not name or children and not _is_fused(mod):
+            continue
+
+        def pre(m, inp, name=name):
+            started[name] = time.perf_counter()
+
+        def post(m, inp, out, name=name):
+            spent[name] = spent.get(name, 0.0) + time.perf_counter() - started[name]
+        handles.append(mod.register_forward_pre_hook(pre))
+        handles.append(mod.register_forward_hook(post))
+    try:
+        run()
+    finally:
+        for h in handles:
+            h.remove()
+    return spent
+
+
+def _is_fused(mod):
+    n = type(mod).__name__
+    return n.startswith(("Conv", "Linear", "BN")) and ("ReLU" in n or "BatchNorm" in n)
+
+
+def run(names=None, threads=(1,), batches=(1,), seconds=1.0, profile=False, out=sys.stdout):
+    """Time the models; return rows (model, batch, threads, torch ms, qops ms)."""
+    warnings.filterwarnings("ignore")
+    try:
+        import torch
+    except ImportError:
+        out.write("PyTorch is not installed: model benchmarks compare against it\n")
+        return []
+    torch.backends.quantized.engine = "x86"
+    from qops.nn._torchvision import quantization_models
+    q = quantization_models()
+    if q is None:
+        out.write("torchvision's model code is not found: install torchvision (or unpack it "
+                  "and set QOPS_TORCHVISION_PATH)\n")
+        return []
+    from qops.bench import _rotated_us
+    rows = []
+    out.write(f"graph runner: {node_overhead_us():.2f} us per node (no-op nodes)\n")
+    for name in names or MODELS:
+        size = MODELS[name]
+        tm, g, import_s = build(torch, q, name, size)
+        nodes = len(g.nodes)
+        out.write(f"{name}: imported in {import_s:.2f} s, {nodes} nodes\n")
+        for b in batches:
+            x = torch.randn(b, 3, size, size)
+            xn = x.numpy().copy()
+            if not np.array_equal(g(xn), tm(x).numpy()):
+                out.write(f"  warning: {name} batch {b}: qops output differs from PyTorch's\n")
+            for n in threads:
+                torch.set_num_threads(n)
+                with qops.threads(n), torch.no_grad():
+                    t = _rotated_us({"torch": lambda: tm(x), "qops": lambda: g(xn)}, seconds)
+                rows.append((name, b, n, t["torch"] / 1e3, t["qops"] / 1e3))
+                out.write(f"  batch {b} threads {n}: torch {t['torch'] / 1e3:8.2f} ms  qops "
+                          f"{t['qops'] / 1e3:8.2f} ms  {t['torch'] / t['qops']:.2f}x\n")
+            if profile:
+                _profile(torch, tm, g, x, xn, threads[0], out)
+    _table(rows, out)
+    return rows
+
+
+def _profile(torch, tm, g, x, xn, n, out, top=25):
+    torch.set_num_threads(n)
+    with qops.threads(n), torch.no_grad():
+        tm(x), g(xn)
+        theirs = _leaf_times(torch, tm, lambda: tm(x), False)
+        ours = _leaf_times(torch, g, lambda: g(xn), True)
+    total = sum(ours.values())
+    out.write(f"  per layer, {n} thread(s) (leaf modules, hook-timed: qops {total * 1e3:.2f} ms, "
+              f"torch {sum(theirs.values()) * 1e3:.2f} ms)\n")
+    out.write(f"  {'layer':<34} {'type':<22} {'share':>6} {'qops us':>9} {'torch us':>9} "
+              f"{'ratio':>6}\n")
+    for name, s in sorted(ours.items(), key=lambda kv: -kv[1])[:top]:
+        t = theirs.get(name)
+        kind = type(g.get_submodule(name)).__name__
+        ratio = f"{t / s:.2f}x" if t else "-"
+        out.write(f"  {name:<34} {kind:<22} {100 * s / total:5.1f}% {s * 1e6:9.0f} "
+                  f"{(t or 0) * 1e6:9.0f} {ratio:>6}\n")
+
+
+def _table(rows, out):
+    if not rows:
+        return
+    out.write("\nmodel                 batch  thr   torch ms    qops ms   qops vs torch\n")
+    for name, b, n, t, q in rows:
+        out.write(f"{name:<21} {b:>5} {n:>4} {t:10.2f} {q:10.2f}   {t / q:6.2f}x\n")
+    out.write("(qops vs torch = PyTorch's time / qops' time: above 1x means qops is faster)\n")
+
