@@ -159,9 +159,11 @@ def _capabilities():
 @pytest.mark.parametrize("cap", _capabilities())
 def test_issue19_torch_sum_each_capability(cap):
     torch_or_skip()
-    env = dict(os.environ, ATEN_CPU_CAPABILITY=cap)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, ATEN_CPU_CAPABILITY=cap, PYTHONPATH=path)
     out = subprocess.run([sys.executable, "-c", _SUBPROCESS, cap], env=env, capture_output=True,
-                         text=True, timeout=600)
+                         text=True, timeout=600, cwd=root)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("bad 0"), out.stdout
 
