@@ -20,3 +20,14 @@ def test_readme_feature_table_lists_every_registered_op():
 
 def test_changelog_exists():
     assert "## " in (ROOT / "CHANGELOG.md").read_text()
+
+
+def test_readme_bring_a_pytorch_model_example_runs(tmp_path, monkeypatch):
+    from conftest import torch_or_skip
+    torch_or_skip()
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Bring a PyTorch model"):]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md (Bring a PyTorch model)", "exec"), {"print": lambda *a: None})
+    assert (tmp_path / "net.qops").exists()
