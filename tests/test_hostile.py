@@ -33,9 +33,13 @@ def bounded_memory():
     """Limit this process's address space to what it maps now plus 4 GiB for the test, so
     that a regression allocating a huge output fails with MemoryError instead of getting
     the machine's OOM killer involved."""
-    resource = pytest.importorskip("resource")
-    with open("/proc/self/status") as f:
-        vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    try:
+        import resource
+        with open("/proc/self/status") as f:
+            vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    except (ImportError, OSError, StopIteration):
+        yield                       # no /proc (not Linux): run unlimited
+        return
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     limit = vm + (4 << 30)
     if hard != resource.RLIM_INFINITY:
