@@ -25,9 +25,9 @@ def qtensor(x, argname="input", dtypes=None, per_tensor=True, min_ndim=None, ndi
     return x
 
 
-#: The largest size, kernel size, stride, padding or dilation of one dim (int32, as PyTorch's
-#: kernels take them): the kernels' index arithmetic (a product of two such values, plus a
-#: third) then stays far inside the int64 of Py_ssize_t, whatever the caller passes.
+#: The largest size, kernel size, padding or dilation of one dim: some kernels take them as
+#: C ints (the channels-last pools), and a product of two such values, plus a third, stays
+#: far inside the int64 of Py_ssize_t whatever the caller passes.
 MAX_DIM = (1 << 31) - 1
 #: The largest int a kernel argument can hold (Py_ssize_t): a stride wider than the input
 #: is legal (one output) and may be this large.
