@@ -414,12 +414,12 @@ def test_channels_last_depthwise_equals_ref(tier, c, nd, k, stride, dilation, pa
 def test_c_order_depthwise_through_channels_last_equals_ref(tier, c, nd, k, stride, padding,
                                                             size):
     # C-order depthwise convs with symmetric weights and 32+ channels at a stride along W or
-    # on small planes run the channels-last kernel between two transposes; the result is
-    # C order as for every C-order input
+    # on small planes run the channels-last kernel between transposes; the result lies
+    # channels last, as every conv's (and PyTorch's)
     x, w, b = _depthwise_inputs(23, c, size, k)
     fn = {1: F.conv1d_relu, 2: F.conv2d, 3: F.conv3d}[nd]
     args = dict(stride=stride, padding=padding, groups=c, scale=float(np.prod(k)) * 0.02,
                 zero_point=120)
     want, got = _ref_and_tier(tier, fn, x, w, b, **args)
     np.testing.assert_array_equal(got, want)
-    assert np.std(want) > 5 and got.flags.c_contiguous
+    assert np.std(want) > 5 and (got.strides[1] == 1 or got.shape[1] == 1)

@@ -355,7 +355,12 @@ def _conv_run(pack, input, geo, relu, scale, zero_point, x=None):
     x5 = x.reshape(x.shape[:2] + lead + x.shape[2:])
     out = kernels.conv(x5, pack._kernel_pack(kernels), x_zp, bterm, mult, zero_point, bool(relu),
                        stride3, pad3, dil3, pack.groups)
-    return QTensor._make(out.reshape(out_shape), quint8, scale, zero_point)
+    # PyTorch's quantized convs (1-3 D, every engine and route) return channels-last memory,
+    # and the ops after them round by that layout (average pools, group norm): the result
+    # takes it too, by the tiled byte transpose.
+    order = channels_last_order(ndim + 2)
+    out = _config.impl("quant").copy_raw(out.reshape(out_shape).transpose(order))
+    return QTensor._make(out.transpose(inverse(order)), quint8, scale, zero_point)
 
 
 _DOC = """Quantized {n}-D convolution{relu} of a quint8 input with a qint8 weight.
