@@ -474,6 +474,10 @@ cdef void _q_leg_rows(const float[:, ::1] x, qint_t[:, ::1] out, const float[::1
     cdef qint_t* op = &out[0, 0]
     for k in prange(_pc_units(n0, row), schedule="static",
                     num_threads=qops_threads_for(n0 * row, GRAIN)):
+        # off and j0 assigned in the body, so Cython makes them thread-private (written
+        # only through pointers, they were shared by the threads: issue 19 #3)
+        off = 0
+        j0 = 0
         n = _pc_unit(k, n0, row, &off, &j0)
         _q_leg_tab_run(xp + off, op + off, n, &inv[j0], &zpf[j0], qmin, qmax)
 
@@ -544,6 +548,10 @@ cdef void _d_sc_rows(const q8_t[:, ::1] q, float[:, ::1] out, const float[::1] s
     cdef float* op = &out[0, 0]
     for k in prange(_pc_units(n0, row), schedule="static",
                     num_threads=qops_threads_for(n0 * row, GRAIN)):
+        # off and j0 assigned in the body, so Cython makes them thread-private (written
+        # only through pointers, they were shared by the threads: issue 19 #3)
+        off = 0
+        j0 = 0
         n = _pc_unit(k, n0, row, &off, &j0)
         _d_sc_tab_run(qp + off, op + off, n, &s[j0], &zp[j0])
 
@@ -557,6 +565,10 @@ cdef void _d_pc_rows(const qint_t[:, ::1] q, float[:, ::1] out, const double[::1
     cdef float* op = &out[0, 0]
     for k in prange(_pc_units(n0, row), schedule="static",
                     num_threads=qops_threads_for(n0 * row, GRAIN)):
+        # off and j0 assigned in the body, so Cython makes them thread-private (written
+        # only through pointers, they were shared by the threads: issue 19 #3)
+        off = 0
+        j0 = 0
         n = _pc_unit(k, n0, row, &off, &j0)
         _d_pc_tab_run(qp + off, op + off, n, &s[j0], &zp[j0])
 
