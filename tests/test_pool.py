@@ -218,3 +218,75 @@ def test_argument_memo_keeps_checks():
                dict(kernel_size=(2, 2), stride=(1, 1.0)), dict(kernel_size=2, stride=1, ceil_mode=1)):
         with pytest.raises((TypeError, ValueError)):
             F.max_pool2d(q, **kw)
+
+
+def _cl(raw, scale=0.1, zp=3):
+    """A per-tensor QTensor of `raw` (N, C, ...) lying channels last in memory."""
+    return qops.make_per_tensor_quantized_tensor(u._layout(raw, "cl"), scale, zp)
+
+
+# issue 19 #3: channels-last avg/adaptive/max pools shared a struct filled in a prange body
+@pytest.mark.parametrize("op", ["avg", "adaptive", "max"])
+def test_issue19_channels_last_pools_two_threads(op):
+    raw = u.rng(19).integers(-128, 128, size=(2, 64, 40, 41)).astype(np.int8)
+    x = _cl(raw)
+    call = {"avg": lambda: F.avg_pool2d(x, 2, 2),
+            "adaptive": lambda: F.adaptive_avg_pool2d(x, (7, 9)),
+            "max": lambda: F.max_pool2d(x, 3, 2, 1)}[op]
+    with qops.backend("fast"):
+        with qops.threads(1):
+            one = call()._int.copy()
+        with qops.threads(2):
+            for i in range(30):
+                np.testing.assert_array_equal(call()._int, one, err_msg=f"call {i}")
+
+
+# issue 19 #6: adaptive_avg_pool3d(x, 1) is PyTorch's mean, not the pool's reciprocal chain
+def test_issue19_adaptive_avg_pool3d_one_rounds_as_mean(backend, torch):
+    # 30 taps summing to 75 (mean 2.5): the chain f32(f32(1/2)/3)/5 gives 3, the mean 2
+    raw = np.full((1, 2, 2, 3, 5), 2, np.uint8)
+    raw[0, 0].reshape(-1)[:15] = 3
+    raw[0, 1].reshape(-1)[:21] = 8          # 21*8 + 9*2 = 186: mean 6.2, no tie
+    q = qops.make_per_tensor_quantized_tensor(raw, 0.1, 0)
+    ours = F.adaptive_avg_pool3d(q, 1)
+    assert ours._int.ravel().tolist() == [2, 6]
+    theirs = torch.nn.functional.adaptive_avg_pool3d(u.to_torch(q), 1).int_repr().numpy()
+    np.testing.assert_array_equal(ours._int, theirs)
+    np.testing.assert_array_equal(F.adaptive_avg_pool3d(q, (1, 1, 1))._int, theirs)
+
+
+# issue 19 #19: channels-last adaptive pools round as PyTorch's NHWC kernel (MobileNetV3 SE)
+def test_issue19_adaptive_avg_pool2d_channels_last_tie(backend, torch):
+    raw = np.full((1, 2, 14, 14), 8, np.uint8)
+    raw[:, :, :7] = 9                       # 98 of 196 taps are 9: a mean of exactly 8.5
+    x = _cl(raw, zp=8)
+    ours = F.adaptive_avg_pool2d(x, 1)
+    assert ours._int.ravel().tolist() == [8, 8]
+    t = u.to_torch(x).contiguous(memory_format=torch.channels_last)
+    theirs = torch.nn.functional.adaptive_avg_pool2d(t, 1).int_repr().numpy()
+    np.testing.assert_array_equal(ours._int, theirs)
+    # the same values in C order keep PyTorch's NCHW formula, rint(sum * f32(f32(1/14)/14))
+    # on raw values, which rounds this tie up
+    c = qops.make_per_tensor_quantized_tensor(raw, 0.1, 8)
+    ours_c = F.adaptive_avg_pool2d(c, 1)._int
+    assert ours_c.ravel().tolist() == [9, 9]
+    theirs_c = torch.nn.functional.adaptive_avg_pool2d(u.to_torch(c), 1).int_repr().numpy()
+    np.testing.assert_array_equal(ours_c, theirs_c)
+
+
+# issue 19 #19: channels-last avg pools add the zero point after rounding (PyTorch's vector body)
+@pytest.mark.parametrize("nsp", [1, 2, 3])
+def test_issue19_avg_pool_channels_last_ties(backend, torch, nsp):
+    r = u.rng(nsp)
+    # 16 channels: whole vectors of PyTorch's kernel on AVX2 and AVX-512 builds alike
+    shape = (2, 16) + (6, 7, 5)[3 - nsp:]
+    raw = (7 + r.integers(0, 2, size=shape)).astype(np.uint8)
+    x = _cl(raw, zp=7)
+    fn = getattr(F, f"avg_pool{nsp}d")
+    ours = fn(x, 2, 1)._int.astype(np.int64)
+    t = u.to_torch(x).movedim(1, -1).contiguous().movedim(-1, 1)
+    theirs = getattr(torch.nn.functional, f"avg_pool{nsp}d")(t, 2, 1).int_repr().numpy()
+    np.testing.assert_array_equal(ours, theirs)
+    # the C-order rule differs at these ties: the case exercises them
+    c = fn(qops.make_per_tensor_quantized_tensor(raw, 0.1, 7), 2, 1)._int.astype(np.int64)
+    assert (c != ours).mean() > 0.05

@@ -476,6 +476,28 @@ cdef extern from "pool_cl.h" nogil:
     void qpc_max_row_s32(const int32_t* const* rows, int32_t* out, const qpc_mrow* g)
 
 
+cdef inline void _max_cl_row(const qint_t* const* rows, qint_t* out, Py_ssize_t W,
+                             Py_ssize_t C, Py_ssize_t OW, int sW, int pW, int kW, int dW,
+                             Py_ssize_t nr) noexcept nogil:
+    # the row's arguments in a struct on this call's stack: one per thread (a struct filled
+    # inside a prange body is shared by the threads: issue 19 #3)
+    cdef qpc_mrow g
+    g.W = W
+    g.C = C
+    g.OW = OW
+    g.sW = sW
+    g.pW = pW
+    g.kW = kW
+    g.dW = dW
+    g.nrows = nr
+    if qint_t is uint8_t:
+        qpc_max_row_u8(<const uint8_t* const*>rows, out, &g)
+    elif qint_t is int8_t:
+        qpc_max_row_s8(<const int8_t* const*>rows, out, &g)
+    else:
+        qpc_max_row_s32(<const int32_t* const*>rows, out, &g)
+
+
 cdef void _max_cl(const qint_t* x, qint_t* out, Py_ssize_t N, Py_ssize_t D, Py_ssize_t H,
                   Py_ssize_t W, Py_ssize_t C, Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
                   int kD, int kH, int kW, int sD, int sH, int sW, int pD, int pH, int pW,
@@ -486,7 +508,6 @@ cdef void _max_cl(const qint_t* x, qint_t* out, Py_ssize_t N, Py_ssize_t D, Py_s
     # through an output row in memory).
     cdef Py_ssize_t r, n, od, oh, i, j, id_, ih, nr
     cdef const qint_t** rows = NULL
-    cdef qpc_mrow g
     with parallel(num_threads=nt):
         rows = <const qint_t**>malloc(kD * kH * sizeof(qint_t*))
         for r in prange(N * OD * OH, schedule="static"):
@@ -503,20 +524,7 @@ cdef void _max_cl(const qint_t* x, qint_t* out, Py_ssize_t N, Py_ssize_t D, Py_s
                     if 0 <= ih < H:
                         rows[nr] = x + ((n * D + id_) * H + ih) * W * C
                         nr = nr + 1
-            g.W = W
-            g.C = C
-            g.OW = OW
-            g.sW = sW
-            g.pW = pW
-            g.kW = kW
-            g.dW = dW
-            g.nrows = nr
-            if qint_t is uint8_t:
-                qpc_max_row_u8(<const uint8_t* const*>rows, out + r * OW * C, &g)
-            elif qint_t is int8_t:
-                qpc_max_row_s8(<const int8_t* const*>rows, out + r * OW * C, &g)
-            else:
-                qpc_max_row_s32(<const int32_t* const*>rows, out + r * OW * C, &g)
+            _max_cl_row(rows, out + r * OW * C, W, C, OW, sW, pW, kW, dW, nr)
         free(rows)
 
 
@@ -1207,58 +1215,74 @@ cdef extern from "pool_cl.h" nogil:
         const Py_ssize_t* w1
         const int32_t* sub
         const float* mul
-        float add, qmin, qmax
+        float add, post, qmin, qmax
     void qpc_avg_row_u8(const uint8_t* x, uint8_t* out, const qpc_row* g)
     void qpc_avg_row_s8(const int8_t* x, int8_t* out, const qpc_row* g)
+
+
+cdef inline void _avg_cl_row(const q8_t* x, q8_t* out, Py_ssize_t H, Py_ssize_t W,
+                             Py_ssize_t C, Py_ssize_t OW, Py_ssize_t d0, Py_ssize_t d1,
+                             Py_ssize_t h0, Py_ssize_t h1, const Py_ssize_t* w0,
+                             const Py_ssize_t* w1, const int32_t* sub, const float* mul,
+                             float add, float post, float qmin, float qmax) noexcept nogil:
+    # the row's arguments in a struct on this call's stack: one per thread (a struct filled
+    # inside a prange body is shared by the threads: issue 19 #3)
+    cdef qpc_row g
+    g.H = H
+    g.W = W
+    g.C = C
+    g.OW = OW
+    g.d0 = d0
+    g.d1 = d1
+    g.h0 = h0
+    g.h1 = h1
+    g.w0 = w0
+    g.w1 = w1
+    g.sub = sub
+    g.mul = mul
+    g.add = add
+    g.post = post
+    g.qmin = qmin
+    g.qmax = qmax
+    if q8_t is uint8_t:
+        qpc_avg_row_u8(x, out, &g)
+    else:
+        qpc_avg_row_s8(x, out, &g)
 
 
 cdef void _avg_cl(const q8_t* x, q8_t* out, Py_ssize_t N, Py_ssize_t D, Py_ssize_t H,
                   Py_ssize_t W, Py_ssize_t C, Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
                   const Py_ssize_t* lim, const int32_t* sub, const float* mul, float add,
-                  float qmin, float qmax, int nt) noexcept nogil:
+                  float post, float qmin, float qmax, int nt) noexcept nogil:
     # One output row (n, od, oh) per work item (pool_cl.h sums each pixel's window in
     # registers). lim = d0[OD], d1[OD], h0[OH], h1[OH], w0[OW], w1[OW], clipped to the input.
     cdef Py_ssize_t r, n, od, oh
-    cdef qpc_row g
     for r in prange(N * OD * OH, schedule="static", num_threads=nt):
         n = r // (OD * OH)
         od = r // OH - n * OD
         oh = r - (n * OD + od) * OH
-        g.H = H
-        g.W = W
-        g.C = C
-        g.OW = OW
-        g.d0 = lim[od]
-        g.d1 = lim[OD + od]
-        g.h0 = lim[2 * OD + oh]
-        g.h1 = lim[2 * OD + OH + oh]
-        g.w0 = lim + 2 * OD + 2 * OH
-        g.w1 = lim + 2 * OD + 2 * OH + OW
-        g.sub = sub + (od * OH + oh) * OW
-        g.mul = mul + (od * OH + oh) * OW
-        g.add = add
-        g.qmin = qmin
-        g.qmax = qmax
-        if q8_t is uint8_t:
-            qpc_avg_row_u8(x + n * D * H * W * C, out + r * OW * C, &g)
-        else:
-            qpc_avg_row_s8(x + n * D * H * W * C, out + r * OW * C, &g)
+        _avg_cl_row(x + n * D * H * W * C, out + r * OW * C, H, W, C, OW, lim[od],
+                    lim[OD + od], lim[2 * OD + oh], lim[2 * OD + OH + oh],
+                    lim + 2 * OD + 2 * OH, lim + 2 * OD + 2 * OH + OW,
+                    sub + (od * OH + oh) * OW, mul + (od * OH + oh) * OW, add, post, qmin,
+                    qmax)
 
 
 _CL_TABLES = {}
 
 
 cdef object _avg_cl_run(x, out_size, tables):
-    """Run _avg_cl on x (N, D, H, W, C) with tables = (lim, sub, mul, add): the clipped
-    windows per axis (d0, d1, h0, h1, w0, w1) and sub and mul per output (OD, OH, OW)."""
+    """Run _avg_cl on x (N, D, H, W, C) with tables = (lim, sub, mul, add, post): the
+    clipped windows per axis (d0, d1, h0, h1, w0, w1) and sub and mul per output (OD, OH,
+    OW)."""
     cdef Py_ssize_t N, D, H, W, C, OD, OH, OW
     N, D, H, W, C = x.shape
     OD, OH, OW = out_size
     out = qops_empty(np, (N, OD, OH, OW, C), x.dtype)
     if out.size == 0:
         return out
-    lim_a, sub_a, mul_a, add_o = tables
-    cdef float add = add_o
+    lim_a, sub_a, mul_a, add_o, post_o = tables
+    cdef float add = add_o, post = post_o
     cdef const Py_ssize_t* lim = <const Py_ssize_t*>qops_ptr(lim_a)
     cdef const int32_t* sp = <const int32_t*>qops_ptr(sub_a)
     cdef const float* mp = <const float*>qops_ptr(mul_a)
@@ -1267,18 +1291,19 @@ cdef object _avg_cl_run(x, out_size, tables):
     cdef uint8_t* op = <uint8_t*>qops_ptr(out, True)
     if x.dtype == np.uint8:
         with nogil:
-            _avg_cl[uint8_t](xp, op, N, D, H, W, C, OD, OH, OW, lim, sp, mp, add, 0.0, 255.0, nt)
+            _avg_cl[uint8_t](xp, op, N, D, H, W, C, OD, OH, OW, lim, sp, mp, add, post, 0.0,
+                             255.0, nt)
     else:
         with nogil:
             _avg_cl[int8_t](<const int8_t*>xp, <int8_t*>op, N, D, H, W, C, OD, OH, OW, lim, sp,
-                            mp, add, -128.0, 127.0, nt)
+                            mp, add, post, -128.0, 127.0, nt)
     return out
 
 
-def _cl_tables(key, lim, sub, mul, add):
+def _cl_tables(key, lim, sub, mul, add, post):
     """The kernel's tables as contiguous arrays, kept per geometry (models repeat a pool)."""
     tables = (np.ascontiguousarray(lim, dtype=np.intp), np.ascontiguousarray(sub, dtype=np.int32),
-              np.ascontiguousarray(mul, dtype=np.float32), add)
+              np.ascontiguousarray(mul, dtype=np.float32), add, post)
     if len(_CL_TABLES) >= 64:
         _CL_TABLES.clear()
     _CL_TABLES[key] = tables
@@ -1287,7 +1312,8 @@ def _cl_tables(key, lim, sub, mul, add):
 
 def avg_pool_cl(x, kernel_size, stride, padding, out_size, count_include_pad, divisor_override,
                 zero_point):
-    """avg_pool of channels-last data: x (N, D, H, W, C) -> (N, OD, OH, OW, C)."""
+    """avg_pool of channels-last data: x (N, D, H, W, C) -> (N, OD, OH, OW, C), PyTorch's
+    channels-last formula clampQ(rint(f32(f32(acc) * f32(1/div))) + zp)."""
     x = np.ascontiguousarray(x)
     key = ("avg", tuple(out_size), tuple(stride), tuple(padding), tuple(kernel_size),
            x.shape[1:4], bool(count_include_pad), divisor_override, zero_point)
@@ -1299,20 +1325,31 @@ def avg_pool_cl(x, kernel_size, stride, padding, out_size, count_include_pad, di
     for o, s, p, k, L in zip(out_size, stride, padding, kernel_size, x.shape[1:4]):
         start = np.arange(o, dtype=np.intp) * s - p
         lims += [np.maximum(start, 0), np.minimum(start + k, L)]
-    # size*zp and f32(1/div) per output, as the C-order kernels' tables (rows by class)
+    # size*zp and f32(1/div) per output, as the C-order kernels' tables (rows by class); the
+    # zero point added after rounding (post)
     cls, zt, mt, _, _ = _avg_tables(out_size, stride, padding, kernel_size, x.shape[1:4],
                                     count_include_pad, divisor_override, zero_point)
     return _avg_cl_run(x, out_size, _cl_tables(key, np.concatenate(lims), zt[cls], mt[cls],
-                                               float(zero_point)))
+                                               0.0, float(zero_point)))
 
 
-def adaptive_avg_pool_cl(x, out_size):
-    """adaptive_avg_pool of channels-last data: x (N, D, H, W, C) -> (N, OD, OH, OW, C)."""
+def adaptive_avg_pool_cl(x, out_size, zero_point):
+    """adaptive_avg_pool of channels-last data: x (N, D, H, W, C) -> (N, OD, OH, OW, C),
+    PyTorch's channels-last formula clampQ(rint(f32(f32((sum - size*zp) * inv) + zp)))."""
     x = np.ascontiguousarray(x)
-    key = ("adaptive", tuple(out_size), x.shape[1:4])
+    key = ("adaptive", tuple(out_size), x.shape[1:4], zero_point)
     tables = _CL_TABLES.get(key)
     if tables is None:
-        # rint(f32(f32(sum) * recip)): sub 0, add 0
-        lim, recip = _adaptive_tables(out_size, x.shape[1:4])
-        tables = _cl_tables(key, lim, np.zeros(recip.size, np.int32), recip, 0.0)
+        lim, _ = _adaptive_tables(out_size, x.shape[1:4])
+        off = 0
+        lens = []
+        for O in out_size:
+            lens.append(lim[off + O:off + 2 * O] - lim[off:off + O])
+            off += 2 * O
+        size = (lens[0][:, None, None] * lens[1][None, :, None] * lens[2][None, None, :]).ravel()
+        # m = f32(1/size); inv = f32(1/f32(1/m)), the inverse of the scale PyTorch hands
+        # its quantizer
+        m = np.float32(1) / size.astype(np.float32)
+        inv = np.float32(1) / (np.float32(1) / m)
+        tables = _cl_tables(key, lim, size * zero_point, inv, float(zero_point), 0.0)
     return _avg_cl_run(x, out_size, tables)

@@ -1,8 +1,11 @@
 /* Average pools of channels-last data: one output row (n, od, oh) at a time.
  *
  * Each output pixel sums its window's C-vectors (exact int32) and requantizes every sum as
- *     out = clamp(rint(f32(f32(sum - sub) * mul) + add))
- * with the output's sub and mul (avg_pool: size*zp, f32(1/div), add = zp; adaptive: 0, r, 0).
+ *     out = clamp(rint(fma(f32(sum - sub), mul, add)) + post)
+ * with the output's sub and mul: the vector bodies of PyTorch's channels-last kernels,
+ * avg_pool's (sub = size*zp, mul = f32(1/div), add = 0: one rounded product, post = zp: the
+ * zero point added after rounding) and adaptive avg_pool's (Q_fma: sub = size*zp,
+ * mul = f32(1/f32(1/f32(1/size))), add = zp, post = 0).
  * AVX-512 takes blocks of 64 channels in four zmm sums that stay in registers from the first
  * tap to the output bytes, AVX2 in eight ymm sums; the baseline build, and channel tails,
  * sum into memory and let GCC vectorize the loops. (Sums in memory, or packing through GCC's
@@ -12,6 +15,7 @@
 #define QOPS_POOL_CL_H
 #include <stdint.h>
 #include <stddef.h>
+#include <math.h>
 #include "qops_common.h"
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -24,17 +28,17 @@ typedef struct {
     const ptrdiff_t *w0, *w1;
     const int32_t *sub;
     const float *mul;
-    float add, qmin, qmax;
+    float add, post, qmin, qmax;
 } qpc_row;
 
-/* o[k] = clamp(rint(f32(f32(sums[k] - sub) * m) + add)) for k < n: the sums in memory. */
+/* o[k] = clamp(rint(fma(f32(sums[k] - sub), m, add)) + post) for k < n: the sums in
+ * memory (post is an integer: adding it to the rounded value is exact). */
 #define QPC_REQUANT(NAME, T)                                                                   \
 static inline void NAME(const int32_t *sums, T *o, ptrdiff_t n, int32_t sub, float m,         \
                         const qpc_row *g) {                                                    \
     for (ptrdiff_t k = 0; k < n; k++) {                                                        \
-        float v = (float)(sums[k] - sub) * m;                                                  \
-        v = v + g->add;                                                                        \
-        o[k] = (T)(int32_t)qops_clampf(qops_rintf(v), g->qmin, g->qmax);                       \
+        float v = fmaf((float)(sums[k] - sub), m, g->add);                                     \
+        o[k] = (T)(int32_t)qops_clampf(qops_rintf(v) + g->post, g->qmin, g->qmax);             \
     }                                                                                          \
 }
 QPC_REQUANT(qpc_requant_u8, uint8_t)
@@ -60,16 +64,19 @@ static inline void NAME(const T *s, T *o, ptrdiff_t nd, ptrdiff_t nh, ptrdiff_t 
         }                                                                                      \
     const __m512i vs = _mm512_set1_epi32(sub);                                                 \
     const __m512 vm = _mm512_set1_ps(m), va = _mm512_set1_ps(g->add);                          \
-    const __m512 lo = _mm512_set1_ps(g->qmin), hi = _mm512_set1_ps(g->qmax);                   \
+    /* clamp(rint(v) + post) = rint(clamp(v, qmin - post, qmax - post)) + post: the bounds  \
+     * and post are integers */                                                                \
+    const __m512 lo = _mm512_set1_ps(g->qmin - g->post), hi = _mm512_set1_ps(g->qmax - g->post); \
+    const __m512i vp = _mm512_set1_epi32((int32_t)g->post);                                     \
     __m512i acc[4] = {a0, a1, a2, a3};                                                         \
     for (int k = 0; k < 4; k++) {                                                              \
         __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[k], vs));                           \
-        f = _mm512_add_ps(_mm512_mul_ps(f, vm), va);                                           \
+        f = _mm512_fmadd_ps(f, vm, va);                                                        \
         /* clamping to integer bounds before the rounding gives clamp(rint(v)); the           \
          * conversion rounds half to even (the default MXCSR mode), as rint */                \
         f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);                                           \
         _mm_storeu_si128((__m128i *)(o + 16 * k),                                              \
-                         _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(f)));                          \
+                         _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), vp)));    \
     }                                                                                          \
 }
 QPC_BLOCK64(qpc_block64_u8, uint8_t, _mm512_cvtepu8_epi32)

@@ -281,7 +281,12 @@ def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
 
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
                count_include_pad=True, divisor_override=None):
-    """2-d average pool; output qparams = input's, bit-exact with PyTorch's NCHW kernel.
+    """2-d average pool; output qparams = input's, with PyTorch's formula for the layout.
+
+    C-order input: bit-exact with PyTorch's NCHW kernel. Channels-last memory: the vector
+    body of its NHWC kernel (zero point added after rounding) for every channel; PyTorch's
+    last C % 8 channels (C % 16 with AVX-512) add it before rounding, a difference of 1 at
+    exact .5 ties when the zero point is odd.
 
     Parameters
     ----------
@@ -299,10 +304,13 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
                count_include_pad=True, divisor_override=None):
     """3-d average pool; output qparams = input's.
 
-    Uses the avg_pool2d rounding (zero point added before rounding) for every channel, so the
-    result never depends on channel count or layout. PyTorch's avg_pool3d adds the zero point
-    after rounding for the first C//16*16 channels: results differ by 1 at exact .5 ties
-    when the zero point is odd.
+    On C-order input, uses the avg_pool2d rounding (zero point added before rounding) for
+    every channel; on channels-last memory, PyTorch's channels-last formula (zero point added
+    after rounding) for every channel. PyTorch's avg_pool3d always runs its channels-last
+    kernel, which adds the zero point after rounding for the first C//8*8 channels (AVX2;
+    C//16*16 with AVX-512) and before it for the rest: results differ by 1 at exact .5 ties
+    when the zero point is odd (C-order input: in those first channels; channels-last
+    input: in the rest).
 
     Parameters
     ----------
@@ -358,8 +366,16 @@ def _adaptive(nsp, input, output_size, kind, return_indices=False):
         if win > _MAX_WINDOW:
             raise ValueError(f"adaptive average windows over more than 2**23 elements are not "
                              f"supported (input {input.shape})")
+        if nsp == 3 and o == (1, 1, 1):
+            # PyTorch's adaptive_avg_pool3d(x, 1) is x.mean((-3, -2, -1), keepdim=True), whose
+            # fast path rounds f32(f32(sum) / f32(n)), not the pool's product with a chained
+            # reciprocal (issue 19 #6). On channels-last memory PyTorch's mean averages the
+            # dequantized floats instead: qops keeps the exact raw formula there.
+            from qops._ops.reduce import mean
+            return mean(input, dim=(-3, -2, -1), keepdim=True)
         if xcl is not None:
-            return _wrap_cl(input, nsp, _config.impl("pool").adaptive_avg_pool_cl(xcl, o))
+            return _wrap_cl(input, nsp, _config.impl("pool").adaptive_avg_pool_cl(
+                xcl, o, input._zero_point))
         return _wrap(input, back(_config.impl("pool").adaptive_avg_pool(x5, o)))
     with_indices = _bool(return_indices, "return_indices")
     res = _config.impl("pool").adaptive_max_pool(x5, o, with_indices)
@@ -380,7 +396,11 @@ def adaptive_avg_pool1d(input, output_size):
 
 
 def adaptive_avg_pool2d(input, output_size):
-    """2-d adaptive average pool; output qparams = input's (PyTorch's NCHW formula).
+    """2-d adaptive average pool; output qparams = input's, bit-exact with PyTorch.
+
+    C-order input: PyTorch's NCHW formula rint(f32(sum * r)) on raw values; channels-last
+    memory: its NHWC formula (window sum less size*zp, times f32(1/f32(1/f32(1/size))),
+    zero point added before rounding).
 
     PyTorch scrambles channels when the input is 1x1 spatially with C > 1 (it takes its
     channels-last path); qops returns the correct result there.
@@ -405,7 +425,12 @@ def adaptive_avg_pool2d(input, output_size):
 
 
 def adaptive_avg_pool3d(input, output_size):
-    """3-d adaptive average pool; output qparams = input's (PyTorch's NCDHW formula).
+    """3-d adaptive average pool; output qparams = input's, with PyTorch's formulas.
+
+    Output size 1: PyTorch's mean, rint(f32(f32(sum) / f32(n))) on raw values (PyTorch
+    averages dequantized floats on channels-last memory: ±1 near ties there). Otherwise as
+    adaptive_avg_pool2d: the NCDHW formula on C-order input, the NDHWC one on channels-last
+    memory.
 
     Parameters
     ----------

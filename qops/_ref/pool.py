@@ -2,12 +2,16 @@
 
 Contract: raw uint8/int8 (int32 for max pools) arrays of shape (N, C, D, H, W) in, the same
 dtype out, qparams unchanged. Max pools compare raw values. Average pools sum raw values in
-exact integers and requantize in float32 with round half to even: PyTorch's NCHW avg_pool2d
-formula (zero point added before rounding) for every dimension count; adaptive average pools
-use PyTorch's NCHW formula rint(f32(sum * f32 reciprocal)) on raw values.
+exact integers and requantize in float32 with round half to even, with PyTorch's formula for
+the memory layout: on C-order data its NCHW avg_pool2d formula (zero point added before
+rounding) for every dimension count, and for adaptive pools rint(f32(sum * f32 reciprocal))
+on raw values; on channels-last data the vector body of its NHWC kernels (avg_pool_cl,
+adaptive_avg_pool_cl).
 1-d and 2-d pools are 3-d pools with unit kernels on the missing leading dims.
 """
 import numpy as np
+
+from qops._ref.quant import fma_f32
 
 F32 = np.float32
 
@@ -165,18 +169,79 @@ def adaptive_avg_pool(x, out_size):
 
 def avg_pool_cl(x, kernel_size, stride, padding, out_size, count_include_pad, divisor_override,
                 zero_point):
-    """avg_pool of channels-last data: x (N, D, H, W, C), result (N, OD, OH, OW, C). The same
-    windows and formula (zero point added before rounding), whatever the memory order."""
-    y = avg_pool(np.moveaxis(np.asarray(x), -1, 1), kernel_size, stride, padding, out_size,
-                 count_include_pad, divisor_override, zero_point)
-    return np.ascontiguousarray(np.moveaxis(y, 1, -1))
+    """avg_pool of channels-last data: x (N, D, H, W, C), result (N, OD, OH, OW, C).
+
+    The windows, acc and div of avg_pool, requantized as the vector body of PyTorch's NHWC
+    kernel (zero point added after rounding):
+
+        m   = f32(1 / div)
+        out = clampQ(rint(f32(f32(acc) * m)) + zp)
+
+    PyTorch's scalar tail (the last C % 8 channels with AVX2, C % 16 with AVX-512) adds the
+    zero point before rounding; qops uses the vector formula for every channel, so the
+    result never depends on the channel count (they differ by 1 at exact .5 ties when zp is
+    odd). Parameters as avg_pool, with x channels last.
+    """
+    x = np.asarray(x)
+    info = np.iinfo(x.dtype)
+    n, c = x.shape[0], x.shape[-1]
+    out = np.empty((n,) + tuple(out_size) + (c,), dtype=x.dtype)
+    wins = [_avg_window(o, s, p, k, L) for o, s, p, k, L in
+            zip(out_size, stride, padding, kernel_size, x.shape[1:4])]
+    xi = x.astype(np.int64)
+    for od in range(out_size[0]):
+        d0, d1, dpool = (int(a[od]) for a in wins[0])
+        for oh in range(out_size[1]):
+            h0, h1, hpool = (int(a[oh]) for a in wins[1])
+            for ow in range(out_size[2]):
+                w0, w1, wpool = (int(a[ow]) for a in wins[2])
+                size = (d1 - d0) * (h1 - h0) * (w1 - w0)
+                acc = xi[:, d0:d1, h0:h1, w0:w1].sum(axis=(1, 2, 3)) - size * zero_point
+                if divisor_override:
+                    div = divisor_override
+                else:
+                    div = dpool * hpool * wpool if count_include_pad else size
+                m = F32(F32(1) / F32(div))
+                t = np.rint(acc.astype(F32) * m) + zero_point
+                out[:, od, oh, ow] = np.clip(t, info.min, info.max)
+    return out
 
 
-def adaptive_avg_pool_cl(x, out_size):
-    """adaptive_avg_pool of channels-last data: x (N, D, H, W, C), result (N, OD, OH, OW, C),
-    with the same formula as adaptive_avg_pool."""
-    y = adaptive_avg_pool(np.moveaxis(np.asarray(x), -1, 1), out_size)
-    return np.ascontiguousarray(np.moveaxis(y, 1, -1))
+def adaptive_avg_pool_cl(x, out_size, zero_point):
+    """adaptive_avg_pool of channels-last data: x (N, D, H, W, C), result (N, OD, OH, OW, C).
+
+    The windows of adaptive_avg_pool, requantized as PyTorch's NHWC kernel (vector body and
+    scalar tail alike: Q_fma, the zero point added before rounding in one fused step, with
+    the inverse of the inverse of the multiplier):
+
+        m   = f32(1 / size);  inv = f32(1 / f32(1 / m))
+        out = clampQ(rint(fma(f32(sum - size * zp), inv, f32(zp))))
+
+    Parameters
+    ----------
+    x : uint8 or int8 ndarray (N, D, H, W, C)
+    out_size : 3-tuple of ints (D, H, W)
+    zero_point : int, the input's (and output's) zero point
+    """
+    x = np.asarray(x)
+    info = np.iinfo(x.dtype)
+    n, c = x.shape[0], x.shape[-1]
+    out = np.empty((n,) + tuple(out_size) + (c,), dtype=x.dtype)
+    bounds = [_adaptive_bounds(o, L) for o, L in zip(out_size, x.shape[1:4])]
+    xi = x.astype(np.int64)
+    for od in range(out_size[0]):
+        d0, d1 = int(bounds[0][0][od]), int(bounds[0][1][od])
+        for oh in range(out_size[1]):
+            h0, h1 = int(bounds[1][0][oh]), int(bounds[1][1][oh])
+            for ow in range(out_size[2]):
+                w0, w1 = int(bounds[2][0][ow]), int(bounds[2][1][ow])
+                size = (d1 - d0) * (h1 - h0) * (w1 - w0)
+                m = F32(F32(1) / F32(size))
+                inv = F32(F32(1) / F32(F32(1) / m))
+                acc = xi[:, d0:d1, h0:h1, w0:w1].sum(axis=(1, 2, 3)) - size * zero_point
+                t = fma_f32(acc.astype(F32), inv, F32(zero_point))
+                out[:, od, oh, ow] = np.clip(np.rint(t), info.min, info.max)
+    return out
 
 
 def adaptive_max_pool(x, out_size, with_indices):

@@ -113,7 +113,8 @@ def _pool_cases(nsp, arg_lists, dtypes, seed):
             cases.append(Case((_q(r, shape, d, layout, zp),), dict(kw),
                               label=f"{shape}-{d.name}-{layout}-{kw}"))
             i += 1
-    return cases + _wide_cl_cases(nsp, arg_lists[nsp][:2], dtypes, r)
+    ties = _avg_tie_cases(nsp, seed) if arg_lists is _AVG_ARGS else []
+    return cases + _wide_cl_cases(nsp, arg_lists[nsp][:2], dtypes, r) + ties
 
 
 # Channels-last inputs with 64 channels and more: the channels-last kernels' 64-channel
@@ -167,15 +168,21 @@ def _pool_strategy(nsp, kind, dtypes):
     ).map(build).filter(lambda c: _valid(nsp, c.args[0].shape, c.kwargs))
 
 
+def _is_cl(q, nsp):
+    """Whether q's memory is channels last (batched, axis 1 innermost), as qops's pools
+    detect it."""
+    return q.ndim == nsp + 2 and memory_order(q._int) == [0] + list(range(2, q.ndim)) + [1]
+
+
 def _torch_batched(fn, q, nsp, same_layout=False):
     """fn on q as PyTorch would run it, where PyTorch needs help: unbatched inputs get a batch
     dim (its quantized 3-d pools take only 5-D), and empty inputs (which it rejects) run on a
-    one-element stand-in whose result is sliced back to empty. With `same_layout`, a 4-D
-    channels-last input stays channels last (PyTorch then runs its NHWC kernel)."""
+    one-element stand-in whose result is sliced back to empty. With `same_layout`, a
+    channels-last input stays channels last (PyTorch then runs its NHWC kernels)."""
     import torch
     t = u.to_torch(q)
-    if same_layout and q.ndim == 4 and memory_order(q._int) == [0, 2, 3, 1]:
-        t = t.contiguous(memory_format=torch.channels_last)
+    if same_layout and _is_cl(q, nsp):
+        t = t.movedim(1, -1).contiguous().movedim(-1, 1)
     unbatched = q.ndim == nsp + 1
     if unbatched:
         t = t.unsqueeze(0)
@@ -211,12 +218,12 @@ def _torch_pool(fn_name, nsp):
             if s is not None:
                 kw["stride"] = tup(s, 1)
             fn2 = torch.nn.functional.avg_pool2d
-            return _torch_batched(lambda t: fn2(t.unsqueeze(2), **kw).squeeze(2), q, nsp)
+            return _torch_batched(lambda t: fn2(t.unsqueeze(2), **kw).squeeze(2), q, nsp, True)
         fn = getattr(torch.nn.functional, name)
         if not kw.pop("return_indices", False):
-            # max is exact in any order, so PyTorch's NHWC max pool is a fair oracle and peer
-            return _torch_batched(lambda t: fn(t, **kw), q, nsp,
-                                  name.startswith("max_pool") or u.cl_bench(case))
+            # max is exact in any order, so PyTorch's NHWC max pool is a fair oracle and peer;
+            # average pools follow PyTorch's formula for the input's layout (issue 19 #19)
+            return _torch_batched(lambda t: fn(t, **kw), q, nsp, True)
 
         def with_indices(t):
             # PyTorch's quantized max pool rejects return_indices: the indices come from its
@@ -301,23 +308,37 @@ def _avg_sums(x, kw):
     return acc, size, div
 
 
-def _compare_avg3d(case, ours, theirs):
-    """Ours (zero point before rounding) vs PyTorch's (after rounding for vector channels)."""
+def _compare_avg(nsp):
+    return lambda case, ours, theirs: _compare_avg_nsp(nsp, case, ours, theirs)
+
+
+def _compare_avg_nsp(nsp, case, ours, theirs):
+    """Ours vs PyTorch's where PyTorch mixes two tie rules in one tensor: its channels-last
+    kernel adds the zero point after rounding in whole vectors of channels and before it in
+    the scalar tail (the last C % 8 channels with AVX2, C % 16 with AVX-512), qops one rule
+    per layout: the vector body's on channels-last memory, the NCHW kernel's (before
+    rounding) on C order. Differences of 1 are allowed only at exact .5 ties with an odd
+    zero point, in the channels where PyTorch uses the other rule."""
     assert ours[0] == theirs[0] and ours[3:] == theirs[3:], "dtype or qparams differ"
     a, b = ours[2].astype(np.int64), theirs[2].astype(np.int64)
     assert a.shape == b.shape, f"shape {a.shape} vs {b.shape}"
     q = case.args[0]
-    raw = q._int if q.ndim == 5 else q._int[None]
+    raw = q._int if q.ndim == nsp + 2 else q._int[None]
     acc, size, div = _avg_sums(raw, case.kwargs)
     zp = q._zero_point
     m = (1.0 / np.asarray(div, np.float64)).astype(np.float32)
     t = (acc - size * zp).astype(np.float32) * m
-    tie = (t - np.floor(t)) == 0.5
-    tie = tie.reshape(a.shape)
-    diff = a != b
-    bad = diff & ~(tie & (zp % 2 != 0) & (np.abs(a - b) == 1))
-    assert not bad.any(), (f"avg_pool3d {case.label}: {int(bad.sum())} differences outside "
-                           f"odd-zero-point ties, e.g. ours {a[bad][:5]} vs {b[bad][:5]}")
+    tie = ((t - np.floor(t)) == 0.5).reshape(a.shape)
+    c = np.arange(raw.shape[1]).reshape((1, -1) + (1,) * nsp)
+    if q.ndim < nsp + 2:
+        c = c[0]
+    C = raw.shape[1]
+    other = c >= C // 16 * 16 if _is_cl(q, nsp) else c < C // 8 * 8
+    if not _is_cl(q, nsp) and nsp < 3:
+        other = np.zeros_like(c, dtype=bool)       # PyTorch's NCHW kernel: one rule
+    bad = (a != b) & ~(tie & other & (zp % 2 != 0) & (np.abs(a - b) == 1))
+    assert not bad.any(), (f"{case.label}: {int(bad.sum())} differences outside odd-zero-"
+                           f"point ties, e.g. ours {a[bad][:5]} vs {b[bad][:5]}")
 
 
 # -- adaptive pools ------------------------------------------------------------------------
@@ -340,9 +361,52 @@ _ADAPTIVE = {
 }
 
 
-def _adaptive_cases(nsp, dtypes, seed, indices=False):
+def _tie_q(r, shape, zp, layout, dtype=qops.quint8):
+    """Raw values zp or zp + 1 (at random): windows of even size average to exact .5 ties."""
+    raw = (zp + r.integers(0, 2, size=shape)).astype(dtype.storage)
+    return qops.make_per_tensor_quantized_tensor(u._layout(raw, layout), 0.05, zp)
+
+
+def _avg_tie_cases(nsp, seed):
+    """Exact ties in every layout (issue 19 #19): odd and even zero points, windows of 2**k
+    taps, 19 channels (PyTorch's vector channels and its scalar tail)."""
+    r = u.rng(seed)
+    shape = (2, 19) + (6, 7, 5)[3 - nsp:]
+    cases = []
+    for layout in ("c", "cl"):
+        for zp, d in ((7, qops.quint8), (-4, qops.qint8), (126, qops.qint8)):
+            for kw in (dict(kernel_size=2, stride=1), dict(kernel_size=2, stride=1, padding=1)):
+                cases.append(Case((_tie_q(r, shape, zp, layout, d),), kw,
+                                  label=f"ties-{shape}-{d.name}-zp{zp}-{layout}-{kw}"))
+    return cases
+
+
+def _adaptive_tie_cases(nsp, seed):
+    """Exact .5 means in every layout (issue 19 #6, #19). For 2-d, MobileNetV3's squeeze-
+    excitation pool: (1, 2, 14, 14) channels last, zero point 8, a mean of exactly 8.5
+    (PyTorch 8)."""
     r = u.rng(seed)
     cases = []
+    if nsp == 2:
+        raw = np.full((1, 2, 14, 14), 8, np.uint8)
+        raw[:, :, :7] = 9                                   # 98 of 196 are 9: mean 8.5
+        raw[:, 1] -= 1                                      # 7.5 in channel 1
+        for layout in ("cl", "c"):
+            q = qops.make_per_tensor_quantized_tensor(u._layout(raw, layout), 0.05, 8)
+            cases.append(Case((q,), dict(output_size=1), label=f"mobilenet-se-8.5-{layout}"))
+    spatial = ((8,), (4, 6), (2, 4, 6))[nsp - 1]
+    for layout in ("c", "cl"):
+        for zp, o in ((8, 1), (7, 1), (5, tuple(max(1, L // 2) for L in spatial)),
+                      (0, tuple(L + 1 for L in spatial))):
+            shape = (2, 19) + spatial
+            cases.append(Case((_tie_q(r, shape, zp, layout),), dict(output_size=o),
+                              label=f"ties-{shape}-{o}-zp{zp}-{layout}"))
+    return cases
+
+
+def _adaptive_cases(nsp, dtypes, seed, indices=False):
+    r = u.rng(seed)
+    cases = [] if indices else _adaptive_tie_cases(nsp, seed)
     for i, (shape, o) in enumerate(_ADAPTIVE[nsp]):
         for j, d in enumerate(dtypes):
             layout = ("c", "t", "neg", "cl")[(i + j) % 4]
@@ -390,8 +454,59 @@ def _torch_adaptive_avg(nsp):
             # NCHW output and come back channel-scrambled; one channel at a time is correct.
             return _torch_batched(
                 lambda t: torch.cat([fn(c, o) for c in t.split(1, dim=1)], dim=1), q, nsp)
-        return _torch_batched(lambda t: fn(t, o), q, nsp, u.cl_bench(case))
+        return _torch_batched(lambda t: fn(t, o), q, nsp, True)
     return oracle
+
+
+def _compare_adaptive(nsp):
+    return lambda case, ours, theirs: _compare_adaptive_nsp(nsp, case, ours, theirs)
+
+
+def _leg_adaptive_cl(raw, out_size, zp):
+    """PyTorch's scalar tail of the channels-last adaptive kernel (Q_leg: the product and the
+    zero point rounded separately) on (N, C, ...) raw values, as (N, C, *out_size)."""
+    from qops._ref.pool import _adaptive_bounds
+    F32 = np.float32
+    nsp = raw.ndim - 2
+    bounds = [_adaptive_bounds(o, L) for o, L in zip(out_size, raw.shape[2:])]
+    out = np.empty(raw.shape[:2] + tuple(out_size), np.int64)
+    for o in np.ndindex(*out_size):
+        sl = tuple(slice(int(b[0][i]), int(b[1][i])) for b, i in zip(bounds, o))
+        win = raw[(slice(None), slice(None)) + sl].astype(np.int64)
+        size = win[0, 0].size
+        acc = win.reshape(raw.shape[:2] + (-1,)).sum(-1) - size * zp
+        inv = F32(1) / (F32(1) / (F32(1) / F32(size)))
+        out[(slice(None), slice(None)) + o] = np.rint(acc.astype(F32) * inv + F32(zp))
+    info = np.iinfo(raw.dtype)
+    return np.clip(out, info.min, info.max)
+
+
+def _compare_adaptive_nsp(nsp, case, ours, theirs):
+    """Exact on C-order input. On channels-last memory PyTorch's kernel rounds with Q_fma in
+    whole vectors of channels and Q_leg in its scalar tail (the last C % 8 channels with
+    AVX2, C % 16 with AVX-512); qops uses the vector body's Q_fma for every channel, so
+    there PyTorch may give the Q_leg value (they differ by 1 within a float rounding of .5).
+    adaptive_avg_pool3d(x, 1) of channels-last memory: PyTorch averages the dequantized
+    floats (its mean's fallback), qops the raw values exactly: ±1 within 1e-4 of a tie."""
+    q = case.args[0]
+    if not _is_cl(q, nsp):
+        u.assert_same(ours, theirs, f"{case.label}: ref vs PyTorch")
+        return
+    assert ours[0] == theirs[0] and ours[3:] == theirs[3:], "dtype or qparams differ"
+    a, b = ours[2].astype(np.int64), theirs[2].astype(np.int64)
+    assert a.shape == b.shape, f"shape {a.shape} vs {b.shape}"
+    raw = q._int
+    o = case.kwargs["output_size"]
+    if nsp == 3 and o in (1, (1, 1, 1)):
+        mean = raw.reshape(raw.shape[:2] + (-1,)).astype(np.float64).mean(-1).reshape(a.shape)
+        ok = (np.abs(mean - np.floor(mean) - 0.5) < 1e-4) & (np.abs(a - b) == 1)
+    else:
+        C = raw.shape[1]
+        tail = np.arange(C).reshape((1, C) + (1,) * nsp) >= C // 16 * 16
+        ok = tail & (b == _leg_adaptive_cl(raw, a.shape[2:], q._zero_point))
+    bad = (a != b) & ~ok
+    assert not bad.any(), (f"{case.label}: {int(bad.sum())} differences, e.g. ours "
+                           f"{a[bad][:5]} vs {b[bad][:5]}")
 
 
 def _torch_adaptive_max(nsp):
@@ -434,6 +549,16 @@ def _b_cl(shape, **kw):
     return case
 
 
+_AVG_TOL = ("±1 only at exact .5 ties with an odd zero point, in the channels where PyTorch's "
+            "channels-last kernel uses its other tie rule: its scalar tail (the last C % 8 "
+            "channels with AVX2) on channels-last memory, where qops uses the vector body's "
+            "rule for every channel; and for avg_pool3d, which PyTorch always runs channels "
+            "last, its vector channels on C-order input, where qops keeps the NCHW rule")
+
+_ADAPTIVE_TOL = ("exact on C-order input; on channels-last memory PyTorch's scalar tail (the "
+                 "last C % 8 channels with AVX2) may give its Q_leg value where qops uses the "
+                 "vector body's Q_fma for every channel (±1 within a float rounding of .5)")
+
 SPECS = [
     OpSpec("max_pool1d", "pool", ("max_pool", "max_pool_cl"), F.max_pool1d,
            lambda: _max_cases(1, 1), lambda: _max_strategy(1),
@@ -457,7 +582,7 @@ SPECS = [
            lambda: _pool_cases(1, _AVG_ARGS, Q8, 4), lambda: _pool_strategy(1, "avg", Q8),
            bench={"3s1p1_64x3136": _b((1, 64, 3136), kernel_size=3, stride=1, padding=1),
                   "3s1p1_8x64x12544": _b((8, 64, 12544), kernel_size=3, stride=1, padding=1)},
-           torch=_torch_pool("avg_pool1d", 1)),
+           torch=_torch_pool("avg_pool1d", 1), compare=_compare_avg(1), tolerance=_AVG_TOL),
     OpSpec("avg_pool2d", "pool", ("avg_pool", "avg_pool_cl"), F.avg_pool2d,
            lambda: _pool_cases(2, _AVG_ARGS, Q8, 5), lambda: _pool_strategy(2, "avg", Q8),
            bench={"2x2s2_128_56": _b((1, 128, 56, 56), kernel_size=2, stride=2),
@@ -468,20 +593,18 @@ SPECS = [
                   "2x2s2_8x256_56": _b((8, 256, 56, 56), kernel_size=2, stride=2),
                   "2x2s2_8x64_56_channels_last": _b_cl((8, 64, 56, 56), kernel_size=2,
                                                        stride=2)},
-           torch=_torch_pool("avg_pool2d", 2)),
+           torch=_torch_pool("avg_pool2d", 2), compare=_compare_avg(2), tolerance=_AVG_TOL),
     OpSpec("avg_pool3d", "pool", ("avg_pool", "avg_pool_cl"), F.avg_pool3d,
            lambda: _pool_cases(3, _AVG_ARGS, Q8, 6), lambda: _pool_strategy(3, "avg", Q8),
            bench={"2x2x2_64x8x56": _b((1, 64, 8, 56, 56), kernel_size=2),
                   "2x2x2_8x64x8x56": _b((8, 64, 8, 56, 56), kernel_size=2)},
-           torch=_torch_pool("avg_pool3d", 3), compare=_compare_avg3d,
-           tolerance="±1 only at exact .5 ties with an odd zero point: qops adds the zero point "
-                     "before rounding for every channel (as PyTorch's avg_pool2d); PyTorch's "
-                     "avg_pool3d adds it after rounding for the first C//16*16 channels"),
+           torch=_torch_pool("avg_pool3d", 3), compare=_compare_avg(3), tolerance=_AVG_TOL),
     OpSpec("adaptive_avg_pool1d", "pool", ("adaptive_avg_pool", "adaptive_avg_pool_cl"),
            F.adaptive_avg_pool1d,
            lambda: _adaptive_cases(1, Q8, 7), lambda: _adaptive_strategy(1, Q8),
            bench={"1_512x196": _b((1, 512, 196), output_size=1)},
-           torch=_torch_adaptive_avg(1)),
+           torch=_torch_adaptive_avg(1), compare=_compare_adaptive(1),
+           tolerance=_ADAPTIVE_TOL),
     OpSpec("adaptive_avg_pool2d", "pool", ("adaptive_avg_pool", "adaptive_avg_pool_cl"),
            F.adaptive_avg_pool2d,
            lambda: _adaptive_cases(2, Q8, 8), lambda: _adaptive_strategy(2, Q8),
@@ -494,13 +617,17 @@ SPECS = [
                   "7x7_8x512x28x28": _b((8, 512, 28, 28), output_size=7),
                   "1x1_8x2048x7x7_channels_last": _b_cl((8, 2048, 7, 7), output_size=1),
                   "7x7_8x64x56x56_channels_last": _b_cl((8, 64, 56, 56), output_size=7)},
-           torch=_torch_adaptive_avg(2)),
+           torch=_torch_adaptive_avg(2), compare=_compare_adaptive(2),
+           tolerance=_ADAPTIVE_TOL),
     OpSpec("adaptive_avg_pool3d", "pool", ("adaptive_avg_pool", "adaptive_avg_pool_cl"),
            F.adaptive_avg_pool3d,
            lambda: _adaptive_cases(3, Q8, 9), lambda: _adaptive_strategy(3, Q8),
            bench={"1x1x1_256x8x14x14": _b((1, 256, 8, 14, 14), output_size=1),
                   "2x7x7_64x8x28x28": _b((1, 64, 8, 28, 28), output_size=(2, 7, 7))},
-           torch=_torch_adaptive_avg(3)),
+           torch=_torch_adaptive_avg(3), compare=_compare_adaptive(3),
+           tolerance=_ADAPTIVE_TOL + "; output size 1 on channels-last memory: ±1 within 1e-4 "
+                     "of .5 ties (PyTorch averages dequantized floats there, qops the raw "
+                     "values exactly)"),
     OpSpec("adaptive_max_pool1d", "pool", ("adaptive_max_pool",), F.adaptive_max_pool1d,
            lambda: _adaptive_cases(1, QALL, 10, indices=True),
            lambda: _adaptive_strategy(1, QALL, indices=True),
