@@ -280,6 +280,9 @@ class QTensor:
         if s > e:
             raise ValueError("flatten(): start_dim cannot come after end_dim")
         shape = self.shape[:s] + (int(np.prod(self.shape[s:e + 1], dtype=np.int64)),) + self.shape[e + 1:]
+        if self._axis is not None and s <= self._axis <= e and s != e:
+            raise ValueError(f"flatten(): cannot merge dims {s}..{e} of a per-channel tensor: "
+                             f"they include its channel axis {self._axis}")
         return self.reshape(shape)
 
     def _no_stride_views(self, what):
@@ -328,7 +331,8 @@ class QTensor:
             dims = tuple(i for i, n in enumerate(self.shape) if n == 1)
         else:
             d = _axis_arg(dim, self.ndim, "dim")
-            dims = (d,) if self.shape[d] == 1 else ()
+            # a 0-d tensor takes dim 0 or -1 and stays as it is, as in PyTorch
+            dims = (d,) if self.ndim and self.shape[d] == 1 else ()
         if self._axis is not None:
             dims = tuple(d for d in dims if d != self._axis)
             axis = self._axis - sum(d < self._axis for d in dims)
@@ -365,6 +369,10 @@ class QTensor:
         # a bool is an Integral but numpy reads it as a mask (a new axis), not an index
         basic = all(k is None or isinstance(k, slice)
                     or (isinstance(k, numbers.Integral) and not isinstance(k, bool)) for k in key)
+        for k in key:
+            if isinstance(k, numbers.Integral) and not isinstance(k, bool) \
+                    and not -2**63 <= k < 2**63:
+                raise IndexError(f"index {k} is out of range")
         if self._axis is None:
             return self._like(self._int[key])
         if not basic:

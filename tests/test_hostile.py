@@ -304,15 +304,8 @@ MAX_CRASHES = 10              # restarts after crashes before a family is given 
 #: known failures: (op, regex on "<label>: <why>") -> reason naming the defect; a test whose
 #: failures all match is xfail
 KNOWN = {
-    ("squeeze", r"input=0-d: .*IndexError"):
-        "issue 19 suite finding (QTensor, not fixed here): squeeze(0) of a 0-d tensor raises "
-        "IndexError 'tuple index out of range' (PyTorch returns the tensor)",
-    ("getitem", r"key=\[0\]=9223372036854775808: .*OverflowError"):
-        "issue 19 suite finding (QTensor, not fixed here): q[2**63] raises numpy's "
-        "OverflowError instead of IndexError",
-    ("flatten", r"reshape\(\): the channel axis .*does not name"):
-        "issue 19 suite finding (QTensor, not fixed here): flatten() of a per-channel tensor "
-        "across its channel axis raises an error that says reshape()",
+    # (none: the suite's three QTensor findings, squeeze(0) of a 0-d tensor, q[2**63] and
+    # flatten() across a per-channel axis, are fixed and pass)
 }
 
 _RESULTS = {}
