@@ -345,6 +345,46 @@ class QTensor:
         axis = "same" if self._axis is None else self._axis + (d <= self._axis)
         return self._like(np.expand_dims(self._int, d), axis=axis)
 
+    def split(self, split_size_or_sections, dim=0):
+        """Views of consecutive pieces along `dim`, as torch.Tensor.split.
+
+        Parameters
+        ----------
+        split_size_or_sections : int (every piece that long, the last one shorter) or a list
+            of piece lengths adding up to the size of `dim`
+        dim : int
+        """
+        d = _axis_arg(dim, self.ndim, "dim")
+        n = self.shape[d]
+        if isinstance(split_size_or_sections, numbers.Integral) \
+                and not isinstance(split_size_or_sections, bool):
+            step = int(split_size_or_sections)
+            if step < 1 and n:
+                raise ValueError(f"split(): split_size must be >= 1; got {step}")
+            sizes = [min(step, n - i) for i in range(0, n, step)] if n else [0]
+        else:
+            try:
+                sizes = [int(v) for v in split_size_or_sections]
+            except TypeError:
+                raise TypeError("split(): split_size_or_sections must be an int or a list of "
+                                f"ints; got {split_size_or_sections!r}") from None
+            if any(v < 0 for v in sizes) or sum(sizes) != n:
+                raise ValueError(f"split(): sections {sizes} must be >= 0 and add up to the "
+                                 f"size of dim {d} ({n})")
+        out, start = [], 0
+        for v in sizes:
+            out.append(self[(slice(None),) * d + (slice(start, start + v),)])
+            start += v
+        return tuple(out)
+
+    def chunk(self, chunks, dim=0):
+        """At most `chunks` views along `dim` of ceil(size / chunks) each, as torch.chunk."""
+        if isinstance(chunks, bool) or not isinstance(chunks, numbers.Integral) or chunks < 1:
+            raise ValueError(f"chunk(): chunks must be an int >= 1; got {chunks!r}")
+        d = _axis_arg(dim, self.ndim, "dim")
+        n = self.shape[d]
+        return self.split(max(-(-n // int(chunks)), 1), d)
+
     def select(self, dim, index):
         """The slice at `index` along `dim`, with that dimension removed."""
         if self.ndim == 0:

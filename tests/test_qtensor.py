@@ -482,3 +482,33 @@ def test_issue19_qtensor_constructor_refused():
         qops.QTensor()
     c = qc()
     assert pickle.loads(pickle.dumps(c)).equal(c) and copy.deepcopy(c).equal(c)
+
+
+@pytest.mark.parametrize("args", [(3, 1), (7, 1), (2, 0), (1, 2), (4, 1), (5, 2)])
+def test_chunk_and_split_as_torch(args, torch):
+    # issue 20: real forwards call x.chunk(2, dim=1) (ShuffleNetV2) on quantized tensors
+    x = np.arange(2 * 7 * 3, dtype=np.float32).reshape(2, 7, 3)
+    q = qops.quantize_per_tensor(x, 0.5, 3, qops.quint8)
+    t = torch.quantize_per_tensor(torch.from_numpy(x), 0.5, 3, torch.quint8)
+    for ours, theirs in [(q.chunk(*args), t.chunk(*args)), (q.split(*args), t.split(*args))]:
+        assert len(ours) == len(theirs)
+        for a, b in zip(ours, theirs):
+            np.testing.assert_array_equal(a.int_repr(), b.int_repr().numpy())
+    # per-channel pieces keep one scale per channel (PyTorch's own fail to report theirs)
+    pc = qops.quantize_per_channel(x, np.linspace(0.1, 0.7, 7), np.arange(7), 1, qops.quint8)
+    pieces = pc.chunk(*args)
+    np.testing.assert_array_equal(np.concatenate([p.dequantize() for p in pieces], args[1]),
+                                  pc.dequantize())
+    for p in pieces:
+        assert len(p.q_per_channel_scales()) == p.shape[1]
+
+
+def test_split_sections_checked():
+    q = qops.quantize_per_tensor(np.zeros((4, 6), np.float32), 0.5, 3, qops.quint8)
+    assert [p.shape for p in q.split([1, 5], 1)] == [(4, 1), (4, 5)]
+    with pytest.raises(ValueError, match="add up"):
+        q.split([1, 2], 1)
+    with pytest.raises(ValueError, match="chunks"):
+        q.chunk(0)
+    with pytest.raises(ValueError, match="dim"):
+        q.split(2, 5)

@@ -176,6 +176,8 @@ def _split_sizes(n, split_size_or_sections):
 
 
 def _split(x, split_size_or_sections, dim=0):
+    if _is_q(x):
+        return x.split(split_size_or_sections, dim)
     n = x.shape[dim]
     d = _dim(dim, len(x.shape))
     out, start = [], 0
@@ -187,6 +189,8 @@ def _split(x, split_size_or_sections, dim=0):
 
 
 def _chunk(x, chunks, dim=0):
+    if _is_q(x):
+        return x.chunk(chunks, dim)
     n = x.shape[dim]
     step = -(-n // chunks) if n else 1
     return _split(x, step, dim)
