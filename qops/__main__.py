@@ -1,4 +1,5 @@
 """python -m qops [demo|bench|config]: the demo (default), the speed comparison, the build info."""
+import argparse
 import sys
 
 
@@ -15,22 +16,46 @@ def _mini_demo():
     qops.show_config()
 
 
+def _demo(rest):
+    try:
+        from qops.quantization import _demo
+    except ImportError:
+        return _mini_demo()
+    return _demo.main(rest)
+
+
+def _bench(rest):
+    from qops import bench
+    return bench.main(rest)
+
+
+def _config(rest):
+    import qops
+    qops.show_config()
+    return 0
+
+
+_COMMANDS = {
+    "demo": (_demo, "quantize the shipped digits CNN: accuracy, speed, per-layer errors "
+                    "(python -m qops demo --help for its options)"),
+    "bench": (_bench, "qops' kernels against its reference and PyTorch "
+                      "(python -m qops bench --help)"),
+    "config": (_config, "the build: OpenMP, threads, instruction sets, kernel tiers"),
+}
+
+
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    cmd, rest = (argv[0], argv[1:]) if argv else ("demo", [])
-    if cmd == "demo":
-        try:
-            from qops.quantization import _demo
-        except ImportError:
-            return _mini_demo()
-        return _demo.main(rest)
-    if cmd == "bench":
-        from qops import bench
-        return bench.main(rest)
-    if cmd == "config":
-        import qops
-        return qops.show_config()
-    print(__doc__.strip(), file=sys.stderr)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = argparse.ArgumentParser(prog="python -m qops", description=__doc__.split(":")[0])
+    sub = parser.add_subparsers(dest="command", metavar="{demo,bench,config}")
+    for name, (_, text) in _COMMANDS.items():
+        # Each command parses its own options: everything after its name goes to it.
+        sub.add_parser(name, help=text, add_help=False)
+    if not argv:
+        argv = ["demo"]
+    if argv[0] in _COMMANDS:
+        return _COMMANDS[argv[0]][0](argv[1:]) or 0
+    parser.parse_args(argv)     # --help (exit 0) or an unknown command (exit 2)
     return 2
 
 

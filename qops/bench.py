@@ -12,6 +12,7 @@ output, read once and written once, per second) and that as a share of a plain c
 same number of bytes on this machine (numpy copyto, one thread), the yardstick of memory-bound ops.
 """
 import argparse
+import os
 import sys
 import time
 import warnings
@@ -87,6 +88,9 @@ def _torch():
 
 
 def _progress(i, n, label):
+    # Only a terminal gets the redrawn bar: in a log or a pipe it is noise.
+    if not sys.stderr.isatty():
+        return
     width = 30
     done = int(width * i / max(n, 1))
     sys.stderr.write(f"\r[{'#' * done}{'.' * (width - done)}] {i}/{n} {label[:40]:<40}")
@@ -214,8 +218,13 @@ def main(argv=None):
                           [int(b) for b in a.batch.split(",")], max(a.seconds, 1.0), a.profile)
         return 0
     if a.list:
-        for s in all_specs():
-            print(f"{s.family:<11} {s.name:<24} {', '.join(s.bench)}")
+        try:
+            for s in all_specs():
+                print(f"{s.family:<11} {s.name:<24} {', '.join(s.bench)}")
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # `... --list | head` closed the pipe: stop quietly, as Unix tools do.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     backends = [b for b in ("ref", "fast", "torch")
                 if not (b == "ref" and a.no_ref) and not (b == "torch" and a.no_torch)]

@@ -2,11 +2,13 @@
 
 Loads the float model and images shipped in qops/data/digits_cnn.npz (made by
 tools/train_digits.py), fuses conv+bn+relu, prepares with the x86 default qconfig,
-calibrates (progress bar on stderr), converts, then prints float and int8 accuracy, the
-int8 vs float speed, the per-layer error report, and where the quantized model was saved.
+calibrates (a progress bar on stderr when it is a terminal), converts, then prints float and
+int8 accuracy, int8's speed against qops' numpy float layers and, where installed, PyTorch
+float32, the per-layer error report, and the save/load round trip.
 """
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -65,6 +67,9 @@ def load_data(path=DATA_FILE):
 
 
 def _progress(i, n, label, stream, width=30):
+    # A bar redrawn with \r is noise in a log or a pipe: only a terminal gets it.
+    if not getattr(stream, "isatty", lambda: False)():
+        return
     done = int(width * i / n)
     stream.write(f"\r{label} [{'#' * done}{'.' * (width - done)}] {i}/{n}")
     if i == n:
@@ -98,6 +103,30 @@ def _best_time(fn, repeat):
         fn()
         times.append(time.perf_counter() - t0)
     return float(np.min(times))
+
+
+def _torch_float_time(model, images, repeat):
+    """PyTorch float32's time for the same float model and images, or None without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    t = torch.nn
+    layers = {"Conv2d": lambda m: t.Conv2d(m.in_channels, m.out_channels, m.kernel_size,
+                                           padding=m.padding),
+              "BatchNorm2d": lambda m: t.BatchNorm2d(m.num_features), "ReLU": lambda m: t.ReLU(),
+              "MaxPool2d": lambda m: t.MaxPool2d(m.kernel_size), "Flatten": lambda m: t.Flatten(),
+              "Linear": lambda m: t.Linear(m.in_features, m.out_features),
+              "QuantStub": lambda m: t.Identity(), "DeQuantStub": lambda m: t.Identity()}
+    from collections import OrderedDict
+    tm = t.Sequential(OrderedDict((name, layers[type(m).__name__](m))
+                                  for name, m in model.named_children())).eval()
+    tm.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in model.state_dict().items()
+                        if k in tm.state_dict()}, strict=False)
+    x = torch.from_numpy(images)
+    torch.set_num_threads(__import__("qops").get_num_threads())
+    with torch.no_grad():
+        return _best_time(lambda: tm(x), repeat)
 
 
 def quantize_demo_model(model, calib, qconfig=None, stream=None):
@@ -140,8 +169,12 @@ def main(argv=None):
     t_float = _best_time(lambda: model(test), args.repeat)
     t_int8 = _best_time(lambda: qmodel(test), args.repeat)
     print(f"time for {len(test)} images (best of {args.repeat}, {qops.get_num_threads()} "
-          f"threads): float32 {t_float * 1e3:.1f} ms, int8 {t_int8 * 1e3:.1f} ms "
-          f"(int8 is {t_float / t_int8:.2f}x the float speed)")
+          f"threads): qops int8 {t_int8 * 1e3:.1f} ms; qops' float32 layers (numpy) "
+          f"{t_float * 1e3:.1f} ms ({t_float / t_int8:.2f}x int8's time)")
+    t_torch = _torch_float_time(model, test, args.repeat)
+    if t_torch is not None:
+        print(f"  PyTorch float32 on the same model and images: {t_torch * 1e3:.1f} ms "
+              f"({t_torch / t_int8:.2f}x qops int8's time)")
 
     rows = compare_layers(fused, qmodel, test[:120])
     print()
@@ -155,13 +188,23 @@ def main(argv=None):
     path = os.path.join(out_dir, "digits_cnn_int8.qops")
     try:
         qops.save(qmodel, path)
-        size = os.path.getsize(path) if os.path.isfile(path) else None
-        extra = f" ({size // 1024} KB)" if size else ""
-        print(f"\nquantized model saved to {path}{extra}; reload it with qops.load({path!r})")
+        size = os.path.getsize(path)
+        back = qops.load(path)
+        same = np.array_equal(back(test[:120]), qmodel(test[:120]))
+        print(f"\nquantized model saved ({size // 1024} KB) and loaded back: outputs "
+              f"{'identical' if same else 'DIFFERENT'}")
     except Exception as e:  # noqa: BLE001 -- saving is the last step; report, don't hide results
         print(f"\ncould not save the quantized model to {path}: {e}")
         return 1
-    return 0
+    finally:
+        if args.out is None:
+            # A temporary folder is not left behind: --out keeps the file.
+            shutil.rmtree(out_dir, ignore_errors=True)
+    if args.out is not None:
+        print(f"kept at {path}; reload it with qops.load({path!r})")
+    else:
+        print("(saved to a temporary folder, now removed; --out DIR keeps the file)")
+    return 0 if same else 1
 
 
 if __name__ == "__main__":
