@@ -316,7 +316,7 @@ def test_data_dependent_control_flow_points_to_target_and_leaf_modules():
 
 
 def test_leaf_modules_keep_a_submodule_whole():
-    torch = torch_or_skip()
+    torch_or_skip()
     m = _model("inverted_residual")
     with pytest.raises(ValueError, match="leaf_modules names no submodule"):
         qnn.from_torch(m, leaf_modules=["nope"])
@@ -408,3 +408,24 @@ def test_quantized_calls_left_in_graphs_run():
     assert len(got) == len(want)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b.numpy())
+
+
+@pytest.mark.parametrize("name", ["residual_plus", "float_se", "float_inception", "mlp",
+                                  "shuffle"])
+def test_models_converted_by_torch_fx_import_exactly(name):
+    # PyTorch's graph mode (prepare_fx / convert_fx) leaves quantize_per_tensor,
+    # torch.ops.quantized.* calls and dequantize in the converted graph.
+    torch = torch_or_skip()
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+    m = _model(name)
+    x = _data(torch, 1, seed=9)[0]
+    p = prepare_fx(copy.deepcopy(m), get_default_qconfig_mapping("x86"), (x,))
+    with torch.no_grad():
+        for c in _data(torch, 2):
+            p(c)
+    q = convert_fx(p)
+    g = nnq.from_torch(q)
+    with torch.no_grad():
+        want = q(x).numpy()
+    np.testing.assert_array_equal(g(x.numpy()), want)

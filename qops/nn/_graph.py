@@ -342,12 +342,16 @@ def _q_scalar(name):
     return call
 
 
-def _q_cat(tensors, scale, zero_point, dim=0):
-    return _F().cat(list(tensors), dim, float(scale), int(zero_point))
+def _q_cat(qx, dim=0, scale=None, zero_point=None):
+    # torch.ops.quantized.cat(Tensor[] qx, int dim, float? scale, int? zero_point)
+    if scale is None:
+        return _cat(qx, dim)
+    return _F().cat(list(qx), dim, float(scale), int(zero_point))
 
 
-def _q_hardswish(x, scale, zero_point):
-    return _F().hardswish(x, float(scale), int(zero_point))
+def _q_hardswish(input, output_scale, output_zero_point):
+    # torch.ops.quantized.hardswish(Tensor input, float output_scale, int output_zero_point)
+    return _F().hardswish(input, float(output_scale), int(output_zero_point))
 
 
 def _add(a, b, alpha=1):
