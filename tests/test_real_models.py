@@ -128,3 +128,32 @@ def test_torchvision_float_import_then_qops_flow(name):
         want = tm(x).numpy()
     got = g(x.numpy())
     assert (got.argmax(1) == want.argmax(1)).all()
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_large", "googlenet"])
+def test_torchvision_fx_quantized_import_is_exact(name):
+    # torchvision's plain float classes, quantized by PyTorch's graph mode (prepare_fx /
+    # convert_fx), whose converted graph calls torch.ops.quantized.* between the modules.
+    torch = torch_or_skip()
+    _tv()
+    import torchvision.models as tvm
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+    tq = torch.ao.quantization
+    torch.manual_seed(0)
+    kw = dict(aux_logits=False, init_weights=True) if name == "googlenet" else {}
+    m = getattr(tvm, name)(weights=None, **kw).eval()
+    size = MODELS[name]
+    x = _data(torch, size, 1, 2)[0]
+    # PyTorch's x86 mapping (fixed-qparams ops included) with min/max activation observers
+    mapping = get_default_qconfig_mapping("x86").set_global(
+        tq.QConfig(activation=tq.MinMaxObserver.with_args(reduce_range=True),
+                   weight=tq.get_default_qconfig("x86").weight))
+    p = prepare_fx(m, mapping, (x,))
+    with torch.no_grad():
+        p(_data(torch, size, 1, 1)[0])
+    q = convert_fx(p)
+    g = nnq.from_torch(q)
+    with torch.no_grad():
+        want = q(x).numpy()
+    np.testing.assert_array_equal(g(x.numpy()), want)
