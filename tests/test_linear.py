@@ -330,7 +330,7 @@ def test_dynamic_qparams_match_torch(torch):
 
 
 def test_dynamic_qparams_examples():
-    # SEMANTICS.md section 3: [-1, 2, 3] -> (4/255, 64); reduce_range -> (4/127, 32)
+    # docs/semantics.md §3: [-1, 2, 3] -> (4/255, 64); reduce_range -> (4/127, 32)
     assert choose_dynamic_qparams(-1.0, 3.0, False) == (float(np.float32(4 / 255)), 64)
     assert choose_dynamic_qparams(-1.0, 3.0, True) == (float(np.float32(4 / 127)), 32)
     assert choose_dynamic_qparams(0.0, 0.0, True) == (float(np.float32(0.1)), 0)

@@ -111,7 +111,7 @@ def test_small_cnn_matches_torch(quantized_pair):
     assert isinstance(qnet.quant, nnq.Quantize) and isinstance(qnet.skip, nnq.QFunctional)
     out = qnet.eval()(x)
     # The add and hardswish follow PyTorch's vector-path rounding; PyTorch's scalar tail can
-    # round an exact tie the other way (SEMANTICS §0.2), so one output step is allowed.
+    # round an exact tie the other way (docs/semantics.md §0.2), so one output step is allowed.
     step = float(tnet.fc.scale)
     assert np.abs(out - ref).max() <= step * 1.001
     assert np.mean(out == ref) > 0.9

@@ -16,7 +16,7 @@ F32 = np.float32
 @pytest.fixture
 def fbgemm(torch):
     # The module layer is what is tested here, so use the engine whose conv is exactly the
-    # SEMANTICS.md §8 formula (the x86 engine may route symmetric weights to oneDNN: rare ±1).
+    # docs/semantics.md §8 formula (the x86 engine may route symmetric weights to oneDNN: rare ±1).
     torch.backends.quantized.engine = "fbgemm"
     yield torch
     torch.backends.quantized.engine = "x86"
@@ -55,8 +55,9 @@ def to_torch(torch, q):
 
 
 def assert_same(ours, theirs, max_diff=0, max_frac=0.0):
-    """Equal integers and qparams; max_diff/max_frac allow PyTorch's two-path ties (SEMANTICS
-    §0.2: ±1 only where the vector body and scalar tail round a tie differently)."""
+    """Equal integers and qparams; max_diff/max_frac allow PyTorch's two-path ties
+    (docs/semantics.md §0.2: ±1 only where the vector body and scalar tail round a tie
+    differently)."""
     assert ours.shape == tuple(theirs.shape)
     assert ours.q_zero_point() == theirs.q_zero_point()
     assert np.float32(ours.q_scale()) == np.float32(theirs.q_scale())
@@ -189,7 +190,7 @@ def test_linear_matches_torch_and_functional(fbgemm, per_channel, relu):
     # PyTorch's own state_dict layout (_packed_params) loads too.
     qm2 = (nniq.LinearReLU if relu else nnq.Linear)(24, 10)
     qm2.load_state_dict(tm.state_dict())
-    # torch's state_dict holds the scale as a float32 tensor (SEMANTICS §17.14).
+    # torch's state_dict holds the scale as a float32 tensor (docs/semantics.md §17.14).
     assert qm2.scale == float(np.float32(0.3))
     np.testing.assert_array_equal(qm2(x).int_repr(), out.int_repr())
 

@@ -71,7 +71,7 @@ def _same_qparams(ta, qa):
 
 # -- the shared formula ---------------------------------------------------------------------
 @pytest.mark.parametrize("dtype,scheme,rr,qrange,expect", [
-    # SEMANTICS §14 (e35): [-1, 0.5, 3]
+    # docs/semantics.md §14 (e35): [-1, 0.5, 3]
     (qops.quint8, qops.per_tensor_affine, False, None, (4 / 255, 64)),
     (qops.quint8, qops.per_tensor_affine, True, None, (4 / 127, 32)),
     (qops.qint8, qops.per_tensor_symmetric, False, None, (3 / 127.5, 0)),
@@ -422,7 +422,8 @@ def test_fake_quantize_functions_match_torch(seed, rng_idx, ties):
 
 
 def test_fake_quantize_tie_rule_and_mask():
-    # SEMANTICS §15: zp added after rounding, half to even: [-0.5, 0.5, 1.5, 2.5], s=1, zp=3.
+    # docs/semantics.md §15: zp added after rounding, half to even:
+    # [-0.5, 0.5, 1.5, 2.5], s=1, zp=3.
     out = qq.fake_quantize_per_channel_affine(np.array([[-0.5, 0.5, 1.5, 2.5]], F32),
                                               np.array([1.0]), np.array([3]), 0, 0, 255)
     np.testing.assert_array_equal(out + 3, [[3, 3, 5, 5]])
@@ -528,7 +529,7 @@ def test_fuse_folds_batch_norm_like_torch(seed):
     qf = qq.fuse_modules(m, [["conv", "bn", "relu"], ["fc", "bn1d"]])
     assert type(qf.conv).__name__ == "ConvReLU2d" and type(qf.bn).__name__ == "Identity"
     assert type(qf.fc) is qnn.Linear and type(m.conv) is qnn.Conv2d  # not in place
-    # SEMANTICS §16: the folded weights are bit-exact with torch.
+    # docs/semantics.md §16: the folded weights are bit-exact with torch.
     np.testing.assert_array_equal(tf.conv[0].weight.detach().numpy(), qf.conv[0].weight)
     np.testing.assert_array_equal(tf.conv[0].bias.detach().numpy(), qf.conv[0].bias)
     np.testing.assert_array_equal(tf.fc.weight.detach().numpy(), qf.fc.weight)

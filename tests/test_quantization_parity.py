@@ -83,7 +83,7 @@ def test_ptq_digits_cnn_matches_torch(digits, qconfig_name):
         qp(calib[i:i + 32])
     qc = qq.convert(qp)
 
-    for name in ("conv1", "conv2", "conv3"):  # folding: bit-exact (SEMANTICS §16)
+    for name in ("conv1", "conv2", "conv3"):  # folding: bit-exact (docs/semantics.md §16)
         np.testing.assert_array_equal(tf.get_submodule(name)[0].weight.detach().numpy(),
                                       qf.get_submodule(name)[0].weight)
         np.testing.assert_array_equal(tf.get_submodule(name)[0].bias.detach().numpy(),
@@ -155,7 +155,7 @@ def test_quantize_dynamic_matches_torch(case):
         # fbgemm's fp16 GEMM sums in another order: float32 rounding only.
         np.testing.assert_allclose(yb, ya, rtol=1e-5, atol=1e-6)
     else:
-        np.testing.assert_array_equal(yb, ya)  # SEMANTICS §10: bit-exact
+        np.testing.assert_array_equal(yb, ya)  # docs/semantics.md §10: bit-exact
 
 
 def test_qat_matches_torch():

@@ -1,6 +1,6 @@
 # Quantized convolution kernels (mirror of qops/_ref/conv.py).
 # Contract: uint8 input x int8 weight, exact int32 accumulation, float32 bias term and
-# requantization of SEMANTICS.md section 8, uint8 output. The input is copied once into padded
+# requantization of docs/semantics.md §8, uint8 output. The input is copied once into padded
 # "planes" (qops_conv.h: output pixels of a row in the vector lanes, 4 input channels per pixel),
 # the micro-kernels (AMX, AVX-512 VNNI or portable C) write the NCDHW output directly.
 import numpy as np

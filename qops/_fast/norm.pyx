@@ -653,7 +653,7 @@ cdef inline void _stats(const q8_t* p, Py_ssize_t n, int32_t zp, float xs, doubl
 
 cdef inline void _stats_of(int64_t s, int64_t ss, Py_ssize_t n, int32_t zp, float xs, double eps,
                            float* mean_out, float* r_out) noexcept nogil:
-    # The float32/double steps of SEMANTICS.md section 13 from exact S and SS of n values.
+    # The float32/double steps of docs/semantics.md §13 from exact S and SS of n values.
     cdef float m1, var, nf = <float>n
     m1 = <float>s / nf
     mean_out[0] = m1 - <float>zp

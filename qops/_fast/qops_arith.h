@@ -1,4 +1,4 @@
-/* Quantized add and mul of two 8-bit arrays (SEMANTICS.md, add and mul):
+/* Quantized add and mul of two 8-bit arrays (docs/semantics.md §7, add and mul):
  * add = Q_vec(D_vec(a) + D_vec(b)), mul = R_int((a - za) * (b - zb), m).
  *
  * The AVX-512 bodies do per element exactly the scalar steps (add: widen, fma(s, q, s*-zp)
@@ -250,9 +250,10 @@ static void qops_add_run(const void *a, const void *b, void *out, ptrdiff_t n, i
         QOPS_ADD_SCALAR(uint8_t)
     }
 }
-/* Quantized mul of two 8-bit arrays: out = R_int((a - za) * (b - zb), m) (SEMANTICS.md, mul):
- * the exact int32 product, one float32 multiply, round to nearest even, clamp to [lo, hi],
- * plus zo. lo > qmin - zo only for mul_relu (relu folded into the clamp). */
+/* Quantized mul of two 8-bit arrays: out = R_int((a - za) * (b - zb), m)
+ * (docs/semantics.md §7, mul): the exact int32 product, one float32 multiply, round to
+ * nearest even, clamp to [lo, hi], plus zo. lo > qmin - zo only for mul_relu (relu folded
+ * into the clamp). */
 typedef struct {
     int32_t za, zb, zo;
     float m, lo, hi;
@@ -386,9 +387,10 @@ static void qops_mul_run(const void *a, const void *b, void *out, ptrdiff_t n, i
     }
 }
 
-/* add_scalar's requantization R_int((q - zp) + offset, m) (SEMANTICS.md, add_scalar) computed
- * per element, where the table of arith.pyx's _requant_int_table would be looked up byte by
- * byte: without AVX512-VBMI a 256-entry lookup has no vector form cheaper than the formula.
+/* add_scalar's requantization R_int((q - zp) + offset, m) (docs/semantics.md §7, add_scalar)
+ * computed per element, where the table of arith.pyx's _requant_int_table would be looked up
+ * byte by byte: without AVX512-VBMI a 256-entry lookup has no vector form cheaper than the
+ * formula.
  * base = offset - zp; hi = qmax - zo. Only for qops_requant_ok's parameters. */
 typedef struct {
     int32_t base, zo;

@@ -1,4 +1,4 @@
-/* The numeric primitives of SEMANTICS.md section 0.1, once, for every fast kernel.
+/* The numeric primitives of docs/semantics.md §0.1, once, for every fast kernel.
  *
  * Compiled with -ffp-contract=off: a*b+c is two roundings unless fmaf() is written,
  * exactly as PyTorch's kernels do it. All helpers are static inline so each ISA build

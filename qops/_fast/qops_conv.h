@@ -13,7 +13,7 @@
  * Accumulation is Sum x*w over raw values in wrapping int32, then the zero-point terms, also
  * wrapping:  acc = Sum x*w - wz*Sum x + xz*(K*wz - Sum w). The caller guarantees the true
  * accumulator fits int32, so the wrapped result is exact. Requantization, the same in every
- * path (SEMANTICS.md section 8):
+ * path (docs/semantics.md §8):
  *   y = f32(f32(acc) + bterm);  out = clamp(rint(f32(y * mult)), lo - ozp, 255 - ozp) + ozp
  *
  * Kernels: AMX (tdpbsud, weights as the signed operand, 16x16 output tiles) where the CPU and

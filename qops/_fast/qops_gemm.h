@@ -1,5 +1,5 @@
 /* qops_gemm.h: the int8 GEMM core (uint8 activations x int8 weights -> exact int32), with the
- * output stage of SEMANTICS.md sections 8-10 fused into the store.
+ * output stage of docs/semantics.md §8-§10 fused into the store.
  *
  *   acc[m,n] = sum_k (A[m,k] - a_zp) * (W[n,k] - w_zp[n])             exact int32
  *

@@ -1,6 +1,6 @@
 """Public activation ops (see qops/_ops/__init__.py for the wrapper contract).
 
-Output qparams follow PyTorch 2.13 (SEMANTICS.md sections 5 and 6): relu, relu6, hardtanh,
+Output qparams follow PyTorch 2.13 (docs/semantics.md §5 and §6): relu, relu6, hardtanh,
 clamp and leaky_relu keep the input's; hardswish and elu take them as arguments; hardsigmoid,
 sigmoid and tanh use fixed ones.
 """

@@ -1,4 +1,4 @@
-"""Public arithmetic ops (PyTorch's QFunctional / quantized::add, mul, cat; SEMANTICS.md section 7).
+"""Public arithmetic ops (PyTorch's QFunctional / quantized::add, mul, cat; docs/semantics.md §7).
 
 add/mul take explicit output qparams and broadcast as PyTorch does; add_scalar and mul_scalar
 derive their output qparams from the scalar; cat defaults to the first input's qparams.

@@ -104,7 +104,7 @@ class PackedConv:
         return pack
 
     def _requant(self, x_scale, out_scale):
-        """(bias_term, multiplier) float32 per output channel, as SEMANTICS.md section 8."""
+        """(bias_term, multiplier) float32 per output channel, as docs/semantics.md §8."""
         key = (x_scale, out_scale)
         cached = self._requant_cache
         if cached is not None and cached[0] == key:

@@ -1,7 +1,7 @@
 """Public linear ops: linear, linear_relu, linear_dynamic, linear_relu_dynamic, prepack_linear.
 
 Named and called as torch.ao.nn.quantized.functional.linear and torch.ops.quantized.linear_dynamic.
-The float32 values the output stage uses (SEMANTICS.md sections 8-10) are prepared here once and
+The float32 values the output stage uses (docs/semantics.md §8-§10) are prepared here once and
 passed to both backends:
 
     atws_n = f32(f32(x_s) * f32(w_s_n))
@@ -252,7 +252,7 @@ def linear_relu(input, weight, bias=None, scale=None, zero_point=None):
 def choose_dynamic_qparams(xmin, xmax, reduce_range):
     """Activation (scale, zero_point) of dynamic linear from the input's min and max.
 
-    PyTorch's ChooseQuantizationParams for quint8 [0, 255] (SEMANTICS.md section 10): the scale
+    PyTorch's ChooseQuantizationParams for quint8 [0, 255] (docs/semantics.md §10): the scale
     in double, the small-scale cut-off at 6.1e-5 in float, the zero point from the end with
     the smaller error term. Returns the scale as a float32 value (a Python float) and an int.
 

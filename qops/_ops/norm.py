@@ -1,7 +1,7 @@
 """Public norm ops: batch_norm (+relu), layer_norm, group_norm, instance_norm.
 
 Arguments and arithmetic follow torch.ops.quantized.{batch_norm, layer_norm, group_norm,
-instance_norm} (PyTorch 2.13 x86, SEMANTICS.md section 13); the output qparams are explicit.
+instance_norm} (PyTorch 2.13 x86, docs/semantics.md §13); the output qparams are explicit.
 """
 import math
 import numbers

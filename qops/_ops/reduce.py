@@ -1,4 +1,4 @@
-"""Public reductions: max, min and mean of a quantized tensor (SEMANTICS.md section 4).
+"""Public reductions: max, min and mean of a quantized tensor (docs/semantics.md §4).
 
 The results keep the input's qparams. This module defines functions named max and min, so the
 builtins are reached through `builtins`.

@@ -1,8 +1,8 @@
-"""Element-wise activations on raw 8-bit values (the definition; SEMANTICS.md sections 5 and 6).
+"""Element-wise activations on raw 8-bit values (the definition; docs/semantics.md §5 and §6).
 
 Contract: uint8/int8 in, same dtype out, same shape. Integer-domain ops (clamp_raw) compare raw
 values; float-domain ops dequantize with D_vec (D_sc for sigmoid), compute in float32 and
-quantize with Q_vec: PyTorch's vector-body formula, used for every element (SEMANTICS 0.2).
+quantize with Q_vec: PyTorch's vector-body formula, used for every element (docs/semantics.md §0.2).
 Transcendentals are evaluated in float64 and rounded once to float32.
 """
 import numpy as np

@@ -1,4 +1,4 @@
-"""Element-wise arithmetic and concatenation on raw 8-bit values (SEMANTICS.md section 7).
+"""Element-wise arithmetic and concatenation on raw 8-bit values (docs/semantics.md §7).
 
 Contract: uint8/int8 in, same dtype out. add dequantizes with D_vec, adds in float32 and
 quantizes with Q_vec (PyTorch's vector-body formula, for every element); mul and the add_scalar

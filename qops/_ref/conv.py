@@ -2,7 +2,7 @@
 
 Contract: uint8 input (N, C, D, H, W), int8 weight (O, C/groups, KD, KH, KW) with one zero
 point per output channel; exact integer accumulation of (x - x_zp) * (w - w_zp); the float32
-bias term and requantization of SEMANTICS.md section 8; uint8 output (N, O, OD, OH, OW).
+bias term and requantization of docs/semantics.md §8; uint8 output (N, O, OD, OH, OW).
 conv1d and conv2d are this 3-D convolution with unit leading spatial dimensions.
 """
 import numpy as np

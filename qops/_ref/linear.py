@@ -1,4 +1,4 @@
-"""Quantized linear and dynamic linear: the definition (SEMANTICS.md sections 9 and 10).
+"""Quantized linear and dynamic linear: the definition (docs/semantics.md §9 and §10).
 
 Contract: uint8 activations (M x K) times int8 weights (N x K); the accumulator
 acc = sum_k (x - x_zp) * (w - w_zp_n) is exact (int64 here, so it never wraps); the output stage is
@@ -53,7 +53,7 @@ def linear(x, x_zero_point, packed, bias_term, multiplier, out_zero_point, relu)
     x_zero_point : int, the input zero point
     packed : the result of `pack_linear`
     bias_term : float32 ndarray (N,) or None, bterm_n: the bias divided by x_s * w_s_n
-        (SEMANTICS.md section 8)
+        (docs/semantics.md §8)
     multiplier : float32 ndarray (N,), M_n = f32(f32(x_s * w_s_n) / out_s)
     out_zero_point : int, the output zero point
     relu : bool, clamp below at the output zero point

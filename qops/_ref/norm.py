@@ -1,7 +1,7 @@
 """Normalization layers on raw 8-bit values: batch norm (+relu), layer, group and instance norm.
 
 Contract: uint8/int8 in, same dtype out with explicit output qparams. Statistics are exact
-integer sums (int64); every float step is IEEE float32 as SEMANTICS.md section 13 states it,
+integer sums (int64); every float step is IEEE float32 as docs/semantics.md §13 states it,
 except the two double steps it names (the reciprocal std of batch norm and the
 x_scale / sqrt(var + eps) of the group statistics). Requantization is Q_vec (rint, then + zp).
 

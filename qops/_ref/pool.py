@@ -1,4 +1,4 @@
-"""Pooling kernels: max, average and adaptive pools on raw integer values (SEMANTICS.md §11).
+"""Pooling kernels: max, average and adaptive pools on raw integer values (docs/semantics.md §11).
 
 Contract: raw uint8/int8 (int32 for max pools) arrays of shape (N, C, D, H, W) in, the same
 dtype out, qparams unchanged. Max pools compare raw values. Average pools sum raw values in

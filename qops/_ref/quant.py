@@ -2,7 +2,7 @@
 
 Contract: float32 in, uint8/int8/int32 out (and back). All arithmetic is IEEE float32 unless
 a step says float64; rounding is half to even (np.rint). The primitives follow PyTorch 2.13's
-x86 kernels (SEMANTICS.md section 0.1):
+x86 kernels (docs/semantics.md §0.1):
 
     Q_fma  clampQ(rint(fma(x, 1/s, zp)))        quantize_per_tensor, 8-bit
     Q_leg  clampQ(rint(f32(f32(x/s) + zp)))      quantize_per_channel, qint32, kernel tails

@@ -1,5 +1,5 @@
 """Reductions on raw 8-bit values: max, min (with first-occurrence indices) and mean
-(SEMANTICS.md section 4).
+(docs/semantics.md §4).
 
 Contract: uint8/int8 in, same dtype out (indices int64). Inputs arrive as (outer, n, inner)
 arrays reduced over the middle axis. max/min compare raw values (the real order, since

@@ -1,4 +1,4 @@
-"""Interpolation kernels: nearest / nearest-exact gathers and bilinear (SEMANTICS.md §12).
+"""Interpolation kernels: nearest / nearest-exact gathers and bilinear (docs/semantics.md §12).
 
 Contract: raw uint8/int8/int32 arrays (N, C, D, H, W) in (4-D inputs have D = 1), the same
 dtype out, qparams unchanged. Nearest modes gather raw values; bilinear blends raw values in

@@ -89,7 +89,7 @@ CL_BENCH = "-channels_last"       # the label suffix of channels-last bench case
 def cl_bench(case):
     """True for a channels-last bench case: its PyTorch peer runs on the same memory (its NHWC
     kernels). Test cases keep PyTorch on C order, whose formulas qops follows where the two
-    differ (average pools' ties, cat's requantize; see SEMANTICS.md)."""
+    differ (average pools' ties, cat's requantize; see docs/semantics.md §7 and §11)."""
     return case.label.endswith(CL_BENCH)
 
 

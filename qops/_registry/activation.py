@@ -240,9 +240,10 @@ def _y_tanh(case):
 _TIE_REASON = ("exact except +-1 at exact ties of y/out_scale: PyTorch quantizes the last "
                "len % 64 elements of each thread's range with its scalar formula (D_sc, zero "
                "point added before rounding, std:: transcendentals) and the rest with the vector "
-               "one (D_vec, Q_vec, SLEEF); qops uses the vector formula everywhere (SEMANTICS "
-               "0.2), so PyTorch's tail may differ by 1 where y/out_scale is within float32 noise "
-               "of a half-integer; the differences are counted and must stay in the tail")
+               "one (D_vec, Q_vec, SLEEF); qops uses the vector formula everywhere "
+               "(docs/semantics.md §0.2), so PyTorch's tail may differ by 1 where y/out_scale "
+               "is within float32 noise of a half-integer; the differences are counted and "
+               "must stay in the tail")
 _TRANSCENDENTAL = (" qops evaluates {f} in float64 rounded once to float32, PyTorch in SLEEF "
                    "float32 (1 ulp), which again only matters at such ties.")
 

@@ -155,7 +155,7 @@ def _symmetric(w):
 
 
 def _engine(case):
-    # fbgemm is bit-exact against SEMANTICS.md section 8 except its depthwise kernel, which
+    # fbgemm is bit-exact against docs/semantics.md §8 except its depthwise kernel, which
     # saturates 16-bit pair sums; onednn is exact for depthwise but needs symmetric weights.
     x, w = case.args
     groups = case.kwargs.get("groups", 1)
@@ -240,7 +240,7 @@ def _compare(case, ours, theirs):
         return
     if u.torch_int8_saturates():
         # fbgemm's AVX2 requantization orders its float32 steps differently from the AVX-512
-        # path of SEMANTICS.md section 8: a value within rounding of a .5 tie can land on the
+        # path of docs/semantics.md §8: a value within rounding of a .5 tie can land on the
         # other side (seen: 1 output of 1377, 105.49999 before the zero point). Allowed: +-1
         # on at most 1% of the outputs; everything else exact.
         assert ours[0] == theirs[0] and ours[3:] == theirs[3:], "qparams differ"

@@ -107,8 +107,8 @@ def _torch_interp(fn_name="interpolate"):
             return lambda: torch.cat([fn(c, **kw) for c in t.split(1, dim=1)], dim=1)
         if q.shape[1] == 1 and not one_pixel and q.shape[0] > 0:
             # A 1-channel tensor is also "channels-last contiguous", so PyTorch runs its NHWC
-            # kernel (bilinear: ±1 near ties, SEMANTICS §12); with the channel doubled it runs
-            # the NCHW kernel that qops follows.
+            # kernel (bilinear: ±1 near ties, docs/semantics.md §12); with the channel
+            # doubled it runs the NCHW kernel that qops follows.
             t2 = torch.cat([t, t], dim=1).contiguous()
             return lambda: fn(t2, **kw)[:, :1]
         return lambda: fn(t, **kw)

@@ -1,4 +1,5 @@
-"""The qparams formulas every observer and fake-quant module delegates to (SEMANTICS §10, §14, §15).
+"""The qparams formulas every observer and fake-quant module delegates to
+(docs/semantics.md §10, §14, §15).
 
 Two formulas exist in PyTorch and both are kept, bit for bit:
 * `calculate_qparams` -- the observers' `_calculate_qparams` (float32 tensor arithmetic);
@@ -96,7 +97,8 @@ def check_min_max_valid(min_val, max_val):
 
 def calculate_qparams(min_val, max_val, quant_min, quant_max, qscheme, dtype,
                       eps=EPS, has_customized_qrange=False):
-    """Scale and zero point from observed min/max: PyTorch's observer formula (SEMANTICS §14).
+    """Scale and zero point from observed min/max: PyTorch's observer formula
+    (docs/semantics.md §14).
 
     Parameters
     ----------
@@ -158,7 +160,8 @@ def calculate_qparams(min_val, max_val, quant_min, quant_max, qscheme, dtype,
 
 def choose_quantization_params(min, max, qmin, qmax, preserve_sparsity=False,
                                reduce_range=False):
-    """fbgemm's ChooseQuantizationParams (SEMANTICS §10): (scale as float, zero point as int).
+    """fbgemm's ChooseQuantizationParams (docs/semantics.md §10): (scale as float, zero point
+    as int).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Fake quantization: quantize-dequantize in float32 during training (SEMANTICS §15).
+"""Fake quantization: quantize-dequantize in float32 during training (docs/semantics.md §15).
 
 `fake_quantize_per_tensor_affine` / `fake_quantize_per_channel_affine` compute
 `q = zp + rint(f32(x * f32(1/s)))` (zero point added after rounding, unlike the real quantize)
@@ -273,7 +273,7 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
     double from float32 (first batch taken as is) and the forward qparams come from fbgemm's
     ChooseQuantizationParams (symmetric schemes preserve sparsity), while
     `calculate_qparams()` (used by convert) applies the observer formula. The two differ for
-    symmetric per-channel weights (SEMANTICS §15, §17.10), as in PyTorch.
+    symmetric per-channel weights (docs/semantics.md §15, §17.10), as in PyTorch.
     """
 
     def __init__(self, observer=MovingAverageMinMaxObserver, quant_min=0, quant_max=255,

@@ -1,4 +1,4 @@
-"""fuse_modules: merge conv/linear + batch norm (+ relu) into one module (SEMANTICS §16).
+"""fuse_modules: merge conv/linear + batch norm (+ relu) into one module (docs/semantics.md §16).
 
 In eval mode batch norm is folded into the conv or linear weights (float32, as
 `torch.nn.utils.fusion`); the fused module replaces the first module of each group and the

@@ -1,6 +1,7 @@
 """Observers: modules that watch float32 arrays and turn the statistics into (scale, zero_point).
 
-Names, arguments, defaults and results follow `torch.ao.quantization.observer` (SEMANTICS §14).
+Names, arguments, defaults and results follow `torch.ao.quantization.observer`
+(docs/semantics.md §14).
 `forward(x)` records statistics of a float32 numpy array and returns `x` unchanged;
 `calculate_qparams()` returns (float32 scale array, int64 zero-point array), one element per
 tensor or one per channel. Every uniform observer hands its final (min, max) to
