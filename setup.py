@@ -14,7 +14,6 @@ QOPS_ISAS=baseline,avx2  build only these instruction sets.
 """
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import sysconfig

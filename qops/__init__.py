@@ -6,14 +6,35 @@ Quantized tensors (`QTensor`), the quantized operators of PyTorch's eager mode
 """
 __version__ = "0.1.0"
 
-from qops._config import (backend, get_backend, get_num_threads, set_backend,  # noqa: F401
-                          set_num_threads, threads)
-from qops._dtypes import (QDtype, QScheme, per_channel_affine, per_channel_symmetric,  # noqa: F401
-                          per_tensor_affine, per_tensor_symmetric, qint8, qint32, quint8,
-                          per_channel_affine_float_qparams)
-from qops._qtensor import (QTensor, dequantize, is_quantized,  # noqa: F401
-                           make_per_channel_quantized_tensor, make_per_tensor_quantized_tensor,
-                           quantize_per_channel, quantize_per_tensor)
+from qops._config import (  # noqa: F401
+    backend,
+    get_backend,
+    get_num_threads,
+    set_backend,
+    set_num_threads,
+    threads,
+)
+from qops._dtypes import (  # noqa: F401
+    QDtype,
+    QScheme,
+    per_channel_affine,
+    per_channel_affine_float_qparams,
+    per_channel_symmetric,
+    per_tensor_affine,
+    per_tensor_symmetric,
+    qint8,
+    qint32,
+    quint8,
+)
+from qops._qtensor import (  # noqa: F401
+    QTensor,
+    dequantize,
+    is_quantized,
+    make_per_channel_quantized_tensor,
+    make_per_tensor_quantized_tensor,
+    quantize_per_channel,
+    quantize_per_tensor,
+)
 from qops._show import show_config  # noqa: F401
 
 

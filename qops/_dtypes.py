@@ -46,7 +46,8 @@ def qdtype_of_storage(storage):
     try:
         return _BY_STORAGE[np.dtype(storage)]
     except KeyError:
-        raise TypeError(f"integer data must be uint8, int8 or int32; got {np.dtype(storage)}") from None
+        raise TypeError(f"integer data must be uint8, int8 or int32; "
+                        f"got {np.dtype(storage)}") from None
 
 
 class QScheme:

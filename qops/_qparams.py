@@ -80,7 +80,8 @@ def check_channel_qparams(scales, zero_points, dtype, length, scales_name="scale
         bad = ~np.isfinite(s32) | (scales <= 0) | ~np.isfinite(F32(1.0) / s32)
     if bad.any():
         raise ValueError(f"{scales_name} must be finite positive float32 values (1/scale finite "
-                         f"too); got {scales[bad][0].item()!r} at index {int(np.flatnonzero(bad)[0])}")
+                         f"too); got {scales[bad][0].item()!r} "
+                         f"at index {int(np.flatnonzero(bad)[0])}")
     if zps.dtype == np.bool_ or not (np.issubdtype(zps.dtype, np.integer)
                                      or np.issubdtype(zps.dtype, np.floating)):
         raise TypeError(f"{zps_name} must be integers; got dtype {zps.dtype}")

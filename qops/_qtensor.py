@@ -4,12 +4,16 @@ import numbers
 
 import numpy as np
 
-from qops import _config
-from qops import _layout
-from qops._layout import elementwise
+from qops import _config, _layout
 from qops import _qparams as qp
-from qops._dtypes import (QDtype, as_qdtype, per_channel_affine, per_channel_symmetric,
-                          per_tensor_affine, per_tensor_symmetric, qdtype_of_storage, qint32)
+from qops._dtypes import (
+    as_qdtype,
+    per_channel_affine,
+    per_tensor_affine,
+    per_tensor_symmetric,
+    qdtype_of_storage,
+)
+from qops._layout import elementwise
 
 __all__ = ["QTensor", "quantize_per_tensor", "quantize_per_channel",
            "make_per_tensor_quantized_tensor", "make_per_channel_quantized_tensor",
@@ -198,7 +202,8 @@ class QTensor:
         try:
             values = np.broadcast_to(src._int, self.shape)
         except ValueError:
-            raise ValueError(f"copy_(): shape {src.shape} does not broadcast to {self.shape}") from None
+            raise ValueError(f"copy_(): shape {src.shape} does not broadcast "
+                             f"to {self.shape}") from None
         axis = scales = zps = None
         if src._axis is not None:
             # broadcasting prepends dimensions: the channel axis moves right by their number
@@ -240,7 +245,8 @@ class QTensor:
         try:
             data = self._int.reshape(shape)
         except ValueError:
-            raise ValueError(f"cannot reshape a tensor of shape {self.shape} into {shape}") from None
+            raise ValueError(f"cannot reshape a tensor of shape {self.shape} "
+                             f"into {shape}") from None
         return self._like(data, axis=self._reshaped_axis(data.shape, "reshape"))
 
     def view(self, *shape):
@@ -279,7 +285,8 @@ class QTensor:
             return self.reshape(1)
         if s > e:
             raise ValueError("flatten(): start_dim cannot come after end_dim")
-        shape = self.shape[:s] + (int(np.prod(self.shape[s:e + 1], dtype=np.int64)),) + self.shape[e + 1:]
+        merged = int(np.prod(self.shape[s:e + 1], dtype=np.int64))
+        shape = self.shape[:s] + (merged,) + self.shape[e + 1:]
         if self._axis is not None and s <= self._axis <= e and s != e:
             raise ValueError(f"flatten(): cannot merge dims {s}..{e} of a per-channel tensor: "
                              f"they include its channel axis {self._axis}")

@@ -50,7 +50,8 @@ def test_fixed_output_qparams():
         assert (F.hardsigmoid(q).q_scale(), F.hardsigmoid(q).q_zero_point()) == (0.00390625, hs)
         assert (F.sigmoid(q).q_scale(), F.sigmoid(q).q_zero_point()) == (0.00390625, hs)
         assert (F.tanh(q).q_scale(), F.tanh(q).q_zero_point()) == (0.0078125, ht)
-        for f in (F.relu, F.relu6, F.leaky_relu, lambda t: F.hardtanh(t), lambda t: F.clamp(t, -1, 1)):
+        for f in (F.relu, F.relu6, F.leaky_relu, lambda t: F.hardtanh(t),
+                  lambda t: F.clamp(t, -1, 1)):
             out = f(q)
             assert (out.q_scale(), out.q_zero_point()) == (q.q_scale(), q.q_zero_point())
         out = F.hardswish(q, 0.3, 5)

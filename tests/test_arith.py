@@ -48,7 +48,8 @@ def test_broadcasting_either_side(backend):
             assert x.shape == y.shape == (2, 3, 4)
         # broadcast equals the explicitly expanded operand
         big = b.expand(2, 3, 4).contiguous()
-        np.testing.assert_array_equal(F.add(a, b, 0.1, 3).int_repr(), F.add(a, big, 0.1, 3).int_repr())
+        np.testing.assert_array_equal(F.add(a, b, 0.1, 3).int_repr(),
+                                      F.add(a, big, 0.1, 3).int_repr())
 
 
 def test_add_scalar_qparams_rules():
@@ -60,7 +61,8 @@ def test_add_scalar_qparams_rules():
     for backend in BACKENDS:
         with qops.backend(backend):
             low = F.add_scalar(q, 20.0)      # zp 100 - 200 < 0: rescaled, zp = qmin
-            assert low.q_zero_point() == 0 and low.q_scale() == pytest.approx((255 + 100) / 255 * 0.1)
+            assert low.q_zero_point() == 0
+            assert low.q_scale() == pytest.approx((255 + 100) / 255 * 0.1)
             high = F.add_scalar(q, -20.0)
             assert high.q_zero_point() == 255
     with pytest.raises(ValueError, match="finite"):
@@ -85,8 +87,10 @@ def test_mul_scalar_qparams_rules():
         with qops.backend(backend):
             neg = F.mul_scalar(q, -0.5)
             assert (neg.q_scale(), neg.q_zero_point()) == (0.05, 127 - (5 + 128))
-            np.testing.assert_array_equal(neg.int_repr(), (-1 - q.int_repr().astype(int)).astype(np.int8))
-            np.testing.assert_allclose(neg.dequantize(), -0.5 * q.dequantize(), rtol=1e-6, atol=1e-6)
+            np.testing.assert_array_equal(neg.int_repr(),
+                                          (-1 - q.int_repr().astype(int)).astype(np.int8))
+            np.testing.assert_allclose(neg.dequantize(), -0.5 * q.dequantize(),
+                                       rtol=1e-6, atol=1e-6)
 
 
 def test_cat_errors():

@@ -30,7 +30,8 @@ def backend(request):
 
 def test_output_shapes_and_batch0(backend):
     x = _x((0, 4, 9, 9))
-    out = F.conv2d(x, _w((8, 2, 3, 3)), None, stride=2, padding=1, groups=2, scale=0.5, zero_point=3)
+    out = F.conv2d(x, _w((8, 2, 3, 3)), None, stride=2, padding=1, groups=2, scale=0.5,
+                   zero_point=3)
     assert out.shape == (0, 8, 5, 5) and out.q_scale() == 0.5 and out.q_zero_point() == 3
     assert F.conv1d(_x((2, 3, 10)), _w((5, 3, 4)), dilation=2, scale=1.0).shape == (2, 5, 4)
     assert F.conv3d(_x((1, 2, 3, 4, 5)), _w((3, 2, 3, 4, 5)), scale=1.0).shape == (1, 3, 1, 1, 1)
@@ -213,7 +214,8 @@ def test_fast_output_feeds_next_conv():
     for be in ("ref", "fast"):
         with qops.backend(be):
             y = F.conv2d(x, w1, None, padding=1, scale=2.0, zero_point=100)
-            outs.append(np.ascontiguousarray(F.conv2d(y, w2, None, scale=20.0, zero_point=100)._int))
+            outs.append(np.ascontiguousarray(F.conv2d(y, w2, None, scale=20.0,
+                                                      zero_point=100)._int))
     np.testing.assert_array_equal(outs[0], outs[1])
 
 
@@ -254,13 +256,15 @@ def test_wide_channels_every_tier(tier, cfg):
     b = r.normal(0, 3, cfg["o"]).astype(np.float32)
     args = dict(stride=cfg["stride"], padding=cfg["padding"], groups=cfg["groups"],
                 dilation=2 if cfg["groups"] > 1 else 1,
-                scale=float(np.sqrt(cfg["c"] // cfg["groups"] * cfg["k"] ** 2) * 74 * 74 * 0.03 * 0.01 / 40),
+                scale=float(np.sqrt(cfg["c"] // cfg["groups"] * cfg["k"] ** 2)
+                            * 74 * 74 * 0.03 * 0.01 / 40),
                 zero_point=120)
     with qops.backend("ref"):
         want = F.conv2d(x, w, b, **args)._int
     previous = kernels._set_mode(tier)
     try:
-        pk = F.prepack_conv2d(w, b, args["stride"], args["padding"], args["dilation"], args["groups"])
+        pk = F.prepack_conv2d(w, b, args["stride"], args["padding"], args["dilation"],
+                              args["groups"])
         got = F.conv2d(x, pk, scale=args["scale"], zero_point=120)._int
     finally:
         kernels._set_mode(previous)
@@ -285,7 +289,8 @@ def test_nonfinite_bias_fast_equals_ref(groups, channels_last):
         with qops.backend(be):
             outs.append(F.conv2d(x, w, b, padding=1, groups=groups, scale=0.1, zero_point=9)._int)
     np.testing.assert_array_equal(outs[1], outs[0])
-    assert (outs[0][0, 0] == 255).all() and (outs[0][0, 1] == 255).all() and (outs[0][0, 2] == 0).all()
+    assert ((outs[0][0, 0] == 255).all() and (outs[0][0, 1] == 255).all()
+            and (outs[0][0, 2] == 0).all())
 
 
 @pytest.mark.parametrize("xmax", [255, 129, 127])

@@ -2,8 +2,9 @@
 the same bits on 2 threads, call after call, as on 1 thread (issue 19 #3).
 
 The inputs are the registry's benchmark cases (sizes large enough that the kernels split the
-work between threads: each op's smallest, and its smallest channels-last one), each laid out C-order, channels last, with every axis reversed in
-memory (a permuted dense block), with negative strides and as a strided slice. A kernel that
+work between threads: each op's smallest, and its smallest channels-last one), each laid out
+C-order, channels last, with every axis reversed in memory (a permuted dense block), with
+negative strides and as a strided slice. A kernel that
 shares a temporary between threads (a struct filled inside a prange body, say) gives results
 that vary from call to call; 12 calls on 2 threads catch the data races issue 19 found
 (channels-last average pools: hundreds of wrong values per call).
@@ -13,8 +14,8 @@ import pytest
 
 import qops
 from qops._qtensor import QTensor
-from qops._registry import all_specs
 from qops._registry import _util as u
+from qops._registry import all_specs
 
 CALLS = 12                    # 2-thread calls compared with the 1-thread result
 LAYOUTS = ("c", "cl", "reversed", "neg", "slice")

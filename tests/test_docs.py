@@ -13,7 +13,8 @@ def test_readme_feature_table_lists_every_registered_op():
     end = readme.index("<!-- feature-table:end -->")
     table = readme[begin:end]
     missing = [s.name for s in all_specs() if f"| `{s.name}` |" not in table]
-    assert not missing, f"README feature table lacks {missing}: run python tools/feature_table.py --write"
+    assert not missing, \
+        f"README feature table lacks {missing}: run python tools/feature_table.py --write"
     listed = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `")}
     extra = listed - {s.name for s in all_specs()}
     assert not extra, f"README feature table lists ops that are not registered: {sorted(extra)}"

@@ -33,7 +33,8 @@ OPS = [
     ("dequantize", lambda a, b: a.dequantize(), True),
     ("requantize", lambda a, b: F.requantize(a, 0.03, 7), True),
     ("max_pool2d", lambda a, b: F.max_pool2d(a, 3, 2, 1), True),
-    ("max_pool2d_dilated", lambda a, b: F.max_pool2d(a, (2, 3), (1, 2), (1, 0), (2, 1), True), True),
+    ("max_pool2d_dilated",
+     lambda a, b: F.max_pool2d(a, (2, 3), (1, 2), (1, 0), (2, 1), True), True),
     ("avg_pool2d", lambda a, b: F.avg_pool2d(a, 2, 2), True),
     ("avg_pool2d_padded", lambda a, b: F.avg_pool2d(a, 3, 2, 1, True, False), True),
     ("adaptive_avg_pool2d", lambda a, b: F.adaptive_avg_pool2d(a, 2), True),
@@ -98,7 +99,8 @@ def test_per_channel_on_channels_last(backend):
         assert memory_order(q.dequantize()) == [0, 2, 3, 1]
         qt = qops.quantize_per_tensor(x, 0.05, 3, qops.qint8)
         np.testing.assert_array_equal(
-            qt.int_repr(), qops.quantize_per_tensor(np.ascontiguousarray(x), 0.05, 3, qops.qint8).int_repr())
+            qt.int_repr(),
+            qops.quantize_per_tensor(np.ascontiguousarray(x), 0.05, 3, qops.qint8).int_repr())
 
 
 def test_memory_order():

@@ -193,6 +193,7 @@ def test_long_rows_fast_equals_ref():
 
 def _isa_kernels():
     import importlib
+
     from qops import _fast
     return [importlib.import_module(f"qops._fast._{isa}.linear")
             for isa in _fast.CPU_ISAS if isa in _fast.ISAS]

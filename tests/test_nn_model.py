@@ -336,8 +336,8 @@ def test_every_module_type_round_trips(name, tmp_path):
 
 
 def test_qat_modules_refuse_to_save(tmp_path):
-    from qops.nn import qat as nnqat
     import qops.quantization as qz
+    from qops.nn import qat as nnqat
     with pytest.raises(TypeError, match="convert\\(\\) the model before qops.save"):
         qops.save(nnqat.Linear(3, 2, qconfig=qz.default_qat_qconfig), tmp_path / "q.npz")
 

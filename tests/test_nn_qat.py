@@ -4,13 +4,13 @@ import pytest
 
 import qops.nn as nn
 import qops.nn.quantized as nnq
+import qops.quantization as qz
 from qops.nn import intrinsic as nni
 from qops.nn import qat as nnqat
 from qops.nn.intrinsic import qat as nniqat
 from qops.nn.intrinsic import quantized as nniq
 
 F32 = np.float32
-import qops.quantization as qz
 
 
 def _rand(*shape, seed=0):

@@ -190,7 +190,8 @@ def test_long_channels_equal_ref(dtype, params):
     outs = []
     for be in ("ref", "fast"):
         with qops.backend(be):
-            outs.append(F.instance_norm(x, w, b, 1e-5, out_scale, 1 if dtype is qops.qint8 else 129))
+            outs.append(F.instance_norm(x, w, b, 1e-5, out_scale,
+                                        1 if dtype is qops.qint8 else 129))
     np.testing.assert_array_equal(outs[1].int_repr(), outs[0].int_repr())
 
 

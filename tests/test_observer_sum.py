@@ -133,7 +133,8 @@ _SUBPROCESS = textwrap.dedent("""
     from qops.quantization import _torch_sum as ts
     cap = sys.argv[1]
     torch.set_num_threads(1)
-    assert torch.backends.cpu.get_cpu_capability().lower() == cap, torch.backends.cpu.get_cpu_capability()
+    assert torch.backends.cpu.get_cpu_capability().lower() == cap, \
+        torch.backends.cpu.get_cpu_capability()
     assert ts.torch_cpu_capability() == cap
     rng = np.random.default_rng(7)
     lengths = list(range(0, 600)) + [int(n) for n in rng.integers(600, 5001, 150)] + %r

@@ -168,7 +168,8 @@ def test_adaptive_avg_1x1_spatial_pytorch_bug(backend, torch):
     q = _q((1, 4, 1, 1), zp=0)
     q._int[:, :, 0, 0] = [10, 20, 30, 40]
     ours = F.adaptive_avg_pool2d(q, 2)
-    expected = np.broadcast_to(np.array([10, 20, 30, 40], np.uint8)[None, :, None, None], (1, 4, 2, 2))
+    expected = np.broadcast_to(np.array([10, 20, 30, 40], np.uint8)[None, :, None, None],
+                               (1, 4, 2, 2))
     np.testing.assert_array_equal(ours._int, expected)
     theirs = torch.nn.functional.adaptive_avg_pool2d(u.to_torch(q), 2).int_repr().numpy()
     if np.array_equal(theirs, expected):
@@ -203,7 +204,8 @@ def test_max_pools_without_vbmi(name):
                 got = case.call(spec.op)
             for g, w in zip(got if isinstance(got, tuple) else (got,),
                             want if isinstance(want, tuple) else (want,)):
-                assert (g.equal(w) if isinstance(w, qops.QTensor) else np.array_equal(g, w)), case.label
+                assert (g.equal(w) if isinstance(w, qops.QTensor)
+                        else np.array_equal(g, w)), case.label
     finally:
         pool._use_vbmi(was)
 
@@ -215,7 +217,8 @@ def test_argument_memo_keeps_checks():
     F.max_pool2d(q, 2, 1)
     F.max_pool2d(q, (2, 2), (1, 1))
     for kw in (dict(kernel_size=2.0, stride=1), dict(kernel_size=2, stride=True),
-               dict(kernel_size=(2, 2), stride=(1, 1.0)), dict(kernel_size=2, stride=1, ceil_mode=1)):
+               dict(kernel_size=(2, 2), stride=(1, 1.0)),
+               dict(kernel_size=2, stride=1, ceil_mode=1)):
         with pytest.raises((TypeError, ValueError)):
             F.max_pool2d(q, **kw)
 

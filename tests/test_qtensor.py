@@ -45,20 +45,27 @@ def test_int_repr_is_a_copy_and_dequantize_formula():
 
 def test_ties_round_half_to_even_with_zero_point_before_rounding():
     x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5], np.float32)
-    assert qops.quantize_per_tensor(x, 1.0, 0, qops.qint8).int_repr().tolist() == [0, 2, 2, 0, -2, -2, 4]
-    assert qops.quantize_per_tensor(x, 1.0, 1, qops.qint8).int_repr().tolist() == [2, 2, 4, 0, 0, -2, 4]
+    assert qops.quantize_per_tensor(x, 1.0, 0, qops.qint8).int_repr().tolist() == \
+        [0, 2, 2, 0, -2, -2, 4]
+    assert qops.quantize_per_tensor(x, 1.0, 1, qops.qint8).int_repr().tolist() == \
+        [2, 2, 4, 0, 0, -2, 4]
 
 
 @pytest.mark.parametrize("backend", ["ref", "fast"])
 def test_nan_and_inf(backend):
     x = np.array([[np.nan, np.inf, -np.inf, 1e30, -1e30]], np.float32)
     with qops.backend(backend):
-        assert qops.quantize_per_tensor(x, 0.1, 3, qops.quint8).int_repr().tolist() == [[255, 255, 0, 255, 0]]
-        assert qops.quantize_per_tensor(x, 0.1, 3, qops.qint8).int_repr().tolist() == [[127, 127, -128, 127, -128]]
-        assert qops.quantize_per_channel(x, [0.1], [3], 0, qops.quint8).int_repr().tolist() == [[0, 255, 0, 255, 0]]
-        assert qops.quantize_per_channel(x, [0.1], [3], 0, qops.qint8).int_repr().tolist() == [[0, 127, -128, 127, -128]]
+        assert qops.quantize_per_tensor(x, 0.1, 3, qops.quint8).int_repr().tolist() == \
+            [[255, 255, 0, 255, 0]]
+        assert qops.quantize_per_tensor(x, 0.1, 3, qops.qint8).int_repr().tolist() == \
+            [[127, 127, -128, 127, -128]]
+        assert qops.quantize_per_channel(x, [0.1], [3], 0, qops.quint8).int_repr().tolist() == \
+            [[0, 255, 0, 255, 0]]
+        assert qops.quantize_per_channel(x, [0.1], [3], 0, qops.qint8).int_repr().tolist() == \
+            [[0, 127, -128, 127, -128]]
         lo, hi = -2**31, 2**31 - 1
-        assert qops.quantize_per_tensor(x, 0.1, 3, qops.qint32).int_repr().tolist() == [[lo, hi, lo, hi, lo]]
+        assert qops.quantize_per_tensor(x, 0.1, 3, qops.qint32).int_repr().tolist() == \
+            [[lo, hi, lo, hi, lo]]
 
 
 def test_float64_and_float16_are_converted():
@@ -119,11 +126,13 @@ def test_views_share_and_match_numpy():
     raw = t.int_repr()
     cases = [(t.reshape(6, 4), raw.reshape(6, 4)), (t.view(3, 8), raw.reshape(3, 8)),
              (t.flatten(), raw.reshape(-1)), (t.flatten(1), raw.reshape(2, 12)),
-             (t.transpose(0, 2), raw.transpose(2, 1, 0)), (t.permute(1, 2, 0), raw.transpose(1, 2, 0)),
+             (t.transpose(0, 2), raw.transpose(2, 1, 0)),
+             (t.permute(1, 2, 0), raw.transpose(1, 2, 0)),
              (t.unsqueeze(0), raw[None]), (t[None].squeeze(0), raw), (t.select(1, 2), raw[:, 2]),
              (t[1, :, ::2], raw[1, :, ::2]), (t[..., -1], raw[..., -1]),
              (t[:1].expand(3, 3, 4), np.broadcast_to(raw[:1], (3, 3, 4))),
-             (t.transpose(0, 1).contiguous(), raw.transpose(1, 0, 2)), (t.T, raw.T), (t.clone(), raw)]
+             (t.transpose(0, 1).contiguous(), raw.transpose(1, 0, 2)), (t.T, raw.T),
+             (t.clone(), raw)]
     for view, expected in cases:
         np.testing.assert_array_equal(view.int_repr(), expected)
         assert view.q_scale() == 0.1 and view.q_zero_point() == 3
@@ -145,7 +154,8 @@ def test_per_channel_views():
     assert sel.qscheme() is qops.per_tensor_affine
     assert sel.q_scale() == c.q_per_channel_scales()[2] and sel.q_zero_point() == 2
     np.testing.assert_array_equal(sel.dequantize(), c.dequantize()[:, 2])
-    for bad in (lambda: c.transpose(0, 1), lambda: c.permute(2, 1, 0), lambda: c.expand(2, 2, 3, 4)):
+    for bad in (lambda: c.transpose(0, 1), lambda: c.permute(2, 1, 0),
+                lambda: c.expand(2, 2, 3, 4)):
         with pytest.raises(TypeError, match="per-channel"):
             bad()
     with pytest.raises(ValueError, match="channel axis"):
@@ -375,7 +385,8 @@ def test_issue19_zero_point_must_be_an_integer(zp):
 @pytest.mark.parametrize("zp", [2, np.int64(2), np.uint8(2), np.int32(2), np.int8(2), np.array(2),
                                 np.array([2], np.int16)])
 def test_issue19_zero_point_integer_types_accepted(zp):
-    assert qops.quantize_per_tensor(np.zeros(3, np.float32), 0.1, zp, qops.quint8).q_zero_point() == 2
+    q = qops.quantize_per_tensor(np.zeros(3, np.float32), 0.1, zp, qops.quint8)
+    assert q.q_zero_point() == 2
 
 
 # issue 19 #15: bool scales and axes are refused, naming them
@@ -429,7 +440,8 @@ def test_issue19_qtensor_from_torch_checks_qparams(torch):
     t = torch._make_per_tensor_quantized_tensor(torch.zeros(3, dtype=torch.uint8), 1e300, 0)
     with pytest.raises(ValueError, match="scale"):
         qtensor_from_torch(t)
-    c = torch.quantize_per_channel(torch.randn(3, 4), torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64),
+    c = torch.quantize_per_channel(torch.randn(3, 4),
+                                   torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64),
                                    torch.tensor([0, 1, 2]), 0, torch.quint8)
     with pytest.raises(ValueError, match="scales"):
         qtensor_from_torch(c.reshape(12))
@@ -456,7 +468,8 @@ def test_issue19_per_channel_views_fuzz():
                                 slice(rnd.choice([None, -3, 0, 1]), rnd.choice([None, -1, 2, 5]),
                                       rnd.choice([None, 1, 2, -1]))])
                     for _ in range(rnd.randint(0, nd + 1)))
-        views = [lambda: t[key], t.squeeze, t.flatten, lambda: t.unsqueeze(rnd.randint(-nd - 1, nd)),
+        views = [lambda: t[key], t.squeeze, t.flatten,
+                 lambda: t.unsqueeze(rnd.randint(-nd - 1, nd)),
                  lambda: t.select(rnd.randrange(nd), rnd.randint(-2, 2)), lambda: t.reshape(-1)]
         for make in views:
             try:
@@ -465,7 +478,8 @@ def test_issue19_per_channel_views_fuzz():
                 continue
             if v.is_per_channel:
                 a = v.q_per_channel_axis()
-                assert 0 <= a < v.ndim and v.q_per_channel_scales().shape == (v.shape[a],), (shape, axis, key)
+                assert 0 <= a < v.ndim and v.q_per_channel_scales().shape == (v.shape[a],), \
+                    (shape, axis, key)
             d = v.dequantize()
             if make is views[0]:
                 np.testing.assert_allclose(d, full[key], rtol=1e-6)    # D_sc vs D_pc: 1 ulp

@@ -728,6 +728,7 @@ def test_demo_runs_and_saves(tmp_path, capsys):
 
 def test_demo_data_is_small():
     import os
+
     from qops.quantization import _demo
     assert os.path.getsize(_demo.DATA_FILE) < 400 * 1024
 

@@ -50,7 +50,8 @@ def test_first_index_wins(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_mean_rounds_half_to_even_on_raw_values(backend):
     with qops.backend(backend):
-        q = qops.make_per_tensor_quantized_tensor(np.array([[1, 2], [3, 4], [2, 3]], np.uint8), 0.1, 0)
+        q = qops.make_per_tensor_quantized_tensor(np.array([[1, 2], [3, 4], [2, 3]], np.uint8),
+                                                  0.1, 0)
         np.testing.assert_array_equal(F.mean(q, 1).int_repr(), [2, 4, 2])
         q = qops.make_per_tensor_quantized_tensor(np.array([[-3, -2], [-1, 0]], np.int8), 0.1, 5)
         np.testing.assert_array_equal(F.mean(q, 1).int_repr(), [-2, 0])
@@ -82,8 +83,8 @@ def test_errors():
     assert F.mean(_q(shape=(0, 4)), 1).shape == (0,)
 
 
-@pytest.mark.parametrize("shape,dim", [((8, 64, 7, 7), (2, 3)), ((5, 33, 65), -1), ((3, 4, 5), None),
-                                       ((2, 3, 70001), 2), ((4, 6, 9), (1, 2))])
+@pytest.mark.parametrize("shape,dim", [((8, 64, 7, 7), (2, 3)), ((5, 33, 65), -1),
+                                       ((3, 4, 5), None), ((2, 3, 70001), 2), ((4, 6, 9), (1, 2))])
 @pytest.mark.parametrize("dtype", [qops.quint8, qops.qint8])
 def test_mean_trailing_dims_bit_exact_with_pytorch(torch, shape, dim, dtype):
     q = _q(shape=shape, dtype=dtype, zp=3 if dtype is qops.qint8 else 130)

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 import qops
 from qops import _fast
-from qops._registry import all_specs
-from qops._registry import _util as u
 from qops._qtensor import QTensor
+from qops._registry import _util as u
+from qops._registry import all_specs
 
 from conftest import torch_or_skip
 
@@ -50,8 +50,9 @@ def check_torch(spec, case):
 
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
 def test_entry_complete(spec):
-    from qops import _ref  # noqa: F401
     import importlib
+
+    from qops import _ref  # noqa: F401
     ref = importlib.import_module(f"qops._ref.{spec.family}")
     fast = _fast.load(spec.family)
     assert spec.kernels, f"{spec.name}: no kernels named"
@@ -153,7 +154,8 @@ def test_cases_not_vacuous(spec):
             fractions.append(f)
     if not fractions:
         pytest.skip("op has no quantized output")
-    assert np.mean(fractions) < 0.5, f"{spec.name}: cases are mostly saturated ({np.mean(fractions):.2f})"
+    assert np.mean(fractions) < 0.5, \
+        f"{spec.name}: cases are mostly saturated ({np.mean(fractions):.2f})"
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)

@@ -89,7 +89,8 @@ def test_one_pixel_input_pytorch_bug(backend, torch):
     """PyTorch scrambles channels for 1x1 spatial inputs with C > 1; qops does not."""
     q = _q((1, 4, 1, 1), zp=0)
     q._int[:, :, 0, 0] = [10, 20, 30, 40]
-    expected = np.broadcast_to(np.array([10, 20, 30, 40], np.uint8)[None, :, None, None], (1, 4, 3, 2))
+    expected = np.broadcast_to(np.array([10, 20, 30, 40], np.uint8)[None, :, None, None],
+                               (1, 4, 3, 2))
     for mode in ("nearest", "bilinear"):
         np.testing.assert_array_equal(F.interpolate(q, size=(3, 2), mode=mode)._int, expected)
     theirs = torch.ao.nn.quantized.functional.interpolate(u.to_torch(q), size=(3, 2))

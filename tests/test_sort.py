@@ -145,7 +145,8 @@ def test_topk_without_vbmi2():
         sort = impl("sort")
     spec = next(s for s in all_specs() if s.name == "topk")
     r = np.random.default_rng(11)
-    extra = [qops.make_per_tensor_quantized_tensor(r.integers(0, 256, (m, n)).astype(np.uint8), 0.1, 0)
+    extra = [qops.make_per_tensor_quantized_tensor(r.integers(0, 256, (m, n)).astype(np.uint8),
+                                                   0.1, 0)
              for m, n in ((16, 1000), (19, 70), (24, 3), (8, 200))]
     extra.append(qops.make_per_tensor_quantized_tensor(np.full((17, 130), 7, np.int8), 0.1, 0))
     was = sort._topk_vbmi(False)

@@ -77,7 +77,8 @@ def main():
             for name, f, fin, fout in cases:
                 s = _median_seconds(f)
                 bw = (fin + fout) * nb / s
-                print(f"{name:26s} {nt:3d} {s * 1e3:8.2f} {bw / 1e9:6.1f} {100 * bw / copy_bw:7.0f}%")
+                print(f"{name:26s} {nt:3d} {s * 1e3:8.2f} {bw / 1e9:6.1f} "
+                      f"{100 * bw / copy_bw:7.0f}%")
 
 
 if __name__ == "__main__":

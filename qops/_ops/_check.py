@@ -19,7 +19,8 @@ def qtensor(x, argname="input", dtypes=None, per_tensor=True, min_ndim=None, ndi
         if x.dtype.name not in names:
             raise TypeError(f"{argname} must have dtype {' or '.join(names)}; got {x.dtype.name}")
     if ndims is not None and x.ndim not in ndims:
-        raise ValueError(f"{argname} must have {' or '.join(map(str, ndims))} dims; got shape {x.shape}")
+        raise ValueError(f"{argname} must have {' or '.join(map(str, ndims))} dims; "
+                         f"got shape {x.shape}")
     if min_ndim is not None and x.ndim < min_ndim:
         raise ValueError(f"{argname} must have at least {min_ndim} dims; got shape {x.shape}")
     return x

@@ -8,9 +8,9 @@ sigmoid and tanh use fixed ones.
 import numpy as np
 
 from qops import _config
-from qops._layout import elementwise
 from qops import _qparams as qp
 from qops._dtypes import qint8, quint8
+from qops._layout import elementwise
 from qops._ops import _check
 from qops._qtensor import QTensor
 

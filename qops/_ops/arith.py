@@ -9,9 +9,9 @@ import numbers
 import numpy as np
 
 from qops import _config
-from qops._layout import elementwise, elementwise2, inverse, memory_order
 from qops import _qparams as qp
 from qops._dtypes import qint8, quint8
+from qops._layout import elementwise, elementwise2, inverse, memory_order
 from qops._ops import _check
 from qops._qtensor import QTensor, _axis_arg
 
@@ -41,7 +41,8 @@ def _binary_inputs(a, b, scale, zero_point, what):
         try:
             shape = np.broadcast_shapes(a.shape, b.shape)
         except ValueError:
-            raise ValueError(f"{what}: shapes of a {a.shape} and b {b.shape} do not broadcast") from None
+            raise ValueError(f"{what}: shapes of a {a.shape} and b {b.shape} "
+                             f"do not broadcast") from None
     scale = qp.check_scale(scale)
     zero_point = qp.check_zero_point(zero_point, a.dtype)
     # Broadcast operands are materialised so both kernels see two arrays of the output shape.
@@ -176,7 +177,8 @@ def mul_scalar(input, other):
     if other > 0:
         data, scale, zp = np.array(input._int, copy=True), other * s, z
     else:
-        data, scale, zp = elementwise(_kernels().reflect, input._int), -other * s, d.qmax - (z - d.qmin)
+        data = elementwise(_kernels().reflect, input._int)
+        scale, zp = -other * s, d.qmax - (z - d.qmin)
     _result_scale(scale, other, s, "mul_scalar")
     return QTensor._make(data, d, scale, zp)
 

@@ -3,8 +3,6 @@
 Names and arguments follow torch.ao.nn.quantized.functional. Every call runs as a 3-D
 convolution (conv1d and conv2d get unit leading spatial dimensions).
 """
-import numbers
-
 import numpy as np
 
 from qops import _config
@@ -46,7 +44,8 @@ class PackedConv:
         self.padding_mode = padding_mode
         o, cg = weight.shape[:2]
         if o == 0 or cg == 0 or min(weight.shape[2:]) == 0:
-            raise ValueError(f"{name}: weight must have no zero-sized dims; got shape {weight.shape}")
+            raise ValueError(f"{name}: weight must have no zero-sized dims; "
+                             f"got shape {weight.shape}")
         if o % self.groups:
             raise ValueError(f"groups={self.groups} must divide the weight's output channels ({o})")
         if bias is not None:
@@ -57,7 +56,8 @@ class PackedConv:
             bias = bias.copy()
         self._weight = weight
         self._bias = bias
-        w5 = np.ascontiguousarray(weight._int).reshape((o, cg) + (1,) * (3 - ndim) + weight.shape[2:])
+        w5 = np.ascontiguousarray(weight._int).reshape((o, cg) + (1,) * (3 - ndim)
+                                                       + weight.shape[2:])
         self._w5 = w5
         if weight._axis is None:
             self._w_zps = np.full(o, weight._zero_point, dtype=np.int32)
@@ -140,7 +140,8 @@ class PackedConv:
     def __repr__(self):
         return (f"PackedConv(conv{self.ndim}d, weight={tuple(self._weight.shape)}, "
                 f"bias={self._bias is not None}, stride={self.stride}, padding={self.padding}, "
-                f"dilation={self.dilation}, groups={self.groups}, padding_mode={self.padding_mode!r})")
+                f"dilation={self.dilation}, groups={self.groups}, "
+                f"padding_mode={self.padding_mode!r})")
 
 
 def _prepack(ndim, weight, bias, stride, padding, dilation, groups, padding_mode):
@@ -389,7 +390,8 @@ def _make(ndim, relu):
     dims = ", ".join("DHW"[3 - ndim:])
     op.__name__ = op.__qualname__ = f"conv{ndim}d" + ("_relu" if relu else "")
     op.__doc__ = _DOC.format(n=ndim, relu=" fused with relu" if relu else "",
-                             dims=", " + dims, kdims=", " + ", ".join("K" + d for d in dims.split(", ")))
+                             dims=", " + dims,
+                             kdims=", " + ", ".join("K" + d for d in dims.split(", ")))
     return op
 
 

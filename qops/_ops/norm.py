@@ -149,7 +149,8 @@ def batch_norm_relu(input, running_mean, running_var, weight=None, bias=None, ep
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, output_scale=1.0,
                output_zero_point=0):
-    """Quantized layer norm over the trailing `normalized_shape` dims (torch.ops.quantized.layer_norm).
+    """Quantized layer norm over the trailing `normalized_shape` dims
+    (torch.ops.quantized.layer_norm).
 
     Parameters
     ----------
@@ -185,7 +186,8 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, output
         return QTensor._make(np.empty(out_shape, input._int.dtype), input.dtype, scale, zp)
     x2 = input._cint().reshape(m, n)
     out = _config.impl("norm").layer_norm(
-        x2, None if weight is None else weight.reshape(n), None if bias is None else bias.reshape(n),
+        x2, None if weight is None else weight.reshape(n),
+        None if bias is None else bias.reshape(n),
         qp.f32(input._scale), input._zero_point, eps, qp.inv_scale(scale), zp)
     return QTensor._make(out.reshape(out_shape), input.dtype, scale, zp)
 

@@ -8,8 +8,8 @@ import numpy as np
 
 from qops import _config
 from qops._dtypes import qint8, qint32, quint8
-from qops._ops import _check
 from qops._layout import channels_last_order, inverse, is_channels_last
+from qops._ops import _check
 from qops._qtensor import QTensor
 
 __all__ = ["max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",

@@ -1,8 +1,8 @@
 """Quantize-family public ops beyond those on qops itself: requantize."""
 from qops import _config
-from qops._layout import elementwise
 from qops import _qparams as qp
 from qops._dtypes import as_qdtype
+from qops._layout import elementwise
 from qops._ops import _check
 from qops._qtensor import QTensor
 

@@ -12,8 +12,8 @@ import numpy as np
 
 from qops import _config
 from qops._dtypes import qint8, quint8
-from qops._ops import _check
 from qops._layout import memory_order
+from qops._ops import _check
 from qops._qtensor import _axis_arg
 
 __all__ = ["max", "min", "mean"]

@@ -111,8 +111,9 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
     sorted : bool, accepted for PyTorch compatibility (results are always sorted)
     """
     data = input._int if type(input) is QTensor and input._axis is None else None
-    if (data is not None and data.ndim == 2 and type(k) is int and type(dim) is int and (dim == -1 or dim == 1)
-            and largest is True and sorted is True and 0 <= k <= data.shape[1]):
+    if (data is not None and data.ndim == 2 and type(k) is int and type(dim) is int
+            and (dim == -1 or dim == 1) and largest is True and sorted is True
+            and 0 <= k <= data.shape[1]):
         # the common call (rows of a matrix, last dim) in one Python frame
         values, indices = _config.impl("sort").topk(data, k, True)
         return input._like(values), indices

@@ -56,6 +56,7 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
     xp = np.pad(x.astype(np.int64) - x_zero_point, pad)       # real 0 in the padding
     out_sizes = [(xp.shape[2 + i] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1
                  for i in range(3)]
+    span = [stride[i] * (out_sizes[i] - 1) + 1 for i in range(3)]   # input extent of one tap
     wk = w.astype(np.int64) - w_zp.astype(np.int64)[:, None, None, None, None]
     og = o // groups
     acc = np.zeros((n, o) + tuple(out_sizes), dtype=np.int64)
@@ -67,9 +68,9 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
                 for kw in range(kernel[2]):
                     # the input values this tap sees, for every output position
                     taps = xg[:, :,
-                              kd * dilation[0]: kd * dilation[0] + stride[0] * (out_sizes[0] - 1) + 1: stride[0],
-                              kh * dilation[1]: kh * dilation[1] + stride[1] * (out_sizes[1] - 1) + 1: stride[1],
-                              kw * dilation[2]: kw * dilation[2] + stride[2] * (out_sizes[2] - 1) + 1: stride[2]]
+                              kd * dilation[0]: kd * dilation[0] + span[0]: stride[0],
+                              kh * dilation[1]: kh * dilation[1] + span[1]: stride[1],
+                              kw * dilation[2]: kw * dilation[2] + span[2]: stride[2]]
                     acc[:, g * og:(g + 1) * og] += np.einsum("ncdhw,oc->nodhw", taps,
                                                              wg[:, :, kd, kh, kw])
     assert np.all(np.abs(acc) <= 2**31 - 1), "accumulator beyond int32 (the wrapper checks this)"

@@ -27,7 +27,8 @@ def _gather(x, d, h, w):
     n, c, D, H, W = x.shape
     valid = (((d >= 0) & (d < D))[:, None, None] & ((h >= 0) & (h < H))[None, :, None]
              & ((w >= 0) & (w < W))[None, None, :])
-    vals = x[:, :, np.clip(d, 0, D - 1)][:, :, :, np.clip(h, 0, H - 1)][:, :, :, :, np.clip(w, 0, W - 1)]
+    vals = (x[:, :, np.clip(d, 0, D - 1)][:, :, :, np.clip(h, 0, H - 1)]
+            [:, :, :, :, np.clip(w, 0, W - 1)])
     flat = (np.clip(d, 0, D - 1)[:, None, None] * H + np.clip(h, 0, H - 1)[None, :, None]) * W \
         + np.clip(w, 0, W - 1)[None, None, :]
     return vals, valid, flat

@@ -11,7 +11,8 @@ F32 = np.float32
 
 
 def _nearest_index(out_len, in_len, ratio, exact):
-    """src = min(floor(f32(dst * r)), in-1); nearest-exact: min(floor(f32(f32(dst+0.5) * r)), in-1)."""
+    """src = min(floor(f32(dst * r)), in-1);
+    nearest-exact: min(floor(f32(f32(dst+0.5) * r)), in-1)."""
     dst = np.arange(out_len).astype(F32)
     if exact:
         dst = dst + F32(0.5)

@@ -35,7 +35,8 @@ def near_half(v):
 def tie_compare(name, real_of_case):
     """A compare= that is exact except for ±1 at near-ties of real_of_case(case) / out_scale."""
     def compare(case, ours, theirs):
-        assert ours[0] == theirs[0] and ours[1] == theirs[1], f"{name}: kind/dtype {ours[:2]} vs {theirs[:2]}"
+        assert ours[0] == theirs[0] and ours[1] == theirs[1], \
+            f"{name}: kind/dtype {ours[:2]} vs {theirs[:2]}"
         assert (ours[3], ours[4]) == (theirs[3], theirs[4]), \
             f"{name} {case.label}: qparams {ours[3:]} vs {theirs[3:]}"
         a, b = ours[2].astype(np.int64), theirs[2].astype(np.int64)
@@ -76,7 +77,8 @@ def _inputs(seed, scale_range=(0.005, 0.2)):
             out.append(u.random_qtensor(r, (n,), d, scale=float(r.uniform(lo, hi))))
         mid = 0 if d.qmin < 0 else 128
         for zp in (d.qmin, d.qmax, mid + 1, mid - 3):
-            out.append(u.random_qtensor(r, (3, 67), d, scale=float(r.uniform(lo, hi)), zero_point=zp))
+            out.append(u.random_qtensor(r, (3, 67), d, scale=float(r.uniform(lo, hi)),
+                                        zero_point=zp))
         out.append(u.random_qtensor(r, (7, 33), d, scale=float(r.uniform(lo, hi)), layout="t"))
         out.append(u.random_qtensor(r, (5, 40), d, scale=float(r.uniform(lo, hi)), layout="neg"))
         out.append(u.random_qtensor(r, (2, 3, 4, 65), d, scale=float(r.uniform(lo, hi))))
@@ -88,7 +90,8 @@ def _label(q, extra=""):
     return f"{q.dtype.name}-{q.shape}-s{q._scale:.4g}-z{q._zero_point}{extra}"
 
 
-def _unary_cases(seed, args_of=lambda r, q: (), kwargs_of=lambda r, q: {}, scale_range=(0.005, 0.2)):
+def _unary_cases(seed, args_of=lambda r, q: (), kwargs_of=lambda r, q: {},
+                 scale_range=(0.005, 0.2)):
     def cases():
         r = u.rng(seed + 1000)
         return [Case((q,) + tuple(args_of(r, q)), dict(kwargs_of(r, q)), label=_label(q))
@@ -280,16 +283,18 @@ SPECS = [
     OpSpec("relu_", "activation", ("clamp_raw",), F.relu_, _unary_cases(2), _unary_strategy(),
            bench={"relu_inplace_64_112": lambda: Case((_bench_q(),))}, torch=_torch_relu_,
            runner=_relu_inplace_runner),
-    OpSpec("relu6", "activation", ("clamp_raw",), F.relu6, _unary_cases(3, scale_range=(0.02, 0.08)),
-           _unary_strategy(), bench={"relu6_64_112": lambda: Case((_bench_q(),))},
-           torch=_torch_relu6),
+    OpSpec("relu6", "activation", ("clamp_raw",), F.relu6,
+           _unary_cases(3, scale_range=(0.02, 0.08)), _unary_strategy(),
+           bench={"relu6_64_112": lambda: Case((_bench_q(),))}, torch=_torch_relu6),
     OpSpec("hardtanh", "activation", ("clamp_raw",), F.hardtanh, _unary_cases(4, _bounds),
-           _unary_strategy(_bounds), bench={"hardtanh_64_112": lambda: Case((_bench_q(), -1.0, 1.0))},
+           _unary_strategy(_bounds),
+           bench={"hardtanh_64_112": lambda: Case((_bench_q(), -1.0, 1.0))},
            torch=_torch_hardtanh),
     OpSpec("clamp", "activation", ("clamp_raw",), F.clamp, _unary_cases(5, _bounds),
            _unary_strategy(_bounds), bench={"clamp_64_112": lambda: Case((_bench_q(), -1.0, 2.0))},
            torch=_torch_clamp),
-    OpSpec("elu", "activation", ("elu",), F.elu, _unary_cases(6, _elu_args), _unary_strategy(_elu_args),
+    OpSpec("elu", "activation", ("elu",), F.elu, _unary_cases(6, _elu_args),
+           _unary_strategy(_elu_args),
            bench={"elu_64_112": lambda: Case((_bench_q(), 0.05, 128, 1.0))}, torch=_torch_elu,
            compare=tie_compare("elu", _y_elu),
            tolerance=_TIE_REASON + _TRANSCENDENTAL.format(f="expm1")),
@@ -308,9 +313,10 @@ SPECS = [
                   "hardswish_8x64_112": lambda: Case((_bench_q(shape=_LARGE), 0.05, 10))},
            torch=_torch_hardswish,
            compare=tie_compare("hardswish", _y_hardswish), tolerance=_TIE_REASON),
-    OpSpec("sigmoid", "activation", ("sigmoid",), F.sigmoid, _unary_cases(10, scale_range=(0.01, 0.04)),
-           _unary_strategy(), bench={"sigmoid_64_112": lambda: Case((_bench_q(),))},
-           torch=_torch_sigmoid, compare=tie_compare("sigmoid", _y_sigmoid),
+    OpSpec("sigmoid", "activation", ("sigmoid",), F.sigmoid,
+           _unary_cases(10, scale_range=(0.01, 0.04)), _unary_strategy(),
+           bench={"sigmoid_64_112": lambda: Case((_bench_q(),))}, torch=_torch_sigmoid,
+           compare=tie_compare("sigmoid", _y_sigmoid),
            tolerance=_TIE_REASON + _TRANSCENDENTAL.format(f="exp")),
     OpSpec("tanh", "activation", ("tanh",), F.tanh, _unary_cases(11, scale_range=(0.005, 0.015)),
            _unary_strategy(), bench={"tanh_64_112": lambda: Case((_bench_q(),))},

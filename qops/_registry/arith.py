@@ -137,7 +137,7 @@ def _torch_scalar(opname):
     return oracle
 
 
-# -- cat ---------------------------------------------------------------------------------------------
+# -- cat -----------------------------------------------------------------------------------
 
 def _cat_case(r, shapes, dim, d, same=False, layout="c", qparams=True):
     ts = []
@@ -150,7 +150,8 @@ def _cat_case(r, shapes, dim, d, same=False, layout="c", qparams=True):
     kwargs = {}
     if qparams:
         kwargs = {"scale": s0, "zero_point": z0} if same else \
-            {"scale": float(r.uniform(0.02, 0.2)), "zero_point": int(r.integers(d.qmin, d.qmax + 1))}
+            {"scale": float(r.uniform(0.02, 0.2)),
+             "zero_point": int(r.integers(d.qmin, d.qmax + 1))}
     return Case((ts, dim), kwargs, label=f"{d.name}-{[t.shape for t in ts]}-dim{dim}"
                                          f"{'-same' if same else ''}-{layout}")
 
@@ -229,7 +230,8 @@ def _bench_cat(k, same):
         ts = [u.random_qtensor(r, (1, 64, 56, 56), qops.quint8, scale=0.05, zero_point=128)
               for _ in range(k)]
         return Case((ts, 1), {"scale": 0.05, "zero_point": 128})
-    ts = [u.random_qtensor(r, (1, 64, 56, 56), qops.quint8, scale=0.04 + 0.01 * i, zero_point=120 + i)
+    ts = [u.random_qtensor(r, (1, 64, 56, 56), qops.quint8, scale=0.04 + 0.01 * i,
+                           zero_point=120 + i)
           for i in range(k)]
     return Case((ts, 1), {"scale": 0.06, "zero_point": 125})
 

@@ -49,18 +49,22 @@ def _cases(nd):
         s, k = (7, 3) if nd == 3 else ((9, 3) if nd == 2 else (17, 3))
         cs = [
             _case(r, nd, 1, 4, 8, s, k, padding=1, label="basic"),
-            _case(r, nd, 1, 4, 8, s, k, padding=1, per_channel=True, bias=False, label="per-channel-nobias"),
-            _case(r, nd, 2, 6, 9, s, k, stride=2, padding=2, dilation=2, groups=3, label="s2-d2-g3"),
+            _case(r, nd, 1, 4, 8, s, k, padding=1, per_channel=True, bias=False,
+                  label="per-channel-nobias"),
+            _case(r, nd, 2, 6, 9, s, k, stride=2, padding=2, dilation=2, groups=3,
+                  label="s2-d2-g3"),
             _case(r, nd, 1, 5, 5, s, k, padding=1, groups=5, per_channel=True, label="depthwise"),
             _case(r, nd, 1, 17, 17, s, k, padding=1, groups=17, label="depthwise-17"),
             _case(r, nd, 1, 4, 4, s, k, padding=1, groups=4, w_zp=-7, label="depthwise-wzp"),
-            _case(r, nd, 1, 8, 16, s, k, padding=1, groups=4, per_channel=True, label="grouped-cg2"),
+            _case(r, nd, 1, 8, 16, s, k, padding=1, groups=4, per_channel=True,
+                  label="grouped-cg2"),
             _case(r, nd, 1, 17, 33, s - 2, 1, label="1x1-17to33"),
             _case(r, nd, 1, 3, 5, s, s, label="kernel-equals-input"),
             _case(r, nd, 1, 3, 5, s, s, padding=1, stride=3, label="kernel-equals-input-pad"),
             _case(r, nd, 1, 5, 7, s, k, padding=1, w_zp=127, x_zp=0, label="wzp127-xzp0"),
             _case(r, nd, 1, 5, 7, s, k, padding=1, w_zp=-128, x_zp=255, label="wzp-128-xzp255"),
-            _case(r, nd, 1, 5, 7, s, k, padding=1, per_channel=True, w_zp=1, label="per-channel-wzp"),
+            _case(r, nd, 1, 5, 7, s, k, padding=1, per_channel=True, w_zp=1,
+                  label="per-channel-wzp"),
             _case(r, nd, 1, 5, 7, s, k, padding=1, out_zp=0, spread=10, label="outzp0"),
             _case(r, nd, 1, 5, 7, s, k, padding=1, out_zp=255, spread=10, label="outzp255"),
             _case(r, nd, 1, 5, 7, s, k, padding=1, x_scale=1e-4, label="tiny-scale"),
@@ -125,7 +129,10 @@ def _strategy(nd):
             if dw:
                 cg, og = 1, 1
             c, o = cg * groups, og * groups
-            pad = min(pad, size - 1) if mode == "reflect" else min(pad, size) if mode == "circular" else pad
+            if mode == "reflect":
+                pad = min(pad, size - 1)
+            elif mode == "circular":
+                pad = min(pad, size)
             span = dilation * (kernel - 1) + 1
             if span > size + 2 * pad:
                 kernel, dilation = 1, 1

@@ -1,4 +1,5 @@
-"""Registry entries of the norm family: batch_norm (+relu), layer_norm, group_norm, instance_norm."""
+"""Registry entries of the norm family: batch_norm (+relu), layer_norm, group_norm,
+instance_norm."""
 import numpy as np
 
 import qops
@@ -47,7 +48,8 @@ def _ln_case(r, shape, nd, d, layout="c", affine="rand", eps=1e-5, zp=None, labe
     w = None if w is None else w.reshape(ns)
     b = None if b is None else b.reshape(ns)
     s, z = _out(r, d)
-    return Case((x, ns, w, b, eps, s, z), label=label or f"{shape}-nd{nd}-{d.name}-{layout}-{affine}")
+    return Case((x, ns, w, b, eps, s, z),
+                label=label or f"{shape}-nd{nd}-{d.name}-{layout}-{affine}")
 
 
 def _ln_cases():
@@ -75,9 +77,9 @@ def _ln_strategy():
         shape, nd_frac, seed, d, layout, affine, eps = a
         nd = max(1, int(round(nd_frac * len(shape))))
         return _ln_case(u.rng(seed), shape, nd, d, layout, affine, eps)
-    return st.tuples(u.shape_strategy(min_side=1, max_side=70), st.floats(0, 1), st.integers(0, 2**32 - 1),
-                     st.sampled_from(DTYPES), st.sampled_from(["c", "t", "neg"]),
-                     st.sampled_from(["rand", "none", "ones"]),
+    return st.tuples(u.shape_strategy(min_side=1, max_side=70), st.floats(0, 1),
+                     st.integers(0, 2**32 - 1), st.sampled_from(DTYPES),
+                     st.sampled_from(["c", "t", "neg"]), st.sampled_from(["rand", "none", "ones"]),
                      st.sampled_from([1e-5, 1e-3, 0.5])).map(build)
 
 
@@ -116,7 +118,8 @@ def compare_ln(case, ours, theirs, max_fraction=0.02):
     tie = _ln_tie_mask(case)
     assert (np.abs(a - t)[bad] == 1).all() and tie[bad].all(), \
         f"layer_norm {case.label}: {int(bad.sum())} differ, not all +-1 at ties"
-    assert bad.mean() <= max_fraction, f"layer_norm {case.label}: {bad.mean():.3f} of outputs at ties"
+    assert bad.mean() <= max_fraction, \
+        f"layer_norm {case.label}: {bad.mean():.3f} of outputs at ties"
 
 
 def _torch_ln(case):
@@ -143,7 +146,8 @@ def _gn_cases():
     cases = []
     for d in DTYPES:
         for shape, g in (((2, 4, 1), 2), ((2, 6, 17), 3), ((1, 8, 16), 8), ((3, 6, 5, 13), 1),
-                         ((2, 4, 63), 4), ((2, 4, 65), 2), ((1, 6, 3, 4, 5), 3), ((2, 32, 7, 7), 8)):
+                         ((2, 4, 63), 4), ((2, 4, 65), 2), ((1, 6, 3, 4, 5), 3),
+                         ((2, 32, 7, 7), 8)):
             cases.append(_gn_case(r, shape, g, d))
         cases.append(_gn_case(r, (2, 6, 5, 7), 2, d, "t", "none"))
         cases.append(_gn_case(r, (2, 6, 5, 7), 3, d, "neg", "ones", eps=1e-3, zp=d.qmin))
@@ -176,6 +180,7 @@ def _gn_strategy():
 def _to_torch_gn(x):
     """The input as PyTorch's group norm should see it: channels last where qops' is."""
     import torch
+
     from qops._ops.norm import _torch_channels_last
     t = u.to_torch(x)
     if _torch_channels_last(x._int):
@@ -368,7 +373,8 @@ def _bench_in():
 def _bench_bn(layout="c"):
     r = u.rng(42)
     x = _x(r, (8, 64, 56, 56), qops.quint8, layout=layout, scale=0.05, zp=128)
-    return Case((x, r.normal(0.3, 0.1, 64).astype(np.float32), r.uniform(0.8, 1.2, 64).astype(np.float32),
+    return Case((x, r.normal(0.3, 0.1, 64).astype(np.float32),
+                 r.uniform(0.8, 1.2, 64).astype(np.float32),
                  r.normal(1, 0.1, 64).astype(np.float32), r.normal(0, 0.1, 64).astype(np.float32),
                  1e-5, 0.03, 128), label="2d_8x64x56" + (u.CL_BENCH if layout == "cl" else ""))
 
@@ -381,11 +387,11 @@ _GN_TOLERANCE = ("exact except +-1 within 1e-3 of .5 rounding ties in the scalar
                  "PyTorch's channels-last kernel (Q_leg there, Q_vec in qops)")
 
 SPECS = [
-    OpSpec("batch_norm", "norm", ("batch_norm", "batch_norm_cl"), F.batch_norm, _bn_cases, _bn_strategy,
-           bench={"2d_8x64x56": _bench_bn,
+    OpSpec("batch_norm", "norm", ("batch_norm", "batch_norm_cl"), F.batch_norm, _bn_cases,
+           _bn_strategy, bench={"2d_8x64x56": _bench_bn,
                   "2d_8x64x56_channels_last": lambda: _bench_bn("cl")}, torch=_torch_bn(False)),
-    OpSpec("batch_norm_relu", "norm", ("batch_norm", "batch_norm_cl"), F.batch_norm_relu, _bn_cases, _bn_strategy,
-           bench={"2d_8x64x56": _bench_bn}, torch=_torch_bn(True)),
+    OpSpec("batch_norm_relu", "norm", ("batch_norm", "batch_norm_cl"), F.batch_norm_relu,
+           _bn_cases, _bn_strategy, bench={"2d_8x64x56": _bench_bn}, torch=_torch_bn(True)),
     OpSpec("layer_norm", "norm", ("layer_norm",), F.layer_norm, _ln_cases, _ln_strategy,
            bench={"8x128x768": _bench_ln}, torch=_torch_ln, compare=compare_ln,
            # PyTorch's scalar tail (the last N % 32 elements of each row: its x86 wheels run

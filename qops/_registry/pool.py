@@ -2,8 +2,8 @@
 import numpy as np
 
 import qops
-from qops._layout import memory_order
 from qops import functional as F
+from qops._layout import memory_order
 from qops._registry import Case, OpSpec
 from qops._registry import _util as u
 
@@ -179,7 +179,6 @@ def _torch_batched(fn, q, nsp, same_layout=False):
     dim (its quantized 3-d pools take only 5-D), and empty inputs (which it rejects) run on a
     one-element stand-in whose result is sliced back to empty. With `same_layout`, a
     channels-last input stays channels last (PyTorch then runs its NHWC kernels)."""
-    import torch
     t = u.to_torch(q)
     if same_layout and _is_cl(q, nsp):
         t = t.movedim(1, -1).contiguous().movedim(-1, 1)
@@ -213,7 +212,9 @@ def _torch_pool(fn_name, nsp):
         if name == "avg_pool1d" and "divisor_override" in kw:
             # PyTorch's avg_pool1d lacks divisor_override; it is avg_pool2d with H = 1
             k, s, p = (kw.get(a) for a in ("kernel_size", "stride", "padding"))
-            tup = lambda v, d: (d,) + (tuple(v) if isinstance(v, (list, tuple)) else (v,))
+
+            def tup(v, d):
+                return (d,) + (tuple(v) if isinstance(v, (list, tuple)) else (v,))
             kw.update(kernel_size=tup(k, 1), padding=tup(p or 0, 0))
             if s is not None:
                 kw["stride"] = tup(s, 1)
@@ -345,8 +346,8 @@ def _compare_avg_nsp(nsp, case, ours, theirs):
 
 _ADAPTIVE = {
     1: [((2, 3, 17), 4), ((1, 2, 9), 13), ((3, 16), 1), ((1, 4, 65), (7,)), ((0, 2, 5), 2)],
-    2: [((2, 3, 9, 11), (4, 7)), ((1, 2, 7, 7), 1), ((1, 3, 5, 6), (13, 17)), ((3, 7, 6), (2, None)),
-        ((1, 16, 14, 14), 7), ((1, 3, 1, 1), 2), ((0, 2, 4, 4), 2),
+    2: [((2, 3, 9, 11), (4, 7)), ((1, 2, 7, 7), 1), ((1, 3, 5, 6), (13, 17)),
+        ((3, 7, 6), (2, None)), ((1, 16, 14, 14), 7), ((1, 3, 1, 1), 2), ((0, 2, 4, 4), 2),
         # uniform windows of 4, 8, 2 (and 3: no shortcut) columns; rows of 33-64 bytes
         ((2, 3, 28, 28), 7), ((1, 4, 16, 56), (4, 7)), ((1, 3, 8, 64), (2, 32)),
         ((1, 2, 5, 33), (3, 11)), ((1, 2, 7, 40), (4, 9)),
@@ -414,7 +415,8 @@ def _adaptive_cases(nsp, dtypes, seed, indices=False):
             kw = dict(output_size=o)
             if indices and (i + j) % 2:
                 kw["return_indices"] = True
-            cases.append(Case((_q(r, shape, d, layout, zp),), kw, label=f"{shape}-{o}-{d.name}-{layout}"))
+            cases.append(Case((_q(r, shape, d, layout, zp),), kw,
+                              label=f"{shape}-{o}-{d.name}-{layout}"))
     for i, shape in enumerate(_WIDE_CL[nsp]):
         o = tuple(max(1, L // 2) for L in shape[2:])
         for j, d in enumerate(dtypes):
@@ -467,7 +469,6 @@ def _leg_adaptive_cl(raw, out_size, zp):
     zero point rounded separately) on (N, C, ...) raw values, as (N, C, *out_size)."""
     from qops._ref.pool import _adaptive_bounds
     F32 = np.float32
-    nsp = raw.ndim - 2
     bounds = [_adaptive_bounds(o, L) for o, L in zip(out_size, raw.shape[2:])]
     out = np.empty(raw.shape[:2] + tuple(out_size), np.int64)
     for o in np.ndindex(*out_size):
@@ -521,7 +522,8 @@ def _torch_adaptive_max(nsp):
             # PyTorch has no quantized adaptive max pool: its float one on the raw values
             # (float64 holds every qint32 value exactly)
             out, idx = fn(t.int_repr().to(torch.float64), kw["output_size"], return_indices=True)
-            res = torch._make_per_tensor_quantized_tensor(out.to(tdt), q.q_scale(), q.q_zero_point())
+            res = torch._make_per_tensor_quantized_tensor(out.to(tdt), q.q_scale(),
+                                                          q.q_zero_point())
             return (res, idx) if kw.get("return_indices") else res
         return _torch_batched(run, q, nsp)
     return oracle

@@ -50,7 +50,8 @@ def _qpt_strategy():
         (d, scale, zp), shape, seed, tie_scale = args
         r = u.rng(seed)
         n = int(np.prod(shape))
-        x = (r.integers(-400, 400, size=n) + r.choice([0.0, 0.5], size=n)) * (scale if tie_scale else 0.37)
+        x = ((r.integers(-400, 400, size=n) + r.choice([0.0, 0.5], size=n))
+             * (scale if tie_scale else 0.37))
         x = x + r.normal(0, scale, size=n) * (r.random(n) < 0.5)
         return Case((x.astype(np.float32).reshape(shape), scale, zp, d))
     return st.tuples(u.qparams_strategy(DTYPES),
@@ -69,10 +70,12 @@ def _qpc_case(r, shape, axis, d, layout="c"):
     scales = r.choice([0.5, 0.25, 0.1, 0.013, 3.0], size=c)
     zps = r.integers(max(d.qmin, -500), min(d.qmax, 500) + 1, size=c)
     x = (r.integers(-300, 300, size=shape) + r.choice([0.0, 0.5], size=shape))
-    x = (x * np.expand_dims(scales, tuple(i for i in range(len(shape)) if i != axis))).astype(np.float32)
+    others = tuple(i for i in range(len(shape)) if i != axis)
+    x = (x * np.expand_dims(scales, others)).astype(np.float32)
     if x.size >= 3:
         x.reshape(-1)[:3] = [np.nan, np.inf, -np.inf]
-    return Case((u._layout(x, layout), scales, zps, axis, d), label=f"{shape}-ax{axis}-{d.name}-{layout}")
+    return Case((u._layout(x, layout), scales, zps, axis, d),
+                label=f"{shape}-ax{axis}-{d.name}-{layout}")
 
 
 def _qpc_cases():
@@ -82,9 +85,9 @@ def _qpc_cases():
         # short runs of one channel go through position tables: blocks of whole rows (100x64
         # ax1: 32-row blocks, the last one short), tiles of rows longer than the table (3x40x60
         # ax1, 7x2100 ax1); runs of 128 and more take the one-channel loop (2x3x130 ax1)
-        for shape, axis in (((3, 17), 0), ((4, 5, 16), 1), ((2, 3, 65), 2), ((1,), 0), ((5, 0, 2), 0),
-                            ((8, 3, 3, 3), 0), ((100, 64), 1), ((3, 40, 60), 1), ((7, 2100), 1),
-                            ((2, 3, 130), 1)):
+        for shape, axis in (((3, 17), 0), ((4, 5, 16), 1), ((2, 3, 65), 2), ((1,), 0),
+                            ((5, 0, 2), 0), ((8, 3, 3, 3), 0), ((100, 64), 1), ((3, 40, 60), 1),
+                            ((7, 2100), 1), ((2, 3, 130), 1)):
             for layout in ("c", "t"):
                 cases.append(_qpc_case(r, shape, axis, d, layout))
     return cases
@@ -117,17 +120,20 @@ def _dq_cases():
         for n in u.EDGE_LENGTHS:
             cases.append(Case((u.random_qtensor(r, (n,), d),), label=f"pt-{d.name}-n{n}"))
         cases.append(Case((u.random_qtensor(r, (7, 33), d, layout="t"),), label=f"pt-{d.name}-t"))
-        cases.append(Case((qops.quantize_per_channel(r.normal(size=(5, 9)).astype(np.float32),
-                                                     r.uniform(0.01, 1, 5), r.integers(-5, 5, 5) + (128 if d is qops.quint8 else 0), 0, d),),
-                          label=f"pc-{d.name}"))
-        cases.append(Case((qops.quantize_per_channel(r.normal(size=(2, 3, 70)).astype(np.float32),
-                                                     r.uniform(0.01, 1, 70), r.integers(0, 5, 70), 2, d),),
-                          label=f"pc-{d.name}-ax2"))
+        cases.append(Case((qops.quantize_per_channel(
+            r.normal(size=(5, 9)).astype(np.float32), r.uniform(0.01, 1, 5),
+            r.integers(-5, 5, 5) + (128 if d is qops.quint8 else 0), 0, d),),
+            label=f"pc-{d.name}"))
+        cases.append(Case((qops.quantize_per_channel(
+            r.normal(size=(2, 3, 70)).astype(np.float32), r.uniform(0.01, 1, 70),
+            r.integers(0, 5, 70), 2, d),),
+            label=f"pc-{d.name}-ax2"))
         # float32 scales, as observers give: the 8-bit kernels multiply in float32 then
-        cases.append(Case((qops.quantize_per_channel(r.normal(size=(3, 6, 40)).astype(np.float32),
-                                                     r.uniform(1e-6, 1e3, 6).astype(np.float32),
-                                                     r.integers(-3, 3, 6) + (128 if d is qops.quint8 else 0),
-                                                     1, d),), label=f"pc-{d.name}-f32"))
+        cases.append(Case((qops.quantize_per_channel(
+            r.normal(size=(3, 6, 40)).astype(np.float32),
+            r.uniform(1e-6, 1e3, 6).astype(np.float32),
+            r.integers(-3, 3, 6) + (128 if d is qops.quint8 else 0), 1, d),),
+            label=f"pc-{d.name}-f32"))
         # runs shorter than 16 use position tables: blocks of 32 rows (the last one short) and
         # tiles of rows longer than the table, with double and with float32 scales
         for shape, label in (((100, 64), "rows"), ((3, 2100), "tiles")):
@@ -150,10 +156,12 @@ def _qint32_extremes(r):
         raw[:min(n, 4)] = [2 ** 31 - 1, -2 ** 31, 0, -1][:min(n, 4)]
         raw = raw.astype(np.int32)
         for zp in (-2 ** 31, 2 ** 31 - 1, -1000, 77):
-            out.append((qops.make_per_tensor_quantized_tensor(raw, 0.5, zp), f"qint32-wrap-n{n}-z{zp}"))
+            out.append((qops.make_per_tensor_quantized_tensor(raw, 0.5, zp),
+                        f"qint32-wrap-n{n}-z{zp}"))
     raw = r.integers(-2 ** 31, 2 ** 31, size=(3, 40), dtype=np.int64).astype(np.int32)
     out.append((qops.make_per_channel_quantized_tensor(raw, [0.5, 1e-3, 3.0],
-                                                       [-2 ** 31, 2 ** 31 - 1, 5], 0), "qint32-pc-extreme"))
+                                                       [-2 ** 31, 2 ** 31 - 1, 5], 0),
+                "qint32-pc-extreme"))
     return out
 
 
@@ -177,7 +185,8 @@ def _rq_cases():
             q = u.random_qtensor(r, (n,), d, scale=0.1, zero_point=3)
             cases.append(Case((q, 0.2, 5, d), label=f"{d.name}-n{n}-ties"))
             cases.append(Case((q, 0.0371, d.qmax, d), label=f"{d.name}-n{n}"))
-        cases.append(Case((u.random_qtensor(r, (9, 31), d, layout="t"), 0.05, 0, qops.qint32), label="to-qint32"))
+        cases.append(Case((u.random_qtensor(r, (9, 31), d, layout="t"), 0.05, 0, qops.qint32),
+                          label="to-qint32"))
     for q, label in _qint32_extremes(r):
         if not q.is_per_channel:
             cases.append(Case((q, 2.0 ** 20, 3, qops.qint32), label=label))
@@ -208,7 +217,8 @@ def _clone_cases():
         for n in u.EDGE_LENGTHS:
             cases.append(Case((u.random_qtensor(r, (n,), d),), label=f"{d.name}-n{n}"))
         for layout in ("t", "neg"):
-            cases.append(Case((u.random_qtensor(r, (33, 70), d, layout=layout),), label=f"{d.name}-{layout}"))
+            cases.append(Case((u.random_qtensor(r, (33, 70), d, layout=layout),),
+                              label=f"{d.name}-{layout}"))
         cases.append(Case((u.random_qtensor(r, (300, 301), d),), label=f"{d.name}-300x301"))
     cases.append(Case((qops.quantize_per_channel(r.normal(size=(3, 4, 5)).astype(np.float32),
                                                  np.array([0.1, 0.2, 0.3]), np.array([1, 2, 3]), 0,
@@ -249,7 +259,8 @@ def _contiguous_cases():
                               label=f"{d.name}-{layout}"))
         # a transposed middle pair (memory N, H, C, W): not one batched transpose
         raw = r.integers(0, 100, size=(2, 6, 5, 7)).astype(d.storage)
-        cases.append(Case((qops.make_per_tensor_quantized_tensor(raw.transpose(0, 2, 1, 3), 0.1, 3),),
+        cases.append(Case((qops.make_per_tensor_quantized_tensor(raw.transpose(0, 2, 1, 3),
+                                                                 0.1, 3),),
                           label=f"{d.name}-mid"))
     return cases
 
@@ -298,27 +309,32 @@ SPECS = [
            torch=_torch_qpc),
     OpSpec("dequantize", "quant", ("dequantize_per_tensor", "dequantize_per_channel"),
            qops.dequantize, _dq_cases, _dq_strategy,
-           bench={"64x112x112": lambda: Case((qops.quantize_per_tensor(_bench_x(), 0.02, 128, qops.quint8),)),
+           bench={"64x112x112": lambda: Case((qops.quantize_per_tensor(
+                      _bench_x(), 0.02, 128, qops.quint8),)),
                   "64x112x112_per_channel": lambda: Case((qops.quantize_per_channel(
-                      _bench_x(), np.linspace(0.01, 0.05, 64), np.arange(64) + 100, 1, qops.quint8),)),
+                      _bench_x(), np.linspace(0.01, 0.05, 64), np.arange(64) + 100, 1,
+                      qops.quint8),)),
                   # scales that are float32 values, as observers produce
                   "64x112x112_per_channel_f32": lambda: Case((qops.quantize_per_channel(
-                      _bench_x(), np.linspace(0.01, 0.05, 64, dtype=np.float32), np.arange(64) + 100, 1,
-                      qops.quint8),)),
+                      _bench_x(), np.linspace(0.01, 0.05, 64, dtype=np.float32),
+                      np.arange(64) + 100, 1, qops.quint8),)),
                   "112x112x64_per_channel_ax3": lambda: Case((qops.quantize_per_channel(
-                      _bench_x_last(), np.linspace(0.01, 0.05, 64, dtype=np.float32), np.arange(64) + 100,
-                      3, qops.quint8),))},
+                      _bench_x_last(), np.linspace(0.01, 0.05, 64, dtype=np.float32),
+                      np.arange(64) + 100, 3, qops.quint8),))},
            torch=_torch_dq),
-    OpSpec("requantize", "quant", ("requantize_per_tensor",), F.requantize, _rq_cases, _rq_strategy,
-           bench={"64x112x112": lambda: Case((qops.quantize_per_tensor(_bench_x(), 0.02, 128, qops.quint8),
-                                              0.03, 120, qops.quint8))},
+    OpSpec("requantize", "quant", ("requantize_per_tensor",), F.requantize, _rq_cases,
+           _rq_strategy,
+           bench={"64x112x112": lambda: Case((qops.quantize_per_tensor(
+                      _bench_x(), 0.02, 128, qops.quint8), 0.03, 120, qops.quint8))},
            torch=_torch_rq),
     # QTensor.contiguous: its copy transposes channels-last blocks in 16x16 tiles
     OpSpec("contiguous", "quant", ("copy_raw",), _contiguous, _contiguous_cases,
            _contiguous_strategy,
-           bench={"8x64x56x56_channels_last": lambda: Case((channels_last(u.rng(11), (8, 64, 56, 56)),))},
+           bench={"8x64x56x56_channels_last":
+                  lambda: Case((channels_last(u.rng(11), (8, 64, 56, 56)),))},
            torch=_torch_contiguous),
     OpSpec("clone", "quant", ("copy_raw",), _clone, _clone_cases, _clone_strategy,
-           bench={"64x112x112": lambda: Case((qops.quantize_per_tensor(_bench_x(), 0.02, 128, qops.quint8),))},
+           bench={"64x112x112": lambda: Case((qops.quantize_per_tensor(
+                      _bench_x(), 0.02, 128, qops.quint8),))},
            torch=_torch_clone),
 ]

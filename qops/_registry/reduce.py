@@ -67,7 +67,8 @@ _MEAN_TOLERANCE = (
     "path for trailing contiguous dims, dim=None included). For other dims PyTorch dequantizes, "
     "takes a float32 mean (its own summation order) and requantizes with Q_fma, which can land "
     "on the other side of a half: there, and only where the exact raw mean is within 1e-3 of a "
-    "half-integer, +-1 is allowed; trailing-dim means are asserted bit-exact in tests/test_reduce.py")
+    "half-integer, +-1 is allowed; trailing-dim means are asserted bit-exact in "
+    "tests/test_reduce.py")
 
 
 # -- cases --------------------------------------------------------------------------------------
@@ -139,7 +140,8 @@ def _mean_cases():
         out.append(Case((ties, 1), label=f"{d.name}-pairs-ties"))
         out.append(Case((u.random_qtensor(r, (4, 2, 9), d), 1), label=f"{d.name}-pairs-middle"))
         out.append(Case((u.random_qtensor(r, (7, 33), d, layout="t"), 1), label=f"{d.name}-t"))
-        out.append(Case((u.random_qtensor(r, (5, 40), d, layout="neg"), (0, 1)), label=f"{d.name}-neg"))
+        out.append(Case((u.random_qtensor(r, (5, 40), d, layout="neg"), (0, 1)),
+                        label=f"{d.name}-neg"))
         out.append(Case((u.random_qtensor(r, (0, 5), d), 1), label=f"{d.name}-empty-kept"))
         out.append(Case((u.random_qtensor(r, (2, 70000), d), 1), label=f"{d.name}-long-rows"))
         out.append(Case((u.random_qtensor(r, (1, 70000, 3), d), 1), label=f"{d.name}-long-cols"))
@@ -167,7 +169,8 @@ def _mean_strategy():
             kept = [q.shape[i] for i in range(q.ndim) if i not in dims]
             if int(np.prod([q.shape[i] for i in dims])) == 0 and int(np.prod(kept)) > 0:
                 return Case((q, tuple(range(q.ndim)), keepdim)) if q.numel() else \
-                    Case((qops.make_per_tensor_quantized_tensor(np.ones(3, q.dtype.storage), 0.1, 0),))
+                    Case((qops.make_per_tensor_quantized_tensor(np.ones(3, q.dtype.storage),
+                                                                0.1, 0),))
         return Case((q, dims, keepdim), label=f"{q.dtype.name}-{q.shape}-dims{dims}-k{keepdim}")
     return st.tuples(u.qtensor_strategy(dtype=list(DTYPES)), st.integers(1, 15), st.booleans(),
                      st.booleans()).map(build)

@@ -19,7 +19,8 @@ def _q(r, shape, d, layout="c", zp=None):
 # (shape, size, scale_factor) per input rank; modes and align_corners vary per case
 _GEOMETRY_4D = [
     ((2, 3, 9, 11), None, 2), ((1, 2, 5, 7), None, 1.7), ((1, 3, 6, 5), (13, 7), None),
-    ((2, 2, 8, 10), None, (0.6, 1.3)), ((1, 1, 4, 65), None, (3, 0.5)), ((1, 2, 16, 17), (16, 17), None),
+    ((2, 2, 8, 10), None, (0.6, 1.3)), ((1, 1, 4, 65), None, (3, 0.5)),
+    ((1, 2, 16, 17), (16, 17), None),
     ((1, 3, 2, 2), None, (1.7, 1.3)), ((1, 3, 1, 1), (3, 4), None), ((1, 1, 1, 1), None, 2),
     ((0, 2, 4, 4), None, 2), ((1, 2, 7, 9), (1, 1), None), ((1, 2, 5, 6), (5, 12), None),
     # exact x2 by size and by factor, one row, rows over 64: bilinear's integer x2 kernel
@@ -143,7 +144,8 @@ SPECS = [
     OpSpec("interpolate", "resize", ("upsample_nearest", "upsample_bilinear"), F.interpolate,
            _interp_cases, _interp_strategy,
            bench={"nearest_x2_64_56": _b((1, 64, 56, 56), scale_factor=2, mode="nearest"),
-                  "nearest_exact_x2_64_56": _b((1, 64, 56, 56), scale_factor=2, mode="nearest-exact"),
+                  "nearest_exact_x2_64_56": _b((1, 64, 56, 56), scale_factor=2,
+                                               mode="nearest-exact"),
                   "bilinear_x2_64_56": _b((1, 64, 56, 56), scale_factor=2, mode="bilinear",
                                           align_corners=False),
                   "bilinear_x2_64_56_ac": _b((1, 64, 56, 56), scale_factor=2, mode="bilinear",

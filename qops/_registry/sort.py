@@ -66,7 +66,8 @@ def _input_strategy():
         dim = min(int(dim_frac * len(shape)), len(shape) - 1) - (len(shape) if seed % 2 else 0)
         return q, dim
     return st.tuples(u.shape_strategy(min_side=0, max_side=140), st.integers(0, 2**32 - 1),
-                     st.sampled_from(DTYPES), st.sampled_from(["uniform", "normal", "ties", "two", "equal"]),
+                     st.sampled_from(DTYPES),
+                     st.sampled_from(["uniform", "normal", "ties", "two", "equal"]),
                      st.sampled_from(["c", "t", "neg"]), st.floats(0, 1)).map(build)
 
 
@@ -89,12 +90,14 @@ def _check_indices(q, dim, values, indices, descending, what):
     assert i.dtype == np.int64, f"{what}: indices dtype {i.dtype}"
     if i.size == 0:
         return
-    assert np.array_equal(np.take_along_axis(x, i, axis=1), v), f"{what}: indices do not pick values"
+    assert np.array_equal(np.take_along_axis(x, i, axis=1), v), \
+        f"{what}: indices do not pick values"
     assert all(len(set(row)) == len(row) for row in i.tolist()), f"{what}: repeated indices"
     step = np.diff(v, axis=1) * (-1 if descending else 1)
     assert (step >= 0).all(), f"{what}: values out of order"
     tie = step == 0
-    assert (np.diff(i, axis=1)[tie] > 0).all(), f"{what}: equal values not in increasing index order"
+    assert (np.diff(i, axis=1)[tie] > 0).all(), \
+        f"{what}: equal values not in increasing index order"
 
 
 def _zero_d(theirs, q):
@@ -129,7 +132,8 @@ def _compare_topk(case, ours, theirs):
     q, k, dim, largest, sorted_ = case.args
     what = f"topk {case.label}"
     ov, tv = ours[0], theirs[0]
-    assert ov[:2] == tv[:2] and ov[3:] == tv[3:], f"{what}: dtype/qparams {ov[:2] + ov[3:]} vs {tv[:2] + tv[3:]}"
+    assert ov[:2] == tv[:2] and ov[3:] == tv[3:], \
+        f"{what}: dtype/qparams {ov[:2] + ov[3:]} vs {tv[:2] + tv[3:]}"
     a, b = np.asarray(ov[2]), np.asarray(tv[2])
     if not sorted_ and a.ndim:
         # PyTorch's sorted=False order is unspecified: compare the values as multisets.
@@ -190,7 +194,8 @@ def _topk_strategy():
         if q.ndim == 0:
             return Case((q, 1, dim, largest, sorted_))
         return Case((q, int(round(kfrac * q.shape[dim])), dim, largest, sorted_))
-    return st.tuples(_input_strategy(), st.one_of(st.floats(0, 1), st.sampled_from([0.0, 0.01, 1.0])),
+    return st.tuples(_input_strategy(),
+                     st.one_of(st.floats(0, 1), st.sampled_from([0.0, 0.01, 1.0])),
                      st.booleans(), st.booleans()).map(build)
 
 
@@ -224,6 +229,7 @@ SPECS = [
     OpSpec("topk", "sort", ("topk",), F.topk, _topk_cases, _topk_strategy,
            bench={"k10_1e6": lambda: Case((_bench_q((1000000,)), 10, -1, True, True)),
                   "k10_64x1000": lambda: Case((_bench_q((64, 1000)), 10, -1, True, True)),
-                  "k10_1e6_uniform": lambda: Case((_bench_q((1000000,), "uniform"), 10, -1, True, True))},
+                  "k10_1e6_uniform":
+                      lambda: Case((_bench_q((1000000,), "uniform"), 10, -1, True, True))},
            torch=_torch_topk, compare=_compare_topk, tolerance=_TOL_TOPK),
 ]

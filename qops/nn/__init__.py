@@ -4,22 +4,60 @@ Float layers (numpy forward) under PyTorch's names, the `Module` base, and the s
 `qops.nn.quantized` (+ `.dynamic`), `qops.nn.intrinsic` (+ `.quantized`, `.qat`) and
 `qops.nn.qat`. `qops.save` / `qops.load` store and restore whole models without pickle.
 """
-from qops.nn._layers import (AdaptiveAvgPool1d, AdaptiveAvgPool2d,  # noqa: F401
-                             AdaptiveAvgPool3d, AvgPool1d, AvgPool2d, AvgPool3d, BatchNorm1d,
-                             BatchNorm2d, BatchNorm3d, Conv1d, Conv2d, Conv3d, ELU, GroupNorm,
-                             Hardsigmoid, Hardswish, Hardtanh, InstanceNorm1d, InstanceNorm2d,
-                             InstanceNorm3d, LayerNorm, LeakyReLU, Linear, MaxPool1d, MaxPool2d,
-                             MaxPool3d, ReLU, ReLU6, Sigmoid, Tanh, Upsample,
-                             UpsamplingBilinear2d, UpsamplingNearest2d)
-from qops.nn._layers import __all__ as _layers_all
 from qops.nn._graph import GraphModule  # noqa: F401
+from qops.nn._layers import (  # noqa: F401
+    ELU,
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    AdaptiveAvgPool3d,
+    AvgPool1d,
+    AvgPool2d,
+    AvgPool3d,
+    BatchNorm1d,
+    BatchNorm2d,
+    BatchNorm3d,
+    Conv1d,
+    Conv2d,
+    Conv3d,
+    GroupNorm,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    InstanceNorm1d,
+    InstanceNorm2d,
+    InstanceNorm3d,
+    LayerNorm,
+    LeakyReLU,
+    Linear,
+    MaxPool1d,
+    MaxPool2d,
+    MaxPool3d,
+    ReLU,
+    ReLU6,
+    Sigmoid,
+    Tanh,
+    Upsample,
+    UpsamplingBilinear2d,
+    UpsamplingNearest2d,
+)
+from qops.nn._layers import __all__ as _layers_all
 from qops.nn._torch import from_torch  # noqa: F401
-from qops.nn.module import (Dropout, Flatten, Identity, Module, ModuleDict,  # noqa: F401
-                            ModuleList, RemovableHandle, Sequential, module_type_table,
-                            register_module_type)
+from qops.nn.module import (  # noqa: F401
+    Dropout,
+    Flatten,
+    Identity,
+    Module,
+    ModuleDict,
+    ModuleList,
+    RemovableHandle,
+    Sequential,
+    module_type_table,
+    register_module_type,
+)
 
 __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Flatten",
-           "Dropout", "GraphModule", "from_torch", "register_module_type", "module_type_table"] + list(_layers_all)
+           "Dropout", "GraphModule", "from_torch", "register_module_type",
+           "module_type_table"] + list(_layers_all)
 
 _SUBPACKAGES = ("quantized", "intrinsic", "qat", "utils")
 

@@ -16,8 +16,11 @@ import zipfile
 import numpy as np
 
 from qops._dtypes import QDtype, as_qdtype, as_qscheme
-from qops._qtensor import (QTensor, make_per_channel_quantized_tensor,
-                           make_per_tensor_quantized_tensor)
+from qops._qtensor import (
+    QTensor,
+    make_per_channel_quantized_tensor,
+    make_per_tensor_quantized_tensor,
+)
 
 __all__ = ["save", "load", "LoadError", "FORMAT", "VERSION"]
 
@@ -396,6 +399,7 @@ def _declared_numel(cls, config):
     the class's defaults; 0 for a type without them (user types are trusted).
     """
     import inspect
+
     from qops.nn.quantized import _modules as nnq
     try:
         bound = inspect.signature(cls).bind_partial(**config)

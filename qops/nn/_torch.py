@@ -12,9 +12,14 @@ __all__ = ["from_torch", "from_torch_quantized", "qtensor_from_torch"]
 
 def qtensor_from_torch(t):
     """A QTensor with the integer values and qparams of a quantized torch tensor."""
-    from qops._dtypes import (as_qdtype, per_channel_affine, per_channel_symmetric,
-                              per_tensor_affine, per_tensor_symmetric)
     from qops import _qparams as qp
+    from qops._dtypes import (
+        as_qdtype,
+        per_channel_affine,
+        per_channel_symmetric,
+        per_tensor_affine,
+        per_tensor_symmetric,
+    )
     from qops._qtensor import QTensor, _axis_arg
     t = t.detach()
     dtype = as_qdtype(str(t.dtype).replace("torch.", ""))
@@ -125,9 +130,10 @@ def _float_table(torch):
             table[getattr(tnni, name)] = _fused(getattr(qnni, name))
     table[torch.ao.nn.quantized.FloatFunctional] = _float_generic(nnq.FloatFunctional)
     try:
-        from qops.quantization import DeQuantStub, QuantStub
         from torch.ao.quantization import DeQuantStub as TDeQuantStub
         from torch.ao.quantization import QuantStub as TQuantStub
+
+        from qops.quantization import DeQuantStub, QuantStub
         table[TQuantStub] = lambda tm, convert: QuantStub()
         table[TDeQuantStub] = lambda tm, convert: DeQuantStub()
     except ImportError:
@@ -237,6 +243,7 @@ def _convert(torch_module, table, what):
 def _copy_into(target, torch_module, table, what):
     """Copy each submodule of torch_module into the same-named submodule of `target`."""
     import torch
+
     from qops.nn.module import Module
     if not isinstance(target, Module):
         raise TypeError(f"{what}: target must be a qops.nn.Module; got {type(target).__name__}")

@@ -3,15 +3,14 @@
 The workflow of `torch.ao.quantization` (prepare / calibrate / convert, quantize_dynamic, QAT)
 on qops modules, plus a per-layer error report (`qops.quantization.report`).
 """
-from qops.quantization.observer import *  # noqa: F401,F403
+from qops.quantization._choose_qparams import calculate_qparams, choose_quantization_params  # noqa: F401
 from qops.quantization.fake_quantize import *  # noqa: F401,F403
-from qops.quantization.qconfig import *  # noqa: F401,F403
-from qops.quantization.stubs import *  # noqa: F401,F403
 from qops.quantization.fuse_modules import *  # noqa: F401,F403
+from qops.quantization.observer import *  # noqa: F401,F403
+from qops.quantization.qconfig import *  # noqa: F401,F403
 from qops.quantization.quantization_mappings import *  # noqa: F401,F403
 from qops.quantization.quantize import *  # noqa: F401,F403
-from qops.quantization._choose_qparams import (calculate_qparams,  # noqa: F401
-                                               choose_quantization_params)
+from qops.quantization.stubs import *  # noqa: F401,F403
 
 
 def __getattr__(name):

@@ -8,15 +8,25 @@ Modules follow `torch.ao.quantization.fake_quantize`.
 """
 import numpy as np
 
-from qops._dtypes import per_channel_affine_float_qparams, qint8, quint8
-from qops._dtypes import per_channel_symmetric, per_tensor_affine, per_tensor_symmetric
+from qops._dtypes import (
+    per_channel_affine_float_qparams,
+    per_channel_symmetric,
+    per_tensor_affine,
+    per_tensor_symmetric,
+    qint8,
+    quint8,
+)
 from qops.nn.module import Module
 from qops.quantization import _choose_qparams as cq
-from qops.quantization.observer import (FixedQParamsObserver, HistogramObserver,
-                                        MovingAverageMinMaxObserver,
-                                        MovingAveragePerChannelMinMaxObserver, _with_args,
-                                        default_fixed_qparams_range_0to1_observer,
-                                        default_fixed_qparams_range_neg1to1_observer)
+from qops.quantization.observer import (
+    FixedQParamsObserver,
+    HistogramObserver,
+    MovingAverageMinMaxObserver,
+    MovingAveragePerChannelMinMaxObserver,
+    _with_args,
+    default_fixed_qparams_range_0to1_observer,
+    default_fixed_qparams_range_neg1to1_observer,
+)
 
 F32 = np.float32
 

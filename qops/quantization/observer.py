@@ -14,9 +14,18 @@ import warnings
 
 import numpy as np
 
-from qops._dtypes import (QDtype, as_qscheme, per_channel_affine, per_channel_affine_float_qparams,
-                          per_channel_symmetric, per_tensor_affine, per_tensor_symmetric, qint8,
-                          qint32, quint8)
+from qops._dtypes import (
+    QDtype,
+    as_qscheme,
+    per_channel_affine,
+    per_channel_affine_float_qparams,
+    per_channel_symmetric,
+    per_tensor_affine,
+    per_tensor_symmetric,
+    qint8,
+    qint32,
+    quint8,
+)
 from qops.nn.module import Module
 from qops.quantization import _choose_qparams as cq
 from qops.quantization._torch_sum import torch_sum

@@ -9,20 +9,31 @@ from collections import namedtuple
 import numpy as np
 
 from qops.nn.module import Identity, Module
-from qops.quantization.fake_quantize import (FakeQuantize, FusedMovingAvgObsFakeQuantize,
-                                             default_dynamic_fake_quant, default_fake_quant,
-                                             default_fused_act_fake_quant,
-                                             default_fused_per_channel_wt_fake_quant,
-                                             default_fused_wt_fake_quant,
-                                             default_per_channel_weight_fake_quant,
-                                             default_weight_fake_quant)
-from qops.quantization.observer import (HistogramObserver, MovingAverageMinMaxObserver,
-                                        NoopObserver, PlaceholderObserver,
-                                        default_debug_observer, default_dynamic_quant_observer,
-                                        default_float_qparams_observer, default_observer,
-                                        default_per_channel_weight_observer,
-                                        default_placeholder_observer,
-                                        default_reuse_input_observer, default_weight_observer)
+from qops.quantization.fake_quantize import (
+    FakeQuantize,
+    FusedMovingAvgObsFakeQuantize,
+    default_dynamic_fake_quant,
+    default_fake_quant,
+    default_fused_act_fake_quant,
+    default_fused_per_channel_wt_fake_quant,
+    default_fused_wt_fake_quant,
+    default_per_channel_weight_fake_quant,
+    default_weight_fake_quant,
+)
+from qops.quantization.observer import (
+    HistogramObserver,
+    MovingAverageMinMaxObserver,
+    NoopObserver,
+    PlaceholderObserver,
+    default_debug_observer,
+    default_dynamic_quant_observer,
+    default_float_qparams_observer,
+    default_observer,
+    default_per_channel_weight_observer,
+    default_placeholder_observer,
+    default_reuse_input_observer,
+    default_weight_observer,
+)
 
 __all__ = ["QConfig", "QConfigDynamic", "default_qconfig", "default_debug_qconfig",
            "default_per_channel_qconfig", "default_dynamic_qconfig", "float16_dynamic_qconfig",

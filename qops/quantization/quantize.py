@@ -17,15 +17,20 @@ from qops.nn import intrinsic as nni
 from qops.nn.module import Module, Sequential
 from qops.quantization.fake_quantize import FakeQuantizeBase
 from qops.quantization.observer import ObserverBase
-from qops.quantization.qconfig import (_assert_valid_qconfig, default_dynamic_qconfig,
-                                       float16_dynamic_qconfig,
-                                       float_qparams_weight_only_qconfig)
-from qops.quantization.quantization_mappings import (_module_to_fixed_qparams_act,
-                                                     get_default_dynamic_quant_module_mappings,
-                                                     get_default_qat_module_mappings,
-                                                     get_default_qconfig_propagation_list,
-                                                     get_default_static_quant_module_mappings,
-                                                     no_observer_set)
+from qops.quantization.qconfig import (
+    _assert_valid_qconfig,
+    default_dynamic_qconfig,
+    float16_dynamic_qconfig,
+    float_qparams_weight_only_qconfig,
+)
+from qops.quantization.quantization_mappings import (
+    _module_to_fixed_qparams_act,
+    get_default_dynamic_quant_module_mappings,
+    get_default_qat_module_mappings,
+    get_default_qconfig_propagation_list,
+    get_default_static_quant_module_mappings,
+    no_observer_set,
+)
 from qops.quantization.stubs import DeQuantStub, QuantWrapper
 
 __all__ = ["propagate_qconfig_", "add_observer_", "add_quant_dequant", "get_observer_dict",

@@ -1,12 +1,38 @@
 """Quantized layers (torch.ao.nn.quantized names): every forward is one qops.functional call."""
-from qops.nn.quantized._modules import (AdaptiveAvgPool1d, AdaptiveAvgPool2d,  # noqa: F401
-                                        AdaptiveAvgPool3d, AvgPool1d, AvgPool2d, AvgPool3d,
-                                        BatchNorm2d, BatchNorm3d, Conv1d, Conv2d, Conv3d,
-                                        DeQuantize, Dropout, ELU, FloatFunctional, GroupNorm,
-                                        Hardswish, InstanceNorm1d, InstanceNorm2d,
-                                        InstanceNorm3d, LayerNorm, LeakyReLU, Linear, MaxPool1d,
-                                        MaxPool2d, MaxPool3d, QFunctional, Quantize, ReLU6,
-                                        Sigmoid, Tanh, Upsample)
+from qops.nn.quantized._modules import (  # noqa: F401
+    ELU,
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    AdaptiveAvgPool3d,
+    AvgPool1d,
+    AvgPool2d,
+    AvgPool3d,
+    BatchNorm2d,
+    BatchNorm3d,
+    Conv1d,
+    Conv2d,
+    Conv3d,
+    DeQuantize,
+    Dropout,
+    FloatFunctional,
+    GroupNorm,
+    Hardswish,
+    InstanceNorm1d,
+    InstanceNorm2d,
+    InstanceNorm3d,
+    LayerNorm,
+    LeakyReLU,
+    Linear,
+    MaxPool1d,
+    MaxPool2d,
+    MaxPool3d,
+    QFunctional,
+    Quantize,
+    ReLU6,
+    Sigmoid,
+    Tanh,
+    Upsample,
+)
 from qops.nn.quantized._modules import __all__ as _all
 from qops.nn.quantized._torch import from_torch, qtensor_from_torch  # noqa: F401
 

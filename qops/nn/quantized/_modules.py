@@ -10,8 +10,16 @@ import numbers
 import numpy as np
 
 import qops.functional as F
-from qops._dtypes import (as_qdtype, as_qscheme, per_channel_affine, per_channel_symmetric,
-                          per_tensor_affine, per_tensor_symmetric, qint8, quint8)
+from qops._dtypes import (
+    as_qdtype,
+    as_qscheme,
+    per_channel_affine,
+    per_channel_symmetric,
+    per_tensor_affine,
+    per_tensor_symmetric,
+    qint8,
+    quint8,
+)
 from qops._qtensor import QTensor, quantize_per_channel, quantize_per_tensor
 from qops.nn import _layers as fl
 from qops.nn.module import Dropout as _FloatDropout
