@@ -1,0 +1,523 @@
+/* Normalization kernels: batch/group/layer/instance norm rows and channel sums (see norm.pyx).
+ * (Moved verbatim from the `cdef extern from *` block of norm.pyx.) */
+#ifndef QOPS_NORM_H
+#define QOPS_NORM_H
+
+#include "qops_common.h"
+#if defined(__AVX2__)
+#include <immintrin.h>
+#include "qops_avx2.h"
+#endif
+/* Exact sums of u = byte ^ flip and of u^2 over p[0:n]. Vector: psadbw sums bytes into
+ * 64-bit lanes; pmaddwd squares zero-extended 16-bit pairs into 32-bit lanes, flushed to
+ * 64 bits every 4096 steps (each lane gains <= 2 * 2 * 255^2 per step: no overflow). */
+static void qops_norm_sums(const uint8_t *p, ptrdiff_t n, uint8_t flip, int64_t *s_out,
+                           int64_t *ss_out) {
+    int64_t s = 0, ss = 0;
+    ptrdiff_t i = 0;
+#if defined(__AVX512BW__)
+    const __m512i f = _mm512_set1_epi8((char)flip), z = _mm512_setzero_si512();
+    while (i + 64 <= n) {
+        ptrdiff_t end = (n - i) / 64 > 4096 ? i + 64 * 4096 : n;
+        __m512i vs = z, vss = z;
+        for (; i + 64 <= end; i += 64) {
+            __m512i v = _mm512_xor_si512(_mm512_loadu_si512((const void *)(p + i)), f);
+            vs = _mm512_add_epi64(vs, _mm512_sad_epu8(v, z));
+            __m512i lo = _mm512_unpacklo_epi8(v, z), hi = _mm512_unpackhi_epi8(v, z);
+            vss = _mm512_add_epi32(vss, _mm512_add_epi32(_mm512_madd_epi16(lo, lo),
+                                                         _mm512_madd_epi16(hi, hi)));
+        }
+        s += _mm512_reduce_add_epi64(vs);
+        ss += _mm512_reduce_add_epi64(_mm512_add_epi64(
+            _mm512_cvtepu32_epi64(_mm512_castsi512_si256(vss)),
+            _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(vss, 1))));
+    }
+#elif defined(__AVX2__)
+    const __m256i f = _mm256_set1_epi8((char)flip), z = _mm256_setzero_si256();
+    while (i + 32 <= n) {
+        ptrdiff_t end = (n - i) / 32 > 4096 ? i + 32 * 4096 : n;
+        __m256i vs = z, vss = z;
+        for (; i + 32 <= end; i += 32) {
+            __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + i)), f);
+            vs = _mm256_add_epi64(vs, _mm256_sad_epu8(v, z));
+            __m256i lo = _mm256_unpacklo_epi8(v, z), hi = _mm256_unpackhi_epi8(v, z);
+            vss = _mm256_add_epi32(vss, _mm256_add_epi32(_mm256_madd_epi16(lo, lo),
+                                                         _mm256_madd_epi16(hi, hi)));
+        }
+        int64_t t[4];
+        _mm256_storeu_si256((__m256i *)t, vs);
+        s += t[0] + t[1] + t[2] + t[3];
+        uint32_t q[8];
+        _mm256_storeu_si256((__m256i *)q, vss);
+        for (int j = 0; j < 8; j++) ss += q[j];
+    }
+#endif
+    for (; i < n; i++) {
+        int32_t v = (uint8_t)(p[i] ^ flip);
+        s += v;
+        ss += v * v;
+    }
+    *s_out = s;
+    *ss_out = ss;
+}
+
+/* Row kernels of the three norm affines. The AVX2 bodies compute each element's float32
+ * value with the scalar steps (same ops, same order), then round with one vcvtps2dq
+ * (round half to even, as rintf) and clamp with saturating packs: int32 -> int16, the
+ * zero point added in int16 with saturation, int16 -> 8 bits. That equals the scalar
+ * clamp(rint(y), lo, hi) + zp whenever |y| < 2^30 and y is not NaN, which the caller's
+ * bound (qops_norm_vec_ok) guarantees; rows that fail it (or ISAs without AVX2) run the
+ * scalar loops, which GCC vectorizes less well (round, two float clamps, a convert). */
+/* AVX-512 builds keep GCC's 512-bit loops (and VBMI tables), as measured on Zen 5, except
+ * layer norm's row, which has its own 512-bit body. */
+#if defined(__AVX2__) && !defined(__AVX512F__)
+#define QOPS_NORM_AVX2 1
+#else
+#define QOPS_NORM_AVX2 0
+#endif
+static inline int qops_norm_vec_ok(double bound) {
+    return bound < 1073741824.0;     /* false for NaN and inf too */
+}
+#if QOPS_NORM_AVX2
+/* (q - zp) as float32 for the 8 raw values at p. */
+static inline __attribute__((always_inline)) __m256 qops_norm_ld8(const uint8_t *p, int sgn,
+                                                                  __m256i zp) {
+    __m128i v = _mm_loadl_epi64((const __m128i *)p);
+    __m256i q = sgn ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(q, zp));
+}
+/* The 32 raw values at p as float32 q - zp, exactly, in qops_avx2.h's block order. */
+static inline __attribute__((always_inline)) void
+qops_norm_ld32(const uint8_t *p, int sgn, __m256 off, __m256 f[4]) {
+    qops_bytes_to_f32x4(_mm256_loadu_si256((const __m256i *)p), sgn, off, f);
+}
+/* 32 output bytes from the float values of a block (rounded by one vcvtps2dq). */
+static inline __attribute__((always_inline)) __m256i
+qops_norm_narrow_inlane(__m256 y0, __m256 y1, __m256 y2, __m256 y3, __m256i ozp16,
+                        __m256i floor8, int sgn, int relu) {
+    return qops_narrow32(_mm256_cvtps_epi32(y0), _mm256_cvtps_epi32(y1),
+                         _mm256_cvtps_epi32(y2), _mm256_cvtps_epi32(y3), ozp16, floor8, sgn,
+                         relu);
+}
+/* The same from the float values of elements 0-7, 8-15, 16-23, 24-31: the packs
+ * interleave the 128-bit lanes (dwords 0,4,1,5,... are elements 0-3,4-7,...). */
+static inline __attribute__((always_inline)) __m256i
+qops_norm_narrow(__m256 y0, __m256 y1, __m256 y2, __m256 y3, __m256i ozp16, __m256i floor8,
+                 int sgn, int relu) {
+    return _mm256_permutevar8x32_epi32(
+        qops_norm_narrow_inlane(y0, y1, y2, y3, ozp16, floor8, sgn, relu),
+        _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+#endif
+
+/* Batch norm: out = clamp(rint(fma(a, q - zp, b)), lo, hi) + ozp. */
+static inline __attribute__((always_inline)) void
+qops_bn_row_t(const uint8_t *x, uint8_t *out, ptrdiff_t n, float a, float b, int32_t zp,
+              int32_t ozp, float lo, float hi, int relu, int sgn) {
+    ptrdiff_t i = 0;
+#if QOPS_NORM_AVX2
+    if (qops_norm_vec_ok(fabs((double)a) * 256.0 + fabs((double)b))) {
+        const __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b), off = qops_f32_offset(zp, sgn);
+        const __m256i o16 = _mm256_set1_epi16((short)ozp), f8 = _mm256_set1_epi8((char)ozp);
+        for (; i + 32 <= n; i += 32) {
+            __m256 f[4];
+            qops_norm_ld32(x + i, sgn, off, f);
+            _mm256_storeu_si256((__m256i *)(out + i), qops_norm_narrow_inlane(
+                _mm256_fmadd_ps(av, f[0], bv), _mm256_fmadd_ps(av, f[1], bv),
+                _mm256_fmadd_ps(av, f[2], bv), _mm256_fmadd_ps(av, f[3], bv), o16, f8, sgn,
+                relu));
+        }
+    }
+#endif
+    for (; i < n; i++) {
+        int32_t q = sgn ? (int32_t)(int8_t)x[i] : (int32_t)x[i];
+        out[i] = (uint8_t)qops_q_vec(fmaf(a, (float)(q - zp), b), 1.0f, ozp, lo, hi);
+    }
+}
+/* Batch norm of channels-last rows: npix rows of C channels, a[c] and b[c] per lane
+ * (read from L1 every row; GCC vectorizes the channel loop). */
+static inline __attribute__((always_inline)) void
+qops_bn_cl_t(const uint8_t *x, uint8_t *out, ptrdiff_t npix, ptrdiff_t C,
+             const float *restrict a, const float *restrict b, int32_t zp, int32_t ozp,
+             float lo, float hi, int sgn) {
+    for (ptrdiff_t p = 0; p < npix; p++, x += C, out += C)
+        for (ptrdiff_t c = 0; c < C; c++) {
+            int32_t q = sgn ? (int32_t)(int8_t)x[c] : (int32_t)x[c];
+            out[c] = (uint8_t)qops_q_vec(fmaf(a[c], (float)(q - zp), b[c]), 1.0f, ozp, lo, hi);
+        }
+}
+#if defined(__AVX512BW__)
+/* f32(q - zp) of the 16 raw values at p. */
+static inline __attribute__((always_inline)) __m512 qops_bn_ld16(const uint8_t *p,
+                                                                 __mmask16 m, int sgn,
+                                                                 __m512i zv) {
+    __m128i v = _mm_maskz_loadu_epi8(m, p);
+    __m512i q = sgn ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(q, zv));
+}
+/* The same in vector blocks. 64 channels at a time, the four rounded int32 vectors are
+ * narrowed by saturating packs (int32 -> int16, + zp with saturation, -> 8 bits: the
+ * clamp of Q_vec, exact while |y| < 2^30, which the caller's bound guarantees) and one
+ * dword permute, then max with the floor (the relu's zero point, else qmin); vcvtps2dq
+ * rounds half to even as rintf. Channel tails go 16 at a time through a masked body.
+ * 512-bit work runs on two ports only, so uops decide: GCC's vectorization of the loop
+ * above took ~12 a 16-element block (8x64x56x56: 306 us), this ~6.5. */
+static void qops_bn_cl_512(const uint8_t *x, uint8_t *out, ptrdiff_t npix, ptrdiff_t C,
+                           const float *a, const float *b, int32_t zp, int32_t ozp,
+                           float lo, float hi, int sgn) {
+    const __m512i zv = _mm512_set1_epi32(zp), ov = _mm512_set1_epi32(ozp);
+    const __m512i lv = _mm512_set1_epi32((int32_t)lo), hv = _mm512_set1_epi32((int32_t)hi);
+    const __m512i o16 = _mm512_set1_epi16((short)ozp);
+    const __m512i floor8 = _mm512_set1_epi8((char)((int32_t)lo + ozp));
+    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7,
+                                           11, 15);
+    const ptrdiff_t c64 = C / 64 * 64;
+    for (ptrdiff_t p = 0; p < npix; p++, x += C, out += C) {
+        ptrdiff_t c = 0;
+        for (; c < c64; c += 64) {
+            __m512i r[4];
+            for (int k = 0; k < 4; k++)
+                r[k] = _mm512_cvtps_epi32(_mm512_fmadd_ps(
+                    _mm512_loadu_ps(a + c + 16 * k),
+                    qops_bn_ld16(x + c + 16 * k, 0xFFFF, sgn, zv),
+                    _mm512_loadu_ps(b + c + 16 * k)));
+            __m512i s01 = _mm512_adds_epi16(_mm512_packs_epi32(r[0], r[1]), o16);
+            __m512i s23 = _mm512_adds_epi16(_mm512_packs_epi32(r[2], r[3]), o16);
+            __m512i v = _mm512_permutexvar_epi32(perm, sgn ? _mm512_packs_epi16(s01, s23)
+                                                          : _mm512_packus_epi16(s01, s23));
+            v = sgn ? _mm512_max_epi8(v, floor8) : _mm512_max_epu8(v, floor8);
+            _mm512_storeu_si512((void *)(out + c), v);
+        }
+        for (; c < C; c += 16) {
+            __mmask16 m = C - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (C - c)) - 1);
+            __m512 y = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + c),
+                                       qops_bn_ld16(x + c, m, sgn, zv),
+                                       _mm512_maskz_loadu_ps(m, b + c));
+            __m512i q = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(y), lv), hv);
+            __m128i o = _mm512_cvtepi32_epi8(_mm512_add_epi32(q, ov));
+            if (m == 0xFFFF) _mm_storeu_si128((__m128i *)(out + c), o);
+            else _mm_mask_storeu_epi8(out + c, m, o);
+        }
+    }
+}
+#endif
+#if QOPS_NORM_AVX2
+/* The AVX2 body: 32 channels at a time, each 8 a vector, narrowed as the row kernel's,
+ * then max with the floor as the AVX-512 body (the relu's zero point, else qmin). */
+static void qops_bn_cl_avx2(const uint8_t *x, uint8_t *out, ptrdiff_t npix, ptrdiff_t C,
+                            const float *a, const float *b, int32_t zp, int32_t ozp,
+                            float lo, float hi, int sgn) {
+    const __m256i zv = _mm256_set1_epi32(zp);
+    const __m256i o16 = _mm256_set1_epi16((short)ozp);
+    const __m256i f8 = _mm256_set1_epi8((char)((int32_t)lo + ozp));
+    const ptrdiff_t c32 = C / 32 * 32;
+    for (ptrdiff_t p = 0; p < npix; p++, x += C, out += C) {
+        ptrdiff_t c = 0;
+        for (; c < c32; c += 32) {
+            __m256 y[4];
+            for (int k = 0; k < 4; k++)
+                y[k] = _mm256_fmadd_ps(_mm256_loadu_ps(a + c + 8 * k),
+                                       qops_norm_ld8(x + c + 8 * k, sgn, zv),
+                                       _mm256_loadu_ps(b + c + 8 * k));
+            _mm256_storeu_si256((__m256i *)(out + c),
+                                qops_norm_narrow(y[0], y[1], y[2], y[3], o16, f8, sgn, 1));
+        }
+        for (; c < C; c++) {
+            int32_t q = sgn ? (int32_t)(int8_t)x[c] : (int32_t)x[c];
+            out[c] = (uint8_t)qops_q_vec(fmaf(a[c], (float)(q - zp), b[c]), 1.0f, ozp, lo, hi);
+        }
+    }
+}
+#endif
+static void qops_bn_cl(const uint8_t *x, uint8_t *out, ptrdiff_t npix, ptrdiff_t C,
+                       const float *a, const float *b, int32_t zp, int32_t ozp, float lo,
+                       float hi, int sgn) {
+#if defined(__AVX512BW__) || QOPS_NORM_AVX2
+    double bound = 0.0;
+    for (ptrdiff_t c = 0; c < C; c++) {
+        double t = fabs((double)a[c]) * 256.0 + fabs((double)b[c]);
+        bound = t > bound || t != t ? t : bound;
+    }
+    if (qops_norm_vec_ok(bound)) {
+#if defined(__AVX512BW__)
+        qops_bn_cl_512(x, out, npix, C, a, b, zp, ozp, lo, hi, sgn);
+#else
+        qops_bn_cl_avx2(x, out, npix, C, a, b, zp, ozp, lo, hi, sgn);
+#endif
+        return;
+    }
+#endif
+    if (sgn) qops_bn_cl_t(x, out, npix, C, a, b, zp, ozp, lo, hi, 1);
+    else qops_bn_cl_t(x, out, npix, C, a, b, zp, ozp, lo, hi, 0);
+}
+
+static void qops_bn_row(const uint8_t *x, uint8_t *out, ptrdiff_t n, float a, float b,
+                        int32_t zp, int32_t ozp, float lo, float hi, int relu, int sgn) {
+    if (sgn) {
+        if (relu) qops_bn_row_t(x, out, n, a, b, zp, ozp, lo, hi, 1, 1);
+        else qops_bn_row_t(x, out, n, a, b, zp, ozp, lo, hi, 0, 1);
+    } else {
+        if (relu) qops_bn_row_t(x, out, n, a, b, zp, ozp, lo, hi, 1, 0);
+        else qops_bn_row_t(x, out, n, a, b, zp, ozp, lo, hi, 0, 0);
+    }
+}
+
+#if QOPS_NORM_AVX2
+/* Whether fma(A, f, B) gives the bytes of fma(f - mean, g, b) * inv (f = q - zp) for
+ * every one of the 256 raw values, both rounded and clamped as qops_q_vec does: then a
+ * long channel may run the batch norm kernel, one fma instead of four steps. Checking
+ * costs about what 2048 values of the saving are worth. */
+static int qops_gn_fold_ok(float mean, float g, float b, float inv, int32_t zp, float lo,
+                           float hi, int sgn, float A, float B) {
+    if (!qops_norm_vec_ok(fabs((double)A) * 256.0 + fabs((double)B)))
+        return 0;
+    const __m256 mv = _mm256_set1_ps(mean), gv = _mm256_set1_ps(g), bv = _mm256_set1_ps(b);
+    const __m256 iv = _mm256_set1_ps(inv), av = _mm256_set1_ps(A), cv = _mm256_set1_ps(B);
+    const __m256 off = qops_f32_offset(zp, sgn);
+    const __m256i lv = _mm256_set1_epi32((int32_t)lo), hv = _mm256_set1_epi32((int32_t)hi);
+    __m256i same = _mm256_set1_epi32(-1);
+    for (int i = 0; i < 256; i += 32) {
+        __m256 f[4];
+        qops_bytes_to_f32x4(qops_iota32(i), sgn, off, f);
+        for (int k = 0; k < 4; k++) {
+            __m256 y4 = _mm256_mul_ps(_mm256_fmadd_ps(_mm256_sub_ps(f[k], mv), gv, bv), iv);
+            __m256i r4 = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(y4), lv), hv);
+            __m256i r1 = _mm256_min_epi32(_mm256_max_epi32(
+                _mm256_cvtps_epi32(_mm256_fmadd_ps(av, f[k], cv)), lv), hv);
+            same = _mm256_and_si256(same, _mm256_cmpeq_epi32(r4, r1));
+        }
+    }
+    return _mm256_movemask_epi8(same) == -1;
+}
+#endif
+
+/* Group norm, one channel: out = clamp(rint(fma(q - zp - mean, g, b) * inv), lo, hi) + ozp,
+ * every other step rounded as written (PyTorch's AVX2 kernel fuses the affine). */
+static inline __attribute__((always_inline)) void
+qops_gn_row_t(const uint8_t *x, uint8_t *out, ptrdiff_t n, float mean, float g, float b,
+              int32_t zp, float inv, int32_t ozp, float lo, float hi, int sgn) {
+    ptrdiff_t i = 0;
+#if QOPS_NORM_AVX2
+    if (qops_norm_vec_ok(((256.0 + fabs((double)mean)) * fabs((double)g) + fabs((double)b))
+                         * fabs((double)inv) * 1.001)) {
+        if (n >= 2048) {
+            /* the one-fma form, where it gives the same bytes for every raw value */
+            float A = (float)((double)g * (double)inv);
+            float B = (float)(((double)b - (double)mean * (double)g) * (double)inv);
+            if (qops_gn_fold_ok(mean, g, b, inv, zp, lo, hi, sgn, A, B)) {
+                qops_bn_row_t(x, out, n, A, B, zp, ozp, lo, hi, 0, sgn);
+                return;
+            }
+        }
+        const __m256 mv = _mm256_set1_ps(mean), gv = _mm256_set1_ps(g);
+        const __m256 bv = _mm256_set1_ps(b), iv = _mm256_set1_ps(inv), off = qops_f32_offset(zp, sgn);
+        const __m256i o16 = _mm256_set1_epi16((short)ozp);
+        #define QOPS_GN(k) _mm256_mul_ps(_mm256_fmadd_ps(_mm256_sub_ps(f[k], mv), gv, bv), iv)
+        for (; i + 32 <= n; i += 32) {
+            __m256 f[4];
+            qops_norm_ld32(x + i, sgn, off, f);
+            _mm256_storeu_si256((__m256i *)(out + i),
+                                qops_norm_narrow_inlane(QOPS_GN(0), QOPS_GN(1), QOPS_GN(2),
+                                                        QOPS_GN(3), o16, o16, sgn, 0));
+        }
+        #undef QOPS_GN
+    }
+#endif
+    for (; i < n; i++) {
+        int32_t q = sgn ? (int32_t)(int8_t)x[i] : (int32_t)x[i];
+        out[i] = (uint8_t)qops_q_vec(fmaf((float)(q - zp) - mean, g, b), inv, ozp, lo, hi);
+    }
+}
+static void qops_gn_row(const uint8_t *x, uint8_t *out, ptrdiff_t n, float mean, float g,
+                        float b, int32_t zp, float inv, int32_t ozp, float lo, float hi,
+                        int sgn) {
+    if (sgn) qops_gn_row_t(x, out, n, mean, g, b, zp, inv, ozp, lo, hi, 1);
+    else qops_gn_row_t(x, out, n, mean, g, b, zp, inv, ozp, lo, hi, 0);
+}
+
+/* Layer norm, one row: out = clamp(rint(fma((q - zp - mean) * r, w[i], b[i]) * inv), lo,
+ * hi) + ozp (PyTorch's AVX2 kernel fuses the affine); wb_max bounds |w[i]| and |b[i]|
+ * (found once by the caller, inf if not finite). */
+static inline __attribute__((always_inline)) void
+qops_ln_row_t(const uint8_t *x, uint8_t *out, ptrdiff_t n, const float *w, const float *b,
+              double wb_max, float mean, float r, int32_t zp, float inv, int32_t ozp,
+              float lo, float hi, int sgn) {
+    ptrdiff_t i = 0;
+    const int vec = qops_norm_vec_ok(((256.0 + fabs((double)mean)) * fabs((double)r) + 1.0)
+                                     * wb_max * fabs((double)inv) * 1.001);
+    (void)vec;
+#if QOPS_NORM_AVX2
+    if (vec) {
+        const __m256 mv = _mm256_set1_ps(mean), rv = _mm256_set1_ps(r);
+        const __m256 iv = _mm256_set1_ps(inv);
+        const __m256i zv = _mm256_set1_epi32(zp), o16 = _mm256_set1_epi16((short)ozp);
+        #define QOPS_LN(k) _mm256_mul_ps(_mm256_fmadd_ps(_mm256_mul_ps(                     \
+            _mm256_sub_ps(qops_norm_ld8(x + i + 8 * (k), sgn, zv), mv), rv),                \
+            _mm256_loadu_ps(w + i + 8 * (k)), _mm256_loadu_ps(b + i + 8 * (k))), iv)
+        for (; i + 32 <= n; i += 32)
+            _mm256_storeu_si256((__m256i *)(out + i),
+                                qops_norm_narrow(QOPS_LN(0), QOPS_LN(1), QOPS_LN(2), QOPS_LN(3),
+                                                 o16, o16, sgn, 0));
+        #undef QOPS_LN
+    }
+#elif defined(__AVX512F__) && defined(__AVX512BW__)
+    /* the same steps 16 at a time; below the bound (no NaN, |y| < 2^30) the convert's
+     * round to nearest even and an integer clamp equal rint then the float clamp */
+    if (vec) {
+        const __m512 mv = _mm512_set1_ps(mean), rv = _mm512_set1_ps(r), iv = _mm512_set1_ps(inv);
+        const __m512i zv = _mm512_set1_epi32(zp), ov = _mm512_set1_epi32(ozp);
+        const __m512i lov = _mm512_set1_epi32((int32_t)lo), hiv = _mm512_set1_epi32((int32_t)hi);
+        for (; i + 16 <= n; i += 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(x + i));
+            __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(
+                sgn ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v), zv));
+            __m512 y = _mm512_mul_ps(_mm512_fmadd_ps(_mm512_mul_ps(_mm512_sub_ps(f, mv), rv),
+                _mm512_loadu_ps(w + i), _mm512_loadu_ps(b + i)), iv);
+            __m512i t = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(y), lov), hiv);
+            _mm_storeu_si128((__m128i *)(out + i), _mm512_cvtepi32_epi8(_mm512_add_epi32(t, ov)));
+        }
+    }
+#endif
+    for (; i < n; i++) {
+        int32_t q = sgn ? (int32_t)(int8_t)x[i] : (int32_t)x[i];
+        out[i] = (uint8_t)qops_q_vec(fmaf(((float)(q - zp) - mean) * r, w[i], b[i]), inv,
+                                     ozp, lo, hi);
+    }
+}
+static void qops_ln_row(const uint8_t *x, uint8_t *out, ptrdiff_t n, const float *w,
+                        const float *b, double wb_max, float mean, float r, int32_t zp,
+                        float inv, int32_t ozp, float lo, float hi, int sgn) {
+    if (sgn) qops_ln_row_t(x, out, n, w, b, wb_max, mean, r, zp, inv, ozp, lo, hi, 1);
+    else qops_ln_row_t(x, out, n, w, b, wb_max, mean, r, zp, inv, ozp, lo, hi, 0);
+}
+
+/* One channel's 256-entry table, table[u] = clamp(rint(fma(d[u], g, b) * inv), lo, hi) + ozp,
+ * where d[u] = f32(q(u) - zp) - mean is shared by the channels of a group (worked out once
+ * per group). The vector body: vminps/vmaxps return the bound for NaN and order signed
+ * zeros as the scalar clamp does, vrndscaleps is rint. */
+static void qops_gn_table(const float *d, float g, float b, float inv, int32_t ozp, float lo,
+                          float hi, uint8_t *table) {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    const __m512 vg = _mm512_set1_ps(g), vb = _mm512_set1_ps(b), vi = _mm512_set1_ps(inv);
+    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    const __m512i vz = _mm512_set1_epi32(ozp);
+    for (int u = 0; u < 256; u += 16) {
+        __m512 t = _mm512_mul_ps(_mm512_fmadd_ps(_mm512_loadu_ps(d + u), vg, vb), vi);
+        t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        t = _mm512_max_ps(_mm512_min_ps(t, vhi), vlo);
+        _mm_storeu_si128((__m128i *)(table + u),
+                         _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvttps_epi32(t), vz)));
+    }
+#else
+    for (int u = 0; u < 256; u++)
+        table[u] = (uint8_t)qops_q_vec(fmaf(d[u], g, b), inv, ozp, lo, hi);
+#endif
+}
+
+/* Exact per-channel sums of u = byte ^ flip and u^2 for channels c0 .. c0 + nc - 1
+ * (nc <= 32) of npix channels-last rows of C bytes, in 32-bit lanes flushed to 64 bits
+ * every 32768 rows (u^2 * 32768 < 2^32). NC: a constant 32 for whole blocks, so that GCC
+ * keeps the 64 lanes in registers, or 0 (nc at run time) for the last one. */
+static inline __attribute__((always_inline)) void
+qops_norm_sums_cols_t(const uint8_t *x, ptrdiff_t npix, ptrdiff_t C, ptrdiff_t c0,
+                      ptrdiff_t nc, uint8_t flip, int64_t *s, int64_t *ss, const int NC) {
+    uint32_t as[32], ass[32];
+    if (NC) nc = NC;
+    for (ptrdiff_t c = 0; c < nc; c++) s[c] = ss[c] = 0;
+    for (ptrdiff_t p0 = 0; p0 < npix; p0 += 32768) {
+        ptrdiff_t pe = npix - p0 > 32768 ? p0 + 32768 : npix;
+        for (ptrdiff_t c = 0; c < nc; c++) as[c] = ass[c] = 0;
+        for (ptrdiff_t p = p0; p < pe; p++) {
+            const uint8_t *row = x + p * C + c0;
+            for (ptrdiff_t c = 0; c < nc; c++) {
+                uint32_t u = (uint8_t)(row[c] ^ flip);
+                as[c] += u;
+                ass[c] += u * u;
+            }
+        }
+        for (ptrdiff_t c = 0; c < nc; c++) {
+            s[c] += as[c];
+            ss[c] += ass[c];
+        }
+    }
+}
+static void qops_norm_sums_cols(const uint8_t *x, ptrdiff_t npix, ptrdiff_t C, ptrdiff_t c0,
+                                ptrdiff_t nc, uint8_t flip, int64_t *s, int64_t *ss) {
+    if (nc == 32) qops_norm_sums_cols_t(x, npix, C, c0, nc, flip, s, ss, 32);
+    else qops_norm_sums_cols_t(x, npix, C, c0, nc, flip, s, ss, 0);
+}
+
+/* Group norm of channels-last rows r0..r1 of C channels (npix rows per batch):
+ * out = clamp(rint(fma(q - zp, s[c], t[c]) * inv), lo, hi) + ozp, s and t the C values of
+ * the row's batch (PyTorch's NHWC kernel: its affine folded into one fma per element). */
+static inline __attribute__((always_inline)) void
+qops_gn_cl_t(const uint8_t *x, uint8_t *out, ptrdiff_t r0, ptrdiff_t r1, ptrdiff_t npix,
+             ptrdiff_t C, const float *s, const float *t, int32_t zp, float inv, int32_t ozp,
+             float lo, float hi, int sgn) {
+    for (ptrdiff_t r = r0; r < r1; r++) {
+        const uint8_t *xr = x + r * C;
+        uint8_t *orow = out + r * C;
+        const float *restrict sr = s + (r / npix) * C, *restrict tr = t + (r / npix) * C;
+        for (ptrdiff_t c = 0; c < C; c++) {
+            int32_t q = sgn ? (int32_t)(int8_t)xr[c] : (int32_t)xr[c];
+            orow[c] = (uint8_t)qops_q_vec(fmaf((float)(q - zp), sr[c], tr[c]), inv, ozp, lo,
+                                          hi);
+        }
+    }
+}
+#if QOPS_NORM_AVX2
+/* The same for rows of one batch, 32 channels at a time (each 8 a vector), narrowed as
+ * the row kernels; the caller's bound keeps |y| < 2^30. */
+static void qops_gn_cl_avx2(const uint8_t *x, uint8_t *out, ptrdiff_t r0, ptrdiff_t r1,
+                            ptrdiff_t C, const float *s, const float *t, int32_t zp,
+                            float inv, int32_t ozp, float lo, float hi, int sgn) {
+    const __m256i zv = _mm256_set1_epi32(zp), o16 = _mm256_set1_epi16((short)ozp);
+    const __m256 iv = _mm256_set1_ps(inv);
+    const ptrdiff_t c32 = C / 32 * 32;
+    for (ptrdiff_t r = r0; r < r1; r++) {
+        const uint8_t *xr = x + r * C;
+        uint8_t *orow = out + r * C;
+        ptrdiff_t c = 0;
+        for (; c < c32; c += 32) {
+            __m256 y[4];
+            for (int k = 0; k < 4; k++)
+                y[k] = _mm256_mul_ps(_mm256_fmadd_ps(qops_norm_ld8(xr + c + 8 * k, sgn, zv),
+                                                     _mm256_loadu_ps(s + c + 8 * k),
+                                                     _mm256_loadu_ps(t + c + 8 * k)), iv);
+            _mm256_storeu_si256((__m256i *)(orow + c),
+                                qops_norm_narrow(y[0], y[1], y[2], y[3], o16, o16, sgn, 0));
+        }
+        for (; c < C; c++) {
+            int32_t q = sgn ? (int32_t)(int8_t)xr[c] : (int32_t)xr[c];
+            orow[c] = (uint8_t)qops_q_vec(fmaf((float)(q - zp), s[c], t[c]), inv, ozp, lo, hi);
+        }
+    }
+}
+#endif
+static void qops_gn_cl(const uint8_t *x, uint8_t *out, ptrdiff_t r0, ptrdiff_t r1,
+                       ptrdiff_t npix, ptrdiff_t C, const float *s, const float *t, int32_t zp,
+                       float inv, int32_t ozp, float lo, float hi, int sgn) {
+#if QOPS_NORM_AVX2
+    /* batch by batch: each has its own s and t, and its own bound on |y| */
+    while (r0 < r1) {
+        ptrdiff_t bt = r0 / npix, end = (bt + 1) * npix < r1 ? (bt + 1) * npix : r1;
+        const float *sb = s + bt * C, *tb = t + bt * C;
+        double bound = 0.0;
+        for (ptrdiff_t c = 0; c < C; c++) {
+            double v = (fabs((double)sb[c]) * 256.0 + fabs((double)tb[c])) * fabs((double)inv)
+                       * 1.001;
+            bound = v > bound || v != v ? v : bound;
+        }
+        if (qops_norm_vec_ok(bound))
+            qops_gn_cl_avx2(x, out, r0, end, C, sb, tb, zp, inv, ozp, lo, hi, sgn);
+        else if (sgn) qops_gn_cl_t(x, out, r0, end, npix, C, s, t, zp, inv, ozp, lo, hi, 1);
+        else qops_gn_cl_t(x, out, r0, end, npix, C, s, t, zp, inv, ozp, lo, hi, 0);
+        r0 = end;
+    }
+#else
+    if (sgn) qops_gn_cl_t(x, out, r0, r1, npix, C, s, t, zp, inv, ozp, lo, hi, 1);
+    else qops_gn_cl_t(x, out, r0, r1, npix, C, s, t, zp, inv, ozp, lo, hi, 0);
+#endif
+}
+
+#endif  /* QOPS_NORM_H */
