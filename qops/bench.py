@@ -180,13 +180,14 @@ def _print(rows, out, have_torch, bandwidth=False):
         table.append(row)
     widths = [max(len(r[i]) for r in table) for i in range(len(head))]
     for j, r in enumerate(table):
-        out.write("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) + "\n")
+        cells = (c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        out.write("  ".join(cells) + "\n")
         if j == 0:
             out.write("  ".join("-" * w for w in widths) + "\n")
     out.write("(fast vs X = X's time / fast's time: above 1x means qops fast is faster)\n")
     if bandwidth:
-        out.write("(GB/s: bytes of inputs + outputs / fast's time; of copy: a one-thread numpy copy "
-                  "moving the same bytes takes that share of fast's time)\n")
+        out.write("(GB/s: bytes of inputs + outputs / fast's time; of copy: a one-thread numpy "
+                  "copy moving the same bytes takes that share of fast's time)\n")
 
 
 def main(argv=None):

@@ -715,7 +715,7 @@ def test_demo_runs_and_saves(tmp_path, capsys):
     assert _demo.main(["--out", str(tmp_path), "--repeat", "1"]) == 0
     out, err = capsys.readouterr()
     assert "float32 accuracy" in out and "int8 accuracy" in out and "SQNR" in out
-    assert "calibrating" in err
+    assert "calibrating" not in err          # no progress bar outside a terminal
     int8 = float(out.split("int8 accuracy:")[1].split("%")[0])
     assert int8 > 95.0
     saved = tmp_path / "digits_cnn_int8.qops"
