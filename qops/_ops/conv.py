@@ -352,16 +352,25 @@ def _conv_run(pack, input, geo, relu, scale, zero_point, x=None):
         out = kernels.conv_cl(xm, pack._kernel_pack(kernels), x_zp, bterm, mult, zero_point,
                               bool(relu), stride3, pad3, dil3, pack.groups)
         out = out.reshape((out_shape[0],) + out_shape[2:] + (out_shape[1],))
-        return QTensor._make(out.transpose(inverse(order)), quint8, scale, zero_point)
+        return _channels_last(out.transpose(inverse(order)), order, scale, zero_point)
     x5 = x.reshape(x.shape[:2] + lead + x.shape[2:])
     out = kernels.conv(x5, pack._kernel_pack(kernels), x_zp, bterm, mult, zero_point, bool(relu),
                        stride3, pad3, dil3, pack.groups)
-    # PyTorch's quantized convs (1-3 D, every engine and route) return channels-last memory,
-    # and the ops after them round by that layout (average pools, group norm): the result
-    # takes it too, by the tiled byte transpose.
-    order = channels_last_order(ndim + 2)
-    out = _config.impl("quant").copy_raw(out.reshape(out_shape).transpose(order))
-    return QTensor._make(out.transpose(inverse(order)), quint8, scale, zero_point)
+    return _channels_last(out.reshape(out_shape), channels_last_order(ndim + 2), scale,
+                          zero_point)
+
+
+def _channels_last(out, order, scale, zero_point):
+    """The result as a QTensor in channels-last memory.
+
+    PyTorch's quantized convs (1-3 D, every engine and route) return channels-last memory,
+    and the ops after them round by that layout (average pools, group norm): a result the
+    kernel wrote in another order takes it too, by the tiled byte transpose.
+    """
+    nhwc = out.transpose(order)
+    if not nhwc.flags.c_contiguous:
+        out = _config.impl("quant").copy_raw(nhwc).transpose(inverse(order))
+    return QTensor._make(out, quint8, scale, zero_point)
 
 
 _DOC = """Quantized {n}-D convolution{relu} of a quint8 input with a qint8 weight.
