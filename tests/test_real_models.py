@@ -157,3 +157,51 @@ def test_torchvision_fx_quantized_import_is_exact(name):
     with torch.no_grad():
         want = q(x).numpy()
     np.testing.assert_array_equal(g(x.numpy()), want)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_large"])
+def test_torchvision_graph_mode_in_qops_matches_torch(name):
+    # issue 21: the unmodified float torchvision class, quantized by qops' own prepare_fx /
+    # convert_fx (no stubs, no fuse list) and by PyTorch's, with the same mapping and data.
+    torch = torch_or_skip()
+    _tv()
+    import torchvision.models as tvm
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+    from qops.quantization import quantize_fx as qfx
+    tq = torch.ao.quantization
+    torch.manual_seed(0)
+    m = getattr(tvm, name)(weights=None).eval()
+    size = MODELS[name]
+    x = _data(torch, size, 1, 2)[0]
+    calib = _data(torch, size, 1, 1)
+    theirs_map = get_default_qconfig_mapping("x86").set_global(
+        tq.QConfig(activation=tq.MinMaxObserver.with_args(reduce_range=True),
+                   weight=tq.get_default_qconfig("x86").weight))
+    p = prepare_fx(copy.deepcopy(m), theirs_map, (x,))
+    with torch.no_grad():
+        for c in calib:
+            p(c)
+    theirs = convert_fx(p)
+    ours_map = qfx.get_default_qconfig_mapping("x86").set_global(
+        qq.QConfig(activation=qq.MinMaxObserver.with_args(reduce_range=True),
+                   weight=qq.get_default_qconfig("x86").weight))
+    gp = qfx.prepare_fx(qnn.from_torch(m), ours_map, (x.numpy(),))
+    for c in calib:
+        gp(c.numpy())
+    ours = qfx.convert_fx(gp)
+    mods = dict(ours.named_modules())
+    checked = 0
+    for n, mm in theirs.named_modules():
+        if hasattr(mm, "scale") and not callable(mm.scale):
+            mine = mods[n]
+            assert type(mine).__name__ == type(mm).__name__, n
+            assert abs(int(np.asarray(mine.zero_point).ravel()[0]) - int(mm.zero_point)) <= 1
+            np.testing.assert_allclose(float(np.asarray(mine.scale).ravel()[0]),
+                                       float(mm.scale), rtol=SCALE_RTOL, err_msg=n)
+            checked += 1
+    assert checked > 20
+    with torch.no_grad():
+        want = theirs(x).numpy()
+    assert (ours(x.numpy()).argmax(1) == want.argmax(1)).all()

@@ -1,0 +1,757 @@
+"""Graph-mode quantization: int8 from an unmodified float model (torch's quantize_fx names).
+
+    g = qops.nn.from_torch(float_torch_model)            # or any qops GraphModule
+    p = prepare_fx(g, get_default_qconfig_mapping("x86"), example_inputs)
+    p(calibration_batch)
+    q = convert_fx(p)
+
+The model needs no QuantStub, FloatFunctional or fuse list: `fuse_fx` folds conv/linear +
+batch norm (+ relu) by finding them in the graph, `prepare_fx` puts an observer after every
+value a quantized op will produce or read, and `convert_fx` swaps in quantized modules and
+functions with the observed qparams, quantizes the graph's inputs and dequantizes its outputs.
+Which ops observe their output, share their input's qparams or have fixed qparams follows
+PyTorch's x86 backend configuration (docs/semantics.md, graph mode):
+
+- own output observer: conv/linear (and their fusions), batch/layer/group/instance norm,
+  hardswish, elu, leaky_relu, add, mul (with a tensor operand), cat (whose inputs then share
+  its observer, so cat never requantizes);
+- the input's qparams: pools, adaptive pools, relu, relu6, hardtanh, clamp, dropout, flatten,
+  reshape/view, permute/transpose, chunk/split and their items, mean, squeeze/unsqueeze,
+  contiguous, interpolate, identity;
+- fixed qparams: sigmoid and hardsigmoid (1/256, 0), tanh (2/256, 128);
+- anything else runs in float between a dequantize and a quantize.
+"""
+import copy
+import re
+
+import numpy as np
+
+from qops._qtensor import QTensor
+from qops.nn import _layers as fl
+from qops.nn._graph import GraphModule, Node, Ref
+
+__all__ = ["QConfigMapping", "get_default_qconfig_mapping", "get_default_qat_qconfig_mapping",
+           "fuse_fx", "prepare_fx", "prepare_qat_fx", "convert_fx", "quantize_jit",
+           "quantize_dynamic_jit"]
+
+
+# -- which qconfig a node gets ----------------------------------------------------------------
+class QConfigMapping:
+    """Which qconfig each part of a model gets (torch.ao.quantization.QConfigMapping).
+
+    Priority, highest first: module name, module name regex, object type, global. Object types
+    are module classes or function/method names ("add", "relu", ...) as the graph names them.
+    A qconfig of None leaves that part in float.
+    """
+
+    def __init__(self):
+        self.global_qconfig = None
+        self.object_type_qconfigs = {}
+        self.module_name_regex_qconfigs = {}
+        self.module_name_qconfigs = {}
+
+    def set_global(self, global_qconfig):
+        self.global_qconfig = global_qconfig
+        return self
+
+    def set_object_type(self, object_type, qconfig):
+        self.object_type_qconfigs[object_type] = qconfig
+        return self
+
+    def set_module_name_regex(self, module_name_regex, qconfig):
+        self.module_name_regex_qconfigs[module_name_regex] = qconfig
+        return self
+
+    def set_module_name(self, module_name, qconfig):
+        self.module_name_qconfigs[module_name] = qconfig
+        return self
+
+    def qconfig_for(self, path, kind):
+        """The qconfig of a node: `path` its module path (or None), `kind` its type or name."""
+        if path is not None:
+            for name, qc in self.module_name_qconfigs.items():
+                if path == name or path.startswith(name + ".") or name == "":
+                    return qc
+            for rx, qc in self.module_name_regex_qconfigs.items():
+                if re.fullmatch(rx, path):
+                    return qc
+        if kind in self.object_type_qconfigs:
+            return self.object_type_qconfigs[kind]
+        return self.global_qconfig
+
+    def __repr__(self):
+        return (f"QConfigMapping(global={self.global_qconfig!r}, "
+                f"object_types={len(self.object_type_qconfigs)}, "
+                f"module_names={len(self.module_name_qconfigs)})")
+
+
+def _fixed(kind):
+    from qops.quantization import observer as obs
+    from qops.quantization.qconfig import QConfig
+    act = (obs.default_fixed_qparams_range_neg1to1_observer if kind == "neg1to1"
+           else obs.default_fixed_qparams_range_0to1_observer)
+    return QConfig(activation=act, weight=obs.default_weight_observer)
+
+
+def get_default_qconfig_mapping(backend="x86", version=0):
+    """PyTorch's default mapping: the backend's qconfig, fixed qparams for sigmoid/tanh."""
+    from qops.quantization.qconfig import get_default_qconfig
+    m = QConfigMapping().set_global(get_default_qconfig(backend, version))
+    for kind in (fl.Hardsigmoid, "hardsigmoid", fl.Sigmoid, "sigmoid"):
+        m.set_object_type(kind, _fixed("0to1"))
+    for kind in (fl.Tanh, "tanh"):
+        m.set_object_type(kind, _fixed("neg1to1"))
+    return m
+
+
+def get_default_qat_qconfig_mapping(backend="x86", version=1):
+    """As get_default_qconfig_mapping, with the backend's QAT qconfig as the global one."""
+    from qops.quantization.qconfig import get_default_qat_qconfig
+    m = get_default_qconfig_mapping(backend)
+    return m.set_global(get_default_qat_qconfig(backend, version))
+
+
+def _as_mapping(qconfig_mapping):
+    if isinstance(qconfig_mapping, QConfigMapping):
+        return qconfig_mapping
+    if isinstance(qconfig_mapping, dict):       # the older qconfig_dict form
+        m = QConfigMapping().set_global(qconfig_mapping.get(""))
+        for kind, qc in qconfig_mapping.get("object_type", []):
+            m.set_object_type(kind, qc)
+        for name, qc in qconfig_mapping.get("module_name", []):
+            m.set_module_name(name, qc)
+        for rx, qc in qconfig_mapping.get("module_name_regex", []):
+            m.set_module_name_regex(rx, qc)
+        return m
+    raise TypeError(f"qconfig_mapping must be a QConfigMapping or a dict; got "
+                    f"{type(qconfig_mapping).__name__}")
+
+
+# -- graph helpers ----------------------------------------------------------------------------
+def _check_graph(model, what):
+    if not isinstance(model, GraphModule):
+        raise TypeError(f"{what}: expected a qops.nn.GraphModule (qops.nn.from_torch of a torch "
+                        f"model, or GraphModule(nodes, modules)); got {type(model).__name__}")
+
+
+def _refs(x):
+    out = []
+    if isinstance(x, Ref):
+        out.append(x.name)
+    elif isinstance(x, (tuple, list)):
+        for v in x:
+            out += _refs(v)
+    elif isinstance(x, dict):
+        for v in x.values():
+            out += _refs(v)
+    elif isinstance(x, slice):
+        for v in (x.start, x.stop, x.step):
+            out += _refs(v)
+    return out
+
+
+def _node_refs(node):
+    return _refs(list(node.args)) + _refs(list(node.kwargs.values()))
+
+
+def _users(nodes):
+    users = {n.name: [] for n in nodes}
+    for n in nodes:
+        for r in _node_refs(n):
+            users[r].append(n)
+    return users
+
+
+def _replace_refs(x, old, new):
+    if isinstance(x, Ref):
+        return Ref(new) if x.name == old else x
+    if isinstance(x, tuple):
+        return tuple(_replace_refs(v, old, new) for v in x)
+    if isinstance(x, list):
+        return [_replace_refs(v, old, new) for v in x]
+    if isinstance(x, dict):
+        return {k: _replace_refs(v, old, new) for k, v in x.items()}
+    return x
+
+
+def _rewire(nodes, old, new):
+    for n in nodes:
+        n.args = _replace_refs(n.args, old, new)
+        n.kwargs = _replace_refs(n.kwargs, old, new)
+
+
+def _module_of(model, node):
+    if node.op == "module":
+        return model.get_submodule(node.target)
+    return None
+
+
+def _delete_module(model, path):
+    *parents, leaf = path.split(".")
+    owner = model
+    for p in parents:
+        owner = owner._modules[p]
+    del owner._modules[leaf]
+
+
+def _rebuild(model, nodes):
+    model.__dict__["nodes"] = nodes
+    model._check()
+    model.__dict__["_plan"] = None
+    return model
+
+
+# -- fusion -----------------------------------------------------------------------------------
+_CONVS = (fl.Conv1d, fl.Conv2d, fl.Conv3d)
+_BNS = (fl.BatchNorm1d, fl.BatchNorm2d, fl.BatchNorm3d)
+
+
+def _is_relu(model, node):
+    if node.op == "module":
+        return type(model.get_submodule(node.target)) is fl.ReLU
+    return node.op in ("function", "method") and node.target == "relu"
+
+
+_FF_METHODS = {"add": ["add"], "mul": ["mul"], "cat": ["cat"], "add_relu": ["add", "relu"],
+               "mul_relu": ["mul", "relu"]}
+
+
+def _lower_float_functional(model, nodes):
+    """FloatFunctional calls as the functions they run (torch.fx traces through them so)."""
+    from qops.nn.quantized import FloatFunctional
+    out, drop = [], set()
+    for n in nodes:
+        if n.op == "module_method" and isinstance(model.get_submodule(n.target[0]),
+                                                  FloatFunctional) \
+                and n.target[1] in _FF_METHODS:
+            steps = _FF_METHODS[n.target[1]]
+            args, kwargs = n.args, dict(n.kwargs)
+            if steps[0] == "cat" and "x" in kwargs:
+                args = (kwargs.pop("x"),) + tuple(args)
+            name = n.name if len(steps) == 1 else f"{n.name}_{steps[0]}"
+            out.append(Node(name, "function", steps[0], args, kwargs, n.where))
+            if len(steps) == 2:
+                out.append(Node(n.name, "function", "relu", [Ref(name)], where=n.where))
+            drop.add(n.target[0])
+            continue
+        out.append(n)
+    for path in drop:
+        if not any(m.op in ("module", "module_method") and (m.target == path or (
+                isinstance(m.target, tuple) and m.target[0] == path)) for m in out):
+            _delete_module(model, path)
+    return out
+
+
+def fuse_fx(model, fuse_custom_config=None, backend_config=None):
+    """Fold conv/linear + batch norm (+ relu), and fuse batch norm + relu, found in the graph.
+
+    Parameters
+    ----------
+    model : qops.nn.GraphModule in eval mode (a copy is fused)
+    """
+    _check_graph(model, "fuse_fx")
+    from qops.quantization.fuse_modules import fuse_known_modules
+    model = copy.deepcopy(model)
+    nodes = _lower_float_functional(model, list(model.nodes))
+    removed = set()
+    for n in nodes:
+        if n.name in removed or n.op != "module":
+            continue
+        first = model.get_submodule(n.target)
+        if not isinstance(first, _CONVS + (fl.Linear,) + _BNS):
+            continue
+        chain, mods = [n], [first]
+        users = _users([m for m in nodes if m.name not in removed])
+        cur = n
+        for step in ("bn", "relu"):
+            us = users.get(cur.name, [])
+            if len(us) != 1 or us[0].name in removed:
+                break
+            nxt = us[0]
+            if step == "bn" and nxt.op == "module" and isinstance(first, _CONVS + (fl.Linear,)) \
+                    and isinstance(model.get_submodule(nxt.target), _BNS):
+                chain.append(nxt)
+                mods.append(model.get_submodule(nxt.target))
+                cur = nxt
+                continue
+            if step == "bn":
+                # no batch norm: a relu may follow the conv/linear directly
+                pass
+            if _is_relu(model, nxt) and _refs(list(nxt.args))[:1] == [cur.name]:
+                chain.append(nxt)
+                mods.append(model.get_submodule(nxt.target) if nxt.op == "module"
+                            else fl.ReLU())
+                cur = nxt
+            break
+        if isinstance(first, _BNS) and len(mods) == 1:
+            continue
+        if len(mods) == 1:
+            continue
+        if isinstance(first, _BNS) and not isinstance(first, fl.BatchNorm2d) \
+                and not isinstance(first, fl.BatchNorm3d):
+            continue
+        try:
+            fused = fuse_known_modules(mods, is_qat=model.training)
+        except (NotImplementedError, ValueError, KeyError, TypeError):
+            continue
+        model._place(n.target, fused[0])
+        for extra in chain[1:]:
+            _rewire(nodes, extra.name, n.name)
+            removed.add(extra.name)
+            if extra.op == "module":
+                still = [m for m in nodes if m.name not in removed and m.op == "module"
+                         and m.target == extra.target]
+                if not still:
+                    _delete_module(model, extra.target)
+    return _rebuild(model, [n for n in nodes if n.name not in removed])
+
+
+# -- node roles ---------------------------------------------------------------------------------
+_OWN_MODULES = ("Conv1d", "Conv2d", "Conv3d", "Linear", "ConvReLU1d", "ConvReLU2d",
+                "ConvReLU3d", "LinearReLU", "ConvBn1d", "ConvBn2d", "ConvBn3d", "ConvBnReLU1d",
+                "ConvBnReLU2d", "ConvBnReLU3d", "BatchNorm2d", "BatchNorm3d", "BNReLU2d",
+                "BNReLU3d", "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
+                "InstanceNorm3d", "Hardswish", "ELU", "LeakyReLU")
+_SHARE_MODULES = ("ReLU", "ReLU6", "Hardtanh", "MaxPool1d", "MaxPool2d", "MaxPool3d",
+                  "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
+                  "AdaptiveAvgPool3d", "Flatten", "Dropout", "Identity", "Upsample",
+                  "UpsamplingNearest2d", "UpsamplingBilinear2d", "QuantStub", "DeQuantStub")
+_FIXED_MODULES = ("Sigmoid", "Hardsigmoid", "Tanh")
+# PyTorch's x86 lists (backend_config/_common_operator_config_utils.py). chunk and split are
+# not in them: PyTorch runs them (and the items taken from their results) in float, and each
+# item a quantized op reads gets an observer of its own. x.flatten() and dropout, also outside
+# the share list, see the values their input's observer saw, so sharing gives the same ints.
+_SHARE_FUNCTIONS = {"relu", "relu6", "hardtanh", "clamp", "dropout", "flatten", "reshape",
+                    "permute", "transpose", "mean", "squeeze", "unsqueeze", "max_pool1d",
+                    "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
+                    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
+                    "interpolate"}
+_SHARE_METHODS = {"view", "reshape", "flatten", "contiguous", "permute", "transpose", "mean",
+                  "squeeze", "unsqueeze", "relu", "clamp"}
+_FIXED_FUNCTIONS = {"sigmoid", "hardsigmoid", "tanh"}
+_BINARY = {"add", "torch.add", "mul", "torch.mul"}
+
+
+def _role(model, node, kinds):
+    """'own', 'share', 'fixed', 'cat', 'binary', 'hardswish' or None (float) for a node."""
+    if node.op == "module":
+        name = type(model.get_submodule(node.target)).__name__
+        if name in _OWN_MODULES:
+            return "own"
+        if name in _SHARE_MODULES:
+            return "share"
+        if name in _FIXED_MODULES:
+            return "fixed"
+        return None
+    if node.op == "function":
+        t = node.target
+        if t in _BINARY:
+            tensors = [r for r in _refs(list(node.args)[:2]) if kinds.get(r) == "tensor"]
+            return "binary" if len(tensors) == 2 else None
+        if t == "cat":
+            return "cat"
+        if t == "hardswish":
+            return "hardswish"
+        if t in _FIXED_FUNCTIONS:
+            return "fixed"
+        if t in _SHARE_FUNCTIONS:
+            return "share"
+        return None
+    if node.op == "method":
+        if node.target in _SHARE_METHODS:
+            return "share"
+        if node.target in _FIXED_FUNCTIONS:
+            return "fixed"
+    return None
+
+
+def _kind_of(value):
+    if isinstance(value, (np.ndarray, QTensor)):
+        return "tensor"
+    if isinstance(value, (tuple, list)) and value and all(
+            isinstance(v, (np.ndarray, QTensor)) for v in value):
+        return "tensors"
+    return "other"
+
+
+def _value_kinds(model, example_inputs):
+    """{node name: 'tensor' | 'tensors' | 'other'} from one float run on example_inputs."""
+    kinds = {}
+    inputs, steps, n, _ = model._plan_now()
+    env = [None] * n
+    for k, (i, node) in enumerate(inputs):
+        env[i] = example_inputs[k] if k < len(example_inputs) else (
+            node.args[0] if node.args else None)
+        kinds[node.name] = _kind_of(env[i])
+    for i, fn, getters, kw, node in steps:
+        if fn is None:
+            continue
+        env[i] = fn(*[g(env) for g in getters], **{k: g(env) for k, g in kw})
+        kinds[node.name] = _kind_of(env[i])
+    return kinds
+
+
+def _kind(node, model):
+    if node.op == "module":
+        return type(model.get_submodule(node.target))
+    return node.target
+
+
+# -- prepare ----------------------------------------------------------------------------------
+def prepare_fx(model, qconfig_mapping, example_inputs=(), prepare_custom_config=None,
+               _equalization_config=None, backend_config=None):
+    """Fuse, then attach observers where the quantized model will need qparams.
+
+    Parameters
+    ----------
+    model : qops.nn.GraphModule (float; `qops.nn.from_torch` of any torch model)
+    qconfig_mapping : QConfigMapping (or a qconfig_dict)
+    example_inputs : tuple of float32 arrays the forward takes (tells tensors from sizes)
+    """
+    _check_graph(model, "prepare_fx")
+    mapping = _as_mapping(qconfig_mapping)
+    if not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    if model.training:
+        raise ValueError("prepare_fx: the model is in training mode; call model.eval() first "
+                         "(batch norm is folded; quantization-aware training is not offered "
+                         "in graph mode yet)")
+    model = fuse_fx(model)
+    kinds = _value_kinds(model, [np.asarray(x, np.float32) for x in example_inputs])
+    nodes = list(model.nodes)
+    users = _users(nodes)
+    qparams_of = {}          # node name -> observer path whose qparams its value has
+    obs_count = [0]
+    new_nodes = []
+    observed = {}            # node name -> observer node name inserted after it
+    qconfigs = {}
+
+    def add_observer(after, qconfig):
+        path = f"activation_post_process_{obs_count[0]}"
+        obs_count[0] += 1
+        model.add_module(path, qconfig.activation())
+        name = f"{after.name}_{path}"
+        new_nodes.append(Node(name, "module", path, [Ref(after.name)], where=after.where))
+        observed[after.name] = name
+        qparams_of[after.name] = path
+        return path
+
+    def input_quantized(ref):
+        return ref in qparams_of
+
+    # add/mul followed by relu is one pattern (quantized add_relu): its observer goes after
+    # the relu, as PyTorch places it, so the qparams see the relu's output.
+    qnodes = set()           # nodes whose value is a QTensor once converted
+    shares = set()           # nodes that take their input's qparams
+    relu_after = {}
+    for node in nodes:
+        us = users[node.name]
+        if _role(model, node, kinds) == "binary" and len(us) == 1 and _is_relu(model, us[0]) \
+                and _refs(list(us[0].args))[:1] == [node.name]:
+            relu_after[us[0].name] = node.name
+
+    for node in nodes:
+        new_nodes.append(node)
+        orig_refs = _node_refs(node)
+        path = node.target if node.op == "module" else None
+        qconfig = mapping.qconfig_for(path, _kind(node, model)) if node.op != "output" else None
+        role = _role(model, node, kinds) if qconfig is not None else None
+        for r in orig_refs:
+            if r in observed and node.op != "output":
+                node.args = _replace_refs(node.args, r, observed[r])
+                node.kwargs = _replace_refs(node.kwargs, r, observed[r])
+        if node.op == "output":
+            continue
+        kind = kinds.get(node.name, "other")
+        if node.op == "input":
+            if kind == "tensor" and qconfig is not None and any(
+                    _role(model, u, kinds) for u in users[node.name]):
+                qconfigs[node.name] = qconfig
+                add_observer(node, qconfig)
+                qnodes.add(node.name)
+            continue
+        if node.name in relu_after and relu_after[node.name] in qconfigs:
+            qnodes.add(node.name)
+            add_observer(node, qconfig)
+            qparams_of[relu_after[node.name]] = qparams_of[node.name]
+            continue
+        src_ins = [r for r in orig_refs if kinds.get(r) in ("tensor", "tensors")]
+        if role is None or kind not in ("tensor", "tensors"):
+            continue
+        if role == "share":
+            first = src_ins[0] if src_ins else None
+            if first is not None and first in qnodes:
+                qparams_of[node.name] = qparams_of[first]
+                qconfigs[node.name] = qconfig
+                qnodes.add(node.name)
+                shares.add(node.name)
+                if kind == "tensor":
+                    # PyTorch gives the op an output observer that is its input's observer:
+                    # that observer then also sees the op's outputs (a histogram counts them)
+                    _observer_node(node, qparams_of[first], new_nodes, observed)
+            continue
+        if not all(r in qnodes for r in src_ins) and role in ("own", "binary", "cat",
+                                                                     "hardswish"):
+            # a float input: observe it where it is produced (PyTorch's input observer)
+            for r in src_ins:
+                if not input_quantized(r):
+                    _observe_value(model, r, qconfig, nodes, new_nodes, observed, qparams_of,
+                                   obs_count)
+            node.args = _replace_all(node.args, observed)
+            node.kwargs = _replace_all(node.kwargs, observed)
+        qconfigs[node.name] = qconfig
+        qnodes.add(node.name)
+        if role == "own" and node.op == "module":
+            model.get_submodule(node.target).qconfig = qconfig
+        if role == "fixed":
+            add_observer(node, qconfig)
+            continue
+        if role == "binary" and node.name in relu_after.values():
+            continue                      # observed after its relu
+        if role == "cat":
+            # As PyTorch's prepare: the observer found after the first input observes every
+            # input (the observers after the others are made that one: a conv's output then
+            # takes the combined qparams; a pool's keeps its input's but is counted) and the
+            # output. torch.cat of quantized tensors keeps the first input's qparams.
+            tensors = node.args[0] if node.args else node.kwargs.get("tensors")
+            ins0 = [_base(r, observed) for r in _refs(tensors)]
+            if ins0:
+                shared = qparams_of[ins0[0]]
+                for r in ins0[1:]:
+                    _rebind(r, shared, observed, qparams_of, shares, new_nodes)
+                qparams_of[node.name] = shared
+                _observer_node(node, shared, new_nodes, observed)
+            continue
+        add_observer(node, qconfig)
+    model.__dict__["_qops_fx"] = {"qnodes": qnodes, "kinds": kinds,
+                                  "qparams_of": qparams_of, "observed": observed}
+    return _rebuild(model, new_nodes)
+
+
+def _base(ref, observed):
+    # a reference to an observer node stands for the node it observes
+    for k, v in observed.items():
+        if v == ref:
+            return k
+    return ref
+
+
+def _replace_all(x, observed):
+    for k, v in observed.items():
+        x = _replace_refs(x, k, v)
+    return x
+
+
+def _observer_node(node, path, new_nodes, observed):
+    """A node calling observer `path` on `node`'s value, right after it."""
+    name = f"{node.name}_{path}"
+    at = next(i for i, n in enumerate(new_nodes) if n.name == node.name)
+    new_nodes.insert(at + 1, Node(name, "module", path, [Ref(node.name)], where=node.where))
+    observed[node.name] = name
+
+
+def _rebind(ref, shared, observed, qparams_of, shares, new_nodes):
+    """Make the observer node after value `ref` call observer `shared` (cat's rule)."""
+    obs_name = observed.get(ref)
+    obs = next((n for n in new_nodes if n.name == obs_name), None) if obs_name else None
+    if obs is None or obs.target == shared:
+        return
+    obs.target = shared
+    if ref not in shares:
+        # the value's own observer: its qparams become the shared ones (a share op keeps its
+        # input's, its observer only counts its outputs)
+        qparams_of[ref] = shared
+
+
+def _observe_value(model, ref, qconfig, nodes, new_nodes, observed, qparams_of, count):
+    path = f"activation_post_process_{count[0]}"
+    count[0] += 1
+    model.add_module(path, qconfig.activation())
+    name = f"{ref}_{path}"
+    at = next(i for i, n in enumerate(new_nodes) if n.name == ref)
+    new_nodes.insert(at + 1, Node(name, "module", path, [Ref(ref)]))
+    observed[ref] = name
+    qparams_of[ref] = path
+
+
+def prepare_qat_fx(model, qconfig_mapping, example_inputs=(), prepare_custom_config=None,
+                   backend_config=None):
+    """Quantization-aware training in graph mode: not offered yet (eager `prepare_qat` is)."""
+    raise NotImplementedError("prepare_qat_fx: quantization-aware training in graph mode is not "
+                              "offered yet; use qops.quantization.prepare_qat on the model "
+                              "(eager mode), or prepare_fx for post-training quantization")
+
+
+# -- convert ----------------------------------------------------------------------------------
+def _qparams(model, path):
+    scale, zp = model.get_submodule(path).calculate_qparams()
+    return float(np.asarray(scale).ravel()[0]), int(np.asarray(zp).ravel()[0])
+
+
+def convert_fx(graph_module, convert_custom_config=None, _remove_qconfig=True,
+               qconfig_mapping=None, backend_config=None):
+    """Swap observed modules and ops for quantized ones; quantize inputs, dequantize outputs.
+
+    Parameters
+    ----------
+    graph_module : the model prepare_fx returned, after calibration
+    """
+    _check_graph(graph_module, "convert_fx")
+    info = graph_module.__dict__.get("_qops_fx")
+    if info is None:
+        raise ValueError("convert_fx: the model was not prepared by prepare_fx")
+    from qops.quantization.quantization_mappings import get_default_static_quant_module_mappings
+    from qops.quantization.quantize import _from_float
+    model = copy.deepcopy(graph_module)
+    mapping = get_default_static_quant_module_mappings()
+    qparams_of = info["qparams_of"]
+    obs_nodes = {n.name: n for n in model.nodes if n.op == "module"
+                 and n.target.startswith("activation_post_process_")}
+    out_nodes = []
+    last_call = {n.target: n.name for n in model.nodes if n.op == "module"
+                 and n.name in info["qnodes"]}
+    quantized = set()     # names of nodes whose value is a QTensor in the converted graph
+    alias = {}            # observer node name -> the node it observed
+
+    def q_ref(r):
+        return alias.get(r, r)
+
+    for node in model.nodes:
+        if node.name in obs_nodes:
+            src = node.args[0].name
+            alias[node.name] = q_ref(src)
+            continue
+        node.args = _resolve_aliases(node.args, alias)
+        node.kwargs = _resolve_aliases(node.kwargs, alias)
+        if node.op == "input":
+            out_nodes.append(node)
+            if node.name in qparams_of:
+                s, z = _qparams(model, qparams_of[node.name])
+                qn = Node(f"{node.name}_quantize", "function", "quantize_per_tensor",
+                          [Ref(node.name), s, z, _quint8()], where=node.where)
+                out_nodes.append(qn)
+                alias[node.name] = qn.name
+                quantized.add(qn.name)
+            continue
+        if node.op == "output":
+            node.args = (_dequantize_refs(node.args[0], quantized, out_nodes),)
+            out_nodes.append(node)
+            continue
+        ins = _refs(list(node.args)) + _refs(list(node.kwargs.values()))
+        qin = [r for r in ins if r in quantized]
+        mine = node.name in info["qnodes"]
+        if not mine and info["kinds"].get(node.name) == "other":
+            # sizes, shapes and the like read quantized tensors as they are
+            out_nodes.append(node)
+            continue
+        if not mine:
+            # a float node: its quantized inputs are dequantized first
+            for r in qin:
+                dn = Node(f"{r}_dequantize_for_{node.name}", "function", "dequantize", [Ref(r)])
+                out_nodes.append(dn)
+                node.args = _replace_refs(node.args, r, dn.name)
+                node.kwargs = _replace_refs(node.kwargs, r, dn.name)
+            out_nodes.append(node)
+            continue
+        path = qparams_of[node.name]
+        # float inputs of a quantized node: quantize them with their observed qparams
+        for r in ins:
+            if r not in quantized and r in qparams_of and info["kinds"].get(r) == "tensor":
+                s, z = _qparams(model, qparams_of[r])
+                qn = Node(f"{r}_quantize_for_{node.name}", "function", "quantize_per_tensor",
+                          [Ref(r), s, z, _quint8()])
+                out_nodes.append(qn)
+                node.args = _replace_refs(node.args, r, qn.name)
+                node.kwargs = _replace_refs(node.kwargs, r, qn.name)
+                quantized.add(qn.name)
+        if node.op == "module":
+            mod = model.get_submodule(node.target)
+            if type(mod) in mapping and getattr(mod, "qconfig", None) is not None:
+                # A module called more than once is swapped once, with the qparams its last
+                # call observed (as PyTorch's convert, whose later swap wins).
+                path = qparams_of[last_call[node.target]]
+                mod.activation_post_process = model.get_submodule(path)
+                model._place(node.target, _from_float(mapping[type(mod)], mod, node.target,
+                                                      False))
+        elif node.op == "function" and node.target in _BINARY:
+            s, z = _qparams(model, path)
+            op = "add" if node.target in ("add", "torch.add") else "mul"
+            node.target = f"quantized.{op}"
+            node.args = tuple(node.args[:2]) + (s, z)
+            node.kwargs = {}
+        elif node.op == "function" and node.target == "hardswish":
+            s, z = _qparams(model, path)
+            node.target, node.args, node.kwargs = "quantized.hardswish", (node.args[0], s, z), {}
+        out_nodes.append(node)
+        quantized.add(node.name)
+    # add + relu: quantized.add_relu (relu then shares its qparams, as in PyTorch)
+    out_nodes = _fuse_add_relu(model, out_nodes)
+    for path in [p for p in list(model._modules) if p.startswith("activation_post_process_")]:
+        del model._modules[path]
+    model.__dict__.pop("_qops_fx", None)
+    return _rebuild(model, out_nodes)
+
+
+def _quint8():
+    from qops._dtypes import quint8
+    return quint8
+
+
+def _resolve_aliases(x, alias):
+    for k, v in alias.items():
+        x = _replace_refs(x, k, v)
+    return x
+
+
+def _dequantize_refs(x, quantized, out_nodes):
+    if isinstance(x, Ref):
+        if x.name in quantized:
+            dn = Node(f"{x.name}_dequantize", "function", "dequantize", [x])
+            out_nodes.append(dn)
+            return Ref(dn.name)
+        return x
+    if isinstance(x, tuple):
+        return tuple(_dequantize_refs(v, quantized, out_nodes) for v in x)
+    if isinstance(x, list):
+        return [_dequantize_refs(v, quantized, out_nodes) for v in x]
+    if isinstance(x, dict):
+        return {k: _dequantize_refs(v, quantized, out_nodes) for k, v in x.items()}
+    return x
+
+
+def _fuse_add_relu(model, nodes):
+    users = _users(nodes)
+    drop = set()
+    for n in nodes:
+        if n.op == "function" and n.target in ("quantized.add", "quantized.mul"):
+            us = users[n.name]
+            if len(us) == 1 and _is_relu(model, us[0]) and _refs(list(us[0].args))[:1] == [n.name]:
+                n.target += "_relu"
+                _rewire(nodes, us[0].name, n.name)
+                drop.add(us[0].name)
+    return [n for n in nodes if n.name not in drop]
+
+
+# -- the names of PyTorch's documentation -----------------------------------------------------
+def quantize_jit(model, qconfig_dict, run_fn, run_args, inplace=False, debug=False):
+    """Static quantization of a captured model: prepare_fx, run_fn(model, *run_args), convert_fx.
+
+    Parameters
+    ----------
+    model : qops.nn.GraphModule
+    qconfig_dict : {"": qconfig} or a QConfigMapping
+    run_fn : calibration function, called as run_fn(prepared_model, *run_args)
+    run_args : its further arguments; run_args[0] must hold an example input (or a batch list)
+    """
+    example = run_args[0][0] if isinstance(run_args[0], (list, tuple)) else run_args[0]
+    prepared = prepare_fx(model, qconfig_dict, (example,))
+    run_fn(prepared, *run_args)
+    return convert_fx(prepared)
+
+
+def quantize_dynamic_jit(model, qconfig_dict=None, inplace=False, debug=False):
+    """Dynamic quantization (weights int8, activations per call) of a captured model's layers."""
+    from qops.quantization.quantize import quantize_dynamic
+    _check_graph(model, "quantize_dynamic_jit")
+    return quantize_dynamic(model, inplace=inplace)
+
