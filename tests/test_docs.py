@@ -108,3 +108,14 @@ def test_cited_semantics_sections_exist():
                     missing.append(f"{name}:{line}: §{number}")
     assert cited > 40, f"only {cited} citations found: is the pattern still right?"
     assert not missing, "cited sections missing from docs/semantics.md:\n" + "\n".join(missing)
+
+
+def test_readme_graph_mode_example_runs(tmp_path, monkeypatch):
+    from conftest import torch_or_skip
+    torch_or_skip()
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Quantize without editing the model"):]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md (graph mode)", "exec"), {"print": lambda *a: None})
+    assert (tmp_path / "net_int8.qops").exists()

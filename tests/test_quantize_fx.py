@@ -131,7 +131,7 @@ def test_quantize_jit_and_errors():
     q = qq.quantize_jit(qnn.from_torch(m), {"": qq.get_default_qconfig("x86")}, run, [calib])
     assert np.abs(q(x) - m(torch.from_numpy(x)).detach().numpy()).max() < 0.2
     with pytest.raises(TypeError, match="GraphModule"):
-        qfx.prepare_fx(qnn.Sequential(qnn.ReLU()), qfx.get_default_qconfig_mapping(), (x,))
+        qfx.prepare_fx(qnn.ReLU(), qfx.get_default_qconfig_mapping(), (x,))
     with pytest.raises(ValueError, match="not prepared"):
         qfx.convert_fx(qnn.from_torch(m))
     with pytest.raises(NotImplementedError, match="prepare_qat"):

@@ -4,7 +4,8 @@ Loads the float model and images shipped in qops/data/digits_cnn.npz (made by
 tools/train_digits.py), fuses conv+bn+relu, prepares with the x86 default qconfig,
 calibrates (a progress bar on stderr when it is a terminal), converts, then prints float and
 int8 accuracy, int8's speed against qops' numpy float layers and, where installed, PyTorch
-float32, the per-layer error report, and the save/load round trip.
+float32, the same model quantized in graph mode (prepare_fx / convert_fx, no fuse list), the
+per-layer error report, and the save/load round trip.
 """
 import argparse
 import os
@@ -175,6 +176,15 @@ def main(argv=None):
     if t_torch is not None:
         print(f"  PyTorch float32 on the same model and images: {t_torch * 1e3:.1f} ms "
               f"({t_torch / t_int8:.2f}x qops int8's time)")
+
+    # Graph mode: the float model as it is, no fuse list and no stubs needed.
+    from qops.quantization import quantize_fx
+    prepared = quantize_fx.prepare_fx(model, quantize_fx.get_default_qconfig_mapping("x86"),
+                                      (calib[:1],))
+    calibrate(prepared, calib, label="calibrating (graph mode)")
+    graph_model = quantize_fx.convert_fx(prepared)
+    print(f"graph mode (prepare_fx / convert_fx on the unfused float model): int8 accuracy "
+          f"{accuracy(graph_model, test, labels):.2%}")
 
     rows = compare_layers(fused, qmodel, test[:120])
     print()

@@ -131,7 +131,25 @@ def _as_mapping(qconfig_mapping):
 def _check_graph(model, what):
     if not isinstance(model, GraphModule):
         raise TypeError(f"{what}: expected a qops.nn.GraphModule (qops.nn.from_torch of a torch "
-                        f"model, or GraphModule(nodes, modules)); got {type(model).__name__}")
+                        f"model, a qops.nn.Sequential, or GraphModule(nodes, modules)); got "
+                        f"{type(model).__name__}")
+
+
+def _as_graph(model, what):
+    """A GraphModule for `model`: itself, or the chain of a qops Sequential's children."""
+    from qops.nn.module import Sequential
+    if isinstance(model, Sequential):
+        model = copy.deepcopy(model)
+        nodes, prev = [Node("input", "input", "input")], "input"
+        for name in model._modules:
+            nodes.append(Node(f"n_{name}", "module", name, [Ref(prev)]))
+            prev = f"n_{name}"
+        nodes.append(Node("output", "output", "output", [Ref(prev)]))
+        g = GraphModule(nodes, dict(model._modules), class_name="Sequential")
+        g.train(model.training)
+        return g
+    _check_graph(model, what)
+    return model
 
 
 def _refs(x):
@@ -249,7 +267,7 @@ def fuse_fx(model, fuse_custom_config=None, backend_config=None):
     ----------
     model : qops.nn.GraphModule in eval mode (a copy is fused)
     """
-    _check_graph(model, "fuse_fx")
+    model = _as_graph(model, "fuse_fx")
     from qops.quantization.fuse_modules import fuse_known_modules
     model = copy.deepcopy(model)
     nodes = _lower_float_functional(model, list(model.nodes))
@@ -404,11 +422,12 @@ def prepare_fx(model, qconfig_mapping, example_inputs=(), prepare_custom_config=
 
     Parameters
     ----------
-    model : qops.nn.GraphModule (float; `qops.nn.from_torch` of any torch model)
+    model : qops.nn.GraphModule (float; `qops.nn.from_torch` of any torch model) or a qops
+        Sequential (its chain of children becomes the graph)
     qconfig_mapping : QConfigMapping (or a qconfig_dict)
     example_inputs : tuple of float32 arrays the forward takes (tells tensors from sizes)
     """
-    _check_graph(model, "prepare_fx")
+    model = _as_graph(model, "prepare_fx")
     mapping = _as_mapping(qconfig_mapping)
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
