@@ -15,7 +15,7 @@
 # divisors requantize with integer tables (_int_tables) checked against the float formula for
 # every reachable sum, and those with 3-tap stride-1 W windows run the 3-tap kernel.
 import numpy as np
-from cython.parallel cimport prange, parallel
+from cython.parallel cimport prange, parallel, threadid
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
@@ -34,11 +34,12 @@ cdef extern from "pool_simd.h" nogil:
         int kind
     int QP_MAX_ROWS
     int qp_simd_ok(const qp_geom* g)
-    void qp_max_rows(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t g0,
-                     Py_ssize_t g1, int sgn)
-    void qp_avg_rows(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t g0,
-                     Py_ssize_t g1, const int32_t* cls, const int32_t* zt, const float* mt,
-                     float zp, int32_t qmin, int32_t qmax, int sgn, const qp_irq* iq)
+    int QP_ERR_NOMEM
+    int qp_max_rows(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t g0,
+                    Py_ssize_t g1, int sgn)
+    int qp_avg_rows(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t g0,
+                    Py_ssize_t g1, const int32_t* cls, const int32_t* zt, const float* mt,
+                    float zp, int32_t qmin, int32_t qmax, int sgn, const qp_irq* iq)
     ctypedef struct qp_avgq:
         const int32_t* cls
         const int32_t* zt
@@ -101,24 +102,32 @@ cdef qp_geom _geom(x, out, kernel_size, stride, padding, dilation):
     return g
 
 
-cdef void _simd_split(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t rows,
-                      const int32_t* cls, const int32_t* zt, const float* mt, float zp,
-                      int32_t qmin, int32_t qmax, int sgn, bint avg, int nt,
-                      const qp_irq* iq=NULL) noexcept nogil:
-    # one contiguous range of output rows per thread: the kernels' per-call cost stays tiny
+cdef int _simd_split(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t rows,
+                     const int32_t* cls, const int32_t* zt, const float* mt, float zp,
+                     int32_t qmin, int32_t qmax, int sgn, bint avg, int nt,
+                     const qp_irq* iq=NULL) noexcept nogil:
+    # one contiguous range of output rows per thread: the kernels' per-call cost stays tiny.
+    # Returns 0, or the kernels' QP_ERR_* flags (or-ed) when some rows were not written.
     cdef Py_ssize_t t
+    cdef int err = 0
     if nt <= 1:
         if avg:
-            qp_avg_rows(x, out, g, 0, rows, cls, zt, mt, zp, qmin, qmax, sgn, iq)
-        else:
-            qp_max_rows(x, out, g, 0, rows, sgn)
-        return
+            return qp_avg_rows(x, out, g, 0, rows, cls, zt, mt, zp, qmin, qmax, sgn, iq)
+        return qp_max_rows(x, out, g, 0, rows, sgn)
     for t in prange(nt, schedule="static", num_threads=nt):
         if avg:
-            qp_avg_rows(x, out, g, rows * t // nt, rows * (t + 1) // nt, cls, zt, mt, zp,
-                        qmin, qmax, sgn, iq)
+            err |= qp_avg_rows(x, out, g, rows * t // nt, rows * (t + 1) // nt, cls, zt, mt,
+                               zp, qmin, qmax, sgn, iq)
         else:
-            qp_max_rows(x, out, g, rows * t // nt, rows * (t + 1) // nt, sgn)
+            err |= qp_max_rows(x, out, g, rows * t // nt, rows * (t + 1) // nt, sgn)
+    return err
+
+
+cdef _raise_simd(int err):
+    # a failed _simd_split: MemoryError when a mask table could not be allocated
+    if err & QP_ERR_NOMEM:
+        raise MemoryError()
+    raise RuntimeError(f"pool: the vector kernel refused this geometry (status {err})")
 
 
 cdef void _short_split(const uint8_t* x, uint8_t* out, Py_ssize_t D, Py_ssize_t H,
@@ -152,7 +161,8 @@ cdef bint _short_ok(const Py_ssize_t* lim, Py_ssize_t OD, Py_ssize_t OH, Py_ssiz
 
 cdef void _axis_counts(Py_ssize_t O, Py_ssize_t s, Py_ssize_t p, Py_ssize_t k, Py_ssize_t L,
                        int64_t* size, int64_t* pool) noexcept nogil:
-    # as _window_counts: window start o*s - p, end min(start + k, L + p), clipped to [0, L)
+    # as _avg_window of qops/_ref/pool.py: window start o*s - p, end min(start + k, L + p),
+    # pool = end - start, size = end - start clipped to [0, L)
     cdef Py_ssize_t o, a, b
     for o in range(O):
         a = o * s - p
@@ -582,8 +592,10 @@ def max_pool(x, kernel_size, stride, padding, dilation, out_size, with_indices):
         return out
     if (not with_indices and isz == 1 and qp_simd_ok(&g)
             and kD * kH <= QP_MAX_ROWS and kW <= QP_MAX_ROWS):
-        _simd_split(<const uint8_t*>qops_ptr(x), <uint8_t*>qops_ptr(out, True), &g,
-                    out.size // OW, NULL, NULL, NULL, 0, 0, 0, sgn, False, nt)
+        err = _simd_split(<const uint8_t*>qops_ptr(x), <uint8_t*>qops_ptr(out, True), &g,
+                          out.size // OW, NULL, NULL, NULL, 0, 0, 0, sgn, False, nt)
+        if err:
+            _raise_simd(err)
         return out
     lo = -(1 << 31) if isz == 4 else (-128 if sgn else 0)
     Wp = max(x.shape[4] + 2 * pW, (OW - 1) * sW + (kW - 1) * dW + 1)
@@ -607,14 +619,16 @@ def max_pool(x, kernel_size, stride, padding, dilation, out_size, with_indices):
 
 # -- average pool -------------------------------------------------------------------------
 
-cdef void _avg_planes(const q8_t[:, :, :, :, ::1] x, q8_t[:, :, :, :, ::1] out,
-                      Py_ssize_t kD, Py_ssize_t kH, Py_ssize_t kW, Py_ssize_t sD, Py_ssize_t sH,
-                      Py_ssize_t sW, Py_ssize_t pD, Py_ssize_t pH, Py_ssize_t pW, Py_ssize_t Wp,
-                      const float[:, :, ::1] mult, const int32_t[:, :, ::1] szp, int32_t zp,
-                      float qmin, float qmax, int nthreads) noexcept nogil:
+cdef int _avg_planes(const q8_t[:, :, :, :, ::1] x, q8_t[:, :, :, :, ::1] out,
+                     Py_ssize_t kD, Py_ssize_t kH, Py_ssize_t kW, Py_ssize_t sD, Py_ssize_t sH,
+                     Py_ssize_t sW, Py_ssize_t pD, Py_ssize_t pH, Py_ssize_t pW, Py_ssize_t Wp,
+                     const float[:, :, ::1] mult, const int32_t[:, :, ::1] szp, int32_t zp,
+                     float qmin, float qmax, int nthreads) noexcept nogil:
     # One (n, c, od) output plane per iteration: window sums of every row go to a plane-sized
     # buffer, then one long requantize loop over the plane (rows alone are too short to fill
     # 512-bit vectors). mult[od, oh, ow] = f32(1/div) and szp = size*zp are prepared per call.
+    # Each thread's row and plane buffers are slots of one block allocated before the parallel
+    # region (slots rounded to 64 bytes); returns -1, nothing written, if it cannot be had.
     cdef Py_ssize_t C = x.shape[1], D = x.shape[2], H = x.shape[3], W = x.shape[4]
     cdef Py_ssize_t OD = out.shape[2], OH = out.shape[3], OW = out.shape[4]
     cdef Py_ssize_t planes = out.shape[0] * C * OD, area = OH * OW
@@ -630,10 +644,18 @@ cdef void _avg_planes(const q8_t[:, :, :, :, ::1] x, q8_t[:, :, :, :, ::1] out,
     cdef const int32_t* z
     cdef q8_t* o
     cdef float zpf = <float>zp, t
+    cdef Py_ssize_t wpr = (Wp + 15) & ~(<Py_ssize_t>15)
+    cdef Py_ssize_t slot = wpr + ((area + 15) & ~(<Py_ssize_t>15))
+    cdef int nslots = nthreads if nthreads > 1 else 1
+    cdef int tid
+    cdef int32_t* block = <int32_t*>malloc(nslots * slot * sizeof(int32_t))
+    if block == NULL:
+        return -1
     i = 0
-    with parallel(num_threads=nthreads):
-        vbuf = <int32_t*>malloc(Wp * sizeof(int32_t))
-        sums = <int32_t*>malloc(area * sizeof(int32_t))
+    with parallel(num_threads=nslots):
+        tid = threadid()
+        vbuf = block + tid * slot
+        sums = vbuf + wpr
         for i in range(Wp):
             vbuf[i] = 0          # padding adds nothing to a sum
         vrow = vbuf + pW
@@ -678,8 +700,8 @@ cdef void _avg_planes(const q8_t[:, :, :, :, ::1] x, q8_t[:, :, :, :, ::1] out,
                 # Q_leg with m = f32(1/div): zero point added before rounding
                 t = <float>(sums[j] - z[j]) * m[j]
                 o[j] = <q8_t><int32_t>qops_clampf(qops_rintf(t + zpf), qmin, qmax)
-        free(vbuf)
-        free(sums)
+    free(block)
+    return 0
 
 
 cdef void _short_avg_split(const uint8_t* x, uint8_t* out, const qp_geom* g,
@@ -846,20 +868,24 @@ def avg_pool(x, kernel_size, stride, padding, out_size, count_include_pad, divis
         return out
     if qp_simd_ok(&g) and kD * kH <= QP_MAX_ROWS and kW <= QP_MAX_ROWS and kD * kH * kW <= 256:
         # 16-bit window sums are exact up to 256 taps (see pool_simd.h)
-        _simd_split(<const uint8_t*>qops_ptr(x), <uint8_t*>qops_ptr(out, True), &g,
-                    out.size // OW, <const int32_t*>qops_ptr(cls), <const int32_t*>qops_ptr(zt),
-                    <const float*>qops_ptr(mt), <float>zero_point, qmin, qmax, sgn, True, nt,
-                    &iq)
+        err = _simd_split(<const uint8_t*>qops_ptr(x), <uint8_t*>qops_ptr(out, True), &g,
+                          out.size // OW, <const int32_t*>qops_ptr(cls),
+                          <const int32_t*>qops_ptr(zt), <const float*>qops_ptr(mt),
+                          <float>zero_point, qmin, qmax, sgn, True, nt, &iq)
+        if err:
+            _raise_simd(err)
         return out
     Wp = max(x.shape[4] + 2 * pW, (OW - 1) * sW + kW)
     mult = mt[cls].reshape(shape[2:])
     szp = zt[cls].reshape(shape[2:])
     if not sgn:
-        _avg_planes[uint8_t](x, out, kD, kH, kW, sD, sH, sW, pD, pH, pW, Wp, mult, szp,
-                             zero_point, qmin, qmax, nt)
+        err = _avg_planes[uint8_t](x, out, kD, kH, kW, sD, sH, sW, pD, pH, pW, Wp, mult, szp,
+                                   zero_point, qmin, qmax, nt)
     else:
-        _avg_planes[int8_t](x, out, kD, kH, kW, sD, sH, sW, pD, pH, pW, Wp, mult, szp,
-                            zero_point, qmin, qmax, nt)
+        err = _avg_planes[int8_t](x, out, kD, kH, kW, sD, sH, sW, pD, pH, pW, Wp, mult, szp,
+                                  zero_point, qmin, qmax, nt)
+    if err:
+        raise MemoryError()
     return out
 
 

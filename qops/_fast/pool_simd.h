@@ -40,6 +40,9 @@
 #define QP_ALWAYS static inline __attribute__((always_inline))
 #define QP_MAX_ROWS_ 64   /* (kd, kh) taps a vector row handles: QP_MAX_ROWS */
 #define QP_AHEAD_B 1024   /* bytes prefetched ahead along one long row (see qp_pfw) */
+/* Status of qp_max_rows / qp_avg_rows (0: every output row written); pool.pyx raises. */
+#define QP_ERR_NOMEM 1    /* the mask table could not be allocated: MemoryError */
+#define QP_ERR_GEOM 2     /* a geometry the kernels do not take (the caller checks first) */
 
 /* Geometry of one pool call, shared by every row. */
 typedef struct {
@@ -1006,15 +1009,15 @@ static void qp_avg3_rows(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdi
         qp_max_col(dp, nd, g, oa, ob, orow, c, mt + c * nl * g->sW, off, pair, NL, S2, TWO, sgn); \
 } while (0)
 
-QP_ALWAYS void qp_max_rows_t(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
-                             ptrdiff_t g1, int sgn) {
+QP_ALWAYS int qp_max_rows_t(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
+                            ptrdiff_t g1, int sgn) {
     ptrdiff_t off[QP_MAX_ROWS], nc;
     int pair[QP_MAX_ROWS];
     const uint8_t *dp[QP_MAX_ROWS];
-    if (g->kW > QP_MAX_ROWS) return;
+    if (g->kW > QP_MAX_ROWS) return QP_ERR_GEOM;    /* the caller checks: never */
     int nl = qp_loads(g, g->sW == 2 && g->dW == 1, off, pair);
     __mmask64 *mt = qp_masks(g, 64, g->sW, off, nl, &nc);
-    if (!mt) return;
+    if (!mt) return QP_ERR_NOMEM;
     if (g->dH == 1 && g->kH <= QP_RING) {
         const int s2 = g->sW == 2;
         QP_FOR_RUNS(g, x, out, g0, g1, {
@@ -1047,6 +1050,7 @@ QP_ALWAYS void qp_max_rows_t(const uint8_t *x, uint8_t *out, const qp_geom *g, p
                     qp_max_row(rows, nr, g, out + r * g->OW, mt, off, pair, nl, nc, sgn));
     }
     free(mt);
+    return 0;
 }
 
 /* Each (load count, stride, sign, one D plane or not) variant of the column walk and of the
@@ -1094,17 +1098,18 @@ QP_AVG_FNS2(3)
 #define QP_AVG_PICK(F, ND1, ARGS) do { \
     if (sgn) QP_AVG_PICK2(F, 1, ND1, ARGS); else QP_AVG_PICK2(F, 0, ND1, ARGS); } while (0)
 
-QP_ALWAYS void qp_avg_rows_t(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
-                             ptrdiff_t g1, const int32_t *cls, const int32_t *zt,
-                             const float *mtab, float zp, int32_t qmin, int32_t qmax, int sgn,
-                             const qp_irq *iq) {
+QP_ALWAYS int qp_avg_rows_t(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
+                            ptrdiff_t g1, const int32_t *cls, const int32_t *zt,
+                            const float *mtab, float zp, int32_t qmin, int32_t qmax, int sgn,
+                            const qp_irq *iq) {
     ptrdiff_t off[QP_MAX_ROWS], nc;
     int pair[QP_MAX_ROWS];
     const uint8_t *dp[QP_MAX_ROWS];
-    if (g->kW > QP_MAX_ROWS || g->kH > QP_RING) return;
+    /* the caller checks kW, kD*kH <= QP_MAX_ROWS (so kH <= QP_RING): never */
+    if (g->kW > QP_MAX_ROWS || g->kH > QP_RING) return QP_ERR_GEOM;
     int nl = qp_loads(g, g->sW == 2, off, pair);
     __mmask64 *mt = qp_masks(g, 32, 1, off, nl, &nc);
-    if (!mt) return;
+    if (!mt) return QP_ERR_NOMEM;
     const __m512 zpf = _mm512_set1_ps(zp);
     const int s2 = g->sW == 2;
     (void)qmin; (void)qmax;     /* the saturating packs clamp to the dtype's range */
@@ -1127,54 +1132,61 @@ QP_ALWAYS void qp_avg_rows_t(const uint8_t *x, uint8_t *out, const qp_geom *g, p
         }
     });
     free(mt);
+    return 0;
 }
 #else
-QP_ALWAYS void qp_max_rows_t(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
-                             ptrdiff_t g1, int sgn) {
+QP_ALWAYS int qp_max_rows_t(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
+                            ptrdiff_t g1, int sgn) {
     QP_FOR_ROWS(g, x, g0, g1, qp_max_row(rows, nr, g, out + r * g->OW, sgn));
+    return 0;
 }
 
-QP_ALWAYS void qp_avg_rows_t(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
-                             ptrdiff_t g1, const int32_t *cls, const int32_t *zt,
-                             const float *mtab, float zp, int32_t qmin, int32_t qmax, int sgn,
-                             const qp_irq *iq) {
+QP_ALWAYS int qp_avg_rows_t(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
+                            ptrdiff_t g1, const int32_t *cls, const int32_t *zt,
+                            const float *mtab, float zp, int32_t qmin, int32_t qmax, int sgn,
+                            const qp_irq *iq) {
     (void)iq;     /* the float formula (the integer tables serve the AVX-512 kernels) */
     QP_FOR_ROWS(g, x, g0, g1, {
         ptrdiff_t cz = (ptrdiff_t)cls[rem] * g->OW;
         qp_avg_row(rows, nr, g, out + r * g->OW, zt + cz, mtab + cz, zp, qmin, qmax, sgn);
     });
+    return 0;
 }
 #endif
 
-static void qp_max_rows(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
-                        ptrdiff_t g1, int sgn) {
-    if (g1 <= g0) return;
-    if (sgn) qp_max_rows_t(x, out, g, g0, g1, 1);
-    else qp_max_rows_t(x, out, g, g0, g1, 0);
+/* Output rows [g0, g1) of a max pool; returns 0, or QP_ERR_* with those rows unwritten. */
+static int qp_max_rows(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
+                       ptrdiff_t g1, int sgn) {
+    if (g1 <= g0) return 0;
+    if (sgn) return qp_max_rows_t(x, out, g, g0, g1, 1);
+    return qp_max_rows_t(x, out, g, g0, g1, 0);
 }
 
 /* Output rows [g0, g1) of an average pool: row od*OH + oh uses the size*zp and f32(1/div)
  * of table row cls[od*OH + oh] (zt, mtab: (classes, OW), see pool.pyx). */
-static void qp_avg_rows(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
-                        ptrdiff_t g1, const int32_t *cls, const int32_t *zt, const float *mtab,
-                        float zp, int32_t qmin, int32_t qmax, int sgn, const qp_irq *iq) {
-    if (g1 <= g0) return;
+static int qp_avg_rows(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
+                       ptrdiff_t g1, const int32_t *cls, const int32_t *zt, const float *mtab,
+                       float zp, int32_t qmin, int32_t qmax, int sgn, const qp_irq *iq) {
+    if (g1 <= g0) return 0;
     if (iq && !iq->t) iq = NULL;
-    if (sgn) qp_avg_rows_t(x, out, g, g0, g1, cls, zt, mtab, zp, qmin, qmax, 1, iq);
-    else qp_avg_rows_t(x, out, g, g0, g1, cls, zt, mtab, zp, qmin, qmax, 0, iq);
+    if (sgn) return qp_avg_rows_t(x, out, g, g0, g1, cls, zt, mtab, zp, qmin, qmax, 1, iq);
+    return qp_avg_rows_t(x, out, g, g0, g1, cls, zt, mtab, zp, qmin, qmax, 0, iq);
 }
 #else
 #define QP_MAX_ROWS 0
-static void qp_max_rows(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
-                        ptrdiff_t g1, int sgn) {
+/* no vector kernels in this build (qp_simd_ok is 0): never called; nothing is written */
+static int qp_max_rows(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
+                       ptrdiff_t g1, int sgn) {
     (void)x; (void)out; (void)g; (void)g0; (void)g1; (void)sgn;
+    return QP_ERR_GEOM;
 }
-static void qp_avg_rows(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
-                        ptrdiff_t g1, const int32_t *cls, const int32_t *zt, const float *mtab,
-                        float zp, int32_t qmin, int32_t qmax, int sgn, const qp_irq *iq) {
+static int qp_avg_rows(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
+                       ptrdiff_t g1, const int32_t *cls, const int32_t *zt, const float *mtab,
+                       float zp, int32_t qmin, int32_t qmax, int sgn, const qp_irq *iq) {
     (void)x; (void)out; (void)g; (void)g0; (void)g1; (void)cls; (void)zt; (void)mtab; (void)zp;
     (void)iq;
     (void)qmin; (void)qmax; (void)sgn;
+    return QP_ERR_GEOM;
 }
 #endif
 
