@@ -1021,53 +1021,49 @@ qconv_grouped_amx(const qconv_args *a, ptrdiff_t n, ptrdiff_t od, ptrdiff_t oh0,
     for (ptrdiff_t ow = ow0; ow < ow1; ow += 32) {
         const int nv = (int)(ow1 - ow < 32 ? ow1 - ow : 32);
         const ptrdiff_t pix = qconv_pix_offset(a, od, oh, ow);
-        {
-            const uint8_t *gbase = ximg + (ptrdiff_t)g * a->group_bytes + pix;
-            __m512i S[4];
-            if (a->gany[g]) qconv_window_sums(a, gbase, S);
-            {
-                const int two = ob + 1 < a->nob;
-                const int8_t *w0 = a->wa + ((ptrdiff_t)g * a->nob + ob) * wblk;
-                const int8_t *w1 = w0 + wblk;
-                _tile_zero(0); _tile_zero(1);
-                if (two) { _tile_zero(2); _tile_zero(3); }
-                for (int t = 0; t < a->ntaps; t++) {
-                    const uint8_t *xt = gbase + a->toff[t];
-                    for (int k = 0; k < a->nch; k++) {
-                        const uint8_t *xk = xt + (ptrdiff_t)k * 16 * pstride;
-                        /* each load just before its first product (tiles are not
-                         * renamed): 3x3 64->64 on 56x56 152 -> 145 us against three loads
-                         * ahead of the products */
-                        _tile_loadd(4, w0, a->Kc);
-                        _tile_loadd(6, xk, pstride);
-                        _tile_dpbsud(0, 4, 6);
-                        _tile_loadd(7, xk + 64, pstride);
-                        _tile_dpbsud(1, 4, 7);
-                        if (two) {
-                            _tile_loadd(5, w1, a->Kc);
-                            _tile_dpbsud(2, 5, 6);
-                            _tile_dpbsud(3, 5, 7);
-                            w1 += 16 * a->Kc;
-                        }
-                        w0 += 16 * a->Kc;
-                    }
+        const uint8_t *gbase = ximg + (ptrdiff_t)g * a->group_bytes + pix;
+        __m512i S[4];
+        if (a->gany[g]) qconv_window_sums(a, gbase, S);
+        const int two = ob + 1 < a->nob;
+        const int8_t *w0 = a->wa + ((ptrdiff_t)g * a->nob + ob) * wblk;
+        const int8_t *w1 = w0 + wblk;
+        _tile_zero(0); _tile_zero(1);
+        if (two) { _tile_zero(2); _tile_zero(3); }
+        for (int t = 0; t < a->ntaps; t++) {
+            const uint8_t *xt = gbase + a->toff[t];
+            for (int k = 0; k < a->nch; k++) {
+                const uint8_t *xk = xt + (ptrdiff_t)k * 16 * pstride;
+                /* each load just before its first product (tiles are not
+                 * renamed): 3x3 64->64 on 56x56 152 -> 145 us against three loads
+                 * ahead of the products */
+                _tile_loadd(4, w0, a->Kc);
+                _tile_loadd(6, xk, pstride);
+                _tile_dpbsud(0, 4, 6);
+                _tile_loadd(7, xk + 64, pstride);
+                _tile_dpbsud(1, 4, 7);
+                if (two) {
+                    _tile_loadd(5, w1, a->Kc);
+                    _tile_dpbsud(2, 5, 6);
+                    _tile_dpbsud(3, 5, 7);
+                    w1 += 16 * a->Kc;
                 }
-                for (int b = 0; b < 1 + two; b++) {
-                    for (int p = 0; p < 2; p++) {
-                        if (16 * p >= nv) break;
-                        qops_tile_store_acc(2 * b + p, buf);
-                        int rows = a->Og - (ob + b) * 16;
-                        if (rows > 16) rows = 16;
-                        for (int m = 0; m < rows; m++) {
-                            ptrdiff_t o = (ptrdiff_t)g * a->Og + (ob + b) * 16 + m;
-                            __m512i s = _mm512_add_epi32(_mm512_load_si512((const void *)(buf + 16 * m)),
-                                _mm512_set1_epi32((int32_t)((uint32_t)a->xz * (uint32_t)a->kzw[o])));
-                            if (a->gany[g])
-                                s = _mm512_sub_epi32(s, _mm512_mullo_epi32(_mm512_set1_epi32(a->wz[o]), S[p]));
-                            qconv_store16(s, _mm512_set1_ps(a->bterm[o]), _mm512_set1_ps(a->mult[o]), lo, hi,
-                                          ozp, qconv_out_row(a, n, o, od, oh) + ow + 16 * p, nv - 16 * p);
-                        }
-                    }
+                w0 += 16 * a->Kc;
+            }
+        }
+        for (int b = 0; b < 1 + two; b++) {
+            for (int p = 0; p < 2; p++) {
+                if (16 * p >= nv) break;
+                qops_tile_store_acc(2 * b + p, buf);
+                int rows = a->Og - (ob + b) * 16;
+                if (rows > 16) rows = 16;
+                for (int m = 0; m < rows; m++) {
+                    ptrdiff_t o = (ptrdiff_t)g * a->Og + (ob + b) * 16 + m;
+                    __m512i s = _mm512_add_epi32(_mm512_load_si512((const void *)(buf + 16 * m)),
+                        _mm512_set1_epi32((int32_t)((uint32_t)a->xz * (uint32_t)a->kzw[o])));
+                    if (a->gany[g])
+                        s = _mm512_sub_epi32(s, _mm512_mullo_epi32(_mm512_set1_epi32(a->wz[o]), S[p]));
+                    qconv_store16(s, _mm512_set1_ps(a->bterm[o]), _mm512_set1_ps(a->mult[o]), lo, hi,
+                                  ozp, qconv_out_row(a, n, o, od, oh) + ow + 16 * p, nv - 16 * p);
                 }
             }
         }
