@@ -28,7 +28,7 @@ import numpy as np
 
 from qops._qtensor import QTensor
 from qops.nn import _layers as fl
-from qops.nn._graph import GraphModule, Node, Ref
+from qops.nn._graph import GraphModule, Node, Ref, _walk
 
 __all__ = ["QConfigMapping", "get_default_qconfig_mapping", "get_default_qat_qconfig_mapping",
            "fuse_fx", "prepare_fx", "prepare_qat_fx", "convert_fx", "quantize_jit",
@@ -153,19 +153,10 @@ def _as_graph(model, what):
 
 
 def _refs(x):
-    out = []
-    if isinstance(x, Ref):
-        out.append(x.name)
-    elif isinstance(x, (tuple, list)):
-        for v in x:
-            out += _refs(v)
-    elif isinstance(x, dict):
-        for v in x.values():
-            out += _refs(v)
-    elif isinstance(x, slice):
-        for v in (x.start, x.stop, x.step):
-            out += _refs(v)
-    return out
+    """Names of the nodes referred to inside a nested argument, in order."""
+    found = []
+    _walk(x, lambda r: found.append(r.name) or r)
+    return found
 
 
 def _node_refs(node):
@@ -181,15 +172,7 @@ def _users(nodes):
 
 
 def _replace_refs(x, old, new):
-    if isinstance(x, Ref):
-        return Ref(new) if x.name == old else x
-    if isinstance(x, tuple):
-        return tuple(_replace_refs(v, old, new) for v in x)
-    if isinstance(x, list):
-        return [_replace_refs(v, old, new) for v in x]
-    if isinstance(x, dict):
-        return {k: _replace_refs(v, old, new) for k, v in x.items()}
-    return x
+    return _walk(x, lambda r: Ref(new) if r.name == old else r)
 
 
 def _rewire(nodes, old, new):
@@ -723,19 +706,13 @@ def _resolve_aliases(x, alias):
 
 
 def _dequantize_refs(x, quantized, out_nodes):
-    if isinstance(x, Ref):
-        if x.name in quantized:
-            dn = Node(f"{x.name}_dequantize", "function", "dequantize", [x])
-            out_nodes.append(dn)
-            return Ref(dn.name)
-        return x
-    if isinstance(x, tuple):
-        return tuple(_dequantize_refs(v, quantized, out_nodes) for v in x)
-    if isinstance(x, list):
-        return [_dequantize_refs(v, quantized, out_nodes) for v in x]
-    if isinstance(x, dict):
-        return {k: _dequantize_refs(v, quantized, out_nodes) for k, v in x.items()}
-    return x
+    def one(r):
+        if r.name not in quantized:
+            return r
+        dn = Node(f"{r.name}_dequantize", "function", "dequantize", [r])
+        out_nodes.append(dn)
+        return Ref(dn.name)
+    return _walk(x, one)
 
 
 def _fuse_add_relu(model, nodes):
