@@ -58,7 +58,7 @@ def node_overhead_us(n=200, repeats=200):
     return (time.perf_counter() - t0) / repeats / n * 1e6
 
 
-def _leaf_times(torch, model, run, is_qops):
+def _leaf_times(model, run, is_qops):
     """{module name: seconds of its calls} over one run(), through forward hooks."""
     spent, started, handles = {}, {}, []
     for name, mod in model.named_modules():
@@ -131,8 +131,8 @@ def _profile(torch, tm, g, x, xn, n, out, top=25):
     torch.set_num_threads(n)
     with qops.threads(n), torch.no_grad():
         tm(x), g(xn)
-        theirs = _leaf_times(torch, tm, lambda: tm(x), False)
-        ours = _leaf_times(torch, g, lambda: g(xn), True)
+        theirs = _leaf_times(tm, lambda: tm(x), False)
+        ours = _leaf_times(g, lambda: g(xn), True)
     total = sum(ours.values())
     out.write(f"  per layer, {n} thread(s) (leaf modules, hook-timed: qops {total * 1e3:.2f} ms, "
               f"torch {sum(theirs.values()) * 1e3:.2f} ms)\n")

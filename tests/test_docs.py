@@ -2,6 +2,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 from qops._registry import all_specs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,15 +26,17 @@ def test_changelog_exists():
     assert "## " in (ROOT / "CHANGELOG.md").read_text()
 
 
-def test_readme_bring_a_pytorch_model_example_runs(tmp_path, monkeypatch):
+@pytest.mark.parametrize("heading,saved", [("## Bring a PyTorch model", "net.qops"),
+                                            ("## Quantize without editing the model",
+                                             "net_int8.qops")])
+def test_readme_examples_run(heading, saved, tmp_path, monkeypatch):
     from conftest import torch_or_skip
     torch_or_skip()
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Bring a PyTorch model"):]
-    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    code = readme[readme.index(heading):].split("```python\n", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, "README.md (Bring a PyTorch model)", "exec"), {"print": lambda *a: None})
-    assert (tmp_path / "net.qops").exists()
+    exec(compile(code, f"README.md ({heading[3:]})", "exec"), {"print": lambda *a: None})
+    assert (tmp_path / saved).exists()
 
 
 # -- docs/semantics.md: the project's own semantics document --------------------------------
@@ -108,14 +112,3 @@ def test_cited_semantics_sections_exist():
                     missing.append(f"{name}:{line}: §{number}")
     assert cited > 40, f"only {cited} citations found: is the pattern still right?"
     assert not missing, "cited sections missing from docs/semantics.md:\n" + "\n".join(missing)
-
-
-def test_readme_graph_mode_example_runs(tmp_path, monkeypatch):
-    from conftest import torch_or_skip
-    torch_or_skip()
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Quantize without editing the model"):]
-    code = section.split("```python\n", 1)[1].split("```", 1)[0]
-    monkeypatch.chdir(tmp_path)
-    exec(compile(code, "README.md (graph mode)", "exec"), {"print": lambda *a: None})
-    assert (tmp_path / "net_int8.qops").exists()

@@ -9,7 +9,6 @@ Every function in the table takes the values PyTorch's would (numpy float32 arra
 has float tensors, QTensors where it has quantized ones, Python ints for sizes) and computes what
 PyTorch computes on them: float arithmetic on float arrays, `qops.functional` on QTensors.
 """
-import builtins
 import operator
 
 import numpy as np
@@ -814,5 +813,3 @@ def node_from_data(d, depth=0):
                 [dec(a) for a in d.get("args", [])],
                 {str(k): dec(v) for k, v in d.get("kwargs", {}).items()}, str(d.get("where", "")))
 
-
-_ = builtins  # builtins.getattr etc. are mapped by name in _fx.py

@@ -181,12 +181,6 @@ def _rewire(nodes, old, new):
         n.kwargs = _replace_refs(n.kwargs, old, new)
 
 
-def _module_of(model, node):
-    if node.op == "module":
-        return model.get_submodule(node.target)
-    return None
-
-
 def _delete_module(model, path):
     *parents, leaf = path.split(".")
     owner = model
@@ -275,21 +269,18 @@ def fuse_fx(model, fuse_custom_config=None, backend_config=None):
                 mods.append(model.get_submodule(nxt.target))
                 cur = nxt
                 continue
-            if step == "bn":
-                # no batch norm: a relu may follow the conv/linear directly
-                pass
+            # no batch norm (or after it): a relu may follow
             if _is_relu(model, nxt) and _refs(list(nxt.args))[:1] == [cur.name]:
                 chain.append(nxt)
                 mods.append(model.get_submodule(nxt.target) if nxt.op == "module"
                             else fl.ReLU())
                 cur = nxt
             break
-        if isinstance(first, _BNS) and len(mods) == 1:
+        if len(mods) == 1 or (isinstance(first, _BNS) and isinstance(first, fl.BatchNorm1d)):
             continue
-        if len(mods) == 1:
-            continue
-        if isinstance(first, _BNS) and not isinstance(first, fl.BatchNorm2d) \
-                and not isinstance(first, fl.BatchNorm3d):
+        # a module the graph also calls elsewhere cannot be replaced by a fused one
+        calls = [m.target for m in nodes if m.op == "module" and m.name not in removed]
+        if any(calls.count(c.target) > 1 for c in chain if c.op == "module"):
             continue
         try:
             fused = fuse_known_modules(mods, is_qat=model.training)
@@ -497,7 +488,7 @@ def prepare_fx(model, qconfig_mapping, example_inputs=(), prepare_custom_config=
             # a float input: observe it where it is produced (PyTorch's input observer)
             for r in src_ins:
                 if not input_quantized(r):
-                    _observe_value(model, r, qconfig, nodes, new_nodes, observed, qparams_of,
+                    _observe_value(model, r, qconfig, new_nodes, observed, qparams_of,
                                    obs_count)
             node.args = _replace_all(node.args, observed)
             node.kwargs = _replace_all(node.kwargs, observed)
@@ -565,7 +556,7 @@ def _rebind(ref, shared, observed, qparams_of, shares, new_nodes):
         qparams_of[ref] = shared
 
 
-def _observe_value(model, ref, qconfig, nodes, new_nodes, observed, qparams_of, count):
+def _observe_value(model, ref, qconfig, new_nodes, observed, qparams_of, count):
     path = f"activation_post_process_{count[0]}"
     count[0] += 1
     model.add_module(path, qconfig.activation())
