@@ -278,9 +278,10 @@ def fuse_fx(model, fuse_custom_config=None, backend_config=None):
             break
         if len(mods) == 1 or (isinstance(first, _BNS) and isinstance(first, fl.BatchNorm1d)):
             continue
-        # a module the graph also calls elsewhere cannot be replaced by a fused one
-        calls = [m.target for m in nodes if m.op == "module" and m.name not in removed]
-        if any(calls.count(c.target) > 1 for c in chain if c.op == "module"):
+        # a conv/linear the graph also calls elsewhere cannot be replaced by a fused one (a
+        # shared bn or relu can: only this call of it is folded, the module stays)
+        if sum(m.op == "module" and m.target == n.target and m.name not in removed
+               for m in nodes) > 1:
             continue
         try:
             fused = fuse_known_modules(mods, is_qat=model.training)
