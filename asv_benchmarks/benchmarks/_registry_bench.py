@@ -1,67 +1,126 @@
-"""asv benchmark classes generated from the qops op registry.
+"""asv benchmarks generated from the qops op registry: one benchmark per op.
 
-Each family file calls `make(family)`, which returns two classes: `Time` (fast and PyTorch,
-repeated samples) and `TimeRef` (the numpy reference, one sample: it is there to show the
-speed-up, not to be tuned). Params: case (op:benchmark case) x backend x threads; the data
-come from the registry's fixed-seed builders, made lazily on first use and cached.
+Each family file calls `make(family, globals())`, which adds two module-level benchmarks per
+registered op:
+
+- ``time_<op>(case, backend)``: the time of one call, with backend in {ref, fast, torch}, so the
+  dashboard draws the reference, the fast kernels and PyTorch on one chart per op;
+- ``track_<op>_speedup(case)``: PyTorch's time over qops fast's on the same data (unit "x",
+  above 1 = qops faster), timed in alternating blocks in one process so that machine drift hits
+  both alike (ops without a PyTorch oracle have none).
+
+Cases are the registry's benchmark cases (fixed seeds, built on first use and cached), labelled
+without the op's name. The thread count is ``QOPS_ASV_THREADS`` (default 1), for qops and PyTorch
+alike. There is no ``peakmem`` benchmark: asv measures the whole process's peak, which is the
+interpreter's, not the op's.
 """
 import os
+import sys
 
-import qops
-from qops._registry import all_specs
-from qops.bench import _settle_allocator, _torch
+# The results are filed under the checkout's commit (asv run --set-commit-hash), so they measure
+# this checkout's qops, whatever else is installed.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-THREADS = sorted({1, os.cpu_count() or 1})
-_CASES = {}
+import qops  # noqa: E402
+from qops._registry import all_specs  # noqa: E402
+from qops.bench import _rotated_us, _settle_allocator, _torch  # noqa: E402
+
+BACKENDS = ["ref", "fast", "torch"]
+_CASES = {}     # (op, label) -> (spec, Case)
+_CALLS = {}     # the call prepared by the current benchmark's setup
 
 
-def _family_cases(family):
-    return [f"{s.name}:{name}" for s in all_specs() if s.family == family for name in s.bench]
+def threads():
+    """The thread count of this run: QOPS_ASV_THREADS, default 1."""
+    return int(os.environ.get("QOPS_ASV_THREADS", "1"))
 
 
-def _lookup(key):
-    if key == "none:none":
-        raise NotImplementedError("this family has no registered ops yet")
+def label(spec, name):
+    """A bench case's name without the op's name in front ("conv2d_r3x3_64_56" -> "r3x3_64_56")."""
+    for prefix in (spec.name + "_", spec.name.rstrip("_") + "_"):
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def _case(spec, case_label):
+    key = (spec.name, case_label)
     if key not in _CASES:
-        op, name = key.split(":", 1)
-        spec = next(s for s in all_specs() if s.name == op)
-        _CASES[key] = (spec, spec.bench[name]())
+        name = next(n for n in spec.bench if label(spec, n) == case_label)
+        _CASES[key] = spec.bench[name]()
     return _CASES[key]
 
 
-class _Base:
-    param_names = ["case", "backend", "threads"]
-    timeout = 600
+def _prepare(spec, case_label, backend):
+    """The call to time: built once, warmed up (packing caches, first-touch page faults)."""
+    _settle_allocator()     # as qops.bench: no backend pays fresh pages per call
+    case = _case(spec, case_label)
+    n = threads()
+    if backend == "torch":
+        torch = _torch()
+        if torch is None or spec.torch is None:
+            raise NotImplementedError("no PyTorch for this op")
+        torch.set_num_threads(n)
+        call = spec.torch(case)
+    else:
+        qops.set_num_threads(n)
+        fn = spec.qops_call(case)
 
-    def setup(self, key, backend, threads):
-        _settle_allocator()     # as qops.bench: no backend pays fresh pages per call
-        spec, case = _lookup(key)
-        if backend == "torch":
-            torch = _torch()
-            if torch is None or spec.torch is None:
-                raise NotImplementedError("no PyTorch for this op")
-            torch.set_num_threads(threads)
-            self.call = spec.torch(case)
-        else:
-            qops.set_backend(backend)
-            qops.set_num_threads(threads)
-            self.call = spec.qops_call(case)
-        self.call()  # warm-up: packing caches, page faults
-
-    def teardown(self, key, backend, threads):
-        qops.set_backend("fast")
-
-    def time_op(self, key, backend, threads):
-        self.call()
-
-    def peakmem_op(self, key, backend, threads):
-        self.call()
+        def call(fn=fn, backend=backend):
+            with qops.backend(backend):
+                return fn()
+    call()
+    return call
 
 
-def make(family):
-    """The asv classes (fast/torch, and ref) for op family `family`."""
-    cases = _family_cases(family) or ["none:none"]
-    time_cls = type("Time", (_Base,), {"params": [cases, ["fast", "torch"], THREADS]})
-    ref_cls = type("TimeRef", (_Base,), {"params": [cases, ["ref"], [1]], "number": 1,
-                                         "repeat": 1, "rounds": 1, "warmup_time": 0})
-    return time_cls, ref_cls
+def _time_benchmark(spec):
+    labels = [label(spec, n) for n in spec.bench]
+
+    def setup(case_label, backend):
+        _CALLS["time"] = _prepare(spec, case_label, backend)
+
+    def bench(case_label, backend):
+        _CALLS["time"]()
+
+    bench.__name__ = f"time_{spec.name}"
+    bench.setup = setup
+    bench.params = [labels, BACKENDS]
+    bench.param_names = ["case", "backend"]
+    # The reference takes seconds on the large cases: one sample is enough for it, while the
+    # fast calls still get up to 10 within the 2 s budget.
+    bench.repeat = (1, 10, 2.0)
+    bench.timeout = 600
+    return bench
+
+
+def _speedup_benchmark(spec):
+    labels = [label(spec, n) for n in spec.bench]
+
+    def setup(case_label):
+        _CALLS["speedup"] = (_prepare(spec, case_label, "torch"),
+                             _prepare(spec, case_label, "fast"))
+
+    def track(case_label):
+        torch_call, fast_call = _CALLS["speedup"]
+        us = _rotated_us({"torch": torch_call, "fast": fast_call}, seconds=0.5)
+        return us["torch"] / us["fast"]
+
+    track.__name__ = f"track_{spec.name}_speedup"
+    track.setup = setup
+    track.params = [labels]
+    track.param_names = ["case"]
+    track.unit = "x"
+    track.timeout = 600
+    return track
+
+
+def make(family, namespace):
+    """Add the time and speed-up benchmarks of every op of `family` to `namespace`."""
+    for spec in all_specs():
+        if spec.family != family or not spec.bench:
+            continue
+        fn = _time_benchmark(spec)
+        namespace[fn.__name__] = fn
+        if spec.torch is not None:
+            fn = _speedup_benchmark(spec)
+            namespace[fn.__name__] = fn
