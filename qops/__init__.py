@@ -4,7 +4,7 @@ Quantized tensors (`QTensor`), the quantized operators of PyTorch's eager mode
 (`qops.functional`), nn-style modules (`qops.nn`) and observer-driven conversion
 (`qops.quantization`), each op with a readable numpy reference and a fast OpenMP kernel.
 """
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from qops._config import (  # noqa: F401
     backend,
