@@ -12,5 +12,6 @@ from qops._ops.pool import *  # noqa: F401,F403
 from qops._ops.quant import *  # noqa: F401,F403
 from qops._ops.reduce import *  # noqa: F401,F403
 from qops._ops.resize import *  # noqa: F401,F403
+from qops._ops.rnn import *  # noqa: F401,F403
 from qops._ops.sort import *  # noqa: F401,F403
 from qops._qtensor import dequantize, quantize_per_channel, quantize_per_tensor  # noqa: F401

@@ -41,6 +41,7 @@ from qops.nn._layers import (  # noqa: F401
     UpsamplingNearest2d,
 )
 from qops.nn._layers import __all__ as _layers_all
+from qops.nn._rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell  # noqa: F401
 from qops.nn._torch import from_torch  # noqa: F401
 from qops.nn.module import (  # noqa: F401
     Dropout,
@@ -57,7 +58,8 @@ from qops.nn.module import (  # noqa: F401
 
 __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Flatten",
            "Dropout", "GraphModule", "from_torch", "register_module_type",
-           "module_type_table"] + list(_layers_all)
+           "module_type_table"] + list(_layers_all) + [
+               "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"]
 
 _SUBPACKAGES = ("quantized", "intrinsic", "qat", "utils")
 

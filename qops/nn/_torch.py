@@ -121,6 +121,8 @@ def _float_table(torch):
                  "AdaptiveAvgPool3d", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
                  "Identity", "Flatten", "Dropout"):
         table[getattr(tnn, name)] = _float_generic(getattr(qnn, name))
+    from qops.nn import _rnn
+    table.update(_rnn.torch_converters(torch))
     table[tnn.Sequential] = _container(qnn.Sequential)
     table[tnn.ModuleList] = _container(qnn.ModuleList)
     table[tnn.ModuleDict] = _container(qnn.ModuleDict)
@@ -219,6 +221,8 @@ def _quantized_table(torch):
     if tniqd is not None and hasattr(tniqd, "LinearReLU"):
         from qops.nn.intrinsic.quantized.dynamic import LinearReLU as QDLinearReLU
         table[tniqd.LinearReLU] = dynamic(QDLinearReLU)
+    from qops.nn.quantized.dynamic import _rnn as qd_rnn
+    table.update(qd_rnn.torch_converters(torch))
     return table
 
 

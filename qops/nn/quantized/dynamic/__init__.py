@@ -12,7 +12,7 @@ from qops.nn import _layers as fl
 from qops.nn.module import Module, _to_numpy
 from qops.nn.quantized import _modules as nnq
 
-__all__ = ["Linear"]
+__all__ = ["Linear", "LSTM", "GRU", "LSTMCell", "GRUCell", "RNNCell"]
 
 F32 = np.float32
 
@@ -168,3 +168,6 @@ def __getattr__(name):
         from qops.nn.intrinsic.quantized.dynamic import LinearReLU
         return LinearReLU
     raise AttributeError(f"module 'qops.nn.quantized.dynamic' has no attribute {name!r}")
+
+
+from qops.nn.quantized.dynamic._rnn import GRU, LSTM, GRUCell, LSTMCell, RNNCell  # noqa: E402,F401
