@@ -79,6 +79,11 @@ _DYNAMIC = [
     ("qops.nn:Linear", "qops.nn.quantized.dynamic:Linear"),
     ("qops.nn.intrinsic:LinearReLU", "qops.nn.intrinsic.quantized.dynamic:LinearReLU"),
     ("qops.nn.intrinsic:LinearReLU", "qops.nn.quantized.dynamic:LinearReLU"),
+    ("qops.nn:LSTM", "qops.nn.quantized.dynamic:LSTM"),
+    ("qops.nn:GRU", "qops.nn.quantized.dynamic:GRU"),
+    ("qops.nn:LSTMCell", "qops.nn.quantized.dynamic:LSTMCell"),
+    ("qops.nn:GRUCell", "qops.nn.quantized.dynamic:GRUCell"),
+    ("qops.nn:RNNCell", "qops.nn.quantized.dynamic:RNNCell"),
 ]
 
 # Float functional ops -> quantized ops (eager mode keeps these only for reference).

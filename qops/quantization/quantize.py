@@ -461,8 +461,8 @@ def quantize_dynamic(model, qconfig_spec=None, dtype=None, mapping=None, inplace
     Parameters
     ----------
     model : float qops.nn.Module
-    qconfig_spec : None (all Linear layers), a set of types / names (default qconfig of
-        `dtype`), or a dict {type or name: QConfig}
+    qconfig_spec : None (Linear, LSTM, GRU and the cells), a set of types / names (default
+        qconfig of `dtype`), or a dict {type or name: QConfig}
     dtype : qops.qint8 (default) or float16 (weights stored as float16)
     mapping : {float type: dynamic type} (default: the dynamic table)
     inplace : bool
@@ -476,8 +476,11 @@ def quantize_dynamic(model, qconfig_spec=None, dtype=None, mapping=None, inplace
         if key not in ("qint8", "float16"):
             raise ValueError(f"quantize_dynamic: no default settings for dtype {dtype!r}; "
                              "pass a qconfig_spec dict")
-        # PyTorch's default covers nn.Linear only (a fused LinearReLU stays float unless named).
-        qconfig_spec = {Linear: defaults[key]}
+        # PyTorch's default: Linear and the recurrent layers (a fused LinearReLU stays float
+        # unless named; nn.RNN has no dynamic module).
+        from qops.nn import GRU, LSTM, GRUCell, LSTMCell, RNNCell
+        qconfig_spec = dict.fromkeys((Linear, LSTM, GRU, LSTMCell, RNNCell, GRUCell),
+                                     defaults[key])
     elif isinstance(qconfig_spec, (set, frozenset, list, tuple)):
         if key not in defaults:
             raise ValueError(f"quantize_dynamic: unknown dtype {dtype!r}; use qops.qint8 or "
