@@ -1,0 +1,1020 @@
+"""Trace a qops quantized model on example inputs and write it as an ONNX graph.
+
+The model runs once on `args`; every leaf module call, QFunctional method and (for a
+GraphModule) every graph node is recorded with its actual input and output values, so each
+quantized tensor's scale and zero point are known exactly. Each recorded step becomes a group
+of ONNX nodes (an "op record", used by `compare` to run each op alone in ONNX Runtime).
+
+Forms: "qdq" (DequantizeLinear -> float op -> QuantizeLinear, what ORT's quantizer writes) and
+"qoperator" (QLinearConv, QGemm, QLinearAdd, ...; the com.microsoft domain where the ONNX
+standard has no such op). Data moving ops (reshape, flatten, nearest resize) work on the
+integer tensors directly in both forms: they do not change values or qparams.
+"""
+import inspect
+import numbers
+
+import numpy as np
+
+from qops._dtypes import qint8, quint8
+from qops._qtensor import QTensor
+
+MS = "com.microsoft"
+F32 = np.float32
+
+
+class ExportError(ValueError):
+    """A model (or one of its nodes) that has no faithful ONNX form."""
+
+
+class _Val:
+    """A tensor of the ONNX graph: its name, and for a quantized one its qparams."""
+
+    __slots__ = ("name", "scale", "zp", "dtype", "shape")
+
+    def __init__(self, name, shape, scale=None, zp=None, dtype=None):
+        self.name, self.shape = name, tuple(shape)
+        self.scale, self.zp, self.dtype = scale, zp, dtype
+
+    @property
+    def q(self):
+        return self.dtype is not None
+
+
+def _np_qdtype(qt):
+    if qt.dtype is quint8:
+        return np.uint8
+    if qt.dtype is qint8:
+        return np.int8
+    raise ExportError(f"only quint8/qint8 tensors can be exported; got {qt.dtype!r}")
+
+
+class Record:
+    """The ONNX nodes of one traced step, with the values it read and wrote."""
+
+    def __init__(self, label, kind, inputs):
+        self.label, self.kind = label, kind
+        self.inputs = list(inputs)      # [(_Val, actual value)]
+        self.outputs = []               # [(_Val, actual value)]
+        self.nodes, self.inits = [], []
+
+
+class _Builder:
+    def __init__(self, form, opset):
+        import onnx
+        from onnx import helper, numpy_helper
+        self.onnx, self.helper, self.nh = onnx, helper, numpy_helper
+        if form not in ("qdq", "qoperator"):
+            raise ValueError(f"form must be 'qdq' or 'qoperator'; got {form!r}")
+        if not isinstance(opset, numbers.Integral) or opset < 13:
+            raise ValueError(f"opset_version must be an integer >= 13 (per-axis QuantizeLinear);"
+                             f" got {opset!r}")
+        self.form, self.opset = form, int(opset)
+        self.nodes, self.inits, self.records = [], [], []
+        self.vals, self.keep = {}, []
+        self.used, self.rec = set(), None
+        self.uses_ms = False
+
+    # -- names, constants, nodes -------------------------------------------------------------
+    def uname(self, hint):
+        hint = "".join(c if c.isalnum() or c in "_." else "_" for c in hint) or "t"
+        name, i = hint, 1
+        while name in self.used:
+            i += 1
+            name = f"{hint}_{i}"
+        self.used.add(name)
+        return name
+
+    def const(self, hint, array):
+        name = self.uname(hint)
+        t = self.nh.from_array(np.asarray(array), name)
+        self.inits.append(t)
+        if self.rec is not None:
+            self.rec.inits.append(t)
+        return name
+
+    def node(self, op, inputs, n_out=1, hint=None, domain=None, **attrs):
+        outs = [self.uname(f"{hint or op}_out{i if n_out > 1 else ''}") for i in range(n_out)]
+        n = self.helper.make_node(op, list(inputs), outs, name=self.uname(f"{hint or op}_{op}"),
+                                  domain=domain, **attrs)
+        if domain == MS:
+            self.uses_ms = True
+        self.nodes.append(n)
+        if self.rec is not None:
+            self.rec.nodes.append(n)
+        return outs if n_out > 1 else outs[0]
+
+    def scale_c(self, hint, scale):
+        return self.const(hint + "_scale", np.array(scale, dtype=F32))
+
+    def zp_c(self, hint, zp, dtype):
+        return self.const(hint + "_zp", np.array(zp, dtype=dtype))
+
+    # -- value bookkeeping -------------------------------------------------------------------
+    def bind(self, value, val):
+        self.keep.append(value)
+        self.vals[id(value)] = val
+
+    def get(self, value, where):
+        if isinstance(value, (QTensor, np.ndarray)) and id(value) in self.vals:
+            return self.vals[id(value)]
+        raise ExportError(f"{where}: an input was computed outside any step the exporter traces "
+                          f"(a qops module, a QFunctional method or a graph node); move that "
+                          f"computation into a module")
+
+    def new_q(self, hint, out, name=None):
+        """The _Val of QTensor `out` (a name is made for it unless given)."""
+        val = _Val(name or self.uname(hint), out.shape, float(out.q_scale()),
+                   int(out.q_zero_point()), _np_qdtype(out))
+        self.bind(out, val)
+        return val
+
+    # -- QDQ helpers -------------------------------------------------------------------------
+    def dq(self, v, hint):
+        return self.node("DequantizeLinear", [v.name, self.scale_c(hint, v.scale),
+                                              self.zp_c(hint, v.zp, v.dtype)], hint=hint + "_dq")
+
+    def q(self, fname, out, hint):
+        """QuantizeLinear of float tensor `fname` with `out`'s qparams; binds `out`."""
+        dt = _np_qdtype(out)
+        s, z = float(out.q_scale()), int(out.q_zero_point())
+        name = self.node("QuantizeLinear", [fname, self.scale_c(hint + "_y", s),
+                                            self.zp_c(hint + "_y", z, dt)], hint=hint + "_q")
+        val = _Val(name, out.shape, s, z, dt)
+        self.bind(out, val)
+        return val
+
+    def qparams(self, v, hint):
+        return [self.scale_c(hint, v.scale), self.zp_c(hint, v.zp, v.dtype)]
+
+    def out_qparams(self, out, hint):
+        return [self.scale_c(hint + "_y", float(out.q_scale())),
+                self.zp_c(hint + "_y", int(out.q_zero_point()), _np_qdtype(out))]
+
+    def clip_q(self, name, out, lo, hi, hint):
+        """Clip on the integer tensor: the quantized relu/relu6 (exact in the integer domain)."""
+        dt = _np_qdtype(out)
+        args = [name, self.const(hint + "_lo", np.array(lo, dt))]
+        if hi is not None:
+            args.append(self.const(hint + "_hi", np.array(hi, dt)))
+        return self.node("Clip", args, hint=hint + "_clip")
+
+
+# -- weights -------------------------------------------------------------------------------
+def _weight_qparams(w):
+    """(int8 values, scales (C,) or scalar, zero points, axis or None) of a qint8 weight."""
+    if not isinstance(w, QTensor) or w.dtype is not qint8:
+        raise ExportError("weights must be qint8 QTensors")
+    data = np.asarray(w.int_repr(), dtype=np.int8)
+    if w.is_per_channel:
+        return (data, np.asarray(w.q_per_channel_scales(), F32),
+                np.asarray(w.q_per_channel_zero_points(), np.int8), int(w.q_per_channel_axis()))
+    return data, np.array(w.q_scale(), F32), np.array(w.q_zero_point(), np.int8), None
+
+
+def _int32_bias(b, x_scale, w_scale):
+    """ONNX's int32 bias: round(b / (x_scale * w_scale)) with that product as its scale."""
+    bscale = (F32(x_scale) * np.asarray(w_scale, F32)).astype(F32)
+    bscale = np.broadcast_to(bscale, b.shape).astype(F32)
+    q = np.rint(b.astype(np.float64) / bscale.astype(np.float64))
+    if np.any(np.abs(q) > 2 ** 31 - 1):
+        raise ExportError("bias / (x_scale * w_scale) does not fit in int32")
+    return q.astype(np.int32), bscale
+
+
+def _tuple(v, n):
+    if isinstance(v, numbers.Integral):
+        return (int(v),) * n
+    v = tuple(int(a) for a in v)
+    return v * n if len(v) == 1 else v
+
+
+# -- emitters: one per kind of step ----------------------------------------------------------
+def emit_quantize(b, rec, x, out):
+    xv = b.get(x, rec.label) if id(x) in b.vals else None
+    if xv is None or xv.q:
+        raise ExportError(f"{rec.label}: quantize of a value that is not a float graph tensor")
+    rec.inputs = [(xv, x)]
+    return b.q(xv.name, out, rec.label)
+
+
+def emit_dequantize(b, rec, x, out):
+    xv = b.get(x, rec.label)
+    if not xv.q:
+        b.bind(out, xv)
+        return xv
+    name = b.dq(xv, rec.label)
+    val = _Val(name, out.shape)
+    b.bind(out, val)
+    return val
+
+
+def emit_conv(b, rec, x, out, weight, bias, stride, padding, dilation, groups, relu,
+              padding_mode="zeros"):
+    h = rec.label
+    if padding_mode != "zeros":
+        raise ExportError(f"{h}: padding_mode={padding_mode!r} has no QLinearConv form")
+    xv = b.get(x, h)
+    n = len(weight.shape) - 2
+    wd, ws, wz, axis = _weight_qparams(weight)
+    pads = list(_tuple(padding, n)) * 2
+    attrs = dict(strides=list(_tuple(stride, n)), pads=pads, dilations=list(_tuple(dilation, n)),
+                 group=int(groups), kernel_shape=list(weight.shape[2:]))
+    if axis not in (None, 0):
+        raise ExportError(f"{h}: per-channel weight on axis {axis}; ONNX Conv needs axis 0")
+    bias_name = None
+    if bias is not None:
+        bq, bscale = _int32_bias(np.asarray(bias, F32), xv.scale, ws)
+    if b.form == "qdq":
+        xf = b.dq(xv, h + "_x")
+        wf = b.node("DequantizeLinear", [b.const(h + "_w", wd), b.const(h + "_w_scale", ws),
+                                         b.const(h + "_w_zp", wz)], hint=h + "_w_dq",
+                    **({"axis": 0} if axis is not None else {}))
+        ins = [xf, wf]
+        if bias is not None:
+            ins.append(b.node("DequantizeLinear", [
+                b.const(h + "_b", bq), b.const(h + "_b_scale", bscale if axis is not None
+                                               else bscale[:1].reshape(())),
+                b.const(h + "_b_zp", np.zeros(bq.shape if axis is not None else (), np.int32))],
+                hint=h + "_b_dq", **({"axis": 0} if axis is not None else {})))
+        y = b.node("Conv", ins, hint=h, **attrs)
+        if relu:
+            y = b.node("Relu", [y], hint=h + "_relu")
+        return b.q(y, out, h)
+    ins = [xv.name] + b.qparams(xv, h + "_x") + [
+        b.const(h + "_w", wd), b.const(h + "_w_scale", ws), b.const(h + "_w_zp", wz)] \
+        + b.out_qparams(out, h)
+    if bias is not None:
+        bias_name = b.const(h + "_b", bq)
+        ins.append(bias_name)
+    y = b.node("QLinearConv", ins, hint=h, **attrs)
+    if relu:
+        y = b.clip_q(y, out, int(out.q_zero_point()), None, h)
+    return _bind(b, y, out)
+
+
+def _bind(b, name, out):
+    val = _Val(name, out.shape, float(out.q_scale()), int(out.q_zero_point()), _np_qdtype(out))
+    b.bind(out, val)
+    return val
+
+
+def emit_linear(b, rec, x, out, weight, bias, relu):
+    h = rec.label
+    xv = b.get(x, h)
+    wd, ws, wz, axis = _weight_qparams(weight)
+    if axis not in (None, 0):
+        raise ExportError(f"{h}: per-channel linear weight on axis {axis}; expected axis 0")
+    if bias is not None:
+        bq, bscale = _int32_bias(np.asarray(bias, F32), xv.scale, ws)
+    nd = len(xv.shape)
+    if b.form == "qdq":
+        xf = b.dq(xv, h + "_x")
+        wf = b.node("DequantizeLinear", [b.const(h + "_w", wd), b.const(h + "_w_scale", ws),
+                                         b.const(h + "_w_zp", wz)], hint=h + "_w_dq",
+                    **({"axis": 0} if axis is not None else {}))
+        if bias is not None:
+            bf = b.node("DequantizeLinear", [
+                b.const(h + "_b", bq), b.const(h + "_b_scale", bscale if axis is not None
+                                               else bscale[:1].reshape(())),
+                b.const(h + "_b_zp", np.zeros(bq.shape if axis is not None else (), np.int32))],
+                hint=h + "_b_dq", **({"axis": 0} if axis is not None else {}))
+        if nd == 2:
+            y = b.node("Gemm", [xf, wf] + ([bf] if bias is not None else []), hint=h, transB=1)
+        else:
+            wt = b.node("Transpose", [wf], hint=h + "_wT", perm=[1, 0])
+            y = b.node("MatMul", [xf, wt], hint=h)
+            if bias is not None:
+                y = b.node("Add", [y, bf], hint=h + "_bias")
+        if relu:
+            y = b.node("Relu", [y], hint=h + "_relu")
+        return b.q(y, out, h)
+    # QOperator: com.microsoft QGemm carries the int32 bias (QLinearMatMul has none).
+    xin = xv.name
+    if nd != 2:
+        xin = b.node("Reshape", [xin, b.const(h + "_shape2d", np.array([-1, xv.shape[-1]],
+                                                                        np.int64))], hint=h)
+    ins = [xin] + b.qparams(xv, h + "_x") + [
+        b.const(h + "_w", wd), b.const(h + "_w_scale", ws), b.const(h + "_w_zp", wz),
+        b.const(h + "_b", bq) if bias is not None else ""] + b.out_qparams(out, h)
+    y = b.node("QGemm", ins, hint=h, domain=MS, transB=1)
+    if nd != 2:
+        y = b.node("Reshape", [y, b.const(h + "_shape", np.array((-1,) + tuple(out.shape[1:]),
+                                                                  np.int64))], hint=h)
+    if relu:
+        y = b.clip_q(y, out, int(out.q_zero_point()), None, h)
+    return _bind(b, y, out)
+
+
+# float op in QDQ form: (onnx op, attrs from params)
+def _float_unary(kind, params):
+    if kind == "relu":
+        return [("Relu", {}, [])]
+    if kind in ("relu6", "hardtanh", "clamp"):
+        lo, hi = params
+        return [("Clip", {}, [("lo", lo), ("hi", hi)])]
+    if kind == "hardswish":
+        return [("HardSwish", {}, [])]
+    if kind == "hardsigmoid":
+        return [("HardSigmoid", {"alpha": 1.0 / 6.0, "beta": 0.5}, [])]
+    if kind == "elu":
+        return [("Elu", {"alpha": float(params[0])}, [])]
+    if kind == "leaky_relu":
+        return [("LeakyRelu", {"alpha": float(params[0])}, [])]
+    if kind == "sigmoid":
+        return [("Sigmoid", {}, [])]
+    if kind == "tanh":
+        return [("Tanh", {}, [])]
+    raise ExportError(f"no ONNX form for {kind}")
+
+
+def emit_unary(b, rec, x, out, kind, params=()):
+    h = rec.label
+    xv = b.get(x, h)
+    if not xv.q:
+        return _float_chain(b, h, xv, out, kind, params)
+    if b.form == "qoperator":
+        same = (float(out.q_scale()) == xv.scale and int(out.q_zero_point()) == xv.zp)
+        if kind in ("relu", "relu6", "hardtanh", "clamp") and same:
+            # max(q, q(lo)) / min(q, q(hi)): the integer-domain clamp of PyTorch (§5), with
+            # the bounds quantized as PyTorch's Q_leg does.
+            lo, hi = (0.0, None) if kind == "relu" else params
+            y = b.clip_q(xv.name, out, _q_bound(lo, xv), _q_bound(hi, xv), h)
+            return _bind(b, y, out)
+        if kind == "leaky_relu":
+            y = b.node("QLinearLeakyRelu", [xv.name] + b.qparams(xv, h + "_x")
+                       + b.out_qparams(out, h), hint=h, domain=MS, alpha=float(params[0]))
+            return _bind(b, y, out)
+        if kind == "sigmoid":
+            y = b.node("QLinearSigmoid", [xv.name] + b.qparams(xv, h + "_x")
+                       + b.out_qparams(out, h), hint=h, domain=MS)
+            return _bind(b, y, out)
+    xf = b.dq(xv, h + "_x")
+    y = _float_ops(b, h, xf, kind, params)
+    return b.q(y, out, h)
+
+
+def _q_bound(v, xv):
+    if v is None or not np.isfinite(v):
+        if v is None:
+            return None
+        info = np.iinfo(xv.dtype)
+        return info.min if v < 0 else info.max
+    info = np.iinfo(xv.dtype)
+    t = F32(F32(v) * F32(1.0 / F32(xv.scale)))
+    return int(np.clip(np.rint(F32(t + F32(xv.zp))), info.min, info.max))
+
+
+def _float_ops(b, h, xf, kind, params):
+    y = xf
+    for op, attrs, consts in _float_unary(kind, params):
+        ins = [y] + [b.const(f"{h}_{cn}", np.array(-np.inf if cv is None and cn == "lo" else
+                                                   np.inf if cv is None else cv, F32))
+                     for cn, cv in consts]
+        y = b.node(op, ins, hint=h, **attrs)
+    return y
+
+
+def _float_chain(b, h, xv, out, kind, params):
+    y = _float_ops(b, h, xv.name, kind, params)
+    val = _Val(y, np.shape(out))
+    b.bind(out, val)
+    return val
+
+
+def _pool_attrs(n, kernel_size, stride, padding, ceil_mode, dilation=None):
+    k = _tuple(kernel_size, n)
+    s = _tuple(stride if stride not in (None, (), []) else kernel_size, n)
+    p = _tuple(padding, n)
+    attrs = dict(kernel_shape=list(k), strides=list(s), pads=list(p) * 2,
+                 ceil_mode=int(bool(ceil_mode)))
+    if dilation is not None and any(d != 1 for d in _tuple(dilation, n)):
+        attrs["dilations"] = list(_tuple(dilation, n))
+    return attrs
+
+
+def emit_maxpool(b, rec, x, out, n, kernel_size, stride, padding, dilation, ceil_mode):
+    h = rec.label
+    xv = b.get(x, h)
+    attrs = _pool_attrs(n, kernel_size, stride, padding, ceil_mode, dilation)
+    if b.form == "qoperator" or not xv.q:
+        # The max of integers is exact: MaxPool runs on the uint8/int8 tensor itself.
+        y = b.node("MaxPool", [xv.name], hint=h, **attrs)
+        return _bind(b, y, out) if xv.q else _set_float(b, y, out)
+    y = b.node("MaxPool", [b.dq(xv, h + "_x")], hint=h, **attrs)
+    return b.q(y, out, h)
+
+
+def _set_float(b, name, out):
+    val = _Val(name, np.shape(out))
+    b.bind(out, val)
+    return val
+
+
+def emit_avgpool(b, rec, x, out, n, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                 divisor_override):
+    h = rec.label
+    if divisor_override is not None:
+        raise ExportError(f"{h}: avg_pool with divisor_override has no ONNX form")
+    xv = b.get(x, h)
+    attrs = _pool_attrs(n, kernel_size, stride, padding, ceil_mode)
+    attrs["count_include_pad"] = int(bool(count_include_pad))
+    if b.form == "qoperator" and xv.q:
+        y = b.node("QLinearAveragePool", [xv.name] + b.qparams(xv, h + "_x")
+                   + b.out_qparams(out, h), hint=h, domain=MS, **attrs)
+        return _bind(b, y, out)
+    if not xv.q:
+        return _set_float(b, b.node("AveragePool", [xv.name], hint=h, **attrs), out)
+    y = b.node("AveragePool", [b.dq(xv, h + "_x")], hint=h, **attrs)
+    return b.q(y, out, h)
+
+
+def emit_adaptive(b, rec, x, out):
+    h = rec.label
+    xv = b.get(x, h)
+    in_sp, out_sp = xv.shape[2:], tuple(np.shape(out)[2:])
+    if all(o == 1 for o in out_sp):
+        if b.form == "qoperator" and xv.q:
+            y = b.node("QLinearGlobalAveragePool", [xv.name] + b.qparams(xv, h + "_x")
+                       + b.out_qparams(out, h), hint=h, domain=MS, channels_last=0)
+            return _bind(b, y, out)
+        op, attrs = "GlobalAveragePool", {}
+    elif all(i % o == 0 for i, o in zip(in_sp, out_sp)):
+        k = [i // o for i, o in zip(in_sp, out_sp)]
+        op, attrs = "AveragePool", dict(kernel_shape=k, strides=k)
+        if b.form == "qoperator" and xv.q:
+            y = b.node("QLinearAveragePool", [xv.name] + b.qparams(xv, h + "_x")
+                       + b.out_qparams(out, h), hint=h, domain=MS, **attrs)
+            return _bind(b, y, out)
+    else:
+        raise ExportError(f"{h}: adaptive average pooling from {in_sp} to {out_sp} has uneven "
+                          f"windows, which ONNX pooling cannot express")
+    if not xv.q:
+        return _set_float(b, b.node(op, [xv.name], hint=h, **attrs), out)
+    y = b.node(op, [b.dq(xv, h + "_x")], hint=h, **attrs)
+    return b.q(y, out, h)
+
+
+def emit_batchnorm(b, rec, x, out, mean, var, weight, bias, eps, relu):
+    h = rec.label
+    xv = b.get(x, h)
+    c = np.shape(mean)[0]
+    w = np.ones(c, F32) if weight is None else np.asarray(weight, F32)
+    bb = np.zeros(c, F32) if bias is None else np.asarray(bias, F32)
+    ins = [b.const(h + "_gamma", w), b.const(h + "_beta", bb),
+           b.const(h + "_mean", np.asarray(mean, F32)), b.const(h + "_var", np.asarray(var, F32))]
+    y = b.node("BatchNormalization", [b.dq(xv, h + "_x")] + ins, hint=h, epsilon=float(eps))
+    if relu:
+        y = b.node("Relu", [y], hint=h + "_relu")
+    return b.q(y, out, h)
+
+
+def emit_binary(b, rec, a, c, out, kind, relu):
+    h = rec.label
+    av, cv = b.get(a, h), b.get(c, h)
+    if not (av.q and cv.q):
+        raise ExportError(f"{h}: quantized {kind} of a float tensor")
+    if b.form == "qoperator":
+        op = {"add": "QLinearAdd", "mul": "QLinearMul"}[kind]
+        y = b.node(op, [av.name] + b.qparams(av, h + "_a") + [cv.name] + b.qparams(cv, h + "_b")
+                   + b.out_qparams(out, h), hint=h, domain=MS)
+        if relu:
+            y = b.clip_q(y, out, int(out.q_zero_point()), None, h)
+        return _bind(b, y, out)
+    y = b.node({"add": "Add", "mul": "Mul"}[kind], [b.dq(av, h + "_a"), b.dq(cv, h + "_b")],
+               hint=h)
+    if relu:
+        y = b.node("Relu", [y], hint=h + "_relu")
+    return b.q(y, out, h)
+
+
+def emit_scalar(b, rec, a, scalar, out, kind):
+    h = rec.label
+    av = b.get(a, h)
+    op = {"add": "Add", "mul": "Mul"}[kind]
+    y = b.node(op, [b.dq(av, h + "_a"), b.const(h + "_c", np.array(scalar, F32))], hint=h)
+    return b.q(y, out, h)
+
+
+def emit_cat(b, rec, xs, out, dim):
+    h = rec.label
+    vs = [b.get(x, h) for x in xs]
+    if not isinstance(out, QTensor):
+        y = b.node("Concat", [v.name for v in vs], hint=h, axis=int(dim))
+        return _set_float(b, y, out)
+    if b.form == "qoperator":
+        ins = b.out_qparams(out, h)
+        for i, v in enumerate(vs):
+            ins += [v.name] + b.qparams(v, f"{h}_x{i}")
+        y = b.node("QLinearConcat", ins, hint=h, domain=MS, axis=int(dim))
+        return _bind(b, y, out)
+    y = b.node("Concat", [b.dq(v, f"{h}_x{i}") for i, v in enumerate(vs)], hint=h,
+               axis=int(dim))
+    return b.q(y, out, h)
+
+
+def emit_reshape(b, rec, x, out):
+    h = rec.label
+    xv = b.get(x, h)
+    shape = list(np.shape(out))
+    # A leading dimension equal to the input's is written as 0 (copy): the batch size of the
+    # exported graph stays free.
+    if shape and xv.shape and shape[0] == xv.shape[0]:
+        shape[0] = 0
+    y = b.node("Reshape", [xv.name, b.const(h + "_shape", np.array(shape, np.int64))], hint=h)
+    if xv.q:
+        return _bind(b, y, out)
+    return _set_float(b, y, out)
+
+
+def emit_identity(b, rec, x, out):
+    v = b.get(x, rec.label)
+    b.bind(out, v)
+    return v
+
+
+def emit_resize(b, rec, x, out, mode, align_corners):
+    h = rec.label
+    xv = b.get(x, h)
+    in_sp, out_sp = xv.shape[2:], tuple(np.shape(out)[2:])
+    scales = np.array([1.0, 1.0] + [o / i for i, o in zip(in_sp, out_sp)], F32)
+    roi = ""
+    if mode == "nearest":
+        attrs = dict(mode="nearest", coordinate_transformation_mode="asymmetric",
+                     nearest_mode="floor")
+    elif mode == "nearest-exact":
+        attrs = dict(mode="nearest", coordinate_transformation_mode="half_pixel",
+                     nearest_mode="round_prefer_ceil")
+    elif mode in ("bilinear", "linear", "trilinear"):
+        attrs = dict(mode="linear", coordinate_transformation_mode="align_corners"
+                     if align_corners else "pytorch_half_pixel")
+    else:
+        raise ExportError(f"{h}: interpolate mode {mode!r} has no ONNX Resize form")
+    if any(o % i for i, o in zip(in_sp, out_sp)) and mode.startswith("nearest"):
+        # PyTorch's nearest uses the scale in_size/out_size; Resize with `scales` uses its
+        # inverse, which differs for non-integer ratios: give the sizes instead.
+        sizes = b.const(h + "_sizes", np.array(np.shape(out), np.int64))
+        extra = [roi, "", sizes]
+    else:
+        extra = [roi, b.const(h + "_scales", scales)]
+    if mode.startswith("nearest") or not xv.q:
+        y = b.node("Resize", [xv.name] + extra, hint=h, **attrs)
+        return _bind(b, y, out) if xv.q else _set_float(b, y, out)
+    y = b.node("Resize", [b.dq(xv, h + "_x")] + extra, hint=h, **attrs)
+    return b.q(y, out, h)
+
+
+def emit_dynamic_linear(b, rec, x, out, weight, bias, relu, reduce_range=True):
+    """PyTorch's dynamic linear (§10) in float and integer ONNX ops.
+
+    min/max over the whole input (with 0), scale = (max - min) / 127 (reduce_range) or / 255,
+    zero point from the min, QuantizeLinear, MatMulInteger, then acc * (x_scale * w_scale)
+    + bias. PyTorch computes the scale in double and picks the zero point from the min or the
+    max, whichever has the smaller error; here both are float32 and from the min.
+    """
+    h = rec.label
+    xv = b.get(x, h)
+    if xv.q:
+        raise ExportError(f"{h}: dynamic linear expects a float input")
+    wd, ws, wz, axis = _weight_qparams(weight)
+    if np.any(wz != 0):
+        raise ExportError(f"{h}: dynamic linear weight with nonzero zero points")
+    qmax = 127.0 if reduce_range else 255.0
+    zero = b.const(h + "_zero", np.array(0.0, F32))
+    lo = b.node("Min", [b.node("ReduceMin", [xv.name], hint=h + "_min", keepdims=0), zero],
+                hint=h + "_min0")
+    hi = b.node("Max", [b.node("ReduceMax", [xv.name], hint=h + "_max", keepdims=0), zero],
+                hint=h + "_max0")
+    scale = b.node("Div", [b.node("Sub", [hi, lo], hint=h + "_range"),
+                           b.const(h + "_levels", np.array(qmax, F32))], hint=h + "_scale")
+    # a constant input (max == min == 0) gets PyTorch's scale 0.1
+    is0 = b.node("Equal", [scale, zero], hint=h + "_is0")
+    scale = b.node("Where", [is0, b.const(h + "_s01", np.array(0.1, F32)), scale],
+                   hint=h + "_scale_fix")
+    zpf = b.node("Clip", [b.node("Round", [b.node("Neg", [b.node("Div", [lo, scale],
+                                                                   hint=h + "_zpd")],
+                                                   hint=h + "_zpn")], hint=h + "_zpr"),
+                          zero, b.const(h + "_qmax", np.array(qmax, F32))], hint=h + "_zpc")
+    zp = b.node("Cast", [zpf], hint=h + "_zp", to=b.onnx.TensorProto.UINT8)
+    xq = b.node("QuantizeLinear", [xv.name, scale, zp], hint=h + "_xq")
+    acc = b.node("MatMulInteger", [xq, b.const(h + "_wT", np.ascontiguousarray(wd.T)), zp,
+                                   b.const(h + "_w_zp", np.zeros(wd.shape[0] if axis is not None
+                                                                 else (), np.int8))],
+                 hint=h + "_mm")
+    y = b.node("Mul", [b.node("Cast", [acc], hint=h + "_accf", to=b.onnx.TensorProto.FLOAT),
+                       b.node("Mul", [scale, b.const(h + "_w_scale", ws)], hint=h + "_xw")],
+               hint=h + "_deq")
+    if bias is not None:
+        y = b.node("Add", [y, b.const(h + "_b", np.asarray(bias, F32))], hint=h + "_bias")
+    if relu:
+        y = b.node("Relu", [y], hint=h + "_relu")
+    return _set_float(b, y, out)
+
+
+def emit_float_linear(b, rec, x, out, weight, bias, relu=False):
+    h = rec.label
+    xv = b.get(x, h)
+    if xv.q:
+        raise ExportError(f"{h}: a float Linear got a quantized input")
+    y = b.node("MatMul", [xv.name, b.const(h + "_wT", np.ascontiguousarray(
+        np.asarray(weight, F32).T))], hint=h)
+    if bias is not None:
+        y = b.node("Add", [y, b.const(h + "_b", np.asarray(bias, F32))], hint=h + "_bias")
+    if relu:
+        y = b.node("Relu", [y], hint=h + "_relu")
+    return _set_float(b, y, out)
+
+
+# -- dispatch: a traced step -> an emitter call ----------------------------------------------
+def _module_step(b, rec, mod, args, out):
+    """Emit a leaf module call; returns False if the module is not one the exporter knows."""
+    from qops.nn import _layers as fl
+    from qops.nn import module as nm
+    from qops.nn.quantized import _modules as nnq
+    from qops.nn.quantized import dynamic as nnqd
+    x = args[0] if args else None
+    relu = bool(getattr(mod, "_RELU", False))
+    if isinstance(mod, nnq.Quantize):
+        return emit_quantize(b, rec, x, out)
+    if isinstance(mod, nnq.DeQuantize):
+        return emit_dequantize(b, rec, x, out)
+    if isinstance(mod, nnq._ConvNd):
+        return emit_conv(b, rec, x, out, mod.weight(), mod.bias(), mod.stride, mod.padding,
+                         mod.dilation, mod.groups, relu, mod.padding_mode)
+    if isinstance(mod, nnqd.Linear):
+        if mod.dtype is not qint8:
+            w = mod.weight()
+            return emit_float_linear(b, rec, x, out, np.asarray(w, F32), mod.bias(), relu)
+        return emit_dynamic_linear(b, rec, x, out, mod.weight(), mod.bias(), relu)
+    if isinstance(mod, nnq.Linear):
+        return emit_linear(b, rec, x, out, mod.weight(), mod.bias(), relu)
+    if isinstance(mod, nnq._BatchNorm):
+        return emit_batchnorm(b, rec, x, out, mod.running_mean, mod.running_var, mod.weight,
+                              mod.bias, mod.eps, relu)
+    if isinstance(mod, nnq.Hardswish):
+        return emit_unary(b, rec, x, out, "hardswish")
+    if isinstance(mod, nnq.ELU):
+        return emit_unary(b, rec, x, out, "elu", (mod.alpha,))
+    if isinstance(mod, nnq.LeakyReLU):
+        return emit_unary(b, rec, x, out, "leaky_relu", (mod.negative_slope,))
+    if isinstance(mod, nnq.Sigmoid):
+        return emit_unary(b, rec, x, out, "sigmoid")
+    if isinstance(mod, (nnq.Tanh, fl.Tanh)):
+        return emit_unary(b, rec, x, out, "tanh")
+    if isinstance(mod, (nnq.ReLU6, fl.ReLU6)):
+        return emit_unary(b, rec, x, out, "relu6", (0.0, 6.0))
+    if isinstance(mod, fl.Hardtanh):
+        return emit_unary(b, rec, x, out, "hardtanh", (mod.min_val, mod.max_val))
+    if isinstance(mod, fl.ReLU):
+        return emit_unary(b, rec, x, out, "relu")
+    if isinstance(mod, fl.LeakyReLU):
+        return emit_unary(b, rec, x, out, "leaky_relu", (mod.negative_slope,))
+    if isinstance(mod, fl.Hardsigmoid):
+        return emit_unary(b, rec, x, out, "hardsigmoid")
+    if isinstance(mod, fl.Sigmoid):
+        return emit_unary(b, rec, x, out, "sigmoid")
+    if isinstance(mod, fl.ELU):
+        return emit_unary(b, rec, x, out, "elu", (mod.alpha,))
+    if isinstance(mod, fl.Hardswish):
+        return emit_unary(b, rec, x, out, "hardswish")
+    if isinstance(mod, fl._MaxPoolNd):
+        return emit_maxpool(b, rec, x, out, mod._NDIM, mod.kernel_size, mod.stride, mod.padding,
+                            mod.dilation, mod.ceil_mode)
+    if isinstance(mod, fl._AvgPoolNd):
+        return emit_avgpool(b, rec, x, out, mod._NDIM, mod.kernel_size, mod.stride, mod.padding,
+                            mod.ceil_mode, mod.count_include_pad, mod.divisor_override)
+    if isinstance(mod, fl._AdaptiveAvgPoolNd):
+        return emit_adaptive(b, rec, x, out)
+    if isinstance(mod, fl.Upsample):
+        return emit_resize(b, rec, x, out, mod.mode, mod.align_corners)
+    if isinstance(mod, nm.Flatten):
+        return emit_reshape(b, rec, x, out)
+    if isinstance(mod, (nm.Identity, nm.Dropout, nnq.Dropout)):
+        return emit_identity(b, rec, x, out)
+    if isinstance(mod, fl.Linear):
+        return emit_float_linear(b, rec, x, out, mod.weight, mod.bias)
+    return None
+
+
+_RESHAPES = ("flatten", "reshape", "view", "squeeze", "unsqueeze", "contiguous")
+
+
+def _bind_args(fname, args, kwargs):
+    import qops.functional as F
+    sig = inspect.signature(getattr(F, fname))
+    ba = sig.bind(*args, **kwargs)
+    ba.apply_defaults()
+    return ba.arguments
+
+
+def _function_step(b, rec, target, args, kwargs, out):
+    """Emit a graph function or tensor method node (qops.nn._graph FUNCTIONS / METHODS)."""
+    x = args[0] if args else None
+    t = target
+    if t in _RESHAPES:
+        return emit_reshape(b, rec, x, out)
+    if t in ("dropout", "contiguous"):
+        return emit_identity(b, rec, x, out)
+    if t == "dequantize":
+        return emit_dequantize(b, rec, x, out)
+    if t == "quantize_per_tensor":
+        return emit_quantize(b, rec, x, out)
+    if t in ("relu", "sigmoid", "tanh", "hardsigmoid"):
+        return emit_unary(b, rec, x, out, t)
+    if t == "relu6":
+        return emit_unary(b, rec, x, out, "relu6", (0.0, 6.0))
+    if t == "hardtanh":
+        a = {"min_val": -1.0, "max_val": 1.0}
+        a.update(dict(zip(("min_val", "max_val"), args[1:3])), **kwargs)
+        return emit_unary(b, rec, x, out, "hardtanh", (a["min_val"], a["max_val"]))
+    if t == "clamp":
+        a = {"min": None, "max": None}
+        a.update(dict(zip(("min", "max"), args[1:3])), **kwargs)
+        return emit_unary(b, rec, x, out, "clamp", (a["min"], a["max"]))
+    if t == "leaky_relu":
+        slope = args[1] if len(args) > 1 else kwargs.get("negative_slope", 0.01)
+        return emit_unary(b, rec, x, out, "leaky_relu", (slope,))
+    if t in ("quantized.hardswish", "hardswish"):
+        return emit_unary(b, rec, x, out, "hardswish")
+    if t.startswith("max_pool") or t.startswith("avg_pool"):
+        n = int(t[-2])
+        kind = t[:3]
+        a = _bind_args(f"{kind}_pool{n}d" if kind == "avg" or n != 1 else "max_pool1d",
+                       args, kwargs)
+        if kind == "max":
+            return emit_maxpool(b, rec, x, out, n, a["kernel_size"], a["stride"], a["padding"],
+                                a["dilation"], a["ceil_mode"])
+        return emit_avgpool(b, rec, x, out, n, a["kernel_size"], a["stride"], a["padding"],
+                            a["ceil_mode"], a["count_include_pad"], a.get("divisor_override"))
+    if t.startswith("adaptive_avg_pool") or (t == "mean" and _is_global_mean(x, args, kwargs)):
+        if t == "mean":
+            return _emit_mean(b, rec, x, out)
+        return emit_adaptive(b, rec, x, out)
+    if t == "interpolate":
+        a = _bind_args("interpolate", args, kwargs)
+        return emit_resize(b, rec, x, out, a["mode"], a["align_corners"])
+    if t == "cat":
+        dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+        return emit_cat(b, rec, list(args[0]), out, dim)
+    if t == "quantized.cat":
+        dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+        return emit_cat(b, rec, list(args[0]), out, dim)
+    for kind in ("add", "mul"):
+        if t in (f"quantized.{kind}", f"quantized.{kind}_relu"):
+            return emit_binary(b, rec, args[0], args[1], out, kind, t.endswith("_relu"))
+        if t == f"quantized.{kind}_scalar":
+            return emit_scalar(b, rec, args[0], args[1], out, kind)
+    if t in ("add", "torch.add", "mul", "torch.mul") and not isinstance(out, QTensor):
+        av, cv = b.get(args[0], rec.label), b.get(args[1], rec.label)
+        op = "Add" if t.endswith("add") else "Mul"
+        return _set_float(b, b.node(op, [av.name, cv.name], hint=rec.label), out)
+    if t == "linear" and not isinstance(out, QTensor):
+        return emit_float_linear(b, rec, x, out, args[1], args[2] if len(args) > 2 else
+                                 kwargs.get("bias"))
+    raise ExportError(f"{rec.label}: {t} has no ONNX export (yet)")
+
+
+def _is_global_mean(x, args, kwargs):
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    keep = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+    return isinstance(x, QTensor) and x.ndim == 4 and keep and \
+        sorted(d % 4 for d in (dim if isinstance(dim, (list, tuple)) else [dim])) == [2, 3]
+
+
+def _emit_mean(b, rec, x, out):
+    # x.mean((2, 3), keepdim=True) on an NCHW QTensor is a global average pool.
+    return emit_adaptive(b, rec, x, out)
+
+
+# -- tracing -------------------------------------------------------------------------------
+class _Tracer:
+    """Runs the model once, emitting each traced step as it happens."""
+
+    def __init__(self, builder, model):
+        self.b, self.model = builder, model
+
+    def step(self, label, kind, fn):
+        rec = Record(label, kind, [])
+        self.b.records.append(rec)
+        prev, self.b.rec = self.b.rec, rec
+        try:
+            fn(rec)
+        finally:
+            self.b.rec = prev
+        return rec
+
+    def _inputs_of(self, rec, values):
+        for v in values:
+            if isinstance(v, (QTensor, np.ndarray)) and id(v) in self.b.vals:
+                rec.inputs.append((self.b.vals[id(v)], v))
+
+    def _finish(self, rec, out):
+        for o in (out if isinstance(out, (tuple, list)) else [out]):
+            if isinstance(o, (QTensor, np.ndarray)) and id(o) in self.b.vals:
+                rec.outputs.append((self.b.vals[id(o)], o))
+
+    def module_call(self, path, mod, args, out):
+        def run(rec):
+            self._inputs_of(rec, args)
+            r = _module_step(self.b, rec, mod, args, out)
+            if r is None:
+                raise ExportError(f"module {path!r} ({type(mod).__name__}) has no ONNX export")
+            self._finish(rec, out)
+        self.step(path, type(mod).__name__, run)
+
+    def function_call(self, label, target, args, kwargs, out):
+        flat = []
+        for a in list(args) + list(kwargs.values()):
+            flat.extend(a if isinstance(a, (list, tuple)) else [a])
+        tensors_in = [a for a in flat if isinstance(a, (QTensor, np.ndarray))]
+        if not isinstance(out, (QTensor, np.ndarray)):
+            if isinstance(out, (tuple, list)) and any(isinstance(o, (QTensor, np.ndarray))
+                                                      for o in out):
+                raise ExportError(f"{label}: {target} returning several tensors has no ONNX "
+                                  f"export (yet)")
+            return          # sizes, shapes and other Python values: no ONNX node
+        if not tensors_in:
+            raise ExportError(f"{label}: {target} makes a tensor from no tensor input")
+
+        def run(rec):
+            self._inputs_of(rec, tensors_in)
+            _function_step(self.b, rec, target, args, kwargs, out)
+            self._finish(rec, out)
+        self.step(label, target, run)
+
+
+def _is_leaf(mod):
+    from qops.nn._graph import GraphModule
+    return not isinstance(mod, GraphModule) and not mod._modules
+
+
+def _trace(b, model, args):
+    """Run `model(*args)` recording every step; returns the output."""
+    from qops.nn._graph import GraphModule
+    from qops.nn.quantized._modules import QFunctional
+    tr = _Tracer(b, model)
+    handles, patched = [], []
+    qf_paths = [p for p, m in model.named_modules() if isinstance(m, QFunctional)]
+    for path, m in model.named_modules():
+        if any(path.startswith(p + ".") for p in qf_paths):
+            continue    # a QFunctional's own observer slot: the wrapped method records it
+        if isinstance(m, QFunctional):
+            for meth in ("add", "mul", "cat", "add_relu", "mul_relu", "add_scalar",
+                         "mul_scalar"):
+                m.__dict__[meth] = _wrap_qfunc(tr, path or "qfunctional", m, meth)
+            patched.append(m)
+        elif _is_leaf(m) and m is not model:
+            handles.append(m.register_forward_hook(
+                lambda mod, a, out, path=path: tr.module_call(path, mod, a, out)))
+    if _is_leaf(model) and not isinstance(model, GraphModule):
+        handles.append(model.register_forward_hook(
+            lambda mod, a, out: tr.module_call(type(model).__name__, mod, a, out)))
+    try:
+        if isinstance(model, GraphModule):
+            return _run_graph(tr, model, args)
+        return model(*args)
+    finally:
+        for h in handles:
+            h.remove()
+        for m in patched:
+            for meth in ("add", "mul", "cat", "add_relu", "mul_relu", "add_scalar",
+                         "mul_scalar"):
+                m.__dict__.pop(meth, None)
+
+
+def _wrap_qfunc(tr, path, mod, meth):
+    fn = getattr(type(mod), meth)
+
+    def call(*args, **kwargs):
+        out = fn(mod, *args, **kwargs)
+        tr.function_call(f"{path}.{meth}", f"quantized.{meth}", args, kwargs, out)
+        return out
+    return call
+
+
+def _run_graph(tr, gm, args):
+    """GraphModule.forward, one node at a time, each tensor-valued node traced."""
+    from qops.nn._graph import FUNCTIONS, METHODS, _walk
+    env = {}
+    inputs = [n for n in gm.nodes if n.op == "input"]
+    for k, node in enumerate(inputs):
+        env[node.name] = args[k] if k < len(args) else node.args[0]
+    for node in gm.nodes:
+        if node.op == "input":
+            continue
+
+        def val(x):
+            return _walk(x, lambda r: env[r.name])
+        a = [val(x) for x in node.args]
+        kw = {k: val(v) for k, v in node.kwargs.items()}
+        if node.op == "output":
+            return a[0]
+        label = node.name
+        if node.op == "module":
+            env[node.name] = gm.get_submodule(node.target)(*a, **kw)
+        elif node.op == "module_method":
+            # QFunctional methods are wrapped by _trace and record themselves.
+            env[node.name] = getattr(gm.get_submodule(node.target[0]), node.target[1])(*a, **kw)
+        elif node.op == "function":
+            out = FUNCTIONS[node.target](*a, **kw)
+            env[node.name] = out
+            if node.target != "getitem":
+                tr.function_call(label, node.target, a, kw, out)
+            elif isinstance(out, (QTensor, np.ndarray)) and id(out) not in tr.b.vals:
+                raise ExportError(f"{label}: indexing a tensor has no ONNX export (yet)")
+        elif node.op == "method":
+            out = METHODS[node.target](*a, **kw)
+            env[node.name] = out
+            tr.function_call(label, node.target, a, kw, out)
+        else:
+            raise ExportError(f"{label}: graph attributes (constants) have no ONNX export (yet)")
+    raise ExportError("graph has no output node")
+
+
+def build(model, args, form="qdq", opset_version=17, input_names=None, output_names=None):
+    """Trace `model` on `args`; returns (onnx ModelProto, builder with records, outputs)."""
+    if not isinstance(args, tuple):
+        args = (args,)
+    b = _Builder(form, opset_version)
+    helper, onnx = b.helper, b.onnx
+    graph_inputs = []
+    for i, a in enumerate(args):
+        if isinstance(a, QTensor) or not isinstance(a, np.ndarray) or a.dtype != F32:
+            raise TypeError(f"args[{i}] must be a float32 numpy array (the model's float input);"
+                            f" got {type(a).__name__}")
+        name = input_names[i] if input_names and i < len(input_names) else \
+            ("input" if len(args) == 1 else f"input_{i}")
+        b.used.add(name)
+        b.bind(a, _Val(name, a.shape))
+        dims = ["N"] + list(a.shape[1:]) if a.ndim else []
+        graph_inputs.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, dims))
+    out = _trace(b, model, args)
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    graph_outputs, scales = [], []
+    for i, o in enumerate(outs):
+        v = b.get(o, f"output {i}")
+        want = output_names[i] if output_names and i < len(output_names) else \
+            ("output" if len(outs) == 1 else f"output_{i}")
+        b.rec = None
+        b.used.add(want)
+        b.nodes.append(helper.make_node("Identity", [v.name], [want], name=f"{want}_id"))
+        elem = onnx.TensorProto.FLOAT if not v.q else \
+            helper.np_dtype_to_tensor_dtype(np.dtype(v.dtype))
+        dims = ["N"] + list(v.shape[1:]) if v.shape else []
+        graph_outputs.append(helper.make_tensor_value_info(want, elem, dims))
+        scales.append(_output_scale(b, o))
+    graph = helper.make_graph(b.nodes, type(model).__name__, graph_inputs, graph_outputs,
+                              initializer=b.inits)
+    opsets = [helper.make_opsetid("", b.opset)]
+    if b.uses_ms:
+        opsets.append(helper.make_opsetid(MS, 1))
+    m = helper.make_model(graph, opset_imports=opsets, producer_name="qops",
+                          ir_version=_ir_version(helper, b.opset))
+    helper.set_model_props(m, {"qops.form": form,
+                               "qops.output_steps": ",".join(repr(s) for s in scales)})
+    return m, b, outs
+
+
+def _ir_version(helper, opset):
+    # The oldest IR version that holds the opset: what older runtimes still read.
+    return helper.find_min_ir_version_for([helper.make_opsetid("", opset)])
+
+
+def _output_scale(b, o):
+    """The quantization step of an output: its own scale, or that of the tensor it dequantizes."""
+    if isinstance(o, QTensor):
+        return float(o.q_scale())
+    for rec in reversed(b.records):
+        for v, value in rec.outputs:
+            if value is o:
+                for iv, _ in rec.inputs:
+                    if iv.q and rec.kind in ("DeQuantize", "dequantize"):
+                        return iv.scale
+    return 0.0
+
+
+def export(model, args, f, opset_version=17, form="qdq", input_names=None, output_names=None):
+    """Export a qops quantized model to ONNX (traced on example inputs, like torch.onnx.export).
+
+    Parameters
+    ----------
+    model : a qops model: Sequential or custom eager model of qops.nn modules, a GraphModule,
+        quantized (static or dynamic), fused, with float parts
+    args : float32 array, or tuple of them: example inputs (the batch size stays free)
+    f : path (str or os.PathLike) or a binary file object to write the model to
+    opset_version : ONNX opset (>= 13)
+    form : "qdq" (QuantizeLinear / DequantizeLinear around float ops) or "qoperator"
+        (QLinearConv, com.microsoft QGemm / QLinearAdd / QLinearMul / QLinearConcat /
+        QLinearAveragePool / QLinearGlobalAveragePool / QLinearLeakyRelu / QLinearSigmoid)
+    input_names, output_names : lists of names for the graph inputs and outputs
+
+    Returns the onnx.ModelProto written. Raises ExportError naming the module or graph node
+    that has no faithful ONNX form.
+    """
+    import onnx
+    m, _, _ = build(model, args, form, opset_version, input_names, output_names)
+    onnx.checker.check_model(m)
+    if hasattr(f, "write"):
+        f.write(m.SerializeToString())
+    else:
+        onnx.save(m, f)
+    return m
