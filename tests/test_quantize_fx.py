@@ -6,6 +6,14 @@ through qops' (on the model captured by qops.nn.from_torch). Observers see float
 sums qops orders differently from oneDNN, so a scale may differ in its last few ulp (as in
 eager mode, tests/test_quantization_parity.py) and an output then by one step; the graph, the
 quantized modules and the zero points are the same.
+
+Measured (torch 2.13.0+cpu, AVX2 Zen 3), max over the 8 plain-torch models (+ the fixed-qparams
+one): with PyTorch's default x86 mapping (HistogramObserver activations) scales differ by at
+most 2.3e-7 relative (fed the same values qops' HistogramObserver is bit-exact; the float layers
+feeding it sum in another order), zero points never, and 99.8% of outputs are bit-exact, the
+rest one step off (inverted_residual). QAT (prepare_qat_fx, get_default_qat_qconfig_mapping,
+two training-mode batches, no optimizer step): scales within 2.2e-7, zero points equal, outputs
+bit-exact except inverted_residual (99.6%, one step).
 """
 import copy
 
@@ -34,37 +42,51 @@ def _mappings(torch):
     return theirs, ours
 
 
-def _both(torch, name):
-    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
-    m = _model(name)
+def _both(torch, name, how="minmax"):
+    """PyTorch's and qops' converted models and an input; `how` is "minmax" (the x86 mapping
+    with min/max activation observers), "default" (get_default_qconfig_mapping("x86"), the
+    histogram observers) or "qat" (prepare_qat_fx with get_default_qat_qconfig_mapping("x86"),
+    two batches in training mode: fake quantizers and batch norms update, no optimizer)."""
+    tq_ = torch.ao.quantization
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx, prepare_qat_fx
+    m = _model(name) if isinstance(name, str) else name
     x = _data(torch, 1, seed=9)[0]
     calib = _data(torch, 2)
-    theirs_map, ours_map = _mappings(torch)
-    p = prepare_fx(copy.deepcopy(m), theirs_map, (x,))
+    if how == "minmax":
+        theirs_map, ours_map = _mappings(torch)
+    elif how == "default":
+        theirs_map = tq_.get_default_qconfig_mapping("x86")
+        ours_map = qfx.get_default_qconfig_mapping("x86")
+    else:
+        theirs_map = tq_.get_default_qat_qconfig_mapping("x86")
+        ours_map = qfx.get_default_qat_qconfig_mapping("x86")
+    m.train(how == "qat")
+    prep, our_prep = (prepare_qat_fx, qfx.prepare_qat_fx) if how == "qat" else (
+        prepare_fx, qfx.prepare_fx)
+    p = prep(copy.deepcopy(m), theirs_map, (x,))
     with torch.no_grad():
         for c in calib:
             p(c)
     tq = convert_fx(p)
-    gp = qfx.prepare_fx(qnn.from_torch(m), ours_map, (x.numpy(),))
+    gp = our_prep(qnn.from_torch(m).train(how == "qat"), ours_map, (x.numpy(),))
     for c in calib:
         gp(c.numpy())
     return tq, qfx.convert_fx(gp), x
 
 
-@pytest.mark.parametrize("name", FLOAT)
-def test_prepare_convert_fx_match_torch(name):
-    torch = torch_or_skip()
-    tq, gq, x = _both(torch, name)
+def _compare(torch, tq, gq, x):
+    """(max relative scale difference, max zero-point difference, share of bit-exact outputs,
+    max output difference in steps) over every quantized module and quantize node."""
     theirs = {n: (float(m.scale), int(m.zero_point)) for n, m in tq.named_modules()
               if hasattr(m, "scale") and not callable(m.scale)}
     ours = dict(gq.named_modules())
+    rel, zpd = [0.0], [0]
     for n, (s, z) in theirs.items():
         assert n in ours, f"{n}: PyTorch quantized it, qops has no module there"
         mine = ours[n]
         assert type(mine).__name__ == type(tq.get_submodule(n)).__name__, n
-        assert int(np.asarray(mine.zero_point).ravel()[0]) == z, n
-        np.testing.assert_allclose(float(np.asarray(mine.scale).ravel()[0]), s,
-                                   rtol=SCALE_RTOL, err_msg=n)
+        zpd.append(abs(int(np.asarray(mine.zero_point).ravel()[0]) - z))
+        rel.append(abs(float(np.asarray(mine.scale).ravel()[0]) - s) / s)
     # qparams of the quantize nodes PyTorch keeps as buffers (inputs, adds, muls, ...)
     their_q = sorted(float(b) for n, b in tq.named_buffers() if n.endswith("scale_0")
                      or "_scale_" in n)
@@ -74,12 +96,63 @@ def test_prepare_convert_fx_match_torch(name):
                        "quantize_per_tensor", "quantized.add", "quantized.add_relu",
                        "quantized.mul", "quantized.mul_relu", "quantized.hardswish"))
     assert len(their_q) == len(our_q)
-    np.testing.assert_allclose(our_q, their_q, rtol=SCALE_RTOL)
+    rel += [abs(a - b) / b for a, b in zip(our_q, their_q)]
     with torch.no_grad():
         want = tq(x).numpy()
     got = gq(x.numpy())
-    step = max([s for s, _ in theirs.values()] + their_q)
-    assert np.abs(got - want).max() <= step * 1.0001
+    step = np.diff(np.unique(want)).min()        # the output's scale
+    d = np.abs(got - want) / step
+    return max(rel), max(zpd), float(np.mean(d < 1e-3)), float(d.max())
+
+
+@pytest.mark.parametrize("name", FLOAT)
+def test_prepare_convert_fx_match_torch(name):
+    torch = torch_or_skip()
+    rel, zpd, exact, steps = _compare(torch, *_both(torch, name))
+    assert rel <= SCALE_RTOL and zpd == 0
+    assert exact >= 0.998 and steps <= 1.0001
+
+
+@pytest.mark.parametrize("name", FLOAT + ["gates"])
+def test_default_histogram_mapping_matches_torch(name):
+    # PyTorch's default mapping as is: HistogramObserver activations, fixed qparams for
+    # sigmoid/hardsigmoid/tanh
+    torch = torch_or_skip()
+    m = _gates(torch) if name == "gates" else name
+    rel, zpd, exact, steps = _compare(torch, *_both(torch, m, "default"))
+    assert rel <= SCALE_RTOL and zpd == 0
+    assert exact >= 0.998 and steps <= 1.0001
+
+
+@pytest.mark.parametrize("name", FLOAT + ["gates"])
+def test_prepare_qat_fx_convert_fx_match_torch(name):
+    torch = torch_or_skip()
+    m = _gates(torch) if name == "gates" else name
+    rel, zpd, exact, steps = _compare(torch, *_both(torch, m, "qat"))
+    assert rel <= SCALE_RTOL and zpd == 0
+    assert exact >= 0.996 and steps <= 1.0001
+
+
+def _gates(torch):
+    """A conv feeding every fixed-qparams op of PyTorch's mapping as module, function and
+    method (softmax aside: qops has no quantized softmax)."""
+    nn, TF = torch.nn, torch.nn.functional
+
+    class Gates(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+            self.sig, self.tanh, self.hs = nn.Sigmoid(), nn.Tanh(), nn.Hardsigmoid()
+
+        def forward(self, x):
+            y = self.conv(x)
+            a = self.sig(y) + torch.tanh(y)
+            b = y.sigmoid() * self.tanh(y)
+            c = TF.hardsigmoid(y) + y.tanh()
+            return torch.cat([a, b, self.hs(c)], 1)
+
+    torch.manual_seed(0)
+    return Gates()
 
 
 def test_graph_mode_fuses_observes_and_prints():
@@ -134,7 +207,9 @@ def test_quantize_jit_and_errors():
         qfx.prepare_fx(qnn.ReLU(), qfx.get_default_qconfig_mapping(), (x,))
     with pytest.raises(ValueError, match="not prepared"):
         qfx.convert_fx(qnn.from_torch(m))
-    with pytest.raises(NotImplementedError, match="prepare_qat"):
-        qfx.prepare_qat_fx(qnn.from_torch(m), qfx.get_default_qconfig_mapping(), (x,))
+    with pytest.raises(ValueError, match="eval mode"):
+        qfx.prepare_qat_fx(qnn.from_torch(m), qfx.get_default_qat_qconfig_mapping(), (x,))
+    with pytest.raises(ValueError, match="training mode"):
+        qfx.prepare_fx(qnn.from_torch(m).train(), qfx.get_default_qconfig_mapping(), (x,))
     d = qq.quantize_dynamic_jit(qnn.from_torch(_model("mlp")))
     assert type(d.fc1).__name__ == "Linear" and "dynamic" in type(d.fc1).__module__

@@ -85,30 +85,39 @@ class QConfigMapping:
                 f"module_names={len(self.module_name_qconfigs)})")
 
 
-def _fixed(kind):
+def _fixed(kind, is_qat=False):
+    from qops.quantization import fake_quantize as fq
     from qops.quantization import observer as obs
     from qops.quantization.qconfig import QConfig
     act = (obs.default_fixed_qparams_range_neg1to1_observer if kind == "neg1to1"
            else obs.default_fixed_qparams_range_0to1_observer)
+    if is_qat:
+        # PyTorch's QAT mapping: the same fixed qparams, applied by a fake quantizer
+        return QConfig(activation=fq.FixedQParamsFakeQuantize.with_args(observer=act),
+                       weight=fq.default_weight_fake_quant)
     return QConfig(activation=act, weight=obs.default_weight_observer)
+
+
+def _default_mapping(qconfig, is_qat):
+    m = QConfigMapping().set_global(qconfig)
+    zero_one, neg_one = _fixed("0to1", is_qat), _fixed("neg1to1", is_qat)
+    for kind in (fl.Hardsigmoid, "hardsigmoid", fl.Sigmoid, "sigmoid"):
+        m.set_object_type(kind, zero_one)
+    for kind in (fl.Tanh, "tanh"):
+        m.set_object_type(kind, neg_one)
+    return m
 
 
 def get_default_qconfig_mapping(backend="x86", version=0):
     """PyTorch's default mapping: the backend's qconfig, fixed qparams for sigmoid/tanh."""
     from qops.quantization.qconfig import get_default_qconfig
-    m = QConfigMapping().set_global(get_default_qconfig(backend, version))
-    for kind in (fl.Hardsigmoid, "hardsigmoid", fl.Sigmoid, "sigmoid"):
-        m.set_object_type(kind, _fixed("0to1"))
-    for kind in (fl.Tanh, "tanh"):
-        m.set_object_type(kind, _fixed("neg1to1"))
-    return m
+    return _default_mapping(get_default_qconfig(backend, version), False)
 
 
 def get_default_qat_qconfig_mapping(backend="x86", version=1):
-    """As get_default_qconfig_mapping, with the backend's QAT qconfig as the global one."""
+    """PyTorch's default QAT mapping: the backend's QAT qconfig, fixed-qparams fake quants."""
     from qops.quantization.qconfig import get_default_qat_qconfig
-    m = get_default_qconfig_mapping(backend)
-    return m.set_global(get_default_qat_qconfig(backend, version))
+    return _default_mapping(get_default_qat_qconfig(backend, version), True)
 
 
 def _as_mapping(qconfig_mapping):
@@ -299,6 +308,28 @@ def fuse_fx(model, fuse_custom_config=None, backend_config=None):
     return _rebuild(model, [n for n in nodes if n.name not in removed])
 
 
+def _drop_stubs(model):
+    """The graph without QuantStub/DeQuantStub calls (identities in float), as PyTorch's
+    prepare_fx leaves them: observing their outputs again would count the same values twice
+    in a histogram and move a moving average."""
+    from qops.quantization.stubs import DeQuantStub, QuantStub
+    nodes, drop = list(model.nodes), set()
+    for n in nodes:
+        if n.op == "module" and isinstance(model.get_submodule(n.target),
+                                           (QuantStub, DeQuantStub)) \
+                and len(n.args) == 1 and not n.kwargs and isinstance(n.args[0], Ref):
+            _rewire(nodes, n.name, n.args[0].name)
+            drop.add(n.name)
+    if not drop:
+        return model
+    nodes = [n for n in nodes if n.name not in drop]
+    used = {n.target for n in nodes if n.op == "module"}
+    for n in model.nodes:
+        if n.name in drop and n.target not in used and n.target in model._modules:
+            del model._modules[n.target]
+    return _rebuild(model, nodes)
+
+
 # -- node roles ---------------------------------------------------------------------------------
 _OWN_MODULES = ("Conv1d", "Conv2d", "Conv3d", "Linear", "ConvReLU1d", "ConvReLU2d",
                 "ConvReLU3d", "LinearReLU", "ConvBn1d", "ConvBn2d", "ConvBn3d", "ConvBnReLU1d",
@@ -403,15 +434,22 @@ def prepare_fx(model, qconfig_mapping, example_inputs=(), prepare_custom_config=
     example_inputs : tuple of float32 arrays the forward takes (tells tensors from sizes)
     """
     model = _as_graph(model, "prepare_fx")
+    if model.training:
+        raise ValueError("prepare_fx: the model is in training mode; call model.eval() first "
+                         "(batch norm is folded; for quantization-aware training use "
+                         "prepare_qat_fx)")
+    return _prepare(model, qconfig_mapping, example_inputs, False)
+
+
+def _prepare(model, qconfig_mapping, example_inputs, is_qat):
     mapping = _as_mapping(qconfig_mapping)
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
-    if model.training:
-        raise ValueError("prepare_fx: the model is in training mode; call model.eval() first "
-                         "(batch norm is folded; quantization-aware training is not offered "
-                         "in graph mode yet)")
-    model = fuse_fx(model)
-    kinds = _value_kinds(model, [np.asarray(x, np.float32) for x in example_inputs])
+    model = _drop_stubs(fuse_fx(model))
+    # one float run tells tensors from sizes; in eval mode on a copy, so that no batch norm
+    # statistics move and no dropout fires
+    probe = copy.deepcopy(model).eval() if is_qat else model
+    kinds = _value_kinds(probe, [np.asarray(x, np.float32) for x in example_inputs])
     nodes = list(model.nodes)
     users = _users(nodes)
     qparams_of = {}          # node name -> observer path whose qparams its value has
@@ -451,7 +489,8 @@ def prepare_fx(model, qconfig_mapping, example_inputs=(), prepare_custom_config=
         qconfig = mapping.qconfig_for(path, _kind(node, model)) if node.op != "output" else None
         role = _role(model, node, kinds) if qconfig is not None else None
         for r in orig_refs:
-            if r in observed and node.op != "output":
+            # (in QAT the model returns the fake-quantized values, as PyTorch's does)
+            if r in observed and (node.op != "output" or is_qat):
                 node.args = _replace_refs(node.args, r, observed[r])
                 node.kwargs = _replace_refs(node.kwargs, r, observed[r])
         if node.op == "output":
@@ -517,9 +556,25 @@ def prepare_fx(model, qconfig_mapping, example_inputs=(), prepare_custom_config=
                 _observer_node(node, shared, new_nodes, observed)
             continue
         add_observer(node, qconfig)
+    if is_qat:
+        _swap_qat_modules(model, new_nodes)
     model.__dict__["_qops_fx"] = {"qnodes": qnodes, "kinds": kinds,
                                   "qparams_of": qparams_of, "observed": observed}
     return _rebuild(model, new_nodes)
+
+
+def _swap_qat_modules(model, nodes):
+    """Conv/linear (and their fusions) that got a qconfig become their QAT modules."""
+    from qops.quantization.quantization_mappings import get_default_qat_module_mappings
+    qat = get_default_qat_module_mappings()
+    done = set()
+    for n in nodes:
+        if n.op != "module" or n.target in done:
+            continue
+        mod = model.get_submodule(n.target)
+        if type(mod) in qat and getattr(mod, "qconfig", None) is not None:
+            model._place(n.target, qat[type(mod)].from_float(mod).train(model.training))
+            done.add(n.target)
 
 
 def _base(ref, observed):
@@ -570,10 +625,26 @@ def _observe_value(model, ref, qconfig, new_nodes, observed, qparams_of, count):
 
 def prepare_qat_fx(model, qconfig_mapping, example_inputs=(), prepare_custom_config=None,
                    backend_config=None):
-    """Quantization-aware training in graph mode: not offered yet (eager `prepare_qat` is)."""
-    raise NotImplementedError("prepare_qat_fx: quantization-aware training in graph mode is not "
-                              "offered yet; use qops.quantization.prepare_qat on the model "
-                              "(eager mode), or prepare_fx for post-training quantization")
+    """Prepare a float model in training mode for quantization-aware training, in graph mode.
+
+    As prepare_fx, with the QAT side of each step (torch's prepare_qat_fx): conv/linear + batch
+    norm (+ relu) fuse into the QAT modules that simulate the folding (qops.nn.intrinsic.qat),
+    conv/linear layers get a fake-quantized weight (qops.nn.qat), and the qconfig's activation
+    fake quantizers go where prepare_fx puts observers. The model then trains as eager QAT
+    models do (qops has no autograd: the forward is the fake-quantized float one, the fake
+    quantizers keep their straight-through masks); convert_fx gives the int8 graph.
+
+    Parameters
+    ----------
+    model : qops.nn.GraphModule (or qops Sequential) in training mode
+    qconfig_mapping : QConfigMapping (get_default_qat_qconfig_mapping("x86")) or qconfig_dict
+    example_inputs : tuple of float32 arrays the forward takes (tells tensors from sizes)
+    """
+    model = _as_graph(model, "prepare_qat_fx")
+    if not model.training:
+        raise ValueError("prepare_qat_fx: the model is in eval mode; call model.train() first "
+                         "(prepare_fx is the post-training path)")
+    return _prepare(model, qconfig_mapping, example_inputs, True)
 
 
 # -- convert ----------------------------------------------------------------------------------
