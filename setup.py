@@ -28,6 +28,7 @@ from setuptools.command.build_ext import build_ext
 HERE = Path(__file__).resolve().parent
 FAST = HERE / "qops" / "_fast"
 GEN = HERE / "build" / "isa_src"
+CYTHON_OUT = HERE / "build" / "cython"
 
 # Never -march=native and never -ffast-math: the kernels must give the same bits on every
 # machine. -ffp-contract=off stops GCC from fusing a*b+c on FMA targets, which would change
@@ -56,6 +57,9 @@ DIRECTIVES = {
 DEBUG = os.environ.get("QOPS_DEBUG") == "1"
 if DEBUG:
     DIRECTIVES.update(boundscheck=True, wraparound=True, initializedcheck=True)
+else:
+    # Python's own CFLAGS carry -g: without this the modules ship ~7x their size in DWARF.
+    COMMON_FLAGS.append("-g0")
 
 
 def _compiler_works(flags, code="int main(void){return 0;}\n", link=True):
@@ -118,9 +122,11 @@ def extensions():
     for f in families:
         stamp = stamps / f"{f}.txt"
         force = not stamp.exists() or stamp.read_text() != wanted
+        # The generated C goes under build/, not beside the .pyx: a build writes nothing into
+        # the source tree except the compiled modules of an in-place (editable) build.
         c_files += cythonize([Extension(f"qops._fast.{f}", [str(FAST / f"{f}.pyx")])],
                              compiler_directives=DIRECTIVES, include_path=[str(FAST)], quiet=True,
-                             force=force)
+                             force=force, build_dir=str(CYTHON_OUT))
         stamp.write_text(wanted)
     omp_compile, omp_link = openmp_flags()
     exts = []
@@ -132,23 +138,19 @@ def extensions():
             # files never collide and the module init name (PyInit_<family>) stays the same.
             wrapper = GEN / isa / f"{family}.c"
             wrapper.parent.mkdir(parents=True, exist_ok=True)
-            text = f'#include "{(FAST / (family + ".c")).as_posix()}"\n'
+            generated = Path(ext.sources[0]).resolve()
+            text = f'#include "{generated.as_posix()}"\n'
             if not wrapper.exists() or wrapper.read_text() != text:
                 wrapper.write_text(text)
             exts.append(Extension(
                 f"qops._fast._{isa}.{family}", [str(wrapper)],
                 include_dirs=[str(FAST)],
-                depends=[str(FAST / (family + ".c"))] + [str(p) for p in FAST.glob("*.h")],
+                depends=[str(generated)] + [str(p) for p in FAST.glob("*.h")],
                 define_macros=[("QOPS_DEBUG", "1")] if DEBUG else [],
                 extra_compile_args=COMMON_FLAGS + ISA_FLAGS[isa] + omp_compile,
                 extra_link_args=omp_link,
             ))
-    for isa in chosen:
-        pkg = HERE / "qops" / "_fast" / f"_{isa}"
-        pkg.mkdir(exist_ok=True)
-        init = pkg / "__init__.py"
-        if not init.exists():
-            init.write_text("")
+    # qops/_fast/_<isa>/ hold only compiled modules: namespace packages, no __init__.py.
     return exts
 
 
@@ -158,5 +160,17 @@ class BuildExt(build_ext):
         if self.parallel is None:
             self.parallel = os.cpu_count() or 1
 
+    def copy_extensions_to_source(self):
+        # An in-place build copies the modules into qops/_fast/_<isa>/ (namespace packages,
+        # made here rather than by extensions(), so a wheel build leaves the source tree alone).
+        for ext in self.extensions:
+            package = ".".join(ext.name.split(".")[:-1])
+            Path(package.replace(".", "/")).mkdir(parents=True, exist_ok=True)
+        super().copy_extensions_to_source()
 
-setup(ext_modules=extensions(), cmdclass={"build_ext": BuildExt})
+
+# Everything a build makes goes under build/ (the generated C, the per-ISA wrappers, objects,
+# the egg-info); only an in-place build also puts its compiled modules into qops/_fast/_<isa>/.
+(HERE / "build").mkdir(exist_ok=True)
+setup(ext_modules=extensions(), cmdclass={"build_ext": BuildExt},
+      options={"egg_info": {"egg_base": "build"}})
