@@ -161,7 +161,7 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
 
 
 def clamp(input, min_, max_):
-    """Quantized clamp (qF.clamp): raw clamp between quantize(min_) and quantize(max_).
+    """Quantized clamp (qF.clamp): raw clamp between ``quantize(min_)`` and ``quantize(max_)``.
 
     Parameters
     ----------

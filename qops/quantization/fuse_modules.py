@@ -118,7 +118,7 @@ def get_fuser_method(op_list, additional_fuser_method_mapping=None):
     Parameters
     ----------
     op_list : tuple of module classes, in forward order
-    additional_fuser_method_mapping : dict {tuple of classes: fn(is_qat, *mods)} tried first
+    additional_fuser_method_mapping : dict ``{tuple of classes: fn(is_qat, *mods)}`` tried first
     """
     table = dict(DEFAULT_OP_LIST_TO_FUSER_METHOD)
     table.update(additional_fuser_method_mapping or {})

@@ -705,7 +705,7 @@ class PercentileObserver(HistogramObserver):
     """Clip the range at percentiles of the running histogram (ONNX Runtime's percentile method).
 
     Affine schemes cut (100 - percentile)/2 percent of the mass on each side; symmetric
-    schemes keep `percentile` percent of |x| (as ONNX Runtime's symmetric calibration).
+    schemes keep `percentile` percent of ``|x|`` (as ONNX Runtime's symmetric calibration).
 
     Parameters
     ----------

@@ -793,13 +793,13 @@ def _fuse_add_relu(model, nodes):
 
 # -- the names of PyTorch's documentation -----------------------------------------------------
 def quantize_jit(model, qconfig_dict, run_fn, run_args, inplace=False, debug=False):
-    """Static quantization of a captured model: prepare_fx, run_fn(model, *run_args), convert_fx.
+    """Static quantization of a captured model: prepare_fx, ``run_fn(model, *run_args)``, convert.
 
     Parameters
     ----------
     model : qops.nn.GraphModule
     qconfig_dict : {"": qconfig} or a QConfigMapping
-    run_fn : calibration function, called as run_fn(prepared_model, *run_args)
+    run_fn : calibration function, called as ``run_fn(prepared_model, *run_args)``
     run_args : its further arguments; run_args[0] must hold an example input (or a batch list)
     """
     example = run_args[0][0] if isinstance(run_args[0], (list, tuple)) else run_args[0]
