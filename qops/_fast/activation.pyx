@@ -100,8 +100,8 @@ def _map(q, int kind, float scale, int32_t zero_point, float p, float out_inv_sc
 cdef extern from *:
     """
     /* min(max(x, lo), hi) of n bytes, GCC-vectorized. One thread runs it directly (a parallel
-     * region alone costs ~0.7 us); it is noinline because inlined into the Python wrapper
-     * GCC reloaded both pointers from the stack around every 64-byte store (2x slower). */
+     * region alone costs as much as a small call); it is noinline because inlined into the
+     * Python wrapper GCC reloaded both pointers from the stack around every 64-byte store. */
     #if defined(_OPENMP)
     #define QOPS_CLAMP_OMP_FOR _Pragma("omp parallel for schedule(static) num_threads(threads)")
     #else

@@ -14,8 +14,8 @@ static inline __attribute__((always_inline)) void qops_double_k(
         const uint8_t *src, uint8_t *dst, ptrdiff_t n, const int copies, ptrdiff_t stride,
         const int pf) {
     /* ... written to `copies` rows `stride` bytes apart (rows repeated along H). pf:
-     * prefetch ahead (outputs beyond the caches: AMD Zen 5's hardware prefetchers left
-     * x2 of 16x64x56x56 ~1.4x slower; on cache-sized outputs the hints cost ~13%). */
+     * prefetch ahead (on outputs beyond the caches, AMD Zen 5's hardware prefetchers fall
+     * behind; on cache-sized outputs the hints only cost, so pf is 0 there). */
     ptrdiff_t i = 0;
 #if defined(__AVX512BW__)
     for (; i < n; i += 32) {

@@ -92,8 +92,8 @@ static void qops_fill_runs(uint8_t* vals, const int64_t* cnt, const int64_t* sta
 }
 
 /* Index i to pos[x[i]]++ for i in [lo, hi): in index order, so equal keys stay in
- * increasing index order. Eight keys come from one 64-bit load: with a byte load per
- * index the loop ran 2.2-2.5x slower on Zen 3 (64x1000 and 1e6 rows). On outputs beyond
+ * increasing index order. Eight keys come from one 64-bit load: a byte load per index
+ * made the loop bound by loads rather than by the scatter. On outputs beyond
  * the caches 256 write streams are too many for the hardware prefetchers and each new
  * line would wait for its read for ownership; prefetching one line ahead of each store
  * keeps those reads in flight there. Where the output still fits in cache the prefetches

@@ -16,7 +16,7 @@ DEF BLOCK = 4096          # elements per parallel chunk: whole cache lines, enou
 DEF GRAIN = 32768         # below this many elements a second thread costs more than it gives
 # Per channel: runs of one channel shorter than these go through position tables. The
 # dequantize kernel's 16-wide body holds up to runs of 16; quantize's loop, whose tail is
-# scalar, fell behind the tables below 128 (1.1 ms against 0.29 at 16, 0.52 against 0.26 at 49).
+# scalar, falls behind the tables below runs of 128.
 DEF PC_Q_RUN_MIN = 128
 DEF PC_DQ_RUN_MIN = 16
 DEF PC_TABLE = 2048       # positions a table covers at least (rows shorter repeat in it)
@@ -77,7 +77,7 @@ cdef inline void _d_pc_run(const qint_t* q, float* out, Py_ssize_t n, double s,
 
 # Per-channel ops whose runs of one channel are short (the channel axis last, as in
 # channels-last activations or a weight quantized along its columns): one call per run then
-# costs more than the run (2.2 ms against 0.2 for 12544x64 along the last axis). Element j
+# costs more than the run. Element j
 # of an (outer, L = C * inner) row always takes channel (j // inner) % C, so the parameters
 # are laid out per position once, for `reps` whole rows, and the rows stream through that
 # table with vector loads.
@@ -111,7 +111,7 @@ ctypedef fused tab_t:
 
 
 cdef void _pc_fill(const tab_t[::1] params, Py_ssize_t inner, tab_t[::1] tab) noexcept nogil:
-    # numpy's repeat and tile cost ~25 us a call for 16K entries (dequantize 245 -> 220 us)
+    # filled here, not by numpy's repeat and tile, whose temporaries show in a dequantize
     cdef Py_ssize_t nc = params.shape[0], row = nc * inner, c, k
     for c in range(nc):
         for k in range(inner):
@@ -328,7 +328,7 @@ def _split(shape, axis):
     return (prod(shape[:axis]), shape[axis], prod(shape[axis + 1:]))
 
 
-# Bounds of the 8-bit types: np.iinfo costs ~1 us a call, a fifth of a small op.
+# Bounds of the 8-bit types, looked up here: np.iinfo costs a noticeable share of a small op.
 _Q8_RANGE = {np.dtype(np.uint8): (0.0, 255.0), np.dtype(np.int8): (-128.0, 127.0)}
 
 
@@ -449,7 +449,7 @@ cdef void _copy_flat(const char* src, char* dst, Py_ssize_t n, int threads) noex
     # that follows it (a one-thread copy leaves the other core to read its half from afar).
     cdef Py_ssize_t chunk = qops_chunk64(n, threads), start
     cdef int t
-    if threads == 1:        # no parallel region: it alone costs ~0.7 us
+    if threads == 1:        # no parallel region: it alone costs as much as a small copy
         memcpy(dst, src, n)
         return
     for t in prange(threads, schedule="static", num_threads=threads):

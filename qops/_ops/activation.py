@@ -109,7 +109,7 @@ def relu(input, inplace=False):
     d = input._dtype if type(input) is QTensor else None
     if inplace is False and d in _DTYPES and input._axis is None:
         # the common call in one Python frame: after a streaming kernel the interpreter's own
-        # code and data come back from L3, so each extra frame costs ~0.5 us here
+        # code and data come back from L3, so each extra frame costs more than usual here
         zp = input._zero_point
         return QTensor._make(elementwise(_config.impl("activation").clamp_raw, input._int, zp,
                                          d.qmax), d, input._scale, zp)
@@ -211,7 +211,7 @@ def leaky_relu(input, negative_slope=0.01, inplace=False, scale=None, zero_point
 
 
 def _f32_scale(input):
-    # the input's scale rounded to float32 (memoized: a numpy scalar costs ~1 us)
+    # the input's scale rounded to float32 (memoized: making a numpy scalar is not free)
     return _prepared(("f32", input._scale), lambda: qp.f32(input._scale))
 
 

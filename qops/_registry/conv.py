@@ -205,7 +205,7 @@ def _torch(nd, relu):
             padding = [0] * nd
         bias = None if kw["bias"] is None else torch.from_numpy(kw["bias"])
         # the bench peer is what PyTorch users get, its default x86 engine (oneDNN with AMX
-        # on such CPUs: 3x faster than fbgemm there); the oracle picks the exact engine
+        # on such CPUs, much faster than fbgemm there); the oracle picks the exact engine
         engine = "x86" if case.label.startswith("bench-") else _engine(case)
         before = torch.backends.quantized.engine
         torch.backends.quantized.engine = engine
