@@ -1,0 +1,139 @@
+# Embedding-bag lookups and row-wise quantization (mirror of qops/_ref/embedding.py).
+# Contract: uint8 tables (8-bit rows, or 4-bit rows two values a byte, low nibble first) with
+# float32 scale and bias per row, or float32 tables; float32 results, bit-equal to the
+# reference: each entry is added as fmaf(scale * w, q, acc + bias * w) in index order.
+# Bags are independent: prange over bags, one output row each, no shared accumulators.
+import numpy as np
+from cython.parallel cimport prange
+from qops._fast._common cimport *
+
+cdef extern from "qops_embedding.h" nogil:
+    void qops_eb_bag_q(int bits, const uint8_t *table, Py_ssize_t row_bytes,
+                       const float *scales, const float *biases, const int64_t *idx,
+                       Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t n_idx, const float *psw,
+                       int mode, int64_t padding_idx, float *out, Py_ssize_t d)
+    void qops_eb_bag_f32(const float *table, const int64_t *idx, Py_ssize_t lo, Py_ssize_t hi,
+                         Py_ssize_t n_idx, const float *psw, int mode, int64_t padding_idx,
+                         float *out, Py_ssize_t d)
+    void qops_eb_quantize_row(const float *x, Py_ssize_t d, float qmax, float eps, uint8_t *q,
+                              float *scale, float *zero_point)
+
+DEF GRAIN = 16384       # looked-up values per thread below which one thread is faster
+
+cdef float EPS32 = np.finfo(np.float32).eps
+
+
+def quantize_rows(weight, qmax):
+    """Row-wise quantization with float scale and zero point (float_qparams observer)."""
+    w = np.ascontiguousarray(weight, dtype=np.float32)
+    cdef Py_ssize_t n = w.shape[0], d = w.shape[1], r
+    q = np.empty((n, d), np.uint8)
+    scales = np.empty(n, np.float32)
+    zps = np.empty(n, np.float32)
+    cdef const float *x = <const float *>qops_ptr(w)
+    cdef uint8_t *qp = <uint8_t *>qops_ptr(q, True)
+    cdef float *sp = <float *>qops_ptr(scales, True)
+    cdef float *zp = <float *>qops_ptr(zps, True)
+    cdef float fq = <float>qmax, eps = EPS32
+    cdef int nt = qops_threads_for(n * d, GRAIN * 4)
+    with nogil:
+        for r in prange(n, schedule="static", num_threads=nt):
+            qops_eb_quantize_row(x + r * d, d, fq, eps, qp + r * d, sp + r, zp + r)
+    return q, scales, zps
+
+
+cdef void _bags_q(int bits, const uint8_t *table, Py_ssize_t row_bytes, const float *scales,
+                  const float *biases, const int64_t *idx, const int64_t *off, Py_ssize_t n_bags,
+                  Py_ssize_t n_idx, const float *psw, int mode, int64_t pad, float *out,
+                  Py_ssize_t d, int nt) noexcept nogil:
+    cdef Py_ssize_t b
+    if nt == 1:
+        for b in range(n_bags):
+            qops_eb_bag_q(bits, table, row_bytes, scales, biases, idx, off[b], off[b + 1], n_idx,
+                          psw, mode, pad, out + b * d, d)
+        return
+    for b in prange(n_bags, schedule="static", num_threads=nt):
+        qops_eb_bag_q(bits, table, row_bytes, scales, biases, idx, off[b], off[b + 1], n_idx,
+                      psw, mode, pad, out + b * d, d)
+
+
+def _lookup_q(int bits, weight, Py_ssize_t d, scales, biases, indices, offsets,
+              per_sample_weights, int mode, int64_t padding_idx):
+    tab = np.ascontiguousarray(weight, dtype=np.uint8)
+    sc = np.ascontiguousarray(scales, dtype=np.float32)
+    bi = np.ascontiguousarray(biases, dtype=np.float32)
+    ix = np.ascontiguousarray(indices, dtype=np.int64)
+    of = np.ascontiguousarray(offsets, dtype=np.int64)
+    cdef Py_ssize_t n_bags = of.shape[0] - 1, n_idx = ix.shape[0]
+    if n_bags == 0 or d == 0:
+        return np.zeros((n_bags, d), np.float32)
+    out = qops_empty(np, (n_bags, d), np.float32)
+    cdef const float *psw = NULL
+    if per_sample_weights is not None:
+        pw = np.ascontiguousarray(per_sample_weights, dtype=np.float32)
+        if pw.shape[0] > 0:
+            psw = <const float *>qops_ptr(pw)
+    cdef const uint8_t *tp = <const uint8_t *>qops_ptr(tab) if tab.size else NULL
+    cdef const float *sp = <const float *>qops_ptr(sc) if sc.size else NULL
+    cdef const float *bp = <const float *>qops_ptr(bi) if bi.size else NULL
+    cdef const int64_t *ip = <const int64_t *>qops_ptr(ix) if n_idx else NULL
+    cdef const int64_t *op = <const int64_t *>qops_ptr(of)
+    cdef float *o = <float *>qops_ptr(out, True)
+    cdef Py_ssize_t row_bytes = tab.shape[1]
+    cdef int nt = qops_threads_for(max(n_idx, n_bags) * d, GRAIN)
+    with nogil:
+        _bags_q(bits, tp, row_bytes, sp, bp, ip, op, n_bags, n_idx, psw, mode, padding_idx, o,
+                d, nt)
+    return out
+
+
+def embedding_bag_8bit(weight, scales, biases, indices, offsets, per_sample_weights, mode,
+                       padding_idx):
+    """Sum, mean or max of bags of 8-bit rows, dequantized as fma(scale, q, bias)."""
+    return _lookup_q(8, weight, weight.shape[1], scales, biases, indices, offsets,
+                     per_sample_weights, mode, padding_idx)
+
+
+def embedding_bag_4bit(weight, dim, scales, biases, indices, offsets, per_sample_weights, mode,
+                       padding_idx):
+    """Sum, mean or max of bags of 4-bit rows (element j in byte j // 2, low nibble first)."""
+    return _lookup_q(4, weight, dim, scales, biases, indices, offsets, per_sample_weights, mode,
+                     padding_idx)
+
+
+cdef void _bags_f32(const float *table, const int64_t *idx, const int64_t *off,
+                    Py_ssize_t n_bags, Py_ssize_t n_idx, const float *psw, int mode, int64_t pad,
+                    float *out, Py_ssize_t d, int nt) noexcept nogil:
+    cdef Py_ssize_t b
+    if nt == 1:
+        for b in range(n_bags):
+            qops_eb_bag_f32(table, idx, off[b], off[b + 1], n_idx, psw, mode, pad, out + b * d, d)
+        return
+    for b in prange(n_bags, schedule="static", num_threads=nt):
+        qops_eb_bag_f32(table, idx, off[b], off[b + 1], n_idx, psw, mode, pad, out + b * d, d)
+
+
+def embedding_bag_f32(weight, indices, offsets, per_sample_weights, mode, padding_idx):
+    """Sum, mean or max of bags of float32 rows (PyTorch's float EmbeddingBag)."""
+    tab = np.ascontiguousarray(weight, dtype=np.float32)
+    ix = np.ascontiguousarray(indices, dtype=np.int64)
+    of = np.ascontiguousarray(offsets, dtype=np.int64)
+    cdef Py_ssize_t n_bags = of.shape[0] - 1, n_idx = ix.shape[0], d = tab.shape[1]
+    if n_bags == 0 or d == 0:
+        return np.zeros((n_bags, d), np.float32)
+    out = qops_empty(np, (n_bags, d), np.float32)
+    cdef const float *psw = NULL
+    if per_sample_weights is not None:
+        pw = np.ascontiguousarray(per_sample_weights, dtype=np.float32)
+        if pw.shape[0] > 0:
+            psw = <const float *>qops_ptr(pw)
+    cdef const float *tp = <const float *>qops_ptr(tab) if tab.size else NULL
+    cdef const int64_t *ip = <const int64_t *>qops_ptr(ix) if n_idx else NULL
+    cdef const int64_t *op = <const int64_t *>qops_ptr(of)
+    cdef float *o = <float *>qops_ptr(out, True)
+    cdef int nt = qops_threads_for(max(n_idx, n_bags) * d, GRAIN)
+    cdef int m = mode
+    cdef int64_t pad = padding_idx
+    with nogil:
+        _bags_f32(tp, ip, op, n_bags, n_idx, psw, m, pad, o, d, nt)
+    return out

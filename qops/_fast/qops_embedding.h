@@ -1,0 +1,177 @@
+/* Embedding-bag kernels (see embedding.pyx and qops/_ref/embedding.py for the contract).
+ *
+ * One bag is summed into its own output row, entry by entry in index order, each entry as
+ * fbgemm's EmbeddingSpMDM adds it: acc = fmaf(scale * w, q, acc + bias * w). The row loops
+ * are plain and stride-1 so GCC turns fmaf into vfmadd231ps on FMA targets (the build has
+ * -ffp-contract=off, so nothing else is fused). Rows a few entries ahead are prefetched:
+ * tables are far larger than the caches and each entry is a random row. */
+#ifndef QOPS_EMBEDDING_H
+#define QOPS_EMBEDDING_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#define QOPS_EB_SUM 0
+#define QOPS_EB_MEAN 1
+#define QOPS_EB_MAX 2
+#define QOPS_EB_PREFETCH 8      /* entries ahead: about the memory latency of one row each */
+
+static inline void qops_eb_add_u8(float *acc, const uint8_t *q, ptrdiff_t d, float s, float c) {
+    for (ptrdiff_t j = 0; j < d; j++)
+        acc[j] = fmaf(s, (float)q[j], acc[j] + c);
+}
+
+#if defined(__AVX2__)
+/* 16 values (8 bytes) of a 4-bit row as two vectors of 8 floats, in element order. */
+static inline void qops_eb_nibbles16(const uint8_t *p, __m256 *lo, __m256 *hi) {
+    __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    __m128i m = _mm_set1_epi8(15);
+    __m128i l = _mm_and_si128(b, m);
+    __m128i h = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    __m128i e = _mm_unpacklo_epi8(l, h);           /* l0 h0 l1 h1 ...: element order */
+    *lo = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(e));
+    *hi = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(e, 8)));
+}
+#endif
+
+static inline void qops_eb_add_u4(float *acc, const uint8_t *q, ptrdiff_t d, float s, float c) {
+    ptrdiff_t j = 0;
+#if defined(__AVX2__)
+    const __m256 vs = _mm256_set1_ps(s), vc = _mm256_set1_ps(c);
+    for (; j + 16 <= d; j += 16) {
+        __m256 a, b;
+        qops_eb_nibbles16(q + j / 2, &a, &b);
+        _mm256_storeu_ps(acc + j, _mm256_fmadd_ps(vs, a, _mm256_add_ps(_mm256_loadu_ps(acc + j), vc)));
+        _mm256_storeu_ps(acc + j + 8,
+                         _mm256_fmadd_ps(vs, b, _mm256_add_ps(_mm256_loadu_ps(acc + j + 8), vc)));
+    }
+#endif
+    for (; j < d; j++)
+        acc[j] = fmaf(s, (float)((q[j >> 1] >> ((j & 1) * 4)) & 15), acc[j] + c);
+}
+
+/* The dequantized value of the max mode: fmaf(s, q, 0 + bias), what a one-entry sum gives. */
+static inline void qops_eb_max_u8(float *acc, const uint8_t *q, ptrdiff_t d, float s, float c,
+                                  int first) {
+    const float c0 = 0.0f + c;
+    if (first) {
+        for (ptrdiff_t j = 0; j < d; j++)
+            acc[j] = fmaf(s, (float)q[j], c0);
+        return;
+    }
+    for (ptrdiff_t j = 0; j < d; j++) {
+        float v = fmaf(s, (float)q[j], c0);
+        acc[j] = v > acc[j] ? v : acc[j];
+    }
+}
+
+static inline void qops_eb_max_u4(float *acc, const uint8_t *q, ptrdiff_t d, float s, float c,
+                                  int first) {
+    const float c0 = 0.0f + c;
+    for (ptrdiff_t j = 0; j < d; j++) {
+        float v = fmaf(s, (float)((q[j >> 1] >> ((j & 1) * 4)) & 15), c0);
+        acc[j] = (first || v > acc[j]) ? v : acc[j];
+    }
+}
+
+/* One bag of a quantized table: entries [lo, hi) of idx into out[0:d]. */
+static inline void qops_eb_bag_q(int bits, const uint8_t *table, ptrdiff_t row_bytes,
+                                 const float *scales, const float *biases, const int64_t *idx,
+                                 ptrdiff_t lo, ptrdiff_t hi, ptrdiff_t n_idx, const float *psw,
+                                 int mode, int64_t padding_idx, float *out, ptrdiff_t d) {
+    ptrdiff_t count = 0;
+    memset(out, 0, (size_t)d * sizeof(float));
+    for (ptrdiff_t i = lo; i < hi; i++) {
+        if (i + QOPS_EB_PREFETCH < n_idx)
+            __builtin_prefetch(table + idx[i + QOPS_EB_PREFETCH] * row_bytes);
+        int64_t r = idx[i];
+        if (r == padding_idx)
+            continue;
+        const uint8_t *q = table + r * row_bytes;
+        if (mode == QOPS_EB_MAX) {
+            if (bits == 8)
+                qops_eb_max_u8(out, q, d, scales[r], biases[r], count == 0);
+            else
+                qops_eb_max_u4(out, q, d, scales[r], biases[r], count == 0);
+        } else {
+            float w = psw ? psw[i] : 1.0f;
+            float s = scales[r] * w, c = biases[r] * w;
+            if (bits == 8)
+                qops_eb_add_u8(out, q, d, s, c);
+            else
+                qops_eb_add_u4(out, q, d, s, c);
+        }
+        count++;
+    }
+    if (mode == QOPS_EB_MEAN && count > 0) {
+        const float n = (float)count;
+        for (ptrdiff_t j = 0; j < d; j++)
+            out[j] = out[j] / n;
+    }
+}
+
+/* One bag of a float32 table (PyTorch's float EmbeddingBag). */
+static inline void qops_eb_bag_f32(const float *table, const int64_t *idx, ptrdiff_t lo,
+                                   ptrdiff_t hi, ptrdiff_t n_idx, const float *psw, int mode,
+                                   int64_t padding_idx, float *out, ptrdiff_t d) {
+    ptrdiff_t count = 0;
+    memset(out, 0, (size_t)d * sizeof(float));
+    for (ptrdiff_t i = lo; i < hi; i++) {
+        if (i + QOPS_EB_PREFETCH < n_idx)
+            __builtin_prefetch(table + idx[i + QOPS_EB_PREFETCH] * d);
+        int64_t r = idx[i];
+        if (r == padding_idx)
+            continue;
+        const float *row = table + r * d;
+        if (mode == QOPS_EB_MAX) {
+            for (ptrdiff_t j = 0; j < d; j++)
+                out[j] = (count == 0 || row[j] > out[j]) ? row[j] : out[j];
+        } else if (psw && padding_idx < 0) {
+            const float w = psw[i];
+            for (ptrdiff_t j = 0; j < d; j++)
+                out[j] = fmaf(w, row[j], out[j]);
+        } else if (psw) {
+            /* PyTorch's path with a padding_idx rounds the product, then the sum */
+            const float w = psw[i];
+            for (ptrdiff_t j = 0; j < d; j++)
+                out[j] = out[j] + w * row[j];
+        } else {
+            for (ptrdiff_t j = 0; j < d; j++)
+                out[j] = out[j] + row[j];
+        }
+        count++;
+    }
+    if (mode == QOPS_EB_MEAN && count > 0) {
+        const float n = (float)count;
+        for (ptrdiff_t j = 0; j < d; j++)
+            out[j] = out[j] / n;
+    }
+}
+
+/* Row-wise quantization of one float row (the float_qparams observer, then quantize). */
+static inline void qops_eb_quantize_row(const float *x, ptrdiff_t d, float qmax, float eps,
+                                        uint8_t *q, float *scale, float *zero_point) {
+    float lo = x[0], hi = x[0];
+    for (ptrdiff_t j = 1; j < d; j++) {
+        lo = x[j] < lo ? x[j] : lo;
+        hi = x[j] > hi ? x[j] : hi;
+    }
+    float s = (hi - lo) / qmax;
+    s = s > eps ? s : 1.0f;
+    float z = (-1.0f * lo) / s;
+    float inv = 1.0f / s;
+    for (ptrdiff_t j = 0; j < d; j++) {
+        float t = nearbyintf(x[j] * inv + z);      /* two roundings: no fma (-ffp-contract=off) */
+        t = t < 0.0f ? 0.0f : (t > qmax ? qmax : t);
+        q[j] = (uint8_t)t;
+    }
+    *scale = s;
+    *zero_point = z;
+}
+
+#endif

@@ -1,0 +1,144 @@
+"""Embedding-bag lookups over row-wise quantized tables, and the row-wise quantization itself
+(docs/semantics.md §embedding).
+
+Contract: tables are uint8 rows (8-bit, or two 4-bit values a byte, low nibble first) with a
+float32 scale and bias per row; results are float32. Each looked-up entry adds
+fma(scale * w, q, acc + bias * w) to its bag (w the per-sample weight, 1 without), in index
+order, as fbgemm's EmbeddingSpMDM; mean divides the sum by the bag's entry count; max keeps
+the largest fma(scale, q, 0 + bias), the first on ties. Entries equal to padding_idx are
+skipped and not counted; empty bags are zeros.
+"""
+import numpy as np
+
+from qops._ref.quant import fma_f32
+
+F32 = np.float32
+
+SUM, MEAN, MAX = 0, 1, 2
+
+
+def quantize_rows(weight, qmax):
+    """Row-wise quantization with float scale and zero point (float_qparams observer + quantize).
+
+    scale = f32(f32(max - min) / qmax), 1 where not above float32 eps; zero_point =
+    f32(-min / scale); q = clamp(rint(f32(f32(x * f32(1 / scale)) + zero_point)), 0, qmax).
+
+    Parameters
+    ----------
+    weight : float32 ndarray (N, D), D >= 1
+    qmax : int, 255 (quint8) or 15 (quint4x2)
+
+    Returns
+    -------
+    q : uint8 ndarray (N, D) of values in [0, qmax]
+    scales, zero_points : float32 ndarrays (N,)
+    """
+    w = np.asarray(weight, dtype=F32)
+    lo = w.min(axis=1)
+    hi = w.max(axis=1)
+    scale = ((hi - lo) / F32(qmax)).astype(F32)
+    scale = np.where(scale > np.finfo(F32).eps, scale, F32(1.0)).astype(F32)
+    zero_point = ((F32(-1.0) * lo) / scale).astype(F32)
+    inv = (F32(1.0) / scale).astype(F32)
+    t = (w * inv[:, None]).astype(F32) + zero_point[:, None]
+    q = np.clip(np.rint(t), 0, qmax).astype(np.uint8)
+    return q, scale, zero_point
+
+
+def _bags(rows, scales, biases, indices, offsets, per_sample_weights, mode, padding_idx):
+    """The bag loop shared by the 8- and 4-bit lookups; `rows` are the unpacked values."""
+    n_bags = offsets.shape[0] - 1
+    dim = rows.shape[1]
+    out = np.zeros((n_bags, dim), dtype=F32)
+    for b in range(n_bags):
+        acc = np.zeros(dim, dtype=F32)
+        count = 0
+        for i in range(offsets[b], offsets[b + 1]):
+            r = indices[i]
+            if r == padding_idx:
+                continue
+            q = rows[r].astype(F32)
+            if mode == MAX:
+                v = fma_f32(scales[r], q, F32(0.0) + biases[r])
+                acc = v if count == 0 else np.where(v > acc, v, acc)
+            else:
+                w = F32(1.0) if per_sample_weights is None else per_sample_weights[i]
+                s = F32(scales[r] * w)
+                c = F32(biases[r] * w)
+                acc = fma_f32(s, q, (acc + c).astype(F32))
+            count += 1
+        if mode == MEAN and count > 0:
+            acc = (acc / F32(count)).astype(F32)
+        out[b] = acc
+    return out
+
+
+def embedding_bag_8bit(weight, scales, biases, indices, offsets, per_sample_weights, mode,
+                       padding_idx):
+    """Sum, mean or max of bags of 8-bit rows, dequantized as fma(scale, q, bias).
+
+    Parameters
+    ----------
+    weight : uint8 ndarray (N, D)
+    scales, biases : float32 ndarrays (N,); bias = -zero_point * scale
+    indices : int64 ndarray (n,), each in [0, N)
+    offsets : int64 ndarray (B + 1,), non-decreasing, offsets[0] = 0, offsets[B] <= n
+    per_sample_weights : float32 ndarray (n,) or None (sum only)
+    mode : 0 sum, 1 mean, 2 max
+    padding_idx : int, the index to skip, or -1
+    """
+    return _bags(weight, scales, biases, indices, offsets, per_sample_weights, mode,
+                 padding_idx)
+
+
+def embedding_bag_4bit(weight, dim, scales, biases, indices, offsets, per_sample_weights, mode,
+                       padding_idx):
+    """Sum, mean or max of bags of 4-bit rows (element j in byte j // 2, low nibble first).
+
+    Parameters
+    ----------
+    weight : uint8 ndarray (N, (dim + 1) // 2)
+    dim : int, the embedding dimension D
+    scales, biases, indices, offsets, per_sample_weights, mode, padding_idx : as
+        embedding_bag_8bit (scales and biases already rounded to float16 by the caller)
+    """
+    rows = np.stack([weight & 15, weight >> 4], axis=-1).reshape(weight.shape[0], -1)[:, :dim]
+    return _bags(rows, scales, biases, indices, offsets, per_sample_weights, mode, padding_idx)
+
+
+def embedding_bag_f32(weight, indices, offsets, per_sample_weights, mode, padding_idx):
+    """Sum, mean or max of bags of float32 rows (PyTorch's float EmbeddingBag).
+
+    Sum adds rows in index order (with per-sample weights fma(w, row, acc), or
+    acc + f32(w * row) when a padding_idx is given, as PyTorch's two paths); mean divides by
+    the count; max keeps the largest, the first on ties.
+
+    Parameters
+    ----------
+    weight : float32 ndarray (N, D)
+    indices, offsets, per_sample_weights, mode, padding_idx : as embedding_bag_8bit
+    """
+    n_bags = offsets.shape[0] - 1
+    out = np.zeros((n_bags, weight.shape[1]), dtype=F32)
+    for b in range(n_bags):
+        acc = np.zeros(weight.shape[1], dtype=F32)
+        count = 0
+        for i in range(offsets[b], offsets[b + 1]):
+            r = indices[i]
+            if r == padding_idx:
+                continue
+            row = weight[r]
+            if mode == MAX:
+                acc = row.copy() if count == 0 else np.where(row > acc, row, acc)
+            elif per_sample_weights is not None and padding_idx < 0:
+                acc = fma_f32(per_sample_weights[i], row, acc)
+            elif per_sample_weights is not None:
+                # PyTorch's path with a padding_idx multiplies and adds in two roundings
+                acc = (acc + (per_sample_weights[i] * row).astype(F32)).astype(F32)
+            else:
+                acc = (acc + row).astype(F32)
+            count += 1
+        if mode == MEAN and count > 0:
+            acc = (acc / F32(count)).astype(F32)
+        out[b] = acc
+    return out
