@@ -10,37 +10,25 @@ import numpy as np
 
 from qops._qtensor import QTensor
 
-# Why ONNX Runtime's result differs from qops' (= PyTorch's) for an op, as measured by
-# tests/test_onnx.py on single-op models (docs/onnx.md has the numbers).
+# Why ONNX Runtime's result differs from qops' (= PyTorch's) for an op, as measured on
+# single-op models (tests/test_onnx.py; docs/onnx.md has the numbers and the experiments).
 REASONS = {
-    "conv": "ORT's QLinearConv requantizes acc*(x_s*w_s/y_s) in float32 with an int32 bias "
-            "round(b/(x_s*w_s)); PyTorch adds the float bias before one rounding of "
-            "(acc*x_s*w_s + b)/y_s",
-    "linear": "as conv: int32 bias and ORT's float requantization multiplier",
-    "avgpool": "ORT's QLinearAveragePool / QDQ AveragePool divides in float and rounds the "
-               "float mean; PyTorch rounds the integer sum once with its own multiplier",
-    "adaptive": "ORT's global average pool rounds (sum*x_s/(n*y_s)) in float; PyTorch's "
-                "integer mean rounds differently at ties",
-    "add": "ORT's QLinearAdd uses fixed-point / float requantization of each input; PyTorch "
-           "dequantizes, adds in float32 and quantizes once",
-    "mul": "ORT's QLinearMul requantizes the product with one float multiplier",
-    "cat": "inputs with other qparams are requantized with ORT's rounding",
-    "hardswish": "PyTorch's hardswish rounds x*relu6(x+3) then /6 in float32 vectors; "
-                 "ORT's HardSwish computes x*max(0,min(1,x/6+1/2))",
-    "hardsigmoid": "ORT's HardSigmoid computes alpha*x+beta with alpha=1/6 (float32) instead "
-                   "of (x+3)/6",
-    "elu": "exp(x)-1 in ORT's float kernel vs PyTorch's expm1 vector code",
-    "sigmoid": "ORT's QLinearSigmoid uses a lookup table built from float sigmoid",
-    "tanh": "float tanh of ORT vs PyTorch's vectorised tanh",
-    "leaky_relu": "ORT's QLinearLeakyRelu builds a lookup table; PyTorch rounds x*slope",
-    "batchnorm": "float BatchNormalization (x-mean)/sqrt(var+eps)*g+b vs PyTorch's "
-                 "precomputed alpha/beta per channel",
-    "dynamic_linear": "the input scale is computed in float32 (PyTorch: double) and the zero "
-                      "point always from the min",
-    "quantize": "ORT's QuantizeLinear divides by the scale; PyTorch multiplies by the "
-                "float32 inverse scale (x * (1/s)), which differs at ties",
-    "resize": "ORT's linear Resize interpolates in float; PyTorch's quantized bilinear "
-              "interpolates integers with float weights",
+    "conv": "1 step: ONNX's int32 bias round(b / (x_s*w_s)) (PyTorch adds the float bias "
+            "before its one rounding; the same layer without bias is exact). Many steps: "
+            "activations above 127 with full-range int8 weights overflow the int16 pair sums "
+            "of ORT's u8s8 kernels on AVX2 without VNNI; PyTorch's x86 qconfig (reduce_range, "
+            "7-bit activations) avoids it",
+    "linear": "as conv: the int32 bias (1 step) and, with 8-bit activations, ORT's u8s8 "
+              "int16 saturation on AVX2 (several steps)",
+    "add": "ties: every difference is an exact (to a few float32 ulps) .5 result that "
+           "PyTorch's (s_a*(a-z_a) + s_b*(b-z_b)) * (1/s_y) and ORT's QLinearAdd round to "
+           "different sides",
+    "mul": "ties, as add (ORT's QLinearMul)",
+    "cat": "ties where an input with other qparams is requantized (ORT's QLinearConcat)",
+    "quantize": "ties: ORT's QuantizeLinear rounds x / s (reproduced exactly), PyTorch rounds "
+                "fma(x, 1/s, zp); inputs on exact .5 boundaries differ by one step",
+    "resize": "ORT's linear Resize rounds the interpolated value differently from PyTorch's "
+              "quantized bilinear (1 step; not isolated further)",
 }
 
 _KIND = {
@@ -52,6 +40,7 @@ _KIND = {
     "AdaptiveAvgPool3d": "adaptive", "adaptive_avg_pool2d": "adaptive", "mean": "adaptive",
     "quantized.add": "add", "quantized.add_relu": "add", "quantized.mul": "mul",
     "quantized.mul_relu": "mul", "quantized.add_scalar": "add", "quantized.mul_scalar": "mul",
+    "add": "add", "add_relu": "add", "mul": "mul", "mul_relu": "mul", "add_scalar": "add",
     "quantized.cat": "cat", "cat": "cat", "Hardswish": "hardswish", "hardswish": "hardswish",
     "quantized.hardswish": "hardswish", "Hardsigmoid": "hardsigmoid",
     "hardsigmoid": "hardsigmoid", "ELU": "elu", "Sigmoid": "sigmoid", "sigmoid": "sigmoid",

@@ -57,6 +57,10 @@ class Record:
         self.outputs = []               # [(_Val, actual value)]
         self.nodes, self.inits = [], []
 
+    @property
+    def where(self):
+        return f"node {self.label!r} ({self.kind})"
+
 
 class _Builder:
     def __init__(self, form, opset):
@@ -190,15 +194,15 @@ def _tuple(v, n):
 
 # -- emitters: one per kind of step ----------------------------------------------------------
 def emit_quantize(b, rec, x, out):
-    xv = b.get(x, rec.label) if id(x) in b.vals else None
+    xv = b.get(x, rec.where) if id(x) in b.vals else None
     if xv is None or xv.q:
-        raise ExportError(f"{rec.label}: quantize of a value that is not a float graph tensor")
+        raise ExportError(f"{rec.where}: quantize of a value that is not a float graph tensor")
     rec.inputs = [(xv, x)]
     return b.q(xv.name, out, rec.label)
 
 
 def emit_dequantize(b, rec, x, out):
-    xv = b.get(x, rec.label)
+    xv = b.get(x, rec.where)
     if not xv.q:
         b.bind(out, xv)
         return xv
@@ -212,15 +216,15 @@ def emit_conv(b, rec, x, out, weight, bias, stride, padding, dilation, groups, r
               padding_mode="zeros"):
     h = rec.label
     if padding_mode != "zeros":
-        raise ExportError(f"{h}: padding_mode={padding_mode!r} has no QLinearConv form")
-    xv = b.get(x, h)
+        raise ExportError(f"{rec.where}: padding_mode={padding_mode!r} has no QLinearConv form")
+    xv = b.get(x, rec.where)
     n = len(weight.shape) - 2
     wd, ws, wz, axis = _weight_qparams(weight)
     pads = list(_tuple(padding, n)) * 2
     attrs = dict(strides=list(_tuple(stride, n)), pads=pads, dilations=list(_tuple(dilation, n)),
                  group=int(groups), kernel_shape=list(weight.shape[2:]))
     if axis not in (None, 0):
-        raise ExportError(f"{h}: per-channel weight on axis {axis}; ONNX Conv needs axis 0")
+        raise ExportError(f"{rec.where}: per-channel weight on axis {axis}; ONNX Conv needs axis 0")
     bias_name = None
     if bias is not None:
         bq, bscale = _int32_bias(np.asarray(bias, F32), xv.scale, ws)
@@ -260,10 +264,10 @@ def _bind(b, name, out):
 
 def emit_linear(b, rec, x, out, weight, bias, relu):
     h = rec.label
-    xv = b.get(x, h)
+    xv = b.get(x, rec.where)
     wd, ws, wz, axis = _weight_qparams(weight)
     if axis not in (None, 0):
-        raise ExportError(f"{h}: per-channel linear weight on axis {axis}; expected axis 0")
+        raise ExportError(f"{rec.where}: per-channel linear weight on axis {axis}; expected axis 0")
     if bias is not None:
         bq, bscale = _int32_bias(np.asarray(bias, F32), xv.scale, ws)
     nd = len(xv.shape)
@@ -329,7 +333,7 @@ def _float_unary(kind, params):
 
 def emit_unary(b, rec, x, out, kind, params=()):
     h = rec.label
-    xv = b.get(x, h)
+    xv = b.get(x, rec.where)
     if not xv.q:
         return _float_chain(b, h, xv, out, kind, params)
     if b.form == "qoperator":
@@ -394,7 +398,7 @@ def _pool_attrs(n, kernel_size, stride, padding, ceil_mode, dilation=None):
 
 def emit_maxpool(b, rec, x, out, n, kernel_size, stride, padding, dilation, ceil_mode):
     h = rec.label
-    xv = b.get(x, h)
+    xv = b.get(x, rec.where)
     attrs = _pool_attrs(n, kernel_size, stride, padding, ceil_mode, dilation)
     if b.form == "qoperator" or not xv.q:
         # The max of integers is exact: MaxPool runs on the uint8/int8 tensor itself.
@@ -414,8 +418,8 @@ def emit_avgpool(b, rec, x, out, n, kernel_size, stride, padding, ceil_mode, cou
                  divisor_override):
     h = rec.label
     if divisor_override is not None:
-        raise ExportError(f"{h}: avg_pool with divisor_override has no ONNX form")
-    xv = b.get(x, h)
+        raise ExportError(f"{rec.where}: avg_pool with divisor_override has no ONNX form")
+    xv = b.get(x, rec.where)
     attrs = _pool_attrs(n, kernel_size, stride, padding, ceil_mode)
     attrs["count_include_pad"] = int(bool(count_include_pad))
     if b.form == "qoperator" and xv.q:
@@ -430,7 +434,7 @@ def emit_avgpool(b, rec, x, out, n, kernel_size, stride, padding, ceil_mode, cou
 
 def emit_adaptive(b, rec, x, out):
     h = rec.label
-    xv = b.get(x, h)
+    xv = b.get(x, rec.where)
     in_sp, out_sp = xv.shape[2:], tuple(np.shape(out)[2:])
     if all(o == 1 for o in out_sp):
         if b.form == "qoperator" and xv.q:
@@ -446,8 +450,8 @@ def emit_adaptive(b, rec, x, out):
                        + b.out_qparams(out, h), hint=h, domain=MS, **attrs)
             return _bind(b, y, out)
     else:
-        raise ExportError(f"{h}: adaptive average pooling from {in_sp} to {out_sp} has uneven "
-                          f"windows, which ONNX pooling cannot express")
+        raise ExportError(f"{rec.where}: adaptive average pooling from {in_sp} to {out_sp} "
+                          f"has uneven windows, which ONNX pooling cannot express")
     if not xv.q:
         return _set_float(b, b.node(op, [xv.name], hint=h, **attrs), out)
     y = b.node(op, [b.dq(xv, h + "_x")], hint=h, **attrs)
@@ -456,7 +460,7 @@ def emit_adaptive(b, rec, x, out):
 
 def emit_batchnorm(b, rec, x, out, mean, var, weight, bias, eps, relu):
     h = rec.label
-    xv = b.get(x, h)
+    xv = b.get(x, rec.where)
     c = np.shape(mean)[0]
     w = np.ones(c, F32) if weight is None else np.asarray(weight, F32)
     bb = np.zeros(c, F32) if bias is None else np.asarray(bias, F32)
@@ -470,9 +474,9 @@ def emit_batchnorm(b, rec, x, out, mean, var, weight, bias, eps, relu):
 
 def emit_binary(b, rec, a, c, out, kind, relu):
     h = rec.label
-    av, cv = b.get(a, h), b.get(c, h)
+    av, cv = b.get(a, rec.where), b.get(c, rec.where)
     if not (av.q and cv.q):
-        raise ExportError(f"{h}: quantized {kind} of a float tensor")
+        raise ExportError(f"{rec.where}: quantized {kind} of a float tensor")
     if b.form == "qoperator":
         op = {"add": "QLinearAdd", "mul": "QLinearMul"}[kind]
         y = b.node(op, [av.name] + b.qparams(av, h + "_a") + [cv.name] + b.qparams(cv, h + "_b")
@@ -488,8 +492,16 @@ def emit_binary(b, rec, a, c, out, kind, relu):
 
 
 def emit_scalar(b, rec, a, scalar, out, kind):
+    """add_scalar / mul_scalar (semantics §7): mostly a change of qparams over the same data."""
     h = rec.label
-    av = b.get(a, h)
+    av = b.get(a, rec.where)
+    if (kind == "add" and float(out.q_scale()) == av.scale) or (kind == "mul" and scalar > 0):
+        # PyTorch keeps the integers and only shifts the zero point (add) or scales the
+        # scale (mul): the ONNX tensor is the same, read with the output's qparams.
+        return _bind(b, av.name, out)
+    if kind == "add":
+        # PyTorch adds the scalar rounded to a multiple of the scale: rint_f64(c / s) * s.
+        scalar = float(np.rint(float(scalar) / av.scale)) * av.scale
     op = {"add": "Add", "mul": "Mul"}[kind]
     y = b.node(op, [b.dq(av, h + "_a"), b.const(h + "_c", np.array(scalar, F32))], hint=h)
     return b.q(y, out, h)
@@ -497,7 +509,7 @@ def emit_scalar(b, rec, a, scalar, out, kind):
 
 def emit_cat(b, rec, xs, out, dim):
     h = rec.label
-    vs = [b.get(x, h) for x in xs]
+    vs = [b.get(x, rec.where) for x in xs]
     if not isinstance(out, QTensor):
         y = b.node("Concat", [v.name for v in vs], hint=h, axis=int(dim))
         return _set_float(b, y, out)
@@ -514,7 +526,7 @@ def emit_cat(b, rec, xs, out, dim):
 
 def emit_reshape(b, rec, x, out):
     h = rec.label
-    xv = b.get(x, h)
+    xv = b.get(x, rec.where)
     shape = list(np.shape(out))
     # A leading dimension equal to the input's is written as 0 (copy): the batch size of the
     # exported graph stays free.
@@ -527,14 +539,14 @@ def emit_reshape(b, rec, x, out):
 
 
 def emit_identity(b, rec, x, out):
-    v = b.get(x, rec.label)
+    v = b.get(x, rec.where)
     b.bind(out, v)
     return v
 
 
 def emit_resize(b, rec, x, out, mode, align_corners):
     h = rec.label
-    xv = b.get(x, h)
+    xv = b.get(x, rec.where)
     in_sp, out_sp = xv.shape[2:], tuple(np.shape(out)[2:])
     scales = np.array([1.0, 1.0] + [o / i for i, o in zip(in_sp, out_sp)], F32)
     roi = ""
@@ -548,7 +560,7 @@ def emit_resize(b, rec, x, out, mode, align_corners):
         attrs = dict(mode="linear", coordinate_transformation_mode="align_corners"
                      if align_corners else "pytorch_half_pixel")
     else:
-        raise ExportError(f"{h}: interpolate mode {mode!r} has no ONNX Resize form")
+        raise ExportError(f"{rec.where}: interpolate mode {mode!r} has no ONNX Resize form")
     if any(o % i for i, o in zip(in_sp, out_sp)) and mode.startswith("nearest"):
         # PyTorch's nearest uses the scale in_size/out_size; Resize with `scales` uses its
         # inverse, which differs for non-integer ratios: give the sizes instead.
@@ -572,12 +584,12 @@ def emit_dynamic_linear(b, rec, x, out, weight, bias, relu, reduce_range=True):
     max, whichever has the smaller error; here both are float32 and from the min.
     """
     h = rec.label
-    xv = b.get(x, h)
+    xv = b.get(x, rec.where)
     if xv.q:
-        raise ExportError(f"{h}: dynamic linear expects a float input")
+        raise ExportError(f"{rec.where}: dynamic linear expects a float input")
     wd, ws, wz, axis = _weight_qparams(weight)
     if np.any(wz != 0):
-        raise ExportError(f"{h}: dynamic linear weight with nonzero zero points")
+        raise ExportError(f"{rec.where}: dynamic linear weight with nonzero zero points")
     qmax = 127.0 if reduce_range else 255.0
     zero = b.const(h + "_zero", np.array(0.0, F32))
     lo = b.node("Min", [b.node("ReduceMin", [xv.name], hint=h + "_min", keepdims=0), zero],
@@ -612,9 +624,9 @@ def emit_dynamic_linear(b, rec, x, out, weight, bias, relu, reduce_range=True):
 
 def emit_float_linear(b, rec, x, out, weight, bias, relu=False):
     h = rec.label
-    xv = b.get(x, h)
+    xv = b.get(x, rec.where)
     if xv.q:
-        raise ExportError(f"{h}: a float Linear got a quantized input")
+        raise ExportError(f"{rec.where}: a float Linear got a quantized input")
     y = b.node("MatMul", [xv.name, b.const(h + "_wT", np.ascontiguousarray(
         np.asarray(weight, F32).T))], hint=h)
     if bias is not None:
@@ -764,13 +776,13 @@ def _function_step(b, rec, target, args, kwargs, out):
         if t == f"quantized.{kind}_scalar":
             return emit_scalar(b, rec, args[0], args[1], out, kind)
     if t in ("add", "torch.add", "mul", "torch.mul") and not isinstance(out, QTensor):
-        av, cv = b.get(args[0], rec.label), b.get(args[1], rec.label)
+        av, cv = b.get(args[0], rec.where), b.get(args[1], rec.where)
         op = "Add" if t.endswith("add") else "Mul"
         return _set_float(b, b.node(op, [av.name, cv.name], hint=rec.label), out)
     if t == "linear" and not isinstance(out, QTensor):
         return emit_float_linear(b, rec, x, out, args[1], args[2] if len(args) > 2 else
                                  kwargs.get("bias"))
-    raise ExportError(f"{rec.label}: {t} has no ONNX export (yet)")
+    raise ExportError(f"{rec.where}: {t} has no ONNX export (yet)")
 
 
 def _is_global_mean(x, args, kwargs):
@@ -829,11 +841,11 @@ class _Tracer:
         if not isinstance(out, (QTensor, np.ndarray)):
             if isinstance(out, (tuple, list)) and any(isinstance(o, (QTensor, np.ndarray))
                                                       for o in out):
-                raise ExportError(f"{label}: {target} returning several tensors has no ONNX "
+                raise ExportError(f"node {label!r}: {target} returning several tensors has no ONNX "
                                   f"export (yet)")
             return          # sizes, shapes and other Python values: no ONNX node
         if not tensors_in:
-            raise ExportError(f"{label}: {target} makes a tensor from no tensor input")
+            raise ExportError(f"node {label!r}: {target} makes a tensor from no tensor input")
 
         def run(rec):
             self._inputs_of(rec, tensors_in)
@@ -920,13 +932,14 @@ def _run_graph(tr, gm, args):
             if node.target != "getitem":
                 tr.function_call(label, node.target, a, kw, out)
             elif isinstance(out, (QTensor, np.ndarray)) and id(out) not in tr.b.vals:
-                raise ExportError(f"{label}: indexing a tensor has no ONNX export (yet)")
+                raise ExportError(f"node {label!r}: indexing a tensor has no ONNX export (yet)")
         elif node.op == "method":
             out = METHODS[node.target](*a, **kw)
             env[node.name] = out
             tr.function_call(label, node.target, a, kw, out)
         else:
-            raise ExportError(f"{label}: graph attributes (constants) have no ONNX export (yet)")
+            raise ExportError(f"node {label!r}: graph attributes (constants) have no ONNX "
+                              f"export (yet)")
     raise ExportError("graph has no output node")
 
 

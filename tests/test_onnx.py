@@ -1,0 +1,521 @@
+"""ONNX export (qops.onnx): checker, and ONNX Runtime's results against qops', op by op.
+
+Each quantized module is exported alone (after a Quantize stub) in both forms; its op is run
+alone in ONNX Runtime on qops' own input and compared with qops' output. MEASURED holds what
+ORT 1.32 gave on AVX2 Zen 3 (no VNNI); the tests assert no worse than that (a runtime that
+rounds like PyTorch may do better), and docs/onnx.md has the table with the reasons.
+"""
+import io
+import os
+
+import numpy as np
+import pytest
+
+import qops.nn as qnn
+import qops.nn.intrinsic.quantized as nniq
+import qops.nn.quantized as nnq
+import qops.nn.quantized.dynamic as nnqd
+import qops.quantization as qq
+from qops._dtypes import qint8, quint8
+from qops._qtensor import quantize_per_channel, quantize_per_tensor
+from qops.nn.module import Module
+
+from conftest import torch_or_skip
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from qops.onnx import ExportError, compare, export, format_compare  # noqa: E402
+
+F32 = np.float32
+
+
+def _w(rng, shape, per_channel=True, std=0.2, bits=8):
+    w = rng.normal(0, std, shape).astype(F32)
+    top = 2 ** (bits - 1) - 1
+    if per_channel:
+        s = np.abs(w).reshape(shape[0], -1).max(1) / top
+        return quantize_per_channel(w, s.astype(np.float64), np.zeros(shape[0], np.int64), 0,
+                                    qint8)
+    return quantize_per_tensor(w, float(np.abs(w).max() / top), 0, qint8)
+
+
+def _conv(rng, cls, cin, cout, k, n=2, groups=1, per_channel=True, bias=True, out=(0.05, 64),
+          **kw):
+    m = cls(cin, cout, k, groups=groups, bias=bias, **kw)
+    b = rng.normal(0, 0.1, cout).astype(F32) if bias else None
+    m.set_weight_bias(_w(rng, (cout, cin // groups) + (k,) * n, per_channel), b)
+    m.scale, m.zero_point = out
+    return m
+
+
+def _linear(rng, cls, fin, fout, per_channel=True, out=(0.05, 64)):
+    m = cls(fin, fout)
+    m.set_weight_bias(_w(rng, (fout, fin), per_channel), rng.normal(0, 0.1, fout).astype(F32))
+    m.scale, m.zero_point = out
+    return m
+
+
+# The input stub: 7-bit activations (PyTorch's x86/fbgemm qconfig: reduce_range) unless the
+# case says "8bit" (full quint8 range, zero point 128).
+def _q7():
+    return nnq.Quantize(0.04, 64, quint8)
+
+
+def _q8():
+    return nnq.Quantize(0.02, 128, quint8)
+
+
+class _Two(Module):
+    """Two quantized inputs through one QFunctional method."""
+
+    def __init__(self, method, *extra):
+        super().__init__()
+        self.qa, self.qb = nnq.Quantize(0.04, 64, quint8), nnq.Quantize(0.03, 70, quint8)
+        self.f = nnq.QFunctional()
+        self.f.scale, self.f.zero_point = 0.06, 60
+        self.method, self.extra = method, extra
+
+    def forward(self, x, y):
+        a, b = self.qa(x), self.qb(y)
+        if self.method == "cat":
+            return self.f.cat([a, b], 1)
+        if self.method.endswith("_scalar"):
+            return getattr(self.f, self.method)(a, *self.extra)
+        return getattr(self.f, self.method)(a, b)
+
+
+def _bn(rng, cls, c):
+    m = cls(c)
+    m.weight = rng.uniform(0.5, 1.5, c).astype(F32)
+    m.bias = rng.normal(0, 0.2, c).astype(F32)
+    m.running_mean = rng.normal(0, 0.2, c).astype(F32)
+    m.running_var = rng.uniform(0.5, 2, c).astype(F32)
+    m.scale, m.zero_point = 0.05, 64
+    return m
+
+
+def _dyn(rng):
+    m = nnqd.Linear(16, 8)
+    m.set_weight_bias(_w(rng, (8, 16), False), rng.normal(0, 0.1, 8).astype(F32))
+    return m
+
+
+# name -> (model factory(rng), input shapes)
+CASES = {
+    "quantize": (lambda r: qnn.Sequential(_q7()), [(2, 4, 8, 8)]),
+    "conv1d": (lambda r: qnn.Sequential(_q7(), _conv(r, nnq.Conv1d, 4, 8, 3, 1, padding=1)),
+               [(2, 4, 16)]),
+    "conv2d": (lambda r: qnn.Sequential(_q7(), _conv(r, nnq.Conv2d, 4, 8, 3, padding=1)),
+               [(2, 4, 8, 8)]),
+    "conv2d_8bit": (lambda r: qnn.Sequential(_q8(), _conv(r, nnq.Conv2d, 4, 8, 3, padding=1)),
+                    [(2, 4, 8, 8)]),
+    "conv2d_per_tensor": (lambda r: qnn.Sequential(_q7(), _conv(
+        r, nnq.Conv2d, 4, 8, 3, per_channel=False, stride=2)), [(2, 4, 9, 9)]),
+    "conv2d_relu": (lambda r: qnn.Sequential(_q7(), _conv(r, nniq.ConvReLU2d, 4, 8, 3,
+                                                          padding=1)), [(2, 4, 8, 8)]),
+    "conv2d_depthwise": (lambda r: qnn.Sequential(_q7(), _conv(r, nnq.Conv2d, 8, 8, 3,
+                                                               groups=8, padding=1)),
+                         [(2, 8, 8, 8)]),
+    "conv3d": (lambda r: qnn.Sequential(_q7(), _conv(r, nnq.Conv3d, 2, 4, 3, 3, padding=1)),
+               [(1, 2, 4, 5, 5)]),
+    "linear": (lambda r: qnn.Sequential(_q7(), _linear(r, nnq.Linear, 32, 16)), [(4, 32)]),
+    "linear_8bit": (lambda r: qnn.Sequential(_q8(), _linear(r, nnq.Linear, 32, 16)), [(4, 32)]),
+    "linear_relu_3d": (lambda r: qnn.Sequential(_q7(), _linear(r, nniq.LinearReLU, 32, 16,
+                                                               per_channel=False)),
+                       [(2, 3, 32)]),
+    "relu": (lambda r: qnn.Sequential(_q7(), qnn.ReLU()), [(2, 4, 8, 8)]),
+    "relu6": (lambda r: qnn.Sequential(nnq.Quantize(0.05, 64, quint8), nnq.ReLU6()),
+              [(2, 4, 8, 8)]),
+    "hardswish": (lambda r: qnn.Sequential(_q7(), nnq.Hardswish(0.03, 20)), [(2, 4, 8, 8)]),
+    "hardsigmoid": (lambda r: qnn.Sequential(_q7(), qnn.Hardsigmoid()), [(2, 4, 8, 8)]),
+    "elu": (lambda r: qnn.Sequential(_q7(), nnq.ELU(0.03, 40)), [(2, 4, 8, 8)]),
+    "leaky_relu": (lambda r: qnn.Sequential(_q7(), nnq.LeakyReLU(0.03, 30, 0.1)),
+                   [(2, 4, 8, 8)]),
+    "sigmoid": (lambda r: qnn.Sequential(_q7(), nnq.Sigmoid()), [(2, 4, 8, 8)]),
+    "tanh": (lambda r: qnn.Sequential(_q7(), nnq.Tanh()), [(2, 4, 8, 8)]),
+    "max_pool2d": (lambda r: qnn.Sequential(_q7(), nnq.MaxPool2d(3, 2, 1)), [(2, 4, 9, 9)]),
+    "max_pool1d": (lambda r: qnn.Sequential(_q7(), nnq.MaxPool1d(2)), [(2, 4, 16)]),
+    "max_pool3d": (lambda r: qnn.Sequential(_q7(), nnq.MaxPool3d(2)), [(1, 2, 4, 4, 4)]),
+    "avg_pool2d": (lambda r: qnn.Sequential(_q7(), nnq.AvgPool2d(2)), [(2, 4, 8, 8)]),
+    "avg_pool2d_pad": (lambda r: qnn.Sequential(_q7(), nnq.AvgPool2d(3, 2, 1)), [(2, 4, 9, 9)]),
+    "adaptive_avg_pool2d_1": (lambda r: qnn.Sequential(_q7(), nnq.AdaptiveAvgPool2d(1)),
+                              [(2, 8, 7, 7)]),
+    "adaptive_avg_pool2d_2": (lambda r: qnn.Sequential(_q7(), nnq.AdaptiveAvgPool2d(2)),
+                              [(2, 4, 8, 8)]),
+    "batch_norm2d": (lambda r: qnn.Sequential(_q7(), _bn(r, nnq.BatchNorm2d, 4)),
+                     [(2, 4, 8, 8)]),
+    "bn_relu2d": (lambda r: qnn.Sequential(_q7(), _bn(r, nniq.BNReLU2d, 4)), [(2, 4, 8, 8)]),
+    "upsample_nearest": (lambda r: qnn.Sequential(_q7(), nnq.Upsample(scale_factor=2)),
+                         [(2, 4, 5, 5)]),
+    "upsample_bilinear": (lambda r: qnn.Sequential(_q7(), nnq.Upsample(
+        scale_factor=2, mode="bilinear", align_corners=False)), [(2, 4, 5, 5)]),
+    "flatten": (lambda r: qnn.Sequential(_q7(), qnn.Flatten()), [(2, 4, 3, 3)]),
+    "add": (lambda r: _Two("add"), [(2, 4, 6, 6)] * 2),
+    "add_relu": (lambda r: _Two("add_relu"), [(2, 4, 6, 6)] * 2),
+    "mul": (lambda r: _Two("mul"), [(2, 4, 6, 6)] * 2),
+    "cat": (lambda r: _Two("cat"), [(2, 4, 6, 6)] * 2),
+    "add_scalar": (lambda r: _Two("add_scalar", 0.5), [(2, 4, 6, 6)] * 2),
+    "mul_scalar": (lambda r: _Two("mul_scalar", 0.7), [(2, 4, 6, 6)] * 2),
+    "mul_scalar_negative": (lambda r: _Two("mul_scalar", -0.7), [(2, 4, 6, 6)] * 2),
+    "add_scalar_requantize": (lambda r: _Two("add_scalar", 5.0), [(2, 4, 6, 6)] * 2),
+    # inputs on exact ties of x / 0.04: where x * (1/s) and x / s round differently
+    "quantize_ties": (lambda r: qnn.Sequential(_q7()), [(1, 4096)],
+                      lambda r: ((r.integers(-60, 60, (1, 4096)) + 0.5) * 0.04).astype(F32)),
+}
+
+# (case, form) -> (exact share, max step difference) of the op alone, ORT 1.32, AVX2 Zen 3.
+MEASURED = {
+    ('adaptive_avg_pool2d_1', 'qdq'): (1.0, 0),
+    ('adaptive_avg_pool2d_1', 'qoperator'): (1.0, 0),
+    ('adaptive_avg_pool2d_2', 'qdq'): (1.0, 0),
+    ('adaptive_avg_pool2d_2', 'qoperator'): (1.0, 0),
+    ('add', 'qdq'): (0.875, 1),
+    ('add', 'qoperator'): (0.875, 1),
+    ('add_relu', 'qdq'): (0.96875, 1),
+    ('add_relu', 'qoperator'): (0.9583333333333334, 1),
+    ('add_scalar', 'qdq'): (1.0, 0),
+    ('add_scalar', 'qoperator'): (1.0, 0),
+    ('add_scalar_requantize', 'qdq'): (0.9861111111111112, 1),
+    ('add_scalar_requantize', 'qoperator'): (0.9861111111111112, 1),
+    ('avg_pool2d', 'qdq'): (1.0, 0),
+    ('avg_pool2d', 'qoperator'): (1.0, 0),
+    ('avg_pool2d_pad', 'qdq'): (1.0, 0),
+    ('avg_pool2d_pad', 'qoperator'): (1.0, 0),
+    ('batch_norm2d', 'qdq'): (1.0, 0),
+    ('batch_norm2d', 'qoperator'): (1.0, 0),
+    ('bn_relu2d', 'qdq'): (1.0, 0),
+    ('bn_relu2d', 'qoperator'): (1.0, 0),
+    ('cat', 'qdq'): (0.9947916666666666, 1),
+    ('cat', 'qoperator'): (0.9947916666666666, 1),
+    ('conv1d', 'qdq'): (1.0, 0),
+    ('conv1d', 'qoperator'): (1.0, 0),
+    ('conv2d', 'qdq'): (0.998046875, 1),
+    ('conv2d', 'qoperator'): (0.998046875, 1),
+    ('conv2d_8bit', 'qdq'): (0.970703125, 22),
+    ('conv2d_8bit', 'qoperator'): (0.970703125, 22),
+    ('conv2d_depthwise', 'qdq'): (1.0, 0),
+    ('conv2d_depthwise', 'qoperator'): (1.0, 0),
+    ('conv2d_per_tensor', 'qdq'): (1.0, 0),
+    ('conv2d_per_tensor', 'qoperator'): (1.0, 0),
+    ('conv2d_relu', 'qdq'): (1.0, 0),
+    ('conv2d_relu', 'qoperator'): (1.0, 0),
+    ('conv3d', 'qdq'): (0.9975, 1),
+    ('conv3d', 'qoperator'): (0.9975, 1),
+    ('elu', 'qdq'): (1.0, 0),
+    ('elu', 'qoperator'): (1.0, 0),
+    ('flatten', 'qdq'): (1.0, 0),
+    ('flatten', 'qoperator'): (1.0, 0),
+    ('hardsigmoid', 'qdq'): (1.0, 0),
+    ('hardsigmoid', 'qoperator'): (1.0, 0),
+    ('hardswish', 'qdq'): (1.0, 0),
+    ('hardswish', 'qoperator'): (1.0, 0),
+    ('leaky_relu', 'qdq'): (1.0, 0),
+    ('leaky_relu', 'qoperator'): (1.0, 0),
+    ('linear', 'qdq'): (1.0, 0),
+    ('linear', 'qoperator'): (1.0, 0),
+    ('linear_8bit', 'qdq'): (0.9375, 5),
+    ('linear_8bit', 'qoperator'): (0.9375, 5),
+    ('linear_relu_3d', 'qdq'): (1.0, 0),
+    ('linear_relu_3d', 'qoperator'): (1.0, 0),
+    ('max_pool1d', 'qdq'): (1.0, 0),
+    ('max_pool1d', 'qoperator'): (1.0, 0),
+    ('max_pool2d', 'qdq'): (1.0, 0),
+    ('max_pool2d', 'qoperator'): (1.0, 0),
+    ('max_pool3d', 'qdq'): (1.0, 0),
+    ('max_pool3d', 'qoperator'): (1.0, 0),
+    ('mul', 'qdq'): (0.9826388888888888, 1),
+    ('mul', 'qoperator'): (0.9826388888888888, 1),
+    ('mul_scalar', 'qdq'): (1.0, 0),
+    ('mul_scalar', 'qoperator'): (1.0, 0),
+    ('mul_scalar_negative', 'qdq'): (1.0, 0),
+    ('mul_scalar_negative', 'qoperator'): (1.0, 0),
+    ('quantize', 'qdq'): (1.0, 0),
+    ('quantize', 'qoperator'): (1.0, 0),
+    ('quantize_ties', 'qdq'): (0.884765625, 1),
+    ('quantize_ties', 'qoperator'): (0.884765625, 1),
+    ('relu', 'qdq'): (1.0, 0),
+    ('relu', 'qoperator'): (1.0, 0),
+    ('relu6', 'qdq'): (1.0, 0),
+    ('relu6', 'qoperator'): (1.0, 0),
+    ('sigmoid', 'qdq'): (1.0, 0),
+    ('sigmoid', 'qoperator'): (1.0, 0),
+    ('tanh', 'qdq'): (1.0, 0),
+    ('tanh', 'qoperator'): (1.0, 0),
+    ('upsample_bilinear', 'qdq'): (0.97, 1),
+    ('upsample_bilinear', 'qoperator'): (0.97, 1),
+    ('upsample_nearest', 'qdq'): (1.0, 0),
+    ('upsample_nearest', 'qoperator'): (1.0, 0),
+}
+
+
+def _case(name, seed=0):
+    rng = np.random.default_rng(seed)
+    make, shapes, *data = CASES[name]
+    model = make(rng)
+    if data:
+        return model, (data[0](rng),)
+    xs = tuple(rng.normal(0, 1, s).astype(F32) for s in shapes)
+    return model, xs
+
+
+def _op_row(report):
+    """The compare() row of the op under test: the last step with a quantized output."""
+    return report["ops"][-1]
+
+
+def measure(name, form, seed=0):
+    model, xs = _case(name, seed)
+    buf = io.BytesIO()
+    export(model, xs, buf, form=form)
+    r = compare(model, buf.getvalue(), xs)
+    row = _op_row(r)
+    return row["exact"], row["max_steps"], r
+
+
+@pytest.mark.parametrize("form", ["qdq", "qoperator"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_single_op_vs_onnxruntime(name, form):
+    exact, steps, report = measure(name, form)
+    want_exact, want_steps = MEASURED[(name, form)]
+    assert steps <= want_steps, format_compare(report)
+    assert exact >= want_exact - 1e-9, format_compare(report)
+
+
+@pytest.mark.parametrize("form", ["qdq", "qoperator"])
+def test_checker_passes_and_file_roundtrip(tmp_path, form):
+    model, xs = _case("conv2d_relu")
+    path = os.fspath(tmp_path / "m.onnx")
+    m = export(model, xs, path, form=form)
+    onnx.checker.check_model(onnx.load(path), full_check=True)
+    ops = {n.op_type for n in m.graph.node}
+    if form == "qdq":
+        assert {"QuantizeLinear", "DequantizeLinear", "Conv"} <= ops
+    else:
+        assert "QLinearConv" in ops
+    # per-channel weight: DequantizeLinear / QLinearConv with one scale per output channel
+    inits = {t.name: t for t in m.graph.initializer}
+    w_scale = [t for n, t in inits.items() if n.endswith("_w_scale")][0]
+    assert list(w_scale.dims) == [8]
+    b = [t for n, t in inits.items() if n.endswith("_b")][0]
+    assert b.data_type == onnx.TensorProto.INT32
+
+
+def test_qparams_carried_over_exactly():
+    model, xs = _case("conv2d")
+    m = export(model, xs, io.BytesIO())
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in m.graph.initializer}
+    conv = model[1]
+    w = conv.weight()
+    np.testing.assert_array_equal(inits["1_w"], w.int_repr())
+    np.testing.assert_array_equal(inits["1_w_scale"], w.q_per_channel_scales().astype(F32))
+    np.testing.assert_array_equal(inits["1_y_scale"], F32(conv.scale))
+    assert inits["1_y_zp"] == conv.zero_point and inits["1_y_zp"].dtype == np.uint8
+    bscale = F32(0.04) * w.q_per_channel_scales().astype(F32)
+    np.testing.assert_array_equal(inits["1_b"], np.rint(conv.bias() / bscale).astype(np.int32))
+
+
+def test_dynamic_batch():
+    model, xs = _case("conv2d_relu")
+    buf = io.BytesIO()
+    export(model, xs, buf)
+    sess = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
+    x5 = np.random.default_rng(1).normal(0, 1, (5, 4, 8, 8)).astype(F32)
+    got = sess.run(None, {"input": x5})[0]
+    assert got.shape == (5, 8, 8, 8)
+
+
+def test_no_faithful_form_names_the_node():
+    m = qnn.Sequential(_q7(), nnq.AdaptiveAvgPool2d(3))
+    x = np.zeros((1, 2, 8, 8), F32)
+    with pytest.raises(ExportError, match=r"node '1' \(AdaptiveAvgPool2d\).*uneven"):
+        export(m, x, io.BytesIO())
+    m = qnn.Sequential(_q7(), nnq.AvgPool2d(2, divisor_override=3))
+    with pytest.raises(ExportError, match="node '1' .*divisor_override"):
+        export(m, x, io.BytesIO())
+    r = np.random.default_rng(0)
+    m = qnn.Sequential(_q7(), _conv(r, nnq.Conv2d, 2, 2, 3, padding=1, padding_mode="reflect"))
+    with pytest.raises(ExportError, match="reflect"):
+        export(m, x, io.BytesIO())
+
+
+def test_import_qops_does_not_import_onnx():
+    import subprocess
+    import sys
+    code = ("import sys, qops, qops.nn, qops.quantization, qops.onnx; "
+            "assert 'onnx' not in sys.modules and 'onnxruntime' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True,
+                   env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+# -- small models, quantized by qops' own eager flow (x86 qconfig) -------------------------
+class _ResBlock(Module):
+    def __init__(self):
+        super().__init__()
+        self.quant = qq.QuantStub()
+        self.conv1 = qnn.Conv2d(8, 8, 3, padding=1)
+        self.relu1 = qnn.ReLU()
+        self.conv2 = qnn.Conv2d(8, 8, 3, padding=1)
+        self.skip = nnq.FloatFunctional()
+        self.pool = qnn.AdaptiveAvgPool2d(1)
+        self.flat = qnn.Flatten()
+        self.fc = qnn.Linear(8, 4)
+        self.dequant = qq.DeQuantStub()
+
+    def forward(self, x):
+        x = self.quant(x)
+        y = self.conv2(self.relu1(self.conv1(x)))
+        y = self.skip.add_relu(y, x)
+        return self.dequant(self.fc(self.flat(self.pool(y))))
+
+
+class _InvertedResidual(Module):
+    def __init__(self):
+        super().__init__()
+        self.quant = qq.QuantStub()
+        self.expand = qnn.Conv2d(8, 24, 1)
+        self.act1 = qnn.ReLU6()
+        self.dw = qnn.Conv2d(24, 24, 3, padding=1, groups=24)
+        self.act2 = qnn.ReLU6()
+        self.project = qnn.Conv2d(24, 8, 1)
+        self.skip = nnq.FloatFunctional()
+        self.dequant = qq.DeQuantStub()
+
+    def forward(self, x):
+        x = self.quant(x)
+        y = self.project(self.act2(self.dw(self.act1(self.expand(x)))))
+        return self.dequant(self.skip.add(x, y))
+
+
+def _quantized(model_cls, fuse, seed=0):
+    rng = np.random.default_rng(seed)
+    m = model_cls().eval()
+    for mod in m.modules():
+        # qops' layer init draws from an unseeded generator: fixed weights, fixed numbers
+        for name in ("weight", "bias"):
+            w = getattr(mod, name, None)
+            if isinstance(w, np.ndarray) and w.ndim:
+                fan_in = np.prod(w.shape[1:]) if w.ndim > 1 else 10
+                setattr(mod, name, rng.normal(0, 1 / np.sqrt(fan_in), w.shape).astype(F32))
+    fused = qq.fuse_modules(m, fuse) if fuse else m
+    fused.qconfig = qq.get_default_qconfig("x86")
+    p = qq.prepare(fused)
+    for _ in range(4):
+        p(rng.normal(0, 1, (4, 8, 8, 8)).astype(F32))
+    return qq.convert(p), rng.normal(0, 1, (4, 8, 8, 8)).astype(F32)
+
+
+# model -> form -> (exact share, max steps) of the float output, measured as MEASURED
+MODELS_MEASURED = {
+    ('resnet_block', 'qdq'): (1.0, 0),
+    ('resnet_block', 'qoperator'): (1.0, 0),
+    ('inverted_residual', 'qdq'): (0.99169921875, 1),
+    ('inverted_residual', 'qoperator'): (0.99169921875, 1),
+    ('graph_inverted_residual', 'qdq'): (1.0, 0),
+    ('graph_inverted_residual', 'qoperator'): (1.0, 0),
+}
+
+
+@pytest.mark.parametrize("form", ["qdq", "qoperator"])
+@pytest.mark.parametrize("name", ["resnet_block", "inverted_residual"])
+def test_small_models(name, form):
+    if name == "resnet_block":
+        q, x = _quantized(_ResBlock, [["conv1", "relu1"]])
+    else:
+        q, x = _quantized(_InvertedResidual, None)
+    buf = io.BytesIO()
+    export(q, x, buf, form=form)
+    r = compare(q, buf.getvalue(), x)
+    out = r["outputs"][0]
+    want_exact, want_steps = MODELS_MEASURED[(name, form)]
+    assert out["max_steps"] <= want_steps, format_compare(r)
+    assert out["exact"] >= want_exact - 1e-9, format_compare(r)
+
+
+def _torch_block(torch):
+    """A float MobileNetV2-style inverted residual in PyTorch (imported with from_torch)."""
+    tnn = torch.nn
+
+    class Block(tnn.Module):
+        def __init__(self):
+            super().__init__()
+            self.expand = tnn.Sequential(tnn.Conv2d(8, 24, 1), tnn.BatchNorm2d(24), tnn.ReLU6())
+            self.dw = tnn.Sequential(tnn.Conv2d(24, 24, 3, padding=1, groups=24),
+                                     tnn.BatchNorm2d(24), tnn.ReLU6())
+            self.project = tnn.Sequential(tnn.Conv2d(24, 8, 1), tnn.BatchNorm2d(8))
+            self.pool = tnn.AdaptiveAvgPool2d(1)
+
+        def forward(self, x):
+            y = x + self.project(self.dw(self.expand(x)))
+            return torch.flatten(self.pool(y), 1)
+
+    torch.manual_seed(0)
+    return Block().eval()
+
+
+def test_graph_module_from_qops_graph_mode():
+    # a GraphModule (from_torch of a float torch model) quantized by qops' prepare_fx /
+    # convert_fx: its nodes call quantized.add, flatten, ... between the modules
+    torch = torch_or_skip()
+    from qops.quantization import quantize_fx as qfx
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, (4, 8, 8, 8)).astype(F32)
+    g = qnn.from_torch(_torch_block(torch))
+    p = qfx.prepare_fx(g, qfx.get_default_qconfig_mapping("x86"), (x,))
+    p(x)
+    q = qfx.convert_fx(p)
+    for form in ("qdq", "qoperator"):
+        buf = io.BytesIO()
+        export(q, x, buf, form=form)
+        r = compare(q, buf.getvalue(), x)
+        want_exact, want_steps = MODELS_MEASURED[("graph_inverted_residual", form)]
+        assert r["outputs"][0]["max_steps"] <= want_steps, format_compare(r)
+        assert r["outputs"][0]["exact"] >= want_exact - 1e-9, format_compare(r)
+
+
+def _torchvision_or_skip():
+    torch_or_skip()
+    os.environ.setdefault("QOPS_TORCHVISION_PATH", "/work/main/build/oracle")
+    from qops.nn._torchvision import quantization_models
+    q = quantization_models()
+    if q is None:
+        pytest.skip("torchvision is not installed (QOPS_TORCHVISION_PATH)")
+    return q
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_torchvision_imported_models_export(name):
+    # torchvision's quantizable models, converted by PyTorch (x86), imported with
+    # qops.nn.quantized.from_torch: a GraphModule of quantized modules and QFunctional calls
+    torch = torch_or_skip()
+    q = _torchvision_or_skip()
+    torch.manual_seed(0)
+    m = getattr(q, name)(weights=None, quantize=False).eval()
+    m.fuse_model()
+    tq = torch.ao.quantization
+    m.qconfig = tq.QConfig(activation=tq.MinMaxObserver.with_args(reduce_range=True),
+                           weight=tq.get_default_qconfig("x86").weight)
+    tq.prepare(m, inplace=True)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        m(torch.randn(2, 3, 64, 64, generator=g))
+    tq.convert(m, inplace=True)
+    qm = nnq.from_torch(m)
+    x = torch.randn(2, 3, 64, 64, generator=g).numpy()
+    for form in ("qdq", "qoperator"):
+        buf = io.BytesIO()
+        export(qm, x, buf, form=form)
+        r = compare(qm, buf.getvalue(), x, per_op=False)
+        assert r["outputs"][0]["max_steps"] == 0, format_compare(r)
+        assert r["outputs"][0]["exact"] == 1.0, format_compare(r)
+
+
+def test_dynamic_linear():
+    rng = np.random.default_rng(0)
+    m = qnn.Sequential(_dyn(rng))
+    x = rng.normal(0, 1, (4, 16)).astype(F32)
+    buf = io.BytesIO()
+    export(m, x, buf)
+    r = compare(m, buf.getvalue(), x)
+    want = m(x)
+    assert r["outputs"][0]["max_steps"] <= 1e-5 * float(np.abs(want).max()), format_compare(r)
