@@ -407,6 +407,46 @@ def test_channels_last_depthwise_equals_ref(tier, c, nd, k, stride, dilation, pa
             assert got.strides[1] == 1
 
 
+@pytest.mark.parametrize("c,nd,k,stride,dilation,padding,size,wzp", [
+    (32, 2, (3, 3), 1, 1, 1, (7, 45), 0),       # one block; pairs of pixels and a last one
+    (37, 2, (3, 3), 2, 1, 1, (9, 33), 0),       # the last block overlaps the first, stride 2
+    (100, 2, (3, 3), 1, 1, 1, (6, 21), 5),      # four blocks, weight zero point
+    (72, 2, (5, 5), 2, 1, 2, (11, 17), 0),      # 25 taps, padding past the taps
+    (33, 2, (2, 4), (1, 2), (2, 3), (1, 2), (9, 31), -3),   # dilated, an even tap count
+    (40, 1, (7,), 3, 1, 3, (101,), 0),
+    (48, 3, (3, 3, 3), 1, 1, 1, (4, 5, 17), 2),
+    (64, 2, (3, 3), 1, 1, 0, (3, 3), 0),        # one output pixel, no border column
+    (32, 2, (1, 1), 1, 1, 0, (5, 9), 0),        # one tap, paired with itself
+    (35, 2, (3, 3), (1, 40), 1, 1, (5, 9), 0),  # a stride past the row: one column
+    (34, 2, (3, 3), 1, 1, 4, (2, 3), 0),        # padding wider than the input
+    (32, 2, (9, 9), 1, 1, 4, (10, 12), 0),      # 81 taps: past the kernel's 64, the planes
+])
+def test_channels_last_depthwise_avx2_equals_ref(monkeypatch, c, nd, k, stride, dilation,
+                                                 padding, size, wzp):
+    # AVX2's channels-last depthwise kernel (32-channel blocks of vpmaddwd pairs) with
+    # saturation-prone weights (-128 and 127 rows), inputs at 0 and 255, both clamps,
+    # symmetric and asymmetric weights; the portable tier takes the planes
+    from qops import _fast
+    kernels = _fast.load("conv")
+    calls = []
+    real = kernels._conv_dw_cl_avx2
+    monkeypatch.setattr(kernels, "_conv_dw_cl_avx2", lambda *a: calls.append(1) or real(*a))
+    x, w, b = _depthwise_inputs(29, c, size, k, wzp=wzp, channels_last=True)
+    fn = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nd]
+    relu_fn = {1: F.conv1d_relu, 2: F.conv2d_relu, 3: F.conv3d_relu}[nd]
+    args = dict(stride=stride, padding=padding, dilation=dilation, groups=c,
+                scale=float(np.prod(k)) * 0.02, zero_point=120)
+    for tier in ("vnni", "portable"):
+        for f in (fn, relu_fn):
+            want, got = _ref_and_tier(tier, f, x, w, b, **args)
+            np.testing.assert_array_equal(got, want)
+            assert np.std(want) > 5 and got.strides[1] == 1
+    if kernels._DWCL2 and np.prod(k) <= 64:
+        assert len(calls) == 2
+    else:
+        assert not calls
+
+
 @pytest.mark.parametrize("tier", ["portable", "vnni"])
 @pytest.mark.parametrize("c,nd,k,stride,padding,size", [
     (64, 2, (3, 3), 2, 1, (13, 29)),            # stride 2: through the channels-last kernel

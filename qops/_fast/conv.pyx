@@ -225,7 +225,27 @@ cdef extern from "qops_transpose.h" nogil:
                                Py_ssize_t cols, int threads)
 
 
+cdef extern from "qops_conv_dwcl_avx2.h" nogil:
+    ctypedef struct qconv_dwcl2_args:
+        const uint8_t *x
+        Py_ssize_t N, D, H, W, C
+        Py_ssize_t OD, OH, OW
+        Py_ssize_t KD, KH, KW
+        Py_ssize_t sd, sh, sw, pd, ph, pw, dd, dh, dw
+        const int32_t *wp
+        const int32_t *cst
+        const uint8_t *zrow
+        int32_t ozp, lo
+        uint8_t *out
+    int QCONV_DWCL2_MAX_TAPS
+    int qconv_dwcl2_available()
+    void qconv_dwcl2_consts(const qconv_dwcl2_args *a, const int32_t *wdsum, const float *bterm,
+                            const float *mult, int32_t xz, int32_t *cst)
+    void qconv_dwcl2_rows(const qconv_dwcl2_args *a, Py_ssize_t r0, Py_ssize_t r1)
+
+
 _DWCL = bool(qconv_dwcl_available())
+_DWCL2 = bool(qconv_dwcl2_available())
 
 
 def _out_sizes(sizes, kernel, stride, padding, dilation):
@@ -398,6 +418,68 @@ def _conv_dw_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, 
     return out
 
 
+def _dw_pairs(packed):
+    """The depthwise weights as qconv_dwcl2_rows takes them, built on first use and kept:
+    [32-channel block][tap pair][4][8] int32, each the int16 pair (w[t0] - wz, w[t1] - wz)
+    of the channel that dword of accumulator k holds, 0 past the last tap."""
+    wp = packed.get("wp2")
+    if wp is None:
+        wd = packed["wd"]
+        c, ntaps = wd.shape
+        npairs, nb = (ntaps + 1) // 2, (c + 31) // 32
+        wd2 = np.zeros((c, 2 * npairs), np.int16)
+        wd2[:, :ntaps] = wd
+        k, j = np.meshgrid(np.arange(4), np.arange(8), indexing="ij")
+        # the last block ends at C (qconv_dwcl2_c0), the lanes as qconv_dwcl2_lane
+        ch = np.minimum(32 * np.arange(nb), c - 32)[:, None, None] + 16 * (j // 4) + 4 * k + j % 4
+        pairs = wd2.reshape(c, npairs, 2)[ch]            # (block, k, j, pair, 2)
+        wp = packed["wp2"] = qops_aligned(np, pairs.transpose(0, 3, 1, 2, 4)).view(np.int32)
+    return wp
+
+
+def _conv_dw_cl_avx2(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
+                     stride, padding, dilation):
+    """Depthwise conv of contiguous channels-last x (N, D, H, W, C), C >= 32, by
+    qconv_dwcl2_rows (AVX2)."""
+    cdef qconv_dwcl2_args a
+    n, d, h, wdt, c = x.shape
+    kd, kh, kw = packed["kernel"]
+    (pd, ph, pw), (sd, sh, sw), (dd, dh, dwl) = padding, stride, dilation
+    od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
+    wp = _dw_pairs(packed)
+    cst = np.empty(((c + 31) // 32) * 96, np.int32)
+    zrow = np.full(wdt * c, x_zero_point, np.uint8)
+    out = qops_empty(np, (n, od, oh, ow, c), np.uint8)
+    bt = np.ascontiguousarray(bias_term, np.float32)
+    mu = np.ascontiguousarray(multiplier, np.float32)
+    a.x = <const uint8_t*>qops_ptr(x)
+    a.N, a.D, a.H, a.W, a.C = n, d, h, wdt, c
+    a.OD, a.OH, a.OW = od, oh, ow
+    a.KD, a.KH, a.KW = kd, kh, kw
+    # a stride past the padded width leaves one output column: clamped, the pointers the
+    # kernel steps past its last column stay near the row
+    a.sd, a.sh, a.sw, a.pd, a.ph, a.pw = sd, sh, min(sw, wdt + 2 * pw), pd, ph, pw
+    a.dd, a.dh, a.dw = dd, dh, dwl
+    a.wp = <const int32_t*>qops_ptr(wp)
+    a.cst = <const int32_t*>qops_ptr(cst)
+    a.zrow = <const uint8_t*>qops_ptr(zrow)
+    a.ozp = out_zero_point
+    a.lo = out_zero_point if relu else 0
+    a.out = <uint8_t*>qops_ptr(out, True)
+    cdef const int32_t *ws = <const int32_t*>qops_ptr(packed["wdsum"])
+    cdef const float *btp = <const float*>qops_ptr(bt)
+    cdef const float *mup = <const float*>qops_ptr(mu)
+    cdef int32_t *cp = <int32_t*>qops_ptr(cst, True)
+    cdef int32_t xz = x_zero_point
+    cdef Py_ssize_t rows = n * od * oh, i
+    cdef int nthreads = qops_threads_for(rows * ow * c * kd * kh * kw, GRAIN // 4)
+    with nogil:
+        qconv_dwcl2_consts(&a, ws, btp, mup, xz, cp)
+        for i in prange(nthreads, schedule="static", num_threads=nthreads):
+            qconv_dwcl2_rows(&a, rows * i // nthreads, rows * (i + 1) // nthreads)
+    return out
+
+
 def _transposed(x, shape):
     """x (C-contiguous bytes, (N, R, K) in memory) as a new (N, K, R) block shaped `shape`,
     by the tiled byte transpose (numpy's strided copy takes about 2 ns a byte)."""
@@ -425,35 +507,63 @@ def _dw_through_nhwc(x, packed, x_zero_point, bias_term, multiplier, out_zero_po
     return _transposed(y.reshape(n, -1, c), (n, c) + y.shape[1:4])
 
 
+def _plan_cl(x, packed, groups):
+    """The route of a channels-last conv of contiguous x (N, D, H, W, C), by name.
+
+    'dw_vnni': depthwise, symmetric weights, VNNI: qconv_dwcl_rows, 64 channels a vector.
+    'dw_avx2': depthwise, 32+ channels, AVX2: qconv_dwcl2_rows, 32 channels a block.
+    'dw_planes': other depthwise convs: a C-order copy for the planes kernel, transposed back.
+    'amx_im2col', 'amx_padded': ungrouped, symmetric weights, AMX tiles on im2col rows (under
+    32 channels) or on a padded copy of the input.
+    'planes': everything else, `conv` on the same memory (its C-order result as a view).
+    """
+    c = x.shape[4]
+    kd, kh, kw = packed["kernel"]
+    if packed["kind"] == "dw":
+        if (_DWCL and _MODE[0] >= 1 and packed["symmetric"] and x.size > 0
+                and kd * kh <= QCONV_DWCL_MAX_ROWS):
+            return "dw_vnni"
+        if (_DWCL2 and _MODE[0] >= 1 and c >= 32 and x.size > 0
+                and kd * kh * kw <= QCONV_DWCL2_MAX_TAPS):
+            return "dw_avx2"
+        return "dw_planes"
+    if (_MODE[0] == 2 and packed["kind"] == "grouped" and groups == 1 and packed["symmetric"]
+            and x.size > 0):
+        return "amx_im2col" if packed["Cg"] < _NHWC_MIN_C else "amx_padded"
+    return "planes"
+
+
 def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
             stride, padding, dilation, groups):
-    """conv of channels-last data: x (N, D, H, W, C) -> (N, OD, OH, OW, O).
+    """conv of channels-last data: x (N, D, H, W, C) -> (N, OD, OH, OW, O), by the route
+    `_plan_cl` names.
 
-    Depthwise convolutions with symmetric weights run a kernel vectorized over channels where
-    the CPU has VNNI. Ungrouped convolutions with symmetric weights run the channels-last AMX
-    tiles where the CPU has AMX: from 32 input channels on a padded copy of the input, below
-    that (where channels would fill under half of each 64-byte pixel) on im2col rows.
-    Everything else runs `conv` on the same memory, whose C-order result comes back as a
-    view."""
+    Depthwise convolutions run a kernel vectorized over channels: with symmetric weights
+    where the CPU has VNNI, with 32+ channels on AVX2. Ungrouped convolutions with symmetric
+    weights run the channels-last AMX tiles where the CPU has AMX: from 32 input channels on
+    a padded copy of the input, below that (where channels would fill under half of each
+    64-byte pixel) on im2col rows. Everything else runs `conv` on the same memory, whose
+    C-order result comes back as a view."""
     x = np.ascontiguousarray(x)
     n, d, h, wdt, c = x.shape
-    if (_DWCL and _MODE[0] >= 1 and packed["kind"] == "dw" and packed["symmetric"]
-            and x.size > 0 and packed["kernel"][0] * packed["kernel"][1] <= QCONV_DWCL_MAX_ROWS):
+    route = _plan_cl(x, packed, groups)
+    if route == "dw_vnni":
         return _conv_dw_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point,
                            relu, stride, padding, dilation)
-    if packed["kind"] == "dw":
+    if route == "dw_avx2":
+        return _conv_dw_cl_avx2(x, packed, x_zero_point, bias_term, multiplier, out_zero_point,
+                                relu, stride, padding, dilation)
+    if route == "dw_planes":
         # the depthwise planes kernel reads rows of one channel: a C-order copy first, and
         # the result goes back to channels last, both by the tiled transpose
         xc = _transposed(x.reshape(n, -1, c), (n, c, d, h, wdt))
         out = conv(xc, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
                    stride, padding, dilation, groups)
         return _transposed(out.reshape(n, c, -1), (n,) + out.shape[2:] + (c,))
-    tiles = (_MODE[0] == 2 and packed["kind"] == "grouped" and groups == 1
-             and packed["symmetric"] and x.size > 0)
-    if tiles and packed["Cg"] < _NHWC_MIN_C:
+    if route == "amx_im2col":
         return _conv_cl_im2col(x, packed, x_zero_point, bias_term, multiplier,
                                out_zero_point, relu, stride, padding, dilation)
-    if not tiles:
+    if route == "planes":
         # the planes read the channels-last block as it lies
         out = conv(x.transpose(0, 4, 1, 2, 3), packed, x_zero_point, bias_term, multiplier,
                    out_zero_point, relu, stride, padding, dilation, groups)
