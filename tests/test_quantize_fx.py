@@ -213,3 +213,35 @@ def test_quantize_jit_and_errors():
         qfx.prepare_fx(qnn.from_torch(m).train(), qfx.get_default_qconfig_mapping(), (x,))
     d = qq.quantize_dynamic_jit(qnn.from_torch(_model("mlp")))
     assert type(d.fc1).__name__ == "Linear" and "dynamic" in type(d.fc1).__module__
+
+
+def test_prepare_qat_fx_trains_in_float_with_fake_quant():
+    torch = torch_or_skip()
+    from qops.nn import qat as nnqat
+    from qops.nn.intrinsic import qat as nniqat
+    x = _data(torch, 1, seed=9)[0].numpy()
+    p = qfx.prepare_qat_fx(qnn.from_torch(_model("residual_plus").train()),
+                           qfx.get_default_qat_qconfig_mapping("x86"), (x,))
+    assert type(p.conv1) is nniqat.ConvBnReLU2d and type(p.conv2) is nniqat.ConvBn2d
+    assert type(p.fc) is nnqat.Linear and "quant" not in dict(p.named_children())
+    fqs = [m for n, m in p.named_children() if n.startswith("activation_post_process_")]
+    assert fqs and all(type(m).__name__ == "FusedMovingAvgObsFakeQuantize" for m in fqs)
+    before = p.conv1.bn.running_mean.copy()
+    out = p(x)
+    # batch norms train on batch statistics; the output is the last fake quantizer's
+    assert not np.array_equal(p.conv1.bn.running_mean, before)
+    last = p.get_submodule(p.nodes[-2].target)
+    s, z = float(last.scale[0]), int(last.zero_point[0])
+    np.testing.assert_allclose(out / s + z, np.rint(out / s + z), atol=1e-3)
+    assert last.last_mask is not None and last.last_mask.shape == out.shape
+    # no autograd in qops: a training step is whatever changes the float weights
+    p.fc.weight = (p.fc.weight * 0.5).astype(np.float32)
+    assert not np.allclose(p(x), out)
+    q = qfx.convert_fx(p)
+    assert type(q.conv1).__name__ == "ConvReLU2d" and type(q.fc).__name__ == "Linear"
+    assert np.abs(q(x) - p.eval()(x)).max() < 0.1
+    # a qops Sequential goes through the same path
+    seq = qnn.Sequential(qnn.Conv2d(3, 4, 3), qnn.BatchNorm2d(4), qnn.ReLU()).train()
+    sp = qfx.prepare_qat_fx(seq, qfx.get_default_qat_qconfig_mapping(), (x,))
+    sp(x)
+    assert type(qfx.convert_fx(sp).get_submodule("0")).__name__ == "ConvReLU2d"

@@ -5,12 +5,15 @@
     p(calibration_batch)
     q = convert_fx(p)
 
+Quantization-aware training: `prepare_qat_fx(g.train(), get_default_qat_qconfig_mapping("x86"),
+example_inputs)`, train (the forward is float with fake quantization), then `convert_fx`.
+
 The model needs no QuantStub, FloatFunctional or fuse list: `fuse_fx` folds conv/linear +
 batch norm (+ relu) by finding them in the graph, `prepare_fx` puts an observer after every
 value a quantized op will produce or read, and `convert_fx` swaps in quantized modules and
 functions with the observed qparams, quantizes the graph's inputs and dequantizes its outputs.
 Which ops observe their output, share their input's qparams or have fixed qparams follows
-PyTorch's x86 backend configuration (docs/semantics.md, graph mode):
+PyTorch's x86 backend configuration (docs/semantics.md §16.1):
 
 - own output observer: conv/linear (and their fusions), batch/layer/group/instance norm,
   hardswish, elu, leaky_relu, add, mul (with a tensor operand), cat (whose inputs then share
