@@ -1,6 +1,6 @@
 # Embedding-bag lookups and row-wise quantization (mirror of qops/_ref/embedding.py).
-# Contract: uint8 tables (8-bit rows, or 4-bit rows two values a byte, low nibble first) with
-# float32 scale and bias per row, or float32 tables; float32 results, bit-equal to the
+# Contract: uint8 tables of fused rows (8-bit values, or 4-bit values two a byte, low nibble
+# first, then the row's float32 scale and bias), or float32 tables; float32 results, bit-equal to the
 # reference: each entry is added as fmaf(scale * w, q, acc + bias * w) in index order.
 # Bags are independent: prange over bags, one output row each, no shared accumulators.
 import numpy as np
@@ -9,9 +9,9 @@ from qops._fast._common cimport *
 
 cdef extern from "qops_embedding.h" nogil:
     void qops_eb_bag_q(int bits, const uint8_t *table, Py_ssize_t row_bytes,
-                       const float *scales, const float *biases, const int64_t *idx,
-                       Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t n_idx, const float *psw,
-                       int mode, int64_t padding_idx, float *out, Py_ssize_t d)
+                       const int64_t *idx, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t n_idx,
+                       const float *psw, int mode, int64_t padding_idx, float *out,
+                       Py_ssize_t d)
     void qops_eb_bag_f32(const float *table, const int64_t *idx, Py_ssize_t lo, Py_ssize_t hi,
                          Py_ssize_t n_idx, const float *psw, int mode, int64_t padding_idx,
                          float *out, Py_ssize_t d)
@@ -42,28 +42,27 @@ def quantize_rows(weight, qmax):
     return q, scales, zps
 
 
-cdef void _bags_q(int bits, const uint8_t *table, Py_ssize_t row_bytes, const float *scales,
-                  const float *biases, const int64_t *idx, const int64_t *off, Py_ssize_t n_bags,
-                  Py_ssize_t n_idx, const float *psw, int mode, int64_t pad, float *out,
-                  Py_ssize_t d, int nt) noexcept nogil:
+cdef void _bags_q(int bits, const uint8_t *table, Py_ssize_t row_bytes, const int64_t *idx,
+                  const int64_t *off, Py_ssize_t n_bags, Py_ssize_t n_idx, const float *psw,
+                  int mode, int64_t pad, float *out, Py_ssize_t d, int nt) noexcept nogil:
     cdef Py_ssize_t b
     if nt == 1:
         for b in range(n_bags):
-            qops_eb_bag_q(bits, table, row_bytes, scales, biases, idx, off[b], off[b + 1], n_idx,
-                          psw, mode, pad, out + b * d, d)
+            qops_eb_bag_q(bits, table, row_bytes, idx, off[b], off[b + 1], n_idx, psw, mode, pad,
+                          out + b * d, d)
         return
     for b in prange(n_bags, schedule="static", num_threads=nt):
-        qops_eb_bag_q(bits, table, row_bytes, scales, biases, idx, off[b], off[b + 1], n_idx,
-                      psw, mode, pad, out + b * d, d)
+        qops_eb_bag_q(bits, table, row_bytes, idx, off[b], off[b + 1], n_idx, psw, mode, pad,
+                      out + b * d, d)
 
 
-def _lookup_q(int bits, weight, Py_ssize_t d, scales, biases, indices, offsets,
-              per_sample_weights, int mode, int64_t padding_idx):
+def _lookup_q(int bits, weight, indices, offsets, per_sample_weights, int mode,
+              int64_t padding_idx):
     tab = np.ascontiguousarray(weight, dtype=np.uint8)
-    sc = np.ascontiguousarray(scales, dtype=np.float32)
-    bi = np.ascontiguousarray(biases, dtype=np.float32)
     ix = np.ascontiguousarray(indices, dtype=np.int64)
     of = np.ascontiguousarray(offsets, dtype=np.int64)
+    cdef Py_ssize_t row_bytes = tab.shape[1]
+    cdef Py_ssize_t d = (row_bytes - 8) * (8 // bits)
     cdef Py_ssize_t n_bags = of.shape[0] - 1, n_idx = ix.shape[0]
     if n_bags == 0 or d == 0:
         return np.zeros((n_bags, d), np.float32)
@@ -74,31 +73,23 @@ def _lookup_q(int bits, weight, Py_ssize_t d, scales, biases, indices, offsets,
         if pw.shape[0] > 0:
             psw = <const float *>qops_ptr(pw)
     cdef const uint8_t *tp = <const uint8_t *>qops_ptr(tab) if tab.size else NULL
-    cdef const float *sp = <const float *>qops_ptr(sc) if sc.size else NULL
-    cdef const float *bp = <const float *>qops_ptr(bi) if bi.size else NULL
     cdef const int64_t *ip = <const int64_t *>qops_ptr(ix) if n_idx else NULL
     cdef const int64_t *op = <const int64_t *>qops_ptr(of)
     cdef float *o = <float *>qops_ptr(out, True)
-    cdef Py_ssize_t row_bytes = tab.shape[1]
     cdef int nt = qops_threads_for(max(n_idx, n_bags) * d, GRAIN)
     with nogil:
-        _bags_q(bits, tp, row_bytes, sp, bp, ip, op, n_bags, n_idx, psw, mode, padding_idx, o,
-                d, nt)
+        _bags_q(bits, tp, row_bytes, ip, op, n_bags, n_idx, psw, mode, padding_idx, o, d, nt)
     return out
 
 
-def embedding_bag_8bit(weight, scales, biases, indices, offsets, per_sample_weights, mode,
-                       padding_idx):
-    """Sum, mean or max of bags of 8-bit rows, dequantized as fma(scale, q, bias)."""
-    return _lookup_q(8, weight, weight.shape[1], scales, biases, indices, offsets,
-                     per_sample_weights, mode, padding_idx)
+def embedding_bag_8bit(weight, indices, offsets, per_sample_weights, mode, padding_idx):
+    """Sum, mean or max of bags of fused 8-bit rows (D values, f32 scale, f32 bias)."""
+    return _lookup_q(8, weight, indices, offsets, per_sample_weights, mode, padding_idx)
 
 
-def embedding_bag_4bit(weight, dim, scales, biases, indices, offsets, per_sample_weights, mode,
-                       padding_idx):
-    """Sum, mean or max of bags of 4-bit rows (element j in byte j // 2, low nibble first)."""
-    return _lookup_q(4, weight, dim, scales, biases, indices, offsets, per_sample_weights, mode,
-                     padding_idx)
+def embedding_bag_4bit(weight, indices, offsets, per_sample_weights, mode, padding_idx):
+    """Sum, mean or max of bags of fused 4-bit rows (D / 2 bytes, f32 scale, f32 bias)."""
+    return _lookup_q(4, weight, indices, offsets, per_sample_weights, mode, padding_idx)
 
 
 cdef void _bags_f32(const float *table, const int64_t *idx, const int64_t *off,

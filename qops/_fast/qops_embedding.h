@@ -19,7 +19,7 @@
 #define QOPS_EB_SUM 0
 #define QOPS_EB_MEAN 1
 #define QOPS_EB_MAX 2
-#define QOPS_EB_PREFETCH 8      /* entries ahead: about the memory latency of one row each */
+#define QOPS_EB_PREFETCH 16     /* entries ahead, as fbgemm's lookups */
 
 static inline void qops_eb_add_u8(float *acc, const uint8_t *q, ptrdiff_t d, float s, float c) {
     for (ptrdiff_t j = 0; j < d; j++)
@@ -79,28 +79,37 @@ static inline void qops_eb_max_u4(float *acc, const uint8_t *q, ptrdiff_t d, flo
     }
 }
 
-/* One bag of a quantized table: entries [lo, hi) of idx into out[0:d]. */
+/* One bag of a quantized table of fused rows (values, then float32 scale and bias, as
+ * fbgemm's rows keep them: one row is one or two cache lines, scale and bias included):
+ * entries [lo, hi) of idx into out[0:d]. */
 static inline void qops_eb_bag_q(int bits, const uint8_t *table, ptrdiff_t row_bytes,
-                                 const float *scales, const float *biases, const int64_t *idx,
-                                 ptrdiff_t lo, ptrdiff_t hi, ptrdiff_t n_idx, const float *psw,
-                                 int mode, int64_t padding_idx, float *out, ptrdiff_t d) {
+                                 const int64_t *idx, ptrdiff_t lo, ptrdiff_t hi,
+                                 ptrdiff_t n_idx, const float *psw, int mode,
+                                 int64_t padding_idx, float *out, ptrdiff_t d) {
+    const ptrdiff_t vals = row_bytes - 8;
     ptrdiff_t count = 0;
     memset(out, 0, (size_t)d * sizeof(float));
     for (ptrdiff_t i = lo; i < hi; i++) {
-        if (i + QOPS_EB_PREFETCH < n_idx)
-            __builtin_prefetch(table + idx[i + QOPS_EB_PREFETCH] * row_bytes);
+        if (i + QOPS_EB_PREFETCH < n_idx) {
+            const uint8_t *ahead = table + idx[i + QOPS_EB_PREFETCH] * row_bytes;
+            __builtin_prefetch(ahead);
+            __builtin_prefetch(ahead + row_bytes - 1);
+        }
         int64_t r = idx[i];
         if (r == padding_idx)
             continue;
         const uint8_t *q = table + r * row_bytes;
+        float scale, bias;
+        memcpy(&scale, q + vals, sizeof(float));
+        memcpy(&bias, q + vals + sizeof(float), sizeof(float));
         if (mode == QOPS_EB_MAX) {
             if (bits == 8)
-                qops_eb_max_u8(out, q, d, scales[r], biases[r], count == 0);
+                qops_eb_max_u8(out, q, d, scale, bias, count == 0);
             else
-                qops_eb_max_u4(out, q, d, scales[r], biases[r], count == 0);
+                qops_eb_max_u4(out, q, d, scale, bias, count == 0);
         } else {
             float w = psw ? psw[i] : 1.0f;
-            float s = scales[r] * w, c = biases[r] * w;
+            float s = scale * w, c = bias * w;
             if (bits == 8)
                 qops_eb_add_u8(out, q, d, s, c);
             else
@@ -122,8 +131,11 @@ static inline void qops_eb_bag_f32(const float *table, const int64_t *idx, ptrdi
     ptrdiff_t count = 0;
     memset(out, 0, (size_t)d * sizeof(float));
     for (ptrdiff_t i = lo; i < hi; i++) {
-        if (i + QOPS_EB_PREFETCH < n_idx)
-            __builtin_prefetch(table + idx[i + QOPS_EB_PREFETCH] * d);
+        if (i + QOPS_EB_PREFETCH < n_idx) {
+            const float *ahead = table + idx[i + QOPS_EB_PREFETCH] * d;
+            __builtin_prefetch(ahead);
+            __builtin_prefetch(ahead + d - 1);
+        }
         int64_t r = idx[i];
         if (r == padding_idx)
             continue;

@@ -87,20 +87,25 @@ class EmbeddingPackedParams:
             raise ValueError("scales and zero_points must be finite")
         self.num_embeddings = n
         self.embedding_dim = d
-        self.data = np.ascontiguousarray(data)
         self.scales = scales
         self.zero_points = zero_points
-        # What the lookup kernels consume (fbgemm's fused rows): bias = -zero_point * scale,
-        # float32 for 8-bit rows, scale and bias rounded to float16 for 4-bit rows.
+        # The rows the lookup kernels read, fbgemm's fused layout: the values, then the
+        # float32 scale and bias = -zero_point * scale, so that one looked-up entry is one or
+        # two cache lines. 4-bit rows keep scale and bias rounded to float16, as PyTorch's.
         bias = ((zero_points * scales).astype(F32) * F32(-1.0)).astype(F32)
+        k_scales, k_biases = scales, bias
         if self.dtype == "quint4x2":
             # float16 overflows to inf beyond 65504, as at::Half does
             with np.errstate(over="ignore"):
-                self.k_scales = scales.astype(np.float16).astype(F32)
-                self.k_biases = bias.astype(np.float16).astype(F32)
-        else:
-            self.k_scales = scales
-            self.k_biases = bias
+                k_scales = scales.astype(np.float16).astype(F32)
+                k_biases = bias.astype(np.float16).astype(F32)
+        tail = np.stack([k_scales, k_biases], axis=1).astype("<f4").view(np.uint8)
+        self.fused = np.ascontiguousarray(np.concatenate([data, tail.reshape(n, 8)], axis=1))
+
+    @property
+    def data(self):
+        """The uint8 values (N, D), or the packed nibbles (N, D / 2) of a quint4x2 table."""
+        return self.fused[:, :-8]
 
     def int_repr(self):
         """The (N, D) quantized values (4-bit tables unpacked)."""
@@ -267,11 +272,8 @@ def quantized_embedding_bag(weight, input, offsets=None, mode="sum", per_sample_
     idx, off, psw, m, pad = _bag_args(input, offsets, include_last_offset, per_sample_weights,
                                       mode, padding_idx, weight.num_embeddings)
     k = _kernels()
-    if weight.dtype == "quint8":
-        return k.embedding_bag_8bit(weight.data, weight.k_scales, weight.k_biases, idx, off, psw,
-                                    m, pad)
-    return k.embedding_bag_4bit(weight.data, weight.embedding_dim, weight.k_scales,
-                                weight.k_biases, idx, off, psw, m, pad)
+    fn = k.embedding_bag_8bit if weight.dtype == "quint8" else k.embedding_bag_4bit
+    return fn(weight.fused, idx, off, psw, m, pad)
 
 
 def embedding_bag_byte(weight, input, offsets=None, mode="sum", per_sample_weights=None,

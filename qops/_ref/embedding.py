@@ -1,8 +1,8 @@
 """Embedding-bag lookups over row-wise quantized tables, and the row-wise quantization itself
 (docs/semantics.md §embedding).
 
-Contract: tables are uint8 rows (8-bit, or two 4-bit values a byte, low nibble first) with a
-float32 scale and bias per row; results are float32. Each looked-up entry adds
+Contract: tables are fused uint8 rows (8-bit values, or two 4-bit values a byte, low nibble
+first, then the row's float32 scale and bias); results are float32. Each looked-up entry adds
 fma(scale * w, q, acc + bias * w) to its bag (w the per-sample weight, 1 without), in index
 order, as fbgemm's EmbeddingSpMDM; mean divides the sum by the bag's entry count; max keeps
 the largest fma(scale, q, 0 + bias), the first on ties. Entries equal to padding_idx are
@@ -45,6 +45,12 @@ def quantize_rows(weight, qmax):
     return q, scale, zero_point
 
 
+def _scale_bias(weight):
+    """The float32 scale and bias stored at the end of each fused row."""
+    tail = np.ascontiguousarray(weight[:, -8:]).view(F32)
+    return tail[:, 0], tail[:, 1]
+
+
 def _bags(rows, scales, biases, indices, offsets, per_sample_weights, mode, padding_idx):
     """The bag loop shared by the 8- and 4-bit lookups; `rows` are the unpacked values."""
     n_bags = offsets.shape[0] - 1
@@ -73,36 +79,36 @@ def _bags(rows, scales, biases, indices, offsets, per_sample_weights, mode, padd
     return out
 
 
-def embedding_bag_8bit(weight, scales, biases, indices, offsets, per_sample_weights, mode,
-                       padding_idx):
+def embedding_bag_8bit(weight, indices, offsets, per_sample_weights, mode, padding_idx):
     """Sum, mean or max of bags of 8-bit rows, dequantized as fma(scale, q, bias).
 
     Parameters
     ----------
-    weight : uint8 ndarray (N, D)
-    scales, biases : float32 ndarrays (N,); bias = -zero_point * scale
+    weight : uint8 ndarray (N, D + 8), fused rows: D values, then the float32 scale and
+        bias = -zero_point * scale (little endian), as fbgemm's 8-bit rows
     indices : int64 ndarray (n,), each in [0, N)
     offsets : int64 ndarray (B + 1,), non-decreasing, offsets[0] = 0, offsets[B] <= n
     per_sample_weights : float32 ndarray (n,) or None (sum only)
     mode : 0 sum, 1 mean, 2 max
     padding_idx : int, the index to skip, or -1
     """
-    return _bags(weight, scales, biases, indices, offsets, per_sample_weights, mode,
+    scales, biases = _scale_bias(weight)
+    return _bags(weight[:, :-8], scales, biases, indices, offsets, per_sample_weights, mode,
                  padding_idx)
 
 
-def embedding_bag_4bit(weight, dim, scales, biases, indices, offsets, per_sample_weights, mode,
-                       padding_idx):
+def embedding_bag_4bit(weight, indices, offsets, per_sample_weights, mode, padding_idx):
     """Sum, mean or max of bags of 4-bit rows (element j in byte j // 2, low nibble first).
 
     Parameters
     ----------
-    weight : uint8 ndarray (N, (dim + 1) // 2)
-    dim : int, the embedding dimension D
-    scales, biases, indices, offsets, per_sample_weights, mode, padding_idx : as
-        embedding_bag_8bit (scales and biases already rounded to float16 by the caller)
+    weight : uint8 ndarray (N, D / 2 + 8), fused rows: D / 2 bytes of values, then the
+        float32 scale and bias (values already rounded to float16, as fbgemm's 4-bit rows)
+    indices, offsets, per_sample_weights, mode, padding_idx : as embedding_bag_8bit
     """
-    rows = np.stack([weight & 15, weight >> 4], axis=-1).reshape(weight.shape[0], -1)[:, :dim]
+    scales, biases = _scale_bias(weight)
+    packed = weight[:, :-8]
+    rows = np.stack([packed & 15, packed >> 4], axis=-1).reshape(weight.shape[0], -1)
     return _bags(rows, scales, biases, indices, offsets, per_sample_weights, mode, padding_idx)
 
 

@@ -123,11 +123,10 @@ def _lookup_strategy(make_table, even=False):
 def _fused_rows(t):
     """PyTorch's fused rows of table `t`: values, then f32 scale and bias (8-bit) or f16 scale
     and bias (4-bit), exactly as embedding_bag_prepack stores them."""
-    if t.dtype == "quint8":
-        tail = np.stack([t.k_scales, t.k_biases], axis=1).astype(F32).view(np.uint8)
-    else:
-        tail = np.stack([t.k_scales, t.k_biases], axis=1).astype(np.float16).view(np.uint8)
-    return np.ascontiguousarray(np.concatenate([t.data, tail], axis=1))
+    tail = t.fused[:, -8:].copy().view(F32)
+    if t.dtype == "quint4x2":
+        tail = tail.astype(np.float16)
+    return np.ascontiguousarray(np.concatenate([t.data, tail.view(np.uint8)], axis=1))
 
 
 def _normalized(case):
@@ -221,7 +220,7 @@ def _float_runner(case):
 def _prepack_runner(case):
     def run():
         p = F.embedding_bag_prepack(*case.args)
-        return (p.data, p.scales, p.zero_points)
+        return (np.ascontiguousarray(p.data), p.scales, p.zero_points)
     return run
 
 
