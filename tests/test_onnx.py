@@ -358,7 +358,6 @@ class _ResBlock(Module):
         self.conv2 = qnn.Conv2d(8, 8, 3, padding=1)
         self.skip = nnq.FloatFunctional()
         self.pool = qnn.AdaptiveAvgPool2d(1)
-        self.flat = qnn.Flatten()
         self.fc = qnn.Linear(8, 4)
         self.dequant = qq.DeQuantStub()
 
@@ -366,7 +365,9 @@ class _ResBlock(Module):
         x = self.quant(x)
         y = self.conv2(self.relu1(self.conv1(x)))
         y = self.skip.add_relu(y, x)
-        return self.dequant(self.fc(self.flat(self.pool(y))))
+        p = self.pool(y)
+        # a tensor method between modules (numpy's and QTensor's reshape alike)
+        return self.dequant(self.fc(p.reshape(p.shape[0], -1)))
 
 
 class _InvertedResidual(Module):

@@ -803,6 +803,8 @@ class _Tracer:
 
     def __init__(self, builder, model):
         self.b, self.model = builder, model
+        # > 0 while inside a traced step: QTensor methods called there are its own business
+        self.inside, self.n_methods = 0, 0
 
     def step(self, label, kind, fn):
         rec = Record(label, kind, [])
@@ -859,6 +861,12 @@ def _is_leaf(mod):
     return not isinstance(mod, GraphModule) and not mod._modules
 
 
+_QFUNC_METHODS = ("add", "mul", "cat", "add_relu", "mul_relu", "add_scalar", "mul_scalar")
+# QTensor methods a custom eager forward may call between modules (x.flatten(1), ...)
+_QTENSOR_METHODS = ("flatten", "reshape", "view", "squeeze", "unsqueeze", "contiguous",
+                    "dequantize")
+
+
 def _trace(b, model, args):
     """Run `model(*args)` recording every step; returns the output."""
     from qops.nn._graph import GraphModule
@@ -866,41 +874,77 @@ def _trace(b, model, args):
     tr = _Tracer(b, model)
     handles, patched = [], []
     qf_paths = [p for p, m in model.named_modules() if isinstance(m, QFunctional)]
+
+    def pre(mod, a):
+        tr.inside += 1
+
+    def hook(mod, a, out, path):
+        tr.inside -= 1
+        tr.module_call(path, mod, a, out)
+
     for path, m in model.named_modules():
         if any(path.startswith(p + ".") for p in qf_paths):
             continue    # a QFunctional's own observer slot: the wrapped method records it
         if isinstance(m, QFunctional):
-            for meth in ("add", "mul", "cat", "add_relu", "mul_relu", "add_scalar",
-                         "mul_scalar"):
+            for meth in _QFUNC_METHODS:
                 m.__dict__[meth] = _wrap_qfunc(tr, path or "qfunctional", m, meth)
             patched.append(m)
-        elif _is_leaf(m) and m is not model:
+        elif _is_leaf(m) and (m is not model or not isinstance(model, GraphModule)):
+            path = path or type(model).__name__
+            handles.append(m.register_forward_pre_hook(pre))
             handles.append(m.register_forward_hook(
-                lambda mod, a, out, path=path: tr.module_call(path, mod, a, out)))
-    if _is_leaf(model) and not isinstance(model, GraphModule):
-        handles.append(model.register_forward_hook(
-            lambda mod, a, out: tr.module_call(type(model).__name__, mod, a, out)))
+                lambda mod, a, out, path=path: hook(mod, a, out, path)))
+    originals = {name: getattr(QTensor, name) for name in _QTENSOR_METHODS}
+    for name, fn in originals.items():
+        setattr(QTensor, name, _wrap_method(tr, name, fn))
     try:
         if isinstance(model, GraphModule):
             return _run_graph(tr, model, args)
         return model(*args)
     finally:
+        for name, fn in originals.items():
+            setattr(QTensor, name, fn)
         for h in handles:
             h.remove()
         for m in patched:
-            for meth in ("add", "mul", "cat", "add_relu", "mul_relu", "add_scalar",
-                         "mul_scalar"):
+            for meth in _QFUNC_METHODS:
                 m.__dict__.pop(meth, None)
+
+
+def _wrap_method(tr, name, fn):
+    def call(self, *args, **kwargs):
+        tr.inside += 1
+        try:
+            out = fn(self, *args, **kwargs)
+        finally:
+            tr.inside -= 1
+        if tr.inside == 0:
+            tr.n_methods += 1
+            tr.function_call(f"{name}_{tr.n_methods}", name, (self,) + args, kwargs, out)
+        return out
+    return call
 
 
 def _wrap_qfunc(tr, path, mod, meth):
     fn = getattr(type(mod), meth)
 
     def call(*args, **kwargs):
-        out = fn(mod, *args, **kwargs)
+        tr.inside += 1
+        try:
+            out = fn(mod, *args, **kwargs)
+        finally:
+            tr.inside -= 1
         tr.function_call(f"{path}.{meth}", f"quantized.{meth}", args, kwargs, out)
         return out
     return call
+
+
+def _inside(tr, fn, a, kw):
+    tr.inside += 1
+    try:
+        return fn(*a, **kw)
+    finally:
+        tr.inside -= 1
 
 
 def _run_graph(tr, gm, args):
@@ -927,14 +971,14 @@ def _run_graph(tr, gm, args):
             # QFunctional methods are wrapped by _trace and record themselves.
             env[node.name] = getattr(gm.get_submodule(node.target[0]), node.target[1])(*a, **kw)
         elif node.op == "function":
-            out = FUNCTIONS[node.target](*a, **kw)
+            out = _inside(tr, FUNCTIONS[node.target], a, kw)
             env[node.name] = out
             if node.target != "getitem":
                 tr.function_call(label, node.target, a, kw, out)
             elif isinstance(out, (QTensor, np.ndarray)) and id(out) not in tr.b.vals:
                 raise ExportError(f"node {label!r}: indexing a tensor has no ONNX export (yet)")
         elif node.op == "method":
-            out = METHODS[node.target](*a, **kw)
+            out = _inside(tr, METHODS[node.target], a, kw)
             env[node.name] = out
             tr.function_call(label, node.target, a, kw, out)
         else:
