@@ -274,6 +274,12 @@ def test_modules_swapped_by_name_are_used():
     g.set_submodule("relu", qnn.Identity())
     after = g(x)
     assert not np.array_equal(before, after)
+    # A swap straight through the children dict (as PyTorch users write it) is seen too.
+    g._modules["relu"] = qnn.ReLU()
+    np.testing.assert_array_equal(g(x), before)
+    del g._modules["relu"]
+    with pytest.raises(AttributeError, match="relu"):
+        g(x)
 
 
 def test_unsupported_nodes_are_all_listed_with_their_lines():

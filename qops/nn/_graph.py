@@ -16,7 +16,7 @@ import numpy as np
 from qops._dtypes import QDtype, as_qdtype
 from qops._qtensor import QTensor
 from qops.nn import _float_ops as fo
-from qops.nn.module import Module
+from qops.nn.module import Module, _Children
 
 __all__ = ["GraphModule", "Node", "Ref", "FUNCTIONS", "METHODS"]
 
@@ -659,9 +659,11 @@ class GraphModule(Module):
     def _plan_now(self):
         # Modules may have been swapped by name since the last call (prepare/convert, or a
         # user's set_submodule): the plan holds the module objects, so it is rebuilt if any
-        # of them is no longer in the tree.
-        plan = self.__dict__["_plan"]
-        if plan is not None:
+        # of them is no longer in the tree. Only when some module's children changed at all
+        # since the plan was checked (one global count) are its modules looked up again.
+        d = self.__dict__
+        plan = d["_plan"]
+        if plan is not None and d.get("_plan_checked") != _Children.changes:
             for path, m in plan[3]:
                 if self.get_submodule(path) is not m:
                     plan = None
@@ -672,7 +674,8 @@ class GraphModule(Module):
                      self.get_submodule(node.target if node.op == "module" else node.target[0]))
                     for node in self.nodes if node.op in ("module", "module_method")]
             plan = (inputs, steps, n, used)
-            self.__dict__["_plan"] = plan
+            d["_plan"] = plan
+        d["_plan_checked"] = _Children.changes
         return plan
 
     def forward(self, *args, **kwargs):

@@ -86,6 +86,41 @@ def _to_numpy(value):
     return value
 
 
+
+class _Children(OrderedDict):
+    """A module's children. Every change to any module's children bumps one count, so a plan
+    that holds module objects (GraphModule's) checks in O(1) per call that no tree changed."""
+    changes = 0
+
+    def __setitem__(self, key, value):
+        _Children.changes += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key):
+        _Children.changes += 1
+        super().__delitem__(key)
+
+    # OrderedDict's C methods below do not go through __setitem__/__delitem__.
+    def pop(self, *args):
+        _Children.changes += 1
+        return super().pop(*args)
+
+    def popitem(self, last=True):
+        _Children.changes += 1
+        return super().popitem(last)
+
+    def clear(self):
+        _Children.changes += 1
+        super().clear()
+
+    def setdefault(self, key, default=None):
+        _Children.changes += 1
+        return super().setdefault(key, default)
+
+    def update(self, *args, **kwargs):
+        _Children.changes += 1
+        super().update(*args, **kwargs)
+
 class Module:
     """Base class of every qops layer: children, parameters, buffers, hooks, state_dict.
 
@@ -112,7 +147,7 @@ class Module:
         d["_parameters"] = OrderedDict()
         d["_buffers"] = OrderedDict()
         d["_non_persistent"] = set()
-        d["_modules"] = OrderedDict()
+        d["_modules"] = _Children()
         d["_forward_hooks"] = OrderedDict()
         d["_forward_pre_hooks"] = OrderedDict()
         d.setdefault("_init_config", {})
