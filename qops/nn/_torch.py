@@ -123,6 +123,8 @@ def _float_table(torch):
         table[getattr(tnn, name)] = _float_generic(getattr(qnn, name))
     from qops.nn import _rnn
     table.update(_rnn.torch_converters(torch))
+    from qops.nn import _embedding
+    table.update(_embedding.torch_converters(torch))
     table[tnn.Sequential] = _container(qnn.Sequential)
     table[tnn.ModuleList] = _container(qnn.ModuleList)
     table[tnn.ModuleDict] = _container(qnn.ModuleDict)
@@ -223,6 +225,8 @@ def _quantized_table(torch):
         table[tniqd.LinearReLU] = dynamic(QDLinearReLU)
     from qops.nn.quantized.dynamic import _rnn as qd_rnn
     table.update(qd_rnn.torch_converters(torch))
+    from qops.nn.quantized import _embedding as q_embedding
+    table.update(q_embedding.torch_converters(torch))
     return table
 
 

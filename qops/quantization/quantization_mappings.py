@@ -24,6 +24,8 @@ _STATIC = [
     ("qops.nn:Conv2d", "qops.nn.quantized:Conv2d"),
     ("qops.nn:Conv3d", "qops.nn.quantized:Conv3d"),
     ("qops.nn:ELU", "qops.nn.quantized:ELU"),
+    ("qops.nn:Embedding", "qops.nn.quantized:Embedding"),
+    ("qops.nn:EmbeddingBag", "qops.nn.quantized:EmbeddingBag"),
     ("qops.nn:GroupNorm", "qops.nn.quantized:GroupNorm"),
     ("qops.nn:Hardswish", "qops.nn.quantized:Hardswish"),
     ("qops.nn:InstanceNorm1d", "qops.nn.quantized:InstanceNorm1d"),

@@ -1,4 +1,5 @@
 """Quantized layers (torch.ao.nn.quantized names): every forward is one qops.functional call."""
+from qops.nn.quantized._embedding import Embedding, EmbeddingBag  # noqa: F401
 from qops.nn.quantized._modules import (  # noqa: F401
     ELU,
     AdaptiveAvgPool1d,
@@ -36,7 +37,8 @@ from qops.nn.quantized._modules import (  # noqa: F401
 from qops.nn.quantized._modules import __all__ as _all
 from qops.nn.quantized._torch import from_torch, qtensor_from_torch  # noqa: F401
 
-__all__ = list(_all) + ["from_torch", "qtensor_from_torch", "dynamic"]
+__all__ = list(_all) + ["Embedding", "EmbeddingBag", "from_torch", "qtensor_from_torch",
+                        "dynamic"]
 
 
 def __getattr__(name):
