@@ -1,6 +1,6 @@
 """Public embedding ops: float embedding / embedding_bag, the row-wise quantized tables
 (quint8 and quint4x2 rows with a float scale and zero point each) and their lookups
-(docs/semantics.md §embedding).
+(docs/semantics.md §20).
 
 Float ops follow torch.nn.functional.embedding(_bag); the quantized ones follow
 torch.ops.quantized.embedding_bag_byte / _4bit on a table packed by embedding_bag_prepack,

@@ -1,5 +1,5 @@
 """Embedding-bag lookups over row-wise quantized tables, and the row-wise quantization itself
-(docs/semantics.md §embedding).
+(docs/semantics.md §20).
 
 Contract: tables are fused uint8 rows (8-bit values, or two 4-bit values a byte, low nibble
 first, then the row's float32 scale and bias); results are float32. Each looked-up entry adds
