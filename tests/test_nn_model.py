@@ -305,6 +305,7 @@ def _example(name, cls):
         "LeakyReLU": lambda: cls(0.1, 3, 0.2) if ".quantized." in name else cls(0.2),
         "Hardswish": lambda: cls(0.1, 3) if ".quantized." in name else cls(),
         "Hardtanh": lambda: cls(-2.0, 2.0), "Dropout": lambda: cls(0.25),
+        "Embedding": lambda: cls(10, 4), "EmbeddingBag": lambda: cls(10, 4),
         "Sequential": lambda: cls(nn.ReLU(), nn.Tanh()),
         "ModuleList": lambda: cls([nn.ReLU()]), "ModuleDict": lambda: cls({"a": nn.ReLU()}),
     }
