@@ -13,13 +13,13 @@ from qops._qtensor import QTensor
 # Why ONNX Runtime's result differs from qops' (= PyTorch's) for an op, as measured on
 # single-op models (tests/test_onnx.py; docs/onnx.md has the numbers and the experiments).
 REASONS = {
-    "conv": "1 step: ONNX's int32 bias round(b / (x_s*w_s)) (PyTorch adds the float bias "
-            "before its one rounding; the same layer without bias is exact). Many steps: "
-            "activations above 127 with full-range int8 weights overflow the int16 pair sums "
-            "of ORT's u8s8 kernels on AVX2 without VNNI; PyTorch's x86 qconfig (reduce_range, "
-            "7-bit activations) avoids it",
-    "linear": "as conv: the int32 bias (1 step) and, with 8-bit activations, ORT's u8s8 "
-              "int16 saturation on AVX2 (several steps)",
+    "conv": "ONNX's int32 bias round(b / (x_s*w_s)): PyTorch adds the float bias before its "
+            "one rounding (the same layer without bias is exact)",
+    "linear": "ONNX's int32 bias round(b / (x_s*w_s)), as conv",
+    # conv / linear off by more than one step
+    "u8s8": "activations above 127 with full-range int8 weights overflow the int16 pair sums "
+            "of ORT's u8s8 kernels on AVX2 without VNNI (7-bit activations, PyTorch's x86 "
+            "qconfig with reduce_range, are exact but for the bias)",
     "add": "ties: every difference is an exact (to a few float32 ulps) .5 result that "
            "PyTorch's (s_a*(a-z_a) + s_b*(b-z_b)) * (1/s_y) and ORT's QLinearAdd round to "
            "different sides",
@@ -149,6 +149,8 @@ def compare(model, onnx_path, inputs, per_op=True):
             res = sub.run(None, {n: byname[n] for n in names})
             exact, mx = _steps(qouts[0][1], res[0], 0)
             kind = _KIND.get(rec.kind, rec.kind)
+            if kind in ("conv", "linear") and mx > 1:
+                kind = "u8s8"
             report["ops"].append({"label": rec.label, "kind": rec.kind, "exact": exact,
                                   "max_steps": mx, "n": int(np.size(res[0])),
                                   "reason": "" if exact == 1.0 else REASONS.get(kind, "")})
@@ -159,10 +161,10 @@ def format_compare(report):
     """A compare() report as text: one line per output, then one per op that differs."""
     lines = [f"ONNX Runtime vs qops ({report['form']}):"]
     for o in report["outputs"]:
-        lines.append(f"  output {o['name']}: {o['exact']:.2%} exact, max {o['max_steps']} "
+        lines.append(f"  output {o['name']}: {o['exact']:.3%} exact, max {o['max_steps']} "
                      f"step(s) apart ({o['n']} values)")
     for r in report["ops"]:
         if r["exact"] < 1.0:
-            lines.append(f"  op {r['label']} ({r['kind']}): {r['exact']:.2%} exact, max "
+            lines.append(f"  op {r['label']} ({r['kind']}): {r['exact']:.3%} exact, max "
                          f"{r['max_steps']} step(s); {r['reason'] or 'reason not measured'}")
     return "\n".join(lines)

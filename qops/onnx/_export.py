@@ -339,8 +339,8 @@ def emit_unary(b, rec, x, out, kind, params=()):
     if b.form == "qoperator":
         same = (float(out.q_scale()) == xv.scale and int(out.q_zero_point()) == xv.zp)
         if kind in ("relu", "relu6", "hardtanh", "clamp") and same:
-            # max(q, q(lo)) / min(q, q(hi)): the integer-domain clamp of PyTorch (§5), with
-            # the bounds quantized as PyTorch's Q_leg does.
+            # max(q, q(lo)) / min(q, q(hi)): PyTorch's integer-domain clamp
+            # (docs/semantics.md §5), the bounds quantized as its Q_leg does.
             lo, hi = (0.0, None) if kind == "relu" else params
             y = b.clip_q(xv.name, out, _q_bound(lo, xv), _q_bound(hi, xv), h)
             return _bind(b, y, out)
@@ -492,7 +492,7 @@ def emit_binary(b, rec, a, c, out, kind, relu):
 
 
 def emit_scalar(b, rec, a, scalar, out, kind):
-    """add_scalar / mul_scalar (semantics §7): mostly a change of qparams over the same data."""
+    """add_scalar / mul_scalar (docs/semantics.md §7): mostly new qparams on the same data."""
     h = rec.label
     av = b.get(a, rec.where)
     if (kind == "add" and float(out.q_scale()) == av.scale) or (kind == "mul" and scalar > 0):
@@ -576,7 +576,7 @@ def emit_resize(b, rec, x, out, mode, align_corners):
 
 
 def emit_dynamic_linear(b, rec, x, out, weight, bias, relu, reduce_range=True):
-    """PyTorch's dynamic linear (§10) in float and integer ONNX ops.
+    """PyTorch's dynamic linear (docs/semantics.md §10) in float and integer ONNX ops.
 
     min/max over the whole input (with 0), scale = (max - min) / 127 (reduce_range) or / 255,
     zero point from the min, QuantizeLinear, MatMulInteger, then acc * (x_scale * w_scale)
