@@ -159,6 +159,13 @@ CASES = {
     "mul_scalar": (lambda r: _Two("mul_scalar", 0.7), [(2, 4, 6, 6)] * 2),
     "mul_scalar_negative": (lambda r: _Two("mul_scalar", -0.7), [(2, 4, 6, 6)] * 2),
     "add_scalar_requantize": (lambda r: _Two("add_scalar", 5.0), [(2, 4, 6, 6)] * 2),
+    # every input level: the float activations' rare ties show up
+    "hardswish_all_levels": (lambda r: qnn.Sequential(nnq.Quantize(0.05, 128, quint8),
+                                                      nnq.Hardswish(0.02, 30)), [(1, 256)],
+                             lambda r: ((np.arange(256) - 128) * 0.05).astype(F32)[None]),
+    "elu_all_levels": (lambda r: qnn.Sequential(nnq.Quantize(0.031, 64, quint8),
+                                                nnq.ELU(0.03, 80)), [(1, 256)],
+                       lambda r: ((np.arange(256) - 64) * 0.031).astype(F32)[None]),
     # inputs on exact ties of x / 0.04: where x * (1/s) and x / s round differently
     "quantize_ties": (lambda r: qnn.Sequential(_q7()), [(1, 4096)],
                       lambda r: ((r.integers(-60, 60, (1, 4096)) + 0.5) * 0.04).astype(F32)),
@@ -204,12 +211,16 @@ MEASURED = {
     ('conv3d', 'qoperator'): (0.9975, 1),
     ('elu', 'qdq'): (1.0, 0),
     ('elu', 'qoperator'): (1.0, 0),
+    ('elu_all_levels', 'qdq'): (0.9921875, 1),
+    ('elu_all_levels', 'qoperator'): (0.9921875, 1),
     ('flatten', 'qdq'): (1.0, 0),
     ('flatten', 'qoperator'): (1.0, 0),
     ('hardsigmoid', 'qdq'): (1.0, 0),
     ('hardsigmoid', 'qoperator'): (1.0, 0),
     ('hardswish', 'qdq'): (1.0, 0),
     ('hardswish', 'qoperator'): (1.0, 0),
+    ('hardswish_all_levels', 'qdq'): (0.99609375, 1),
+    ('hardswish_all_levels', 'qoperator'): (0.99609375, 1),
     ('leaky_relu', 'qdq'): (1.0, 0),
     ('leaky_relu', 'qoperator'): (1.0, 0),
     ('linear', 'qdq'): (1.0, 0),
@@ -337,6 +348,35 @@ def test_no_faithful_form_names_the_node():
     m = qnn.Sequential(_q7(), _conv(r, nnq.Conv2d, 2, 2, 3, padding=1, padding_mode="reflect"))
     with pytest.raises(ExportError, match="reflect"):
         export(m, x, io.BytesIO())
+
+
+class _Outside(Module):
+    def __init__(self):
+        super().__init__()
+        self.q = _q7()
+        self.relu = qnn.ReLU()
+
+    def forward(self, x):
+        import qops.functional as qf
+        return self.relu(qf.relu(self.q(x)))    # a functional call outside any module
+
+
+def test_value_computed_outside_traced_steps_is_refused():
+    with pytest.raises(ExportError, match="node 'relu' .*outside any step"):
+        export(_Outside(), np.zeros((1, 4), F32), io.BytesIO())
+
+
+def test_float_parts_after_dequantize():
+    # quantized conv, then float layers on the dequantized values
+    r = np.random.default_rng(0)
+    m = qnn.Sequential(_q7(), _conv(r, nnq.Conv2d, 4, 4, 3), nnq.DeQuantize(), qnn.Flatten(),
+                       qnn.Linear(64, 5), qnn.ReLU())
+    x = r.normal(0, 1, (3, 4, 6, 6)).astype(F32)
+    buf = io.BytesIO()
+    export(m, x, buf)
+    rep = compare(m, buf.getvalue(), x)
+    # float MatMul + Add against numpy's float32 matmul: a few ulps
+    assert rep["outputs"][0]["max_steps"] < 1e-5, format_compare(rep)
 
 
 def test_import_qops_does_not_import_onnx():

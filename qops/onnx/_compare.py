@@ -25,6 +25,8 @@ REASONS = {
            "different sides",
     "mul": "ties, as add (ORT's QLinearMul)",
     "cat": "ties where an input with other qparams is requantized (ORT's QLinearConcat)",
+    "hardswish": "ties: the differing values are within 1e-5 of a .5 boundary",
+    "elu": "ties: the differing values are within 1e-5 of a .5 boundary",
     "quantize": "ties: ORT's QuantizeLinear rounds x / s (reproduced exactly), PyTorch rounds "
                 "fma(x, 1/s, zp); inputs on exact .5 boundaries differ by one step",
     "resize": "ORT's linear Resize rounds the interpolated value differently from PyTorch's "
@@ -116,6 +118,9 @@ def compare(model, onnx_path, inputs, per_op=True):
 
     Returns a dict: "outputs": [{"name", "exact", "max_steps", "n"}], "ops": [{"label", "kind",
     "exact", "max_steps", "n", "reason"}] (only the ops with a quantized output) and "form".
+    "exact" is the share of equal values; "max_steps" the largest difference in quantization
+    steps (for a float output made by DeQuantize, in steps of the dequantized tensor; for
+    other float outputs, the largest absolute difference).
     """
     import onnx
 
