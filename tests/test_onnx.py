@@ -326,6 +326,19 @@ def test_qparams_carried_over_exactly():
     np.testing.assert_array_equal(inits["1_b"], np.rint(conv.bias() / bscale).astype(np.int32))
 
 
+@pytest.mark.parametrize("opset", [13, 14, 21])
+def test_opsets(opset):
+    for name in ("conv2d_relu", "linear_relu_3d", "add", "upsample_nearest", "hardswish"):
+        model, xs = _case(name)
+        if name == "hardswish" and opset < 14:
+            with pytest.raises(ExportError, match="opset_version >= 14"):
+                export(model, xs, io.BytesIO(), opset_version=opset)
+            continue
+        buf = io.BytesIO()
+        export(model, xs, buf, opset_version=opset)
+        assert compare(model, buf.getvalue(), xs, per_op=False)["outputs"][0]["max_steps"] <= 1
+
+
 def test_dynamic_batch():
     model, xs = _case("conv2d_relu")
     buf = io.BytesIO()

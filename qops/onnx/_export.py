@@ -369,6 +369,8 @@ def _q_bound(v, xv):
 
 
 def _float_ops(b, h, xf, kind, params):
+    if kind == "hardswish" and b.opset < 14:
+        raise ExportError(f"node {h!r}: HardSwish needs opset_version >= 14")
     y = xf
     for op, attrs, consts in _float_unary(kind, params):
         ins = [y] + [b.const(f"{h}_{cn}", np.array(-np.inf if cv is None and cn == "lo" else
