@@ -1,41 +1,116 @@
 /* One step of the LSTM, GRU and Elman cells on float32 rows (see rnn.pyx, qops/_ref/rnn.py).
- * Every operation is rounded to float32 in PyTorch's order; exp and expm1 are libm's double
- * functions rounded once, the same calls numpy's float64 exp/expm1 make, so the reference
- * gives the same bits. The build's -ffp-contract=off keeps a*b+c from fusing. */
+ * Every operation is rounded to float32 in PyTorch's order. exp/expm1 are qops' own float64
+ * functions (Cody-Waite reduction, degree-11 Taylor polynomial, 2^n from the exponent bits)
+ * made of IEEE +, -, *, /, rint and bit operations only, so that numpy evaluates the very same
+ * operations and the reference gives the same bits; they are accurate to ~1e-14, far below
+ * float32's rounding, and GCC vectorizes them (libm's are scalar calls; float comparisons are
+ * avoided because they keep GCC from vectorizing). -ffp-contract=off keeps a*b+c unfused. */
 #ifndef QOPS_RNN_H
 #define QOPS_RNN_H
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
+#define QOPS_RNN_CHUNK 256
+
+/* min(a, lim) for a >= 0 (or NaN, which becomes lim) on the bits: an integer select, which
+ * GCC vectorizes (a float comparison may trap, so it keeps a branch). */
+static inline double qops_rnn_min_bits(double a, double lim) {
+    int64_t ua, ul;          /* signed: a's sign bit is clear, and AVX2 compares signed */
+    memcpy(&ua, &a, 8);
+    memcpy(&ul, &lim, 8);
+    ua = ua > ul ? ul : ua;
+    memcpy(&a, &ua, 8);
+    return a;
+}
+
+/* x where x is NaN, else v: a select on the bits (a conditional GCC would turn into a
+ * branch around v's computation, which keeps the loop scalar). */
+static inline float qops_rnn_keep_nan(float x, float v) {
+    int32_t ux, uv;
+    memcpy(&ux, &x, 4);
+    memcpy(&uv, &v, 4);
+    int32_t m = -(int32_t)((ux & 0x7fffffff) > 0x7f800000);
+    uv = (ux & m) | (uv & ~m);
+    memcpy(&v, &uv, 4);
+    return v;
+}
+
+/* e^y - 1 = 2^n (e^r - 1) + (2^n - 1), y = n ln2 + r (|y| <= 100 here). Returns e^r - 1 in
+ * *pm1 and 2^n. */
+static inline double qops_rnn_exp_parts(double y, double* pm1) {
+    double n = nearbyint(y * 1.4426950408889634);
+    double r = (y - n * 0.6931471803691238) - n * 1.90821492927058770002e-10;
+    double p = 2.505210838544172e-08;
+    p = p * r + 2.755731922398589e-07;
+    p = p * r + 2.7557319223985893e-06;
+    p = p * r + 2.48015873015873e-05;
+    p = p * r + 0.0001984126984126984;
+    p = p * r + 0.001388888888888889;
+    p = p * r + 0.008333333333333333;
+    p = p * r + 0.041666666666666664;
+    p = p * r + 0.16666666666666666;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    *pm1 = p * r;
+    /* 2^n: n + 1023 in the low bits of 2^52 + n + 1023, shifted into the exponent field */
+    double t = n + 4503599627371519.0;
+    uint64_t u;
+    memcpy(&u, &t, 8);
+    u <<= 52;
+    memcpy(&t, &u, 8);
+    return t;
+}
+
+/* f32(1 / f32(1 + f32(exp(-x)))); |x| clamped to 100 first (exp(100) is inf in float32 and
+ * exp(-100) vanishes against 1), NaN kept. */
 static inline float qops_rnn_sigmoid(float x) {
-    float e = (float)exp(-(double)x);
+    double y = -(double)x;
+    y = copysign(qops_rnn_min_bits(fabs(y), 100.0), y);
+    double pm1;
+    double t = qops_rnn_exp_parts(y, &pm1);
+    float e = (float)(t * (1.0 + pm1));
     float d = 1.0f + e;
-    return 1.0f / d;
+    float s = 1.0f / d;
+    return qops_rnn_keep_nan(x, s);
 }
 
-/* tanh from expm1 of the negative magnitude (no cancellation, no overflow); |x| >= 20 is
- * +-1 in float32 anyway. */
+/* f32(copysign(-q / (q + 2), x)), q = expm1(-2 min(|x|, 20)) (tanh(20) is 1 in float32);
+ * NaN kept. */
 static inline float qops_rnn_tanh(float x) {
-    double a = fabs((double)x);
-    if (a > 20.0) a = 20.0;
-    double e = expm1(-2.0 * a);
-    return (float)copysign(-e / (e + 2.0), (double)x);
+    double a = qops_rnn_min_bits(fabs((double)x), 20.0);
+    double pm1;
+    double t = qops_rnn_exp_parts(-2.0 * a, &pm1);
+    double q = t * pm1 + (t - 1.0);
+    float th = (float)copysign(-q / (q + 2.0), (double)x);
+    return qops_rnn_keep_nan(x, th);
 }
 
-/* Row r of the batch: gates = gh + gi in chunks (i, f, g, o). */
+/* One batch row: gates = gh + gi in chunks (i, f, g, o). */
 static inline void qops_lstm_row(const float* gi, const float* gh, const float* c,
                                  float* h_out, float* c_out, ptrdiff_t hs) {
-    for (ptrdiff_t j = 0; j < hs; j++) {
-        float i = qops_rnn_sigmoid(gh[j] + gi[j]);
-        float f = qops_rnn_sigmoid(gh[hs + j] + gi[hs + j]);
-        float g = qops_rnn_tanh(gh[2 * hs + j] + gi[2 * hs + j]);
-        float o = qops_rnn_sigmoid(gh[3 * hs + j] + gi[3 * hs + j]);
-        float fc = f * c[j];
-        float ig = i * g;
-        float cn = fc + ig;
-        c_out[j] = cn;
-        h_out[j] = o * qops_rnn_tanh(cn);
+    float cn[QOPS_RNN_CHUNK];
+    for (ptrdiff_t j0 = 0; j0 < hs; j0 += QOPS_RNN_CHUNK) {
+        ptrdiff_t m = hs - j0 < QOPS_RNN_CHUNK ? hs - j0 : QOPS_RNN_CHUNK;
+        const float *ai = gi + j0, *af = gi + hs + j0, *ag = gi + 2 * hs + j0,
+                    *ao = gi + 3 * hs + j0;
+        const float *bi = gh + j0, *bf = gh + hs + j0, *bg = gh + 2 * hs + j0,
+                    *bo = gh + 3 * hs + j0;
+        for (ptrdiff_t j = 0; j < m; j++) {
+            float i = qops_rnn_sigmoid(bi[j] + ai[j]);
+            float f = qops_rnn_sigmoid(bf[j] + af[j]);
+            float g = qops_rnn_tanh(bg[j] + ag[j]);
+            float fc = f * c[j0 + j];
+            float ig = i * g;
+            cn[j] = fc + ig;
+        }
+        for (ptrdiff_t j = 0; j < m; j++) {
+            float o = qops_rnn_sigmoid(bo[j] + ao[j]);
+            c_out[j0 + j] = cn[j];
+            h_out[j0 + j] = o * qops_rnn_tanh(cn[j]);
+        }
     }
 }
 
@@ -55,12 +130,14 @@ static inline void qops_gru_row(const float* gi, const float* gh, const float* h
 
 static inline void qops_rnn_row(const float* gi, const float* gh, float* h_out, ptrdiff_t hs,
                                 int relu) {
-    for (ptrdiff_t j = 0; j < hs; j++) {
-        float s = gh[j] + gi[j];
-        if (relu)
+    if (relu) {
+        for (ptrdiff_t j = 0; j < hs; j++) {
+            float s = gh[j] + gi[j];
             h_out[j] = (s > 0.0f || s != s) ? s : 0.0f;
-        else
-            h_out[j] = qops_rnn_tanh(s);
+        }
+    } else {
+        for (ptrdiff_t j = 0; j < hs; j++)
+            h_out[j] = qops_rnn_tanh(gh[j] + gi[j]);
     }
 }
 

@@ -2,31 +2,66 @@
 
 Contract: float32 gate pre-activations in, float32 states out, every operation rounded to
 float32 in PyTorch's order (docs/semantics.md, "Recurrent layers"). The transcendental
-functions are computed in float64 and rounded once, with libm's exp and expm1 (numpy's
-float64 exp/expm1 call them), so that the C twin gives the same bits:
+functions are computed in float64 and rounded once, with qops' own exp/expm1 (`exp_parts`:
+IEEE +, -, *, /, rint and bit operations only, so numpy and the C twin give the same bits, and
+the C vectorizes):
 
     sigmoid(x) = f32(1 / f32(1 + f32(exp(-x))))
-    tanh(x)    = f32(copysign(-e / (e + 2), x)),  e = expm1(-2 min(|x|, 20))   (in float64)
+    tanh(x)    = f32(copysign(-q / (q + 2), x)),  q = expm1(-2 min(|x|, 20))   (float64)
 """
 import numpy as np
 
-__all__ = ["lstm_cell", "gru_cell", "rnn_cell", "sigmoid_f32", "tanh_f32"]
+__all__ = ["lstm_cell", "gru_cell", "rnn_cell", "exp_parts", "sigmoid_f32", "tanh_f32"]
 
 F32 = np.float32
 F64 = np.float64
 
 
+# Taylor coefficients 1/k!, k = 11 down to 1 (Horner order)
+_EXP_COEF = (2.505210838544172e-08, 2.755731922398589e-07, 2.7557319223985893e-06,
+             2.48015873015873e-05, 0.0001984126984126984, 0.001388888888888889,
+             0.008333333333333333, 0.041666666666666664, 0.16666666666666666, 0.5, 1.0)
+
+
+def exp_parts(y):
+    """(2^n, e^r - 1) with y = n ln2 + r (Cody-Waite), e^r - 1 by a degree-11 Taylor
+    polynomial, 2^n built in the exponent bits; float64, |y| <= 100."""
+    n = np.rint(y * F64(1.4426950408889634))
+    r = (y - n * F64(0.6931471803691238)) - n * F64(1.90821492927058770002e-10)
+    p = np.full_like(r, _EXP_COEF[0])
+    for coef in _EXP_COEF[1:]:
+        p = p * r + F64(coef)
+    # 2^n: n + 1023 lands in the low bits of 2^52 + n + 1023; shift it into the exponent
+    t = (n + F64(4503599627371519.0)).view(np.int64) << np.int64(52)
+    return t.view(F64), p * r
+
+
+def _min_abs(a, lim):
+    # min(a, lim) for a >= 0, NaN becoming lim: the C twin's integer select on the bits
+    return np.minimum(a.view(np.int64), np.array(lim, F64).view(np.int64)).view(F64)
+
+
+def _keep_nan(x, v):
+    return np.where(np.isnan(x), x, v)
+
+
 def sigmoid_f32(x):
-    """f32(1 / f32(1 + f32(exp(-x)))), exp in float64 rounded once."""
-    e = np.exp(-x.astype(F64)).astype(F32)
-    return (F32(1) / (F32(1) + e)).astype(F32)
+    """f32(1 / f32(1 + f32(exp(-x)))), exp in float64 (exp_parts) rounded once; |x| clamped
+    to 100 (exp(100) is inf in float32, exp(-100) vanishes against 1); NaN kept."""
+    y = -x.astype(F64)
+    y = np.copysign(_min_abs(np.abs(y), 100.0), y)
+    t, pm1 = exp_parts(y)
+    e = (t * (F64(1) + pm1)).astype(F32)
+    return _keep_nan(x, (F32(1) / (F32(1) + e)).astype(F32))
 
 
 def tanh_f32(x):
-    """tanh(x) rounded once to float32, from expm1 in float64 (|x| >= 20 gives +-1)."""
-    a = np.minimum(np.abs(x.astype(F64)), F64(20))
-    e = np.expm1(F64(-2) * a)
-    return np.copysign(-e / (e + F64(2)), x.astype(F64)).astype(F32)
+    """f32(copysign(-q / (q + 2), x)) with q = expm1(-2 min(|x|, 20)) in float64
+    (2^n (e^r - 1) + (2^n - 1)); NaN kept."""
+    a = _min_abs(np.abs(x.astype(F64)), 20.0)
+    t, pm1 = exp_parts(F64(-2) * a)
+    q = t * pm1 + (t - F64(1))
+    return _keep_nan(x, np.copysign(-q / (q + F64(2)), x.astype(F64)).astype(F32))
 
 
 def lstm_cell(gi, gh, c):
