@@ -4,10 +4,17 @@ The setters (`set_backend`, `set_num_threads`) change the process-wide default. 
 managers (`backend`, `threads`) override it for the calling thread (and asyncio task) only, so
 one Python thread's `with qops.backend("ref")` never switches another's.
 """
+from __future__ import annotations
+
 import contextlib
 import contextvars
 import importlib
 import os
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from types import ModuleType
 
 __all__ = ["set_backend", "get_backend", "backend", "set_num_threads", "get_num_threads",
            "threads", "impl"]
@@ -16,10 +23,13 @@ _BACKENDS = ("fast", "ref")
 # OpenMP keeps one pool of threads per process; far more threads than that is a typo, and
 # 2**31 would make every parallel region fail to start.
 MAX_THREADS = 1024
-_state = {"backend": "fast", "threads": None, "pool_started": False, "forked": False}
+_state: dict[str, Any] = {"backend": "fast", "threads": None, "pool_started": False,
+                          "forked": False}
 # Per-thread overrides set by the context managers; None means "use the global default".
-_ctx_backend = contextvars.ContextVar("qops_backend", default=None)
-_ctx_threads = contextvars.ContextVar("qops_threads", default=None)
+_ctx_backend: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar(
+    "qops_backend", default=None)
+_ctx_threads: contextvars.ContextVar[Optional[int]] = contextvars.ContextVar(
+    "qops_threads", default=None)
 
 
 def _default_threads():
@@ -41,7 +51,7 @@ def _check_backend(name):
         raise ValueError(f"backend must be 'fast' or 'ref'; got {name!r}")
 
 
-def set_backend(name):
+def set_backend(name: str) -> None:
     """Select the implementation every qops op runs: "fast" (Cython) or "ref" (numpy).
 
     Sets the process-wide default; inside a `with qops.backend(...)` block it also replaces
@@ -57,13 +67,13 @@ def set_backend(name):
         _ctx_backend.set(name)
 
 
-def get_backend():
+def get_backend() -> str:
     """Return the backend the calling thread runs, "fast" or "ref"."""
     return _ctx_backend.get() or _state["backend"]
 
 
 @contextlib.contextmanager
-def backend(name):
+def backend(name: str) -> Iterator[None]:
     """Run the body of a `with` block on backend `name` (this thread only), then restore."""
     _check_backend(name)
     token = _ctx_backend.set(name)
@@ -78,7 +88,7 @@ def _check_threads(n):
         raise ValueError(f"number of threads must be an int in [1, {MAX_THREADS}]; got {n!r}")
 
 
-def set_num_threads(n):
+def set_num_threads(n: int) -> None:
     """Set how many OpenMP threads the fast kernels use (results never depend on it).
 
     Sets the process-wide default; inside a `with qops.threads(...)` block it also replaces
@@ -96,7 +106,7 @@ def set_num_threads(n):
         _ctx_threads.set(n)
 
 
-def get_num_threads():
+def get_num_threads() -> int:
     """Return the number of threads the fast kernels use in the calling thread."""
     if _state["forked"]:
         return 1
@@ -109,7 +119,7 @@ def get_num_threads():
 
 
 @contextlib.contextmanager
-def threads(n):
+def threads(n: int) -> Iterator[None]:
     """Run the body of a `with` block with `n` threads (this thread only), then restore."""
     _check_threads(n)
     token = _ctx_threads.set(n)
@@ -129,8 +139,9 @@ def _after_fork_in_child():
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
-_modules = {"fast": {}, "ref": {}}     # backend -> family -> kernel module
-_omp = []                              # [set_num_threads of the compiled kernels], once loaded
+# backend -> family -> kernel module
+_modules: dict[str, dict[str, ModuleType]] = {"fast": {}, "ref": {}}
+_omp: list[Any] = []                   # [set_num_threads of the compiled kernels], once loaded
 
 
 def _load(backend, family):
@@ -145,7 +156,7 @@ def _load(backend, family):
     return mod
 
 
-def impl(family):
+def impl(family: str) -> ModuleType:
     """The module of op family `family` ("quant", "conv", ...) for the active backend."""
     # Called once per op, so it is kept to a few lookups and, for "fast", one C call:
     # OpenMP's thread count is per OS thread, so it is set on every call rather than cached.

@@ -1,6 +1,9 @@
 """QTensor: an integer array with its quantization parameters (torch's quantized tensor)."""
+from __future__ import annotations
+
 import math
 import numbers
+from typing import TYPE_CHECKING, Any, NoReturn, Optional, Sequence, Union, overload
 
 import numpy as np
 
@@ -14,6 +17,12 @@ from qops._dtypes import (
     qdtype_of_storage,
 )
 from qops._layout import elementwise
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from qops._dtypes import QDtype, QDtypeLike, QScheme
+    from qops._ops.reduce import ReductionResult
 
 __all__ = ["QTensor", "quantize_per_tensor", "quantize_per_channel",
            "make_per_tensor_quantized_tensor", "make_per_channel_quantized_tensor",
@@ -29,9 +38,20 @@ class QTensor:
 
     __slots__ = ("_int", "_dtype", "_qscheme", "_scale", "_zero_point", "_scales",
                  "_zero_points", "_axis", "__weakref__")
+    # The per-tensor qparams (_scale, _zero_point) are None on a per-channel tensor and the
+    # per-channel ones (_scales, _zero_points) None on a per-tensor one: _axis tells which.
+    # They are typed as set, as the code reads them only after that test.
+    _int: np.ndarray
+    _dtype: QDtype
+    _qscheme: QScheme
+    _scale: float
+    _zero_point: int
+    _scales: npt.NDArray[np.float64]
+    _zero_points: npt.NDArray[np.int64]
+    _axis: Optional[int]
     is_quantized = True
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: object, **kwargs: object) -> None:
         # an empty QTensor() would fail later on its missing fields, far from the cause
         raise TypeError("QTensor is not built directly; use qops.quantize_per_tensor, "
                         "quantize_per_channel or make_per_tensor/per_channel_quantized_tensor")
@@ -63,61 +83,66 @@ class QTensor:
 
     # -- attributes ------------------------------------------------------------------------
     @property
-    def dtype(self):
+    def dtype(self) -> QDtype:
         return self._dtype
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, ...]:
         return self._int.shape
 
     @property
-    def ndim(self):
+    def ndim(self) -> int:
         return self._int.ndim
 
-    def dim(self):
+    def dim(self) -> int:
         return self._int.ndim
 
-    def size(self, dim=None):
+    @overload
+    def size(self, dim: None = None) -> tuple[int, ...]: ...
+    @overload
+    def size(self, dim: int) -> int: ...
+
+    def size(self, dim: Optional[int] = None) -> Union[tuple[int, ...], int]:
         """The shape, or the length of dimension `dim`."""
         if dim is None:
             return self._int.shape
         return self._int.shape[_axis_arg(dim, self.ndim, "dim")]
 
-    def numel(self):
+    def numel(self) -> int:
         return int(self._int.size)
 
-    def stride(self):
+    def stride(self) -> tuple[int, ...]:
         """Strides in elements, as torch reports them."""
         return tuple(s // self._int.itemsize for s in self._int.strides)
 
-    def is_contiguous(self):
+    def is_contiguous(self) -> bool:
         return bool(self._int.flags.c_contiguous)
 
-    def qscheme(self):
+    def qscheme(self) -> QScheme:
         return self._qscheme
 
-    def q_scale(self):
+    def q_scale(self) -> float:
         self._need_per_tensor("q_scale")
         return self._scale
 
-    def q_zero_point(self):
+    def q_zero_point(self) -> int:
         self._need_per_tensor("q_zero_point")
         return self._zero_point
 
-    def q_per_channel_scales(self):
+    def q_per_channel_scales(self) -> npt.NDArray[np.float64]:
         self._need_per_channel("q_per_channel_scales")
         return self._scales.copy()
 
-    def q_per_channel_zero_points(self):
+    def q_per_channel_zero_points(self) -> npt.NDArray[np.int64]:
         self._need_per_channel("q_per_channel_zero_points")
         return self._zero_points.copy()
 
-    def q_per_channel_axis(self):
+    def q_per_channel_axis(self) -> int:
         self._need_per_channel("q_per_channel_axis")
-        return self._axis
+        return self._axis  # type: ignore[return-value]  # an int: _need_per_channel checked
 
     @property
-    def is_per_channel(self):
+    def is_per_channel(self) -> bool:
         return self._axis is not None
 
     def _need_per_tensor(self, what):
@@ -131,11 +156,11 @@ class QTensor:
                             f"{self._qscheme.name}")
 
     # -- values ----------------------------------------------------------------------------
-    def int_repr(self):
+    def int_repr(self) -> np.ndarray:
         """A copy of the integer values (uint8, int8 or int32 numpy array)."""
         return self._int.copy()
 
-    def dequantize(self):
+    def dequantize(self) -> npt.NDArray[np.float32]:
         """The float32 values: D_sc per tensor, D_pc (double multiply) per channel."""
         kernels = _config.impl("quant")
         if self._axis is None:
@@ -146,7 +171,7 @@ class QTensor:
         return undo(kernels.dequantize_per_channel(raw, self._scales,
                                                    self._zero_points.astype(np.int32), axis))
 
-    def numpy(self):
+    def numpy(self) -> NoReturn:
         """Refuse: say which of int_repr() and dequantize() is wanted."""
         raise TypeError("a QTensor has no single numpy value; use int_repr() for the integers "
                         "or dequantize() for the float values")
@@ -155,7 +180,7 @@ class QTensor:
         # np.asarray(qtensor) must not silently give integers or an object array.
         self.numpy()
 
-    def equal(self, other):
+    def equal(self, other: QTensor) -> bool:
         """True if `other` has the same dtype, scheme, qparams, shape and integer values."""
         if not isinstance(other, QTensor):
             raise TypeError(f"equal() compares two QTensors; got {type(other).__name__}")
@@ -171,7 +196,7 @@ class QTensor:
             return False
         return bool(np.array_equal(self._int, other._int))
 
-    def clone(self):
+    def clone(self) -> QTensor:
         """A copy that owns its integer data (contiguous)."""
         t = self._like(_config.impl("quant").copy_raw(self._int))
         if t._axis is not None:
@@ -179,7 +204,7 @@ class QTensor:
             t._zero_points = self._zero_points.copy()
         return t
 
-    def copy_(self, src):
+    def copy_(self, src: QTensor) -> QTensor:
         """Copy `src`'s values and qparams into this tensor, in place (shapes broadcast).
 
         `src` must have this tensor's dtype; this tensor takes its scheme (PyTorch refuses a
@@ -214,10 +239,16 @@ class QTensor:
                 scales, zps = np.repeat(scales, c), np.repeat(zps, c)
         np.copyto(self._int, values)
         self._qscheme, self._scale, self._zero_point = src._qscheme, src._scale, src._zero_point
-        self._scales, self._zero_points, self._axis = scales, zps, axis
+        # None qparams for the scheme not taken (see the attribute types above QTensor.__init__)
+        self._scales, self._zero_points, self._axis = scales, zps, axis  # type: ignore[assignment]
         return self
 
-    def resize_(self, *shape):
+    @overload
+    def resize_(self, shape: Sequence[int], /) -> QTensor: ...
+    @overload
+    def resize_(self, *shape: int) -> QTensor: ...
+
+    def resize_(self, *shape: Any) -> QTensor:
         """Give this tensor a new shape in place; new elements (if any) are zero raw values."""
         shape = _shape_arg(shape, "resize_", negative="none")
         if self._axis is not None:
@@ -239,7 +270,12 @@ class QTensor:
         return self
 
     # -- views -----------------------------------------------------------------------------
-    def reshape(self, *shape):
+    @overload
+    def reshape(self, shape: Sequence[int], /) -> QTensor: ...
+    @overload
+    def reshape(self, *shape: int) -> QTensor: ...
+
+    def reshape(self, *shape: Any) -> QTensor:
         """The same values in a new shape (a view when the layout allows it)."""
         shape = _shape_arg(shape, "reshape")
         try:
@@ -249,7 +285,12 @@ class QTensor:
                              f"into {shape}") from None
         return self._like(data, axis=self._reshaped_axis(data.shape, "reshape"))
 
-    def view(self, *shape):
+    @overload
+    def view(self, shape: Sequence[int], /) -> QTensor: ...
+    @overload
+    def view(self, *shape: int) -> QTensor: ...
+
+    def view(self, *shape: Any) -> QTensor:
         """A view with a new shape; fails when the layout would need a copy, as torch's."""
         shape = _shape_arg(shape, "view")
         data = self._int.view()
@@ -276,7 +317,7 @@ class QTensor:
                          f"tensor must remain a dimension of its own; {self.shape} -> "
                          f"{tuple(new_shape)} merges or splits it")
 
-    def flatten(self, start_dim=0, end_dim=-1):
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> QTensor:
         """Merge dimensions start_dim..end_dim into one."""
         nd = max(self.ndim, 1)
         s = _axis_arg(start_dim, nd, "start_dim")
@@ -297,18 +338,23 @@ class QTensor:
             raise TypeError(f"{what}() is not supported on per-channel quantized tensors "
                             f"(as in PyTorch: they cannot take new strides)")
 
-    def transpose(self, dim0, dim1):
+    def transpose(self, dim0: int, dim1: int) -> QTensor:
         """Swap two dimensions (a view)."""
         self._no_stride_views("transpose")
         d0, d1 = _axis_arg(dim0, self.ndim, "dim0"), _axis_arg(dim1, self.ndim, "dim1")
         return self._like(np.swapaxes(self._int, d0, d1))
 
     @property
-    def T(self):
+    def T(self) -> QTensor:
         self._no_stride_views("T")
         return self._like(self._int.T)
 
-    def permute(self, *dims):
+    @overload
+    def permute(self, dims: Sequence[int], /) -> QTensor: ...
+    @overload
+    def permute(self, *dims: int) -> QTensor: ...
+
+    def permute(self, *dims: Any) -> QTensor:
         """Reorder the dimensions (a view)."""
         self._no_stride_views("permute")
         dims = _shape_arg(dims, "permute", "dims", negative="any")
@@ -316,7 +362,12 @@ class QTensor:
             raise ValueError(f"permute(): dims {dims} are not a permutation of {self.ndim} dims")
         return self._like(np.transpose(self._int, [_axis_arg(d, self.ndim, "dims") for d in dims]))
 
-    def expand(self, *sizes):
+    @overload
+    def expand(self, sizes: Sequence[int], /) -> QTensor: ...
+    @overload
+    def expand(self, *sizes: int) -> QTensor: ...
+
+    def expand(self, *sizes: Any) -> QTensor:
         """Broadcast size-1 dimensions to `sizes` (-1 keeps a size), as a read-only view."""
         self._no_stride_views("expand")
         sizes = _shape_arg(sizes, "expand", "sizes", negative="-1")
@@ -332,7 +383,7 @@ class QTensor:
         except ValueError:
             raise ValueError(f"expand(): cannot expand shape {self.shape} to {target}") from None
 
-    def squeeze(self, dim=None):
+    def squeeze(self, dim: Optional[int] = None) -> QTensor:
         """Drop dimensions of size 1 (all, or only `dim`)."""
         if dim is None:
             dims = tuple(i for i, n in enumerate(self.shape) if n == 1)
@@ -346,13 +397,14 @@ class QTensor:
             return self._like(np.squeeze(self._int, axis=dims), axis=axis)
         return self._like(np.squeeze(self._int, axis=dims))
 
-    def unsqueeze(self, dim):
+    def unsqueeze(self, dim: int) -> QTensor:
         """Insert a dimension of size 1 at `dim`."""
         d = _axis_arg(dim, self.ndim + 1, "dim")
         axis = "same" if self._axis is None else self._axis + (d <= self._axis)
         return self._like(np.expand_dims(self._int, d), axis=axis)
 
-    def split(self, split_size_or_sections, dim=0):
+    def split(self, split_size_or_sections: Union[int, Sequence[int]],
+              dim: int = 0) -> tuple[QTensor, ...]:
         """Views of consecutive pieces along `dim`, as torch.Tensor.split.
 
         Parameters
@@ -371,7 +423,8 @@ class QTensor:
             sizes = [min(step, n - i) for i in range(0, n, step)] if n else [0]
         else:
             try:
-                sizes = [int(v) for v in split_size_or_sections]
+                # an int took the branch above (mypy does not narrow by numbers.Integral)
+                sizes = [int(v) for v in split_size_or_sections]  # type: ignore[union-attr]
             except TypeError:
                 raise TypeError("split(): split_size_or_sections must be an int or a list of "
                                 f"ints; got {split_size_or_sections!r}") from None
@@ -384,7 +437,7 @@ class QTensor:
             start += v
         return tuple(out)
 
-    def chunk(self, chunks, dim=0):
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[QTensor, ...]:
         """At most `chunks` views along `dim` of ceil(size / chunks) each, as torch.chunk."""
         if isinstance(chunks, bool) or not isinstance(chunks, numbers.Integral) or chunks < 1:
             raise ValueError(f"chunk(): chunks must be an int >= 1; got {chunks!r}")
@@ -392,7 +445,7 @@ class QTensor:
         n = self.shape[d]
         return self.split(max(-(-n // int(chunks)), 1), d)
 
-    def select(self, dim, index):
+    def select(self, dim: int, index: int) -> QTensor:
         """The slice at `index` along `dim`, with that dimension removed."""
         if self.ndim == 0:
             raise ValueError("select() needs a tensor with at least one dimension")
@@ -405,7 +458,7 @@ class QTensor:
         key = (slice(None),) * d + (int(index),)
         return self[key]
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: Any) -> QTensor:
         if not isinstance(key, tuple):
             key = (key,)
         if any(k is Ellipsis for k in key):
@@ -418,7 +471,7 @@ class QTensor:
                     or (isinstance(k, numbers.Integral) and not isinstance(k, bool)) for k in key)
         for k in key:
             if isinstance(k, numbers.Integral) and not isinstance(k, bool) \
-                    and not -2**63 <= k < 2**63:
+                    and not -2**63 <= k < 2**63:  # type: ignore[operator]  # Integral vs int
                 raise IndexError(f"index {k} is out of range")
         if self._axis is None:
             return self._like(self._int[key])
@@ -446,7 +499,7 @@ class QTensor:
             out += not isinstance(k, numbers.Integral)
         return self._like(data, axis=out + (self._axis - src))
 
-    def contiguous(self):
+    def contiguous(self) -> QTensor:
         """This tensor if its integers are C-contiguous, else a contiguous copy."""
         if self._int.flags.c_contiguous:
             return self
@@ -463,33 +516,48 @@ class QTensor:
             return self._int
         return _config.impl("quant").copy_raw(self._int)
 
-    def __len__(self):
+    def __len__(self) -> int:
         if self.ndim == 0:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
     # -- reductions and ordering (implemented in qops.functional) --------------------------
-    def max(self, dim=None, keepdim=False):
+    @overload
+    def max(self, dim: None = None, keepdim: bool = False) -> QTensor: ...
+    @overload
+    def max(self, dim: int, keepdim: bool = False) -> ReductionResult: ...
+
+    def max(self, dim: Optional[int] = None,
+            keepdim: bool = False) -> Union[QTensor, ReductionResult]:
         from qops import functional
         return functional.max(self, dim, keepdim)
 
-    def min(self, dim=None, keepdim=False):
+    @overload
+    def min(self, dim: None = None, keepdim: bool = False) -> QTensor: ...
+    @overload
+    def min(self, dim: int, keepdim: bool = False) -> ReductionResult: ...
+
+    def min(self, dim: Optional[int] = None,
+            keepdim: bool = False) -> Union[QTensor, ReductionResult]:
         from qops import functional
         return functional.min(self, dim, keepdim)
 
-    def mean(self, dim=None, keepdim=False):
+    def mean(self, dim: Union[int, Sequence[int], None] = None,
+             keepdim: bool = False) -> QTensor:
         from qops import functional
         return functional.mean(self, dim, keepdim)
 
-    def sort(self, dim=-1, descending=False, stable=False):
+    def sort(self, dim: int = -1, descending: bool = False,
+             stable: bool = False) -> tuple[QTensor, npt.NDArray[np.int64]]:
         from qops import functional
         return functional.sort(self, dim, descending, stable)
 
-    def topk(self, k, dim=-1, largest=True, sorted=True):
+    def topk(self, k: int, dim: int = -1, largest: bool = True,
+             sorted: bool = True) -> tuple[QTensor, npt.NDArray[np.int64]]:
         from qops import functional
         return functional.topk(self, k, dim, largest, sorted)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         values = np.array2string(self.dequantize(), precision=4, separator=", ", prefix="QTensor(")
         if self._axis is None:
             qparams = f"scale={self._scale!r}, zero_point={self._zero_point}"
@@ -500,7 +568,7 @@ class QTensor:
         return (f"QTensor({values}, size={self.shape}, dtype={self._dtype!r}, "
                 f"quantization_scheme={self._qscheme!r}, {qparams})")
 
-    def __bool__(self):
+    def __bool__(self) -> NoReturn:
         raise TypeError("the truth value of a QTensor is ambiguous; compare int_repr() or "
                         "dequantize() values")
 
@@ -545,7 +613,7 @@ def _axis_arg(axis, ndim, argname="axis"):
     return axis % max(ndim, 1)
 
 
-def is_quantized(t):
+def is_quantized(t: object) -> bool:
     """True if `t` is a QTensor."""
     return isinstance(t, QTensor)
 
@@ -560,7 +628,8 @@ def _float_input(x, argname="input"):
     return a.astype(np.float32, copy=False)
 
 
-def quantize_per_tensor(input, scale, zero_point, dtype):
+def quantize_per_tensor(input: npt.ArrayLike, scale: float, zero_point: int,
+                        dtype: QDtypeLike) -> QTensor:
     """Quantize a float array with one scale and zero point.
 
     Parameters
@@ -582,7 +651,8 @@ def quantize_per_tensor(input, scale, zero_point, dtype):
     return QTensor._make(data, dtype, scale, zero_point)
 
 
-def quantize_per_channel(input, scales, zero_points, axis, dtype):
+def quantize_per_channel(input: npt.ArrayLike, scales: npt.ArrayLike, zero_points: npt.ArrayLike,
+                         axis: int, dtype: QDtypeLike) -> QTensor:
     """Quantize a float array with one scale and zero point per index of `axis`.
 
     Parameters
@@ -616,7 +686,8 @@ def _int_input(int_array, argname="input"):
     return a, qdtype_of_storage(a.dtype)
 
 
-def make_per_tensor_quantized_tensor(input, scale, zero_point):
+def make_per_tensor_quantized_tensor(input: npt.ArrayLike, scale: float,
+                                     zero_point: int) -> QTensor:
     """Wrap an integer array (uint8 -> quint8, int8 -> qint8, int32 -> qint32) with qparams.
 
     Parameters
@@ -630,7 +701,8 @@ def make_per_tensor_quantized_tensor(input, scale, zero_point):
                          qp.check_zero_point(zero_point, dtype))
 
 
-def make_per_channel_quantized_tensor(input, scales, zero_points, axis):
+def make_per_channel_quantized_tensor(input: npt.ArrayLike, scales: npt.ArrayLike,
+                                      zero_points: npt.ArrayLike, axis: int) -> QTensor:
     """Wrap an integer array with per-channel qparams along `axis`.
 
     Parameters
@@ -648,7 +720,14 @@ def make_per_channel_quantized_tensor(input, scales, zero_points, axis):
     return QTensor._make(data, dtype, scales=scales, zero_points=zps, axis=axis)
 
 
-def dequantize(t):
+@overload
+def dequantize(t: QTensor) -> npt.NDArray[np.float32]: ...
+@overload
+def dequantize(t: Union[list[QTensor], tuple[QTensor, ...]]) -> list[npt.NDArray[np.float32]]: ...
+
+
+def dequantize(t: Union[QTensor, list[QTensor], tuple[QTensor, ...]]
+               ) -> Union[npt.NDArray[np.float32], list[npt.NDArray[np.float32]]]:
     """The float32 values of QTensor `t` (or of each QTensor in a list)."""
     if isinstance(t, (list, tuple)):
         return [dequantize(x) for x in t]

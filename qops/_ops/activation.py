@@ -4,6 +4,9 @@ Output qparams follow PyTorch 2.13 (docs/semantics.md §5 and §6): relu, relu6,
 clamp and leaky_relu keep the input's; hardswish and elu take them as arguments; hardsigmoid,
 sigmoid and tanh use fixed ones.
 """
+from __future__ import annotations
+
+from typing import Any, Optional
 
 import numpy as np
 
@@ -59,7 +62,7 @@ def _finish(input, data, inplace, scale=None, zero_point=None):
     return QTensor._make(data, input.dtype, scale, zero_point)
 
 
-_PREPARED = {}
+_PREPARED: dict[Any, Any] = {}
 
 
 def _prepared(key, make):
@@ -98,7 +101,7 @@ def _clamp(input, lo, hi, inplace):
     return _finish(input, elementwise(_kernels().clamp_raw, q, lo, hi), inplace)
 
 
-def relu(input, inplace=False):
+def relu(input: QTensor, inplace: bool = False) -> QTensor:
     """Quantized relu: max(q, zero_point) on raw values; output qparams are the input's.
 
     Parameters
@@ -119,7 +122,7 @@ def relu(input, inplace=False):
     return _clamp(input, input._zero_point, input._dtype.qmax, inplace)
 
 
-def relu_(input):
+def relu_(input: QTensor) -> QTensor:
     """Quantized relu in place on `input`'s raw data; returns `input`.
 
     Parameters
@@ -129,7 +132,7 @@ def relu_(input):
     return relu(input, inplace=True)
 
 
-def relu6(input, inplace=False):
+def relu6(input: QTensor, inplace: bool = False) -> QTensor:
     """Quantized relu6: min(max(q, zero_point), quantize(6.0)); output qparams are the input's.
 
     Parameters
@@ -143,7 +146,8 @@ def relu6(input, inplace=False):
     return _clamp(input, input._zero_point, _raw_bound(6.0, input, "six"), inplace)
 
 
-def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+def hardtanh(input: QTensor, min_val: float = -1.0, max_val: float = 1.0,
+             inplace: bool = False) -> QTensor:
     """Quantized hardtanh: raw clamp between quantize(min_val) and quantize(max_val).
 
     Parameters
@@ -160,7 +164,7 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     return _clamp(input, lo, hi, inplace)
 
 
-def clamp(input, min_, max_):
+def clamp(input: QTensor, min_: Optional[float], max_: Optional[float]) -> QTensor:
     """Quantized clamp (qF.clamp): raw clamp between ``quantize(min_)`` and ``quantize(max_)``.
 
     Parameters
@@ -177,7 +181,8 @@ def clamp(input, min_, max_):
     return _clamp(input, lo, hi, False)
 
 
-def leaky_relu(input, negative_slope=0.01, inplace=False, scale=None, zero_point=None):
+def leaky_relu(input: QTensor, negative_slope: float = 0.01, inplace: bool = False,
+               scale: Optional[float] = None, zero_point: Optional[int] = None) -> QTensor:
     """Quantized leaky_relu: x > 0 ? x : negative_slope * x, requantized.
 
     Parameters
@@ -220,7 +225,7 @@ def _fixed(input, fixed):
     return scale, zps[input.dtype.name], inv
 
 
-def hardsigmoid(input, inplace=False):
+def hardsigmoid(input: QTensor, inplace: bool = False) -> QTensor:
     """Quantized hardsigmoid: clamp(x + 3, 0, 6) / 6, output scale 1/256, zero point 0
     (quint8) or -128 (qint8).
 
@@ -237,7 +242,7 @@ def hardsigmoid(input, inplace=False):
     return _finish(input, data, inplace, scale, zp)
 
 
-def hardswish(input, scale, zero_point):
+def hardswish(input: QTensor, scale: float, zero_point: int) -> QTensor:
     """Quantized hardswish: x * clamp(x + 3, 0, 6) / 6, quantized with the given qparams.
 
     Parameters
@@ -259,7 +264,7 @@ def hardswish(input, scale, zero_point):
     return QTensor._make(data, input._dtype, out_scale, out_zp)
 
 
-def elu(input, scale, zero_point, alpha=1.0):
+def elu(input: QTensor, scale: float, zero_point: int, alpha: float = 1.0) -> QTensor:
     """Quantized elu: x > 0 ? x : alpha * (exp(x) - 1), quantized with the given qparams.
 
     Parameters
@@ -284,7 +289,7 @@ def elu(input, scale, zero_point, alpha=1.0):
     return QTensor._make(data, input._dtype, out_scale, out_zp)
 
 
-def sigmoid(input):
+def sigmoid(input: QTensor) -> QTensor:
     """Quantized sigmoid; output scale 1/256, zero point 0 (quint8) or -128 (qint8).
 
     Parameters
@@ -298,7 +303,7 @@ def sigmoid(input):
     return QTensor._make(data, input.dtype, scale, zp)
 
 
-def tanh(input):
+def tanh(input: QTensor) -> QTensor:
     """Quantized tanh; output scale 2/256, zero point 128 (quint8) or 0 (qint8).
 
     Parameters

@@ -3,8 +3,11 @@
 add/mul take explicit output qparams and broadcast as PyTorch does; add_scalar and mul_scalar
 derive their output qparams from the scalar; cat defaults to the first input's qparams.
 """
+from __future__ import annotations
+
 import math
 import numbers
+from typing import Optional, Union
 
 import numpy as np
 
@@ -58,7 +61,7 @@ def _add(a, b, scale, zero_point, relu, what):
     return QTensor._make(data, a.dtype, scale, zero_point)
 
 
-def add(a, b, scale, zero_point):
+def add(a: QTensor, b: QTensor, scale: float, zero_point: int) -> QTensor:
     """Quantized add: quantize(dequantize(a) + dequantize(b)) with the given output qparams.
 
     Parameters
@@ -70,7 +73,7 @@ def add(a, b, scale, zero_point):
     return _add(a, b, scale, zero_point, False, "add")
 
 
-def add_relu(a, b, scale, zero_point):
+def add_relu(a: QTensor, b: QTensor, scale: float, zero_point: int) -> QTensor:
     """Quantized add followed by relu (max(sum, 0) before quantizing).
 
     Parameters
@@ -89,7 +92,7 @@ def _mul(a, b, scale, zero_point, relu, what):
     return QTensor._make(data, a.dtype, scale, zero_point)
 
 
-def mul(a, b, scale, zero_point):
+def mul(a: QTensor, b: QTensor, scale: float, zero_point: int) -> QTensor:
     """Quantized mul: integer product of (a - za)(b - zb) rescaled to the output qparams.
 
     Parameters
@@ -101,7 +104,7 @@ def mul(a, b, scale, zero_point):
     return _mul(a, b, scale, zero_point, False, "mul")
 
 
-def mul_relu(a, b, scale, zero_point):
+def mul_relu(a: QTensor, b: QTensor, scale: float, zero_point: int) -> QTensor:
     """Quantized mul followed by relu (max(out, zero_point)).
 
     Parameters
@@ -126,7 +129,7 @@ def _scalar(other, what):
     return other
 
 
-def add_scalar(input, other):
+def add_scalar(input: QTensor, other: float) -> QTensor:
     """Quantized input + scalar: the scalar, rounded to a multiple of the scale, shifts the
     zero point; when that leaves the dtype's range the data are requantized.
 
@@ -159,7 +162,7 @@ def add_scalar(input, other):
     return QTensor._make(data, d, s_new, zp_new)
 
 
-def mul_scalar(input, other):
+def mul_scalar(input: QTensor, other: float) -> QTensor:
     """Quantized input * scalar: the scalar goes into the scale (c > 0), the values are
     reflected (c < 0), or all become 0 with scale 1 (c == 0).
 
@@ -284,7 +287,8 @@ def _cat(tensors, dim, scale, zero_point, relu, what):
     return QTensor._make(out, first.dtype, scale, zero_point)
 
 
-def cat(tensors, dim=0, scale=None, zero_point=None):
+def cat(tensors: Union[list[QTensor], tuple[QTensor, ...]], dim: int = 0,
+        scale: Optional[float] = None, zero_point: Optional[int] = None) -> QTensor:
     """Concatenate quantized tensors along `dim`, requantized to (scale, zero_point).
 
     Inputs that all lie channels last (or in any one permuted order) are concatenated as they
@@ -301,7 +305,8 @@ def cat(tensors, dim=0, scale=None, zero_point=None):
     return _cat(tensors, dim, scale, zero_point, False, "cat")
 
 
-def cat_relu(tensors, dim=0, scale=None, zero_point=None):
+def cat_relu(tensors: Union[list[QTensor], tuple[QTensor, ...]], dim: int = 0,
+             scale: Optional[float] = None, zero_point: Optional[int] = None) -> QTensor:
     """Concatenate as `cat`, then relu (max(q, zero_point)).
 
     Parameters

@@ -10,9 +10,12 @@ passed to both backends:
             = f32(bias_n / atws_n)                    per-channel weight
     dynamic: mult_n = f32(f32(x_s) * f32(w_s_n)), x_s and x_zp from the input's min/max (section 10)
 """
+from __future__ import annotations
+
 import math
 import numbers
 import struct
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
@@ -21,6 +24,9 @@ from qops import _qparams as qp
 from qops._dtypes import qint8, quint8
 from qops._ops import _check
 from qops._qtensor import QTensor
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = ["linear", "linear_relu", "linear_dynamic", "linear_relu_dynamic", "prepack_linear",
            "PackedLinear"]
@@ -40,8 +46,16 @@ class PackedLinear:
 
     __slots__ = ("_weight", "_bias", "_w_int", "_wzp", "_w_scales", "_per_channel", "_packs",
                  "_cache", "__weakref__")
+    _weight: QTensor
+    _bias: Optional[npt.NDArray[np.float32]]
+    _w_int: npt.NDArray[np.int8]
+    _wzp: npt.NDArray[np.int32]
+    _w_scales: npt.NDArray[np.float32]
+    _per_channel: bool
+    _packs: dict[str, Any]
+    _cache: dict[tuple[Any, ...], Any]
 
-    def __init__(self, weight, bias):
+    def __init__(self, weight: QTensor, bias: Optional[npt.NDArray[np.float32]]) -> None:
         # Arguments validated by prepack_linear.
         self._weight = weight
         self._bias = bias
@@ -59,18 +73,18 @@ class PackedLinear:
         self._cache = {}
 
     @property
-    def in_features(self):
+    def in_features(self) -> int:
         return self._w_int.shape[1]
 
     @property
-    def out_features(self):
+    def out_features(self) -> int:
         return self._w_int.shape[0]
 
-    def weight(self):
+    def weight(self) -> QTensor:
         """A copy of the quantized weight (QTensor, out_features x in_features)."""
         return self._weight.clone()
 
-    def bias(self):
+    def bias(self) -> Optional[npt.NDArray[np.float32]]:
         """The float32 bias (a copy), or None."""
         return None if self._bias is None else self._bias.copy()
 
@@ -81,7 +95,7 @@ class PackedLinear:
     def __setstate__(self, state):
         self.__init__(state["weight"], state["bias"])
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         kind = "per-channel" if self._per_channel else "per-tensor"
         return (f"PackedLinear(in_features={self.in_features}, out_features={self.out_features}, "
                 f"{kind}, bias={self._bias is not None})")
@@ -132,7 +146,7 @@ def _check_weight(weight):
                          f"(output features); got axis {weight._axis}")
 
 
-def _check_bias(bias, n):
+def _check_bias(bias: Optional[npt.ArrayLike], n: int) -> Optional[npt.NDArray[np.float32]]:
     if bias is None:
         return None
     if isinstance(bias, QTensor):
@@ -149,7 +163,7 @@ def _check_bias(bias, n):
     return b
 
 
-def prepack_linear(weight, bias=None):
+def prepack_linear(weight: QTensor, bias: Optional[npt.ArrayLike] = None) -> PackedLinear:
     """Pack a quantized linear weight and float bias once, for repeated linear calls.
 
     Parameters
@@ -186,7 +200,7 @@ def _check_features(shape, packed, argname="input"):
                          f"in_features={packed.in_features} (the weight's second dimension)")
 
 
-_CHECKED_SCALES = {}
+_CHECKED_SCALES: dict[float, float] = {}
 
 
 def _check_out_scale(scale):
@@ -220,7 +234,9 @@ def _linear(input, weight, bias, scale, zero_point, relu):
     return QTensor._make(out.reshape(lead + (packed.out_features,)), quint8, scale, zero_point)
 
 
-def linear(input, weight, bias=None, scale=None, zero_point=None):
+def linear(input: QTensor, weight: Union[QTensor, PackedLinear],
+           bias: Optional[npt.ArrayLike] = None, scale: Optional[float] = None,
+           zero_point: Optional[int] = None) -> QTensor:
     """Quantized linear: y = x W^T + b, requantized to quint8 (torch's qF.linear).
 
     Parameters
@@ -235,7 +251,9 @@ def linear(input, weight, bias=None, scale=None, zero_point=None):
     return _linear(input, weight, bias, scale, zero_point, False)
 
 
-def linear_relu(input, weight, bias=None, scale=None, zero_point=None):
+def linear_relu(input: QTensor, weight: Union[QTensor, PackedLinear],
+                bias: Optional[npt.ArrayLike] = None, scale: Optional[float] = None,
+                zero_point: Optional[int] = None) -> QTensor:
     """Quantized linear followed by relu (the output is clamped below at its zero point).
 
     Parameters
@@ -334,7 +352,9 @@ def _linear_dynamic(input, weight, bias, reduce_range, relu):
     return out.reshape(lead + (packed.out_features,))
 
 
-def linear_dynamic(input, weight, bias=None, reduce_range=True):
+def linear_dynamic(input: npt.ArrayLike, weight: Union[QTensor, PackedLinear],
+                   bias: Optional[npt.ArrayLike] = None,
+                   reduce_range: bool = True) -> npt.NDArray[np.float32]:
     """Dynamic quantized linear: float32 in, float32 out; the input quantized per call.
 
     The activation qparams come from the input's min and max (PyTorch's dynamic linear, with
@@ -351,7 +371,9 @@ def linear_dynamic(input, weight, bias=None, reduce_range=True):
     return _linear_dynamic(input, weight, bias, reduce_range, False)
 
 
-def linear_relu_dynamic(input, weight, bias=None, reduce_range=True):
+def linear_relu_dynamic(input: npt.ArrayLike, weight: Union[QTensor, PackedLinear],
+                        bias: Optional[npt.ArrayLike] = None,
+                        reduce_range: bool = True) -> npt.NDArray[np.float32]:
     """Dynamic quantized linear followed by relu (max(out, 0)).
 
     Parameters

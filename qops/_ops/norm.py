@@ -3,8 +3,11 @@
 Arguments and arithmetic follow torch.ops.quantized.{batch_norm, layer_norm, group_norm,
 instance_norm} (PyTorch 2.13 x86, docs/semantics.md §13); the output qparams are explicit.
 """
+from __future__ import annotations
+
 import math
 import numbers
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 import numpy as np
 
@@ -13,6 +16,9 @@ from qops import _qparams as qp
 from qops._layout import inverse, memory_order
 from qops._ops import _check
 from qops._qtensor import QTensor
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = ["batch_norm", "batch_norm_relu", "layer_norm", "group_norm", "instance_norm"]
 
@@ -27,7 +33,8 @@ def _eps(eps):
     return eps
 
 
-def _param(v, argname, shape):
+def _param(v: Optional[npt.ArrayLike], argname: str,
+           shape: Sequence[int]) -> Optional[npt.NDArray[np.float32]]:
     """An optional float parameter as a contiguous float32 array of `shape` (None stays None)."""
     if v is None:
         return None
@@ -106,8 +113,10 @@ def _batch_norm(input, running_mean, running_var, weight, bias, eps, output_scal
     return QTensor._make(out.reshape(input.shape), input.dtype, scale, zp)
 
 
-def batch_norm(input, running_mean, running_var, weight=None, bias=None, eps=1e-5,
-               output_scale=1.0, output_zero_point=0):
+def batch_norm(input: QTensor, running_mean: npt.ArrayLike, running_var: npt.ArrayLike,
+               weight: Optional[npt.ArrayLike] = None, bias: Optional[npt.ArrayLike] = None,
+               eps: float = 1e-5, output_scale: float = 1.0,
+               output_zero_point: int = 0) -> QTensor:
     """Quantized batch norm (inference) over channel dim 1 of a 2-D to 5-D tensor.
 
     Arithmetic of torch.ops.quantized.batch_norm: a per-channel fused affine
@@ -128,8 +137,10 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, eps=1e-
                        output_zero_point, False)
 
 
-def batch_norm_relu(input, running_mean, running_var, weight=None, bias=None, eps=1e-5,
-                    output_scale=1.0, output_zero_point=0):
+def batch_norm_relu(input: QTensor, running_mean: npt.ArrayLike, running_var: npt.ArrayLike,
+                    weight: Optional[npt.ArrayLike] = None, bias: Optional[npt.ArrayLike] = None,
+                    eps: float = 1e-5, output_scale: float = 1.0,
+                    output_zero_point: int = 0) -> QTensor:
     """Quantized batch norm fused with relu (torch.ops.quantized.batch_norm_relu).
 
     Parameters
@@ -147,8 +158,10 @@ def batch_norm_relu(input, running_mean, running_var, weight=None, bias=None, ep
                        output_zero_point, True)
 
 
-def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, output_scale=1.0,
-               output_zero_point=0):
+def layer_norm(input: QTensor, normalized_shape: Union[int, Sequence[int]],
+               weight: Optional[npt.ArrayLike] = None, bias: Optional[npt.ArrayLike] = None,
+               eps: float = 1e-5, output_scale: float = 1.0,
+               output_zero_point: int = 0) -> QTensor:
     """Quantized layer norm over the trailing `normalized_shape` dims
     (torch.ops.quantized.layer_norm).
 
@@ -231,8 +244,9 @@ def _group_norm(input, num_groups, weight, bias, eps, output_scale, output_zero_
     return QTensor._make(out.reshape(input.shape), input.dtype, scale, zp)
 
 
-def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, output_scale=1.0,
-               output_zero_point=0):
+def group_norm(input: QTensor, num_groups: int, weight: Optional[npt.ArrayLike] = None,
+               bias: Optional[npt.ArrayLike] = None, eps: float = 1e-5,
+               output_scale: float = 1.0, output_zero_point: int = 0) -> QTensor:
     """Quantized group norm over channel groups of dim 1 (torch.ops.quantized.group_norm).
 
     Parameters
@@ -253,8 +267,9 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, output_scale
     return _group_norm(input, num_groups, weight, bias, eps, output_scale, output_zero_point)
 
 
-def instance_norm(input, weight=None, bias=None, eps=1e-5, output_scale=1.0,
-                  output_zero_point=0):
+def instance_norm(input: QTensor, weight: Optional[npt.ArrayLike] = None,
+                  bias: Optional[npt.ArrayLike] = None, eps: float = 1e-5,
+                  output_scale: float = 1.0, output_zero_point: int = 0) -> QTensor:
     """Quantized instance norm: group norm with one group per channel (3-D to 5-D input).
 
     Parameters

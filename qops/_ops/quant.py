@@ -1,4 +1,8 @@
 """Quantize-family public ops beyond those on qops itself: requantize."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
 from qops import _config
 from qops import _qparams as qp
 from qops._dtypes import as_qdtype
@@ -6,10 +10,14 @@ from qops._layout import elementwise
 from qops._ops import _check
 from qops._qtensor import QTensor
 
+if TYPE_CHECKING:
+    from qops._dtypes import QDtypeLike
+
 __all__ = ["requantize"]
 
 
-def requantize(input, scale, zero_point, dtype=None):
+def requantize(input: QTensor, scale: float, zero_point: int,
+               dtype: Optional[QDtypeLike] = None) -> QTensor:
     """Re-express a per-tensor QTensor with new qparams (and dtype): quantize(dequantize(x)).
 
     Parameters

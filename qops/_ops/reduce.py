@@ -3,10 +3,12 @@
 The results keep the input's qparams. This module defines functions named max and min, so the
 builtins are reached through `builtins`.
 """
+from __future__ import annotations
+
 import builtins
-import collections
 import math
 import numbers
+from typing import TYPE_CHECKING, NamedTuple, Optional, Sequence, Union, overload
 
 import numpy as np
 
@@ -16,12 +18,20 @@ from qops._layout import memory_order
 from qops._ops import _check
 from qops._qtensor import _axis_arg
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from qops._qtensor import QTensor
+
 __all__ = ["max", "min", "mean"]
 
 _DTYPES = (quint8, qint8)
 
-#: (values, indices) result of max/min over one dimension, as torch.return_types.max
-ReductionResult = collections.namedtuple("ReductionResult", ["values", "indices"])
+class ReductionResult(NamedTuple):
+    """(values, indices) result of max/min over one dimension, as torch.return_types.max."""
+
+    values: QTensor
+    indices: npt.NDArray[np.int64]
 
 
 def _kernels():
@@ -68,7 +78,14 @@ def _extreme(input, dim, keepdim, is_max):
     return ReductionResult(input._like(values), indices)
 
 
-def max(input, dim=None, keepdim=False):
+@overload
+def max(input: QTensor, dim: None = None, keepdim: bool = False) -> QTensor: ...
+@overload
+def max(input: QTensor, dim: int, keepdim: bool = False) -> ReductionResult: ...
+
+
+def max(input: QTensor, dim: Optional[int] = None,
+        keepdim: bool = False) -> Union[QTensor, ReductionResult]:
     """The largest value of a quantized tensor, or the largest along `dim` with its index.
 
     Parameters
@@ -84,7 +101,14 @@ def max(input, dim=None, keepdim=False):
     return _extreme(input, dim, keepdim, True)
 
 
-def min(input, dim=None, keepdim=False):
+@overload
+def min(input: QTensor, dim: None = None, keepdim: bool = False) -> QTensor: ...
+@overload
+def min(input: QTensor, dim: int, keepdim: bool = False) -> ReductionResult: ...
+
+
+def min(input: QTensor, dim: Optional[int] = None,
+        keepdim: bool = False) -> Union[QTensor, ReductionResult]:
     """The smallest value of a quantized tensor, or the smallest along `dim` with its index.
 
     Parameters
@@ -134,7 +158,8 @@ def _mean_in_memory_order(data, axes, n, kept):
     return np.ascontiguousarray(np.transpose(out, [kept_mem.index(a) for a in kept]))
 
 
-def mean(input, dim=None, keepdim=False):
+def mean(input: QTensor, dim: Union[int, Sequence[int], None] = None,
+         keepdim: bool = False) -> QTensor:
     """The mean of a quantized tensor over `dim`, computed on raw values and rounded half to
     even: rint(f32(f32(sum q) / f32(n))); the output keeps the input's qparams.
 

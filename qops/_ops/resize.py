@@ -3,7 +3,10 @@
 Output qparams are the input's. Modes: nearest and nearest-exact (4-D and 5-D inputs),
 bilinear (4-D). Inputs are handled as (N, C, D, H, W) with D = 1 for 4-D inputs.
 """
+from __future__ import annotations
+
 import math
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
@@ -57,7 +60,9 @@ def _ratio(in_len, out_len, scale):
     return F32(in_len) / F32(out_len)
 
 
-def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+def interpolate(input: QTensor, size: Union[int, Sequence[int], None] = None,
+                scale_factor: Union[float, Sequence[float], None] = None,
+                mode: str = "nearest", align_corners: Optional[bool] = None) -> QTensor:
     """Resize a quantized image batch; output qparams = input's.
 
     Bit-exact with PyTorch's NCHW kernels. When every spatial size is unchanged the input is
@@ -76,8 +81,8 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     """
     _check.qtensor(input, "input", dtypes=(quint8, qint8, qint32), ndims=(4, 5))
     x = input._cint()
-    key = (x.shape, input._dtype is qint32, _hashable(size), _hashable(scale_factor), mode,
-           align_corners)
+    key: Optional[tuple[Any, ...]] = (x.shape, input._dtype is qint32, _hashable(size),
+                                      _hashable(scale_factor), mode, align_corners)
     try:
         plan = _plans.get(key)
     except TypeError:          # an unhashable argument: plan without the memo
@@ -106,7 +111,7 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
 # Validated plans (5-D input shape, 5-D output spatial size, kernel ratios, output shape) by
 # (input shape, qint32?, size, scale_factor, mode, align_corners): a model resizes the same
 # few shapes each call, and working the plan out costs more than a small kernel.
-_plans = {}
+_plans: dict[Any, tuple[Any, ...]] = {}
 
 
 def _hashable(v):
@@ -152,7 +157,9 @@ def _plan(input, size, scale_factor, mode, align_corners):
     return x5_shape, out5, ratios, out_shape
 
 
-def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+def upsample(input: QTensor, size: Union[int, Sequence[int], None] = None,
+             scale_factor: Union[float, Sequence[float], None] = None,
+             mode: str = "nearest", align_corners: Optional[bool] = None) -> QTensor:
     """Resize a quantized image batch: the same as `interpolate`.
 
     Parameters
@@ -166,7 +173,8 @@ def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=
     return interpolate(input, size, scale_factor, mode, align_corners)
 
 
-def upsample_bilinear(input, size=None, scale_factor=None):
+def upsample_bilinear(input: QTensor, size: Union[int, Sequence[int], None] = None,
+                      scale_factor: Union[float, Sequence[float], None] = None) -> QTensor:
     """Bilinear resize with align_corners=True (as PyTorch's upsample_bilinear).
 
     Parameters
@@ -178,7 +186,8 @@ def upsample_bilinear(input, size=None, scale_factor=None):
     return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
 
 
-def upsample_nearest(input, size=None, scale_factor=None):
+def upsample_nearest(input: QTensor, size: Union[int, Sequence[int], None] = None,
+                     scale_factor: Union[float, Sequence[float], None] = None) -> QTensor:
     """Nearest-neighbour resize (as PyTorch's upsample_nearest).
 
     Parameters

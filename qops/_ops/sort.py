@@ -5,13 +5,19 @@ increasing index order, for ascending and descending sorts and for topk. This is
 PyTorch's stable sort, so `stable=True` matches PyTorch's indices exactly; with
 `stable=False` PyTorch leaves the order of equal values unspecified (its values are the same).
 """
+from __future__ import annotations
+
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from qops import _config
 from qops._ops import _check
 from qops._qtensor import QTensor, _axis_arg
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = ["sort", "argsort", "topk"]
 
@@ -59,7 +65,8 @@ def _unrows(a, moved_shape, d, ndim):
     return out if d == ndim - 1 else np.ascontiguousarray(np.moveaxis(out, -1, d))
 
 
-def sort(input, dim=-1, descending=False, stable=False):
+def sort(input: QTensor, dim: int = -1, descending: bool = False,
+         stable: bool = False) -> tuple[QTensor, npt.NDArray[np.int64]]:
     """Sort a QTensor along `dim`: (values with the input's qparams, int64 indices).
 
     Equal values come out in increasing index order whether or not `stable` is set (the
@@ -82,7 +89,8 @@ def sort(input, dim=-1, descending=False, stable=False):
             _unrows(indices, shape, d, input.ndim))
 
 
-def argsort(input, dim=-1, descending=False, stable=False):
+def argsort(input: QTensor, dim: int = -1, descending: bool = False,
+            stable: bool = False) -> npt.NDArray[np.int64]:
     """The int64 indices that sort a QTensor along `dim` (ties in increasing index order).
 
     Parameters
@@ -95,7 +103,8 @@ def argsort(input, dim=-1, descending=False, stable=False):
     return sort(input, dim, descending, stable)[1]
 
 
-def topk(input, k, dim=-1, largest=True, sorted=True):
+def topk(input: QTensor, k: int, dim: int = -1, largest: bool = True,
+         sorted: bool = True) -> tuple[QTensor, npt.NDArray[np.int64]]:
     """The `k` largest (or smallest) values of a QTensor along `dim`, with int64 indices.
 
     Values come out sorted (largest first when `largest`, else smallest first) and equal
