@@ -662,7 +662,8 @@ def convert_fx(graph_module, convert_custom_config=None, _remove_qconfig=True,
 
     Parameters
     ----------
-    graph_module : the model prepare_fx returned, after calibration
+    graph_module : the model prepare_fx (after calibration) or prepare_qat_fx (after training)
+        returned
     """
     _check_graph(graph_module, "convert_fx")
     info = graph_module.__dict__.get("_qops_fx")
