@@ -1,4 +1,5 @@
-"""python -m qops [demo|bench|config]: the demo (default), the speed comparison, the build info."""
+"""python -m qops [demo|demo-rnn|bench|config]: the demos (default: demo), the speed
+comparison, the build info."""
 import argparse
 import sys
 
@@ -24,6 +25,11 @@ def _demo(rest):
     return _demo.main(rest)
 
 
+def _demo_rnn(rest):
+    from qops.quantization import _demo_rnn
+    return _demo_rnn.main(rest)
+
+
 def _bench(rest):
     from qops import bench
     return bench.main(rest)
@@ -38,6 +44,8 @@ def _config(rest):
 _COMMANDS = {
     "demo": (_demo, "quantize the shipped digits CNN: accuracy, speed, per-layer errors "
                     "(python -m qops demo --help for its options)"),
+    "demo-rnn": (_demo_rnn, "embedding + 2-layer LSTM classifier: float32 vs dynamic int8 "
+                            "accuracy (python -m qops demo-rnn --help)"),
     "bench": (_bench, "qops' kernels against its reference and PyTorch "
                       "(python -m qops bench --help)"),
     "config": (_config, "the build: OpenMP, threads, instruction sets, kernel tiers"),
@@ -47,7 +55,7 @@ _COMMANDS = {
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="python -m qops", description=__doc__.split(":")[0])
-    sub = parser.add_subparsers(dest="command", metavar="{demo,bench,config}")
+    sub = parser.add_subparsers(dest="command", metavar="{demo,demo-rnn,bench,config}")
     for name, (_, text) in _COMMANDS.items():
         # Each command parses its own options: everything after its name goes to it.
         sub.add_parser(name, help=text, add_help=False)
