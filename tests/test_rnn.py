@@ -298,3 +298,13 @@ def test_inputs_not_modified():
     m(x, (h, c))
     for a, b in zip((x, h, c), keep):
         np.testing.assert_array_equal(a, b)
+
+
+def test_demo_rnn(capsys):
+    from qops.quantization import _demo_rnn
+    assert _demo_rnn.main(["--n", "300"]) == 0
+    out = capsys.readouterr().out
+    acc = {line.split(" accuracy:")[0]: float(line.split(":")[1].split("%")[0])
+           for line in out.splitlines() if " accuracy:" in line}
+    assert acc["float32"] >= 95.0
+    assert abs(acc["int8 dynamic"] - acc["float32"]) <= 2.0
