@@ -2,7 +2,7 @@
 
 The step ops take the two gate pre-activations (input and hidden GEMM results with their
 biases added, as PyTorch's linear_ih and linear_hh return them) and apply the cell in float32
-in PyTorch's order (docs/semantics.md, "Recurrent layers"). `recurrent` runs a stack of
+in PyTorch's order (docs/semantics.md §21). `recurrent` runs a stack of
 layers and directions as PyTorch's CPU path does: per layer and direction, the input GEMM over
 the whole sequence at once, then per step the hidden GEMM and the cell.
 """

@@ -1,7 +1,7 @@
 """Reference kernels of the rnn family: one step of the LSTM, GRU and Elman cells.
 
 Contract: float32 gate pre-activations in, float32 states out, every operation rounded to
-float32 in PyTorch's order (docs/semantics.md, "Recurrent layers"). The transcendental
+float32 in PyTorch's order (docs/semantics.md §21). The transcendental
 functions are computed in float64 and rounded once, with qops' own exp/expm1 (`exp_parts`:
 IEEE +, -, *, /, rint and bit operations only, so numpy and the C twin give the same bits, and
 the C vectorizes):

@@ -10,24 +10,25 @@ F32 = np.float32
 
 # -- tolerance with PyTorch ---------------------------------------------------------------------
 #
-# qops rounds exp / expm1 (libm, float64) once to float32: correctly rounded sigmoid and tanh but
-# for rare double roundings. PyTorch's CPU kernels use SLEEF's vectorized expf/tanhf (u10: up to
+# qops rounds its own float64 exp / expm1 (qops/_ref/rnn.py) once to float32: correctly rounded
+# sigmoid and tanh but for rare double roundings. PyTorch's CPU kernels use SLEEF's vectorized expf/tanhf (u10: up to
 # 1 ulp) on the vector body and std:: on the tail, so single gates differ by up to 2 float32 ulps
 # (measured: max 1.2e-7 for sigmoid, 6e-8 for tanh over 2e6 values). The cell's products and sums
 # are rounded in PyTorch's order, so the steps agree to a few ulps of their results.
 STEP_RTOL, STEP_ATOL = 2e-6, 3e-7
 STEP_TOLERANCE = (
-    f"|ours - torch| <= {STEP_ATOL} + {STEP_RTOL} |torch|: PyTorch's sigmoid/tanh use SLEEF's "
-    "vectorized expf/tanhf (<= 1 ulp from the true value), qops rounds libm's float64 exp/expm1 "
-    "once; a gate differs by at most 2 float32 ulps (measured)")
+    f"abs(ours - torch) <= {STEP_ATOL} + {STEP_RTOL} abs(torch): PyTorch's sigmoid/tanh use "
+    "SLEEF's vectorized expf/tanhf (<= 1 ulp from the true value), qops rounds its own float64 "
+    "exp/expm1 once (correctly rounded on the values tested); a gate differs by at most 2 "
+    "float32 ulps (measured)")
 
 # A layer feeds each step's h to the next step's dynamic quantization: an ulp of difference can
 # move a value across a rounding boundary of the activation quantizer, which changes one int8
 # input of the next GEMM by 1. The gate GEMMs themselves are bit-exact (linear_dynamic).
 LAYER_ATOL = 1e-4
 LAYER_TOLERANCE = (
-    f"max |ours - torch| <= {LAYER_ATOL}: the gate GEMMs are bit-exact; the gate nonlinearities "
-    "differ by <= 2 ulps (SLEEF vs libm, see the step ops), which the next step's dynamic "
+    f"max abs(ours - torch) <= {LAYER_ATOL}: the gate GEMMs are bit-exact; the gate nonlinearities "
+    "differ by <= 2 ulps (SLEEF vs qops' exp, see the step ops), which the next step's dynamic "
     "quantization of h can turn into a one-step change of an int8 input (measured max over 60 "
     "random layers: 2.4e-7)")
 

@@ -5,7 +5,7 @@ qops' dynamic linear, bit-exact with PyTorch's fbgemm: the layer's whole input s
 quantized once per layer and direction (PyTorch's CPU path computes linear_ih over the
 sequence), the hidden state once per step, both with reduce_range (PyTorch's dynamic RNN
 modules, version 2, and its dynamic cells). The cell nonlinearities run in float32 as the
-rnn family's step kernels compute them (docs/semantics.md, "Recurrent layers").
+rnn family's step kernels compute them (docs/semantics.md §21).
 """
 import numbers
 
