@@ -119,6 +119,16 @@ class EmbeddingPackedParams:
         return quantized_embedding_bag(self, np.arange(n, dtype=np.int64),
                                        np.arange(n, dtype=np.int64))
 
+    def __eq__(self, other):
+        if not isinstance(other, EmbeddingPackedParams):
+            return NotImplemented
+        return (self.dtype == other.dtype and self.embedding_dim == other.embedding_dim
+                and self.fused.shape == other.fused.shape
+                and bool((self.fused == other.fused).all())
+                and bool((self.zero_points == other.zero_points).all()))
+
+    __hash__ = None
+
     def __repr__(self):
         return (f"EmbeddingPackedParams(num_embeddings={self.num_embeddings}, "
                 f"embedding_dim={self.embedding_dim}, dtype={self.dtype})")

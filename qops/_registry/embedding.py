@@ -133,6 +133,8 @@ def _normalized(case):
     """(indices, offsets with end, weights, mode, padding) of a bag case, as the op sees them."""
     from qops._ops.embedding import _bag_args
     table, input, offsets = case.args
+    if not isinstance(table, EmbeddingPackedParams):
+        input, table = table, input
     kw = case.kwargs
     n = table.num_embeddings if isinstance(table, EmbeddingPackedParams) else table.shape[0]
     return _bag_args(input, offsets, kw.get("include_last_offset", False),
@@ -182,7 +184,7 @@ _Q_TOLERANCE = (
 
 def _torch_float(case):
     import torch
-    w, input, offsets = case.args
+    input, w, offsets = case.args
     kw = dict(case.kwargs)
     if kw.get("per_sample_weights") is not None:
         kw["per_sample_weights"] = torch.from_numpy(kw["per_sample_weights"])
@@ -211,10 +213,10 @@ def _torch_prepack(case):
     return run
 
 
-def _float_runner(case):
-    # cases hold the table first, as the quantized ops take it; F.embedding_bag takes input first
+def _input_first(case):
+    """A lookup case as F.embedding_bag takes it: (input, weight, offsets)."""
     table, input, offsets = case.args
-    return lambda: F.embedding_bag(input, table, offsets, **case.kwargs)
+    return Case((input, table, offsets), case.kwargs, case.label)
 
 
 def _prepack_runner(case):
@@ -262,7 +264,8 @@ def _bench_bags(dtype, n, d, n_bags, length, mode="sum", seed=71):
             r.standard_normal((n, d)).astype(F32)
         idx = r.integers(0, n, n_bags * length).astype(np.int64)
         off = np.arange(n_bags, dtype=np.int64) * length
-        return Case((t, idx, off), {"mode": mode}, label=f"{n}x{d}-{n_bags}x{length}-{mode}")
+        case = Case((t, idx, off), {"mode": mode}, label=f"{n}x{d}-{n_bags}x{length}-{mode}")
+        return _input_first(case) if dtype == "float" else case
     return build
 
 
@@ -294,10 +297,11 @@ SPECS = [
                   "100000x128-2048x40": _bench_bags("quint4x2", 100000, 128, 2048, 40)},
            torch=_torch_quantized, tolerance=_Q_TOLERANCE),
     OpSpec("embedding_bag", "embedding", ("embedding_bag_f32",), F.embedding_bag,
-           lambda: _lookup_cases(lambda r, n, d: random_weight(r, n, d), 64),
-           lambda: _lookup_strategy(lambda r, n, d: random_weight(r, n, d)),
+           lambda: [_input_first(c) for c in
+                    _lookup_cases(lambda r, n, d: random_weight(r, n, d), 64)],
+           lambda: _lookup_strategy(lambda r, n, d: random_weight(r, n, d)).map(_input_first),
            bench={"1000000x64-10000x20": _bench_bags("float", 1000000, 64, 10000, 20)},
-           torch=_torch_float, runner=_float_runner,
+           torch=_torch_float,
            tolerance="exact (torch.nn.functional.embedding_bag: sum in index order, fma with "
                      "per-sample weights, mean = sum / count, max first on ties)"),
 ]
