@@ -11,10 +11,10 @@ F32 = np.float32
 # -- tolerance with PyTorch ---------------------------------------------------------------------
 #
 # qops rounds its own float64 exp / expm1 (qops/_ref/rnn.py) once to float32: correctly rounded
-# sigmoid and tanh but for rare double roundings. PyTorch's CPU kernels use SLEEF's vectorized expf/tanhf (u10: up to
-# 1 ulp) on the vector body and std:: on the tail, so single gates differ by up to 2 float32 ulps
-# (measured: max 1.2e-7 for sigmoid, 6e-8 for tanh over 2e6 values). The cell's products and sums
-# are rounded in PyTorch's order, so the steps agree to a few ulps of their results.
+# sigmoid and tanh but for rare double roundings. PyTorch's CPU kernels use SLEEF's vectorized
+# expf/tanhf (u10: up to 1 ulp) on the vector body and std:: on the tail, so single gates differ
+# by up to 2 float32 ulps (measured: max 1.2e-7 for sigmoid, 6e-8 for tanh over 2e6 values). The
+# cell's products and sums are rounded in PyTorch's order, so the steps agree to a few ulps.
 STEP_RTOL, STEP_ATOL = 2e-6, 3e-7
 STEP_TOLERANCE = (
     f"abs(ours - torch) <= {STEP_ATOL} + {STEP_RTOL} abs(torch): PyTorch's sigmoid/tanh use "
