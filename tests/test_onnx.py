@@ -143,6 +143,11 @@ CASES = {
                               [(2, 8, 7, 7)]),
     "adaptive_avg_pool2d_2": (lambda r: qnn.Sequential(_q7(), nnq.AdaptiveAvgPool2d(2)),
                               [(2, 4, 8, 8)]),
+    # an odd zero point: ties of the mean round to even on q (PyTorch) or on q - zp (ORT)
+    "adaptive_avg_pool2d_1_odd_zp": (lambda r: qnn.Sequential(
+        nnq.Quantize(0.04, 65, quint8), nnq.AdaptiveAvgPool2d(1)), [(2, 64, 4, 4)]),
+    "avg_pool2d_odd_zp": (lambda r: qnn.Sequential(nnq.Quantize(0.04, 65, quint8),
+                                                   nnq.AvgPool2d(2)), [(2, 8, 8, 8)]),
     "batch_norm2d": (lambda r: qnn.Sequential(_q7(), _bn(r, nnq.BatchNorm2d, 4)),
                      [(2, 4, 8, 8)]),
     "bn_relu2d": (lambda r: qnn.Sequential(_q7(), _bn(r, nniq.BNReLU2d, 4)), [(2, 4, 8, 8)]),
@@ -177,6 +182,10 @@ MEASURED = {
     ('adaptive_avg_pool2d_1', 'qoperator'): (1.0, 0),
     ('adaptive_avg_pool2d_2', 'qdq'): (1.0, 0),
     ('adaptive_avg_pool2d_2', 'qoperator'): (1.0, 0),
+    ('adaptive_avg_pool2d_1_odd_zp', 'qdq'): (0.96875, 1),
+    ('adaptive_avg_pool2d_1_odd_zp', 'qoperator'): (0.96875, 1),
+    ('avg_pool2d_odd_zp', 'qdq'): (1.0, 0),
+    ('avg_pool2d_odd_zp', 'qoperator'): (1.0, 0),
     ('add', 'qdq'): (0.875, 1),
     ('add', 'qoperator'): (0.875, 1),
     ('add_relu', 'qdq'): (0.96875, 1),

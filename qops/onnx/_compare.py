@@ -25,6 +25,9 @@ REASONS = {
            "different sides",
     "mul": "ties, as add (ORT's QLinearMul)",
     "cat": "ties where an input with other qparams is requantized (ORT's QLinearConcat)",
+    "adaptive": "ties with an odd zero point: PyTorch's NCHW adaptive_avg_pool rounds the "
+                "mean of the raw q half to even (docs/semantics.md §11), ORT's global pool the "
+                "mean of q - zp",
     "hardswish": "ties: the differing values are within 1e-5 of a .5 boundary",
     "elu": "ties: the differing values are within 1e-5 of a .5 boundary",
     "quantize": "ties: ORT's QuantizeLinear rounds x / s (reproduced exactly), PyTorch rounds "
@@ -54,7 +57,11 @@ _KIND = {
 
 
 def _session(model_bytes_or_path):
-    import onnxruntime as ort
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise ImportError("qops.onnx.compare needs onnxruntime: pip install qops[onnx]") \
+            from None
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     return ort.InferenceSession(model_bytes_or_path, opts, providers=["CPUExecutionProvider"])

@@ -64,8 +64,12 @@ class Record:
 
 class _Builder:
     def __init__(self, form, opset):
-        import onnx
-        from onnx import helper, numpy_helper
+        try:
+            import onnx
+            from onnx import helper, numpy_helper
+        except ImportError:
+            raise ImportError("qops.onnx needs the onnx package: pip install qops[onnx]") \
+                from None
         self.onnx, self.helper, self.nh = onnx, helper, numpy_helper
         if form not in ("qdq", "qoperator"):
             raise ValueError(f"form must be 'qdq' or 'qoperator'; got {form!r}")
@@ -194,10 +198,9 @@ def _tuple(v, n):
 
 # -- emitters: one per kind of step ----------------------------------------------------------
 def emit_quantize(b, rec, x, out):
-    xv = b.get(x, rec.where) if id(x) in b.vals else None
-    if xv is None or xv.q:
-        raise ExportError(f"{rec.where}: quantize of a value that is not a float graph tensor")
-    rec.inputs = [(xv, x)]
+    xv = b.get(x, rec.where)
+    if xv.q:
+        raise ExportError(f"{rec.where}: quantize of a tensor that is already quantized")
     return b.q(xv.name, out, rec.label)
 
 
@@ -709,7 +712,7 @@ def _module_step(b, rec, mod, args, out):
     return None
 
 
-_RESHAPES = ("flatten", "reshape", "view", "squeeze", "unsqueeze", "contiguous")
+_RESHAPES = ("flatten", "reshape", "view", "squeeze", "unsqueeze")
 
 
 def _bind_args(fname, args, kwargs):
@@ -752,24 +755,19 @@ def _function_step(b, rec, target, args, kwargs, out):
     if t.startswith("max_pool") or t.startswith("avg_pool"):
         n = int(t[-2])
         kind = t[:3]
-        a = _bind_args(f"{kind}_pool{n}d" if kind == "avg" or n != 1 else "max_pool1d",
-                       args, kwargs)
+        a = _bind_args(f"{kind}_pool{n}d", args, kwargs)
         if kind == "max":
             return emit_maxpool(b, rec, x, out, n, a["kernel_size"], a["stride"], a["padding"],
                                 a["dilation"], a["ceil_mode"])
         return emit_avgpool(b, rec, x, out, n, a["kernel_size"], a["stride"], a["padding"],
                             a["ceil_mode"], a["count_include_pad"], a.get("divisor_override"))
     if t.startswith("adaptive_avg_pool") or (t == "mean" and _is_global_mean(x, args, kwargs)):
-        if t == "mean":
-            return _emit_mean(b, rec, x, out)
+        # x.mean((2, 3), keepdim=True) on an NCHW QTensor is a global average pool
         return emit_adaptive(b, rec, x, out)
     if t == "interpolate":
         a = _bind_args("interpolate", args, kwargs)
         return emit_resize(b, rec, x, out, a["mode"], a["align_corners"])
-    if t == "cat":
-        dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
-        return emit_cat(b, rec, list(args[0]), out, dim)
-    if t == "quantized.cat":
+    if t in ("cat", "quantized.cat"):
         dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
         return emit_cat(b, rec, list(args[0]), out, dim)
     for kind in ("add", "mul"):
@@ -792,11 +790,6 @@ def _is_global_mean(x, args, kwargs):
     keep = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
     return isinstance(x, QTensor) and x.ndim == 4 and keep and \
         sorted(d % 4 for d in (dim if isinstance(dim, (list, tuple)) else [dim])) == [2, 3]
-
-
-def _emit_mean(b, rec, x, out):
-    # x.mean((2, 3), keepdim=True) on an NCHW QTensor is a global average pool.
-    return emit_adaptive(b, rec, x, out)
 
 
 # -- tracing -------------------------------------------------------------------------------
