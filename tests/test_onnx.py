@@ -391,7 +391,8 @@ def test_value_computed_outside_traced_steps_is_refused():
 def test_float_parts_after_dequantize():
     # quantized conv, then float layers on the dequantized values
     r = np.random.default_rng(0)
-    m = qnn.Sequential(_q7(), _conv(r, nnq.Conv2d, 4, 4, 3), nnq.DeQuantize(), qnn.Flatten(),
+    m = qnn.Sequential(_q7(), _conv(r, nnq.Conv2d, 4, 4, 3), nnq.DeQuantize(),
+                       qnn.Conv2d(4, 4, 3, padding=1), qnn.BatchNorm2d(4).eval(), qnn.Flatten(),
                        qnn.Linear(64, 5), qnn.ReLU())
     x = r.normal(0, 1, (3, 4, 6, 6)).astype(F32)
     buf = io.BytesIO()

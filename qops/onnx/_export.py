@@ -641,6 +641,41 @@ def emit_float_linear(b, rec, x, out, weight, bias, relu=False):
     return _set_float(b, y, out)
 
 
+def emit_float_conv(b, rec, x, out, mod):
+    h = rec.label
+    xv = b.get(x, rec.where)
+    if xv.q:
+        raise ExportError(f"{rec.where}: a float conv got a quantized input")
+    if isinstance(mod.padding, str) or mod.padding_mode != "zeros":
+        raise ExportError(f"{rec.where}: float conv with padding {mod.padding!r} / padding_mode "
+                          f"{mod.padding_mode!r} has no export (yet)")
+    n = len(mod.kernel_size)
+    ins = [xv.name, b.const(h + "_w", np.asarray(mod.weight, F32))]
+    if mod.bias is not None:
+        ins.append(b.const(h + "_b", np.asarray(mod.bias, F32)))
+    y = b.node("Conv", ins, hint=h, strides=list(mod.stride), pads=list(mod.padding) * 2,
+               dilations=list(mod.dilation), group=mod.groups, kernel_shape=list(
+                   mod.kernel_size[:n]))
+    return _set_float(b, y, out)
+
+
+def emit_float_batchnorm(b, rec, x, out, mod):
+    h = rec.label
+    xv = b.get(x, rec.where)
+    if xv.q or mod.running_mean is None or mod.training:
+        raise ExportError(f"{rec.where}: only an eval-mode float BatchNorm with running "
+                          f"statistics exports")
+    c = mod.num_features
+    w = np.ones(c, F32) if mod.weight is None else np.asarray(mod.weight, F32)
+    bb = np.zeros(c, F32) if mod.bias is None else np.asarray(mod.bias, F32)
+    y = b.node("BatchNormalization", [xv.name, b.const(h + "_gamma", w),
+                                      b.const(h + "_beta", bb),
+                                      b.const(h + "_mean", np.asarray(mod.running_mean, F32)),
+                                      b.const(h + "_var", np.asarray(mod.running_var, F32))],
+               hint=h, epsilon=float(mod.eps))
+    return _set_float(b, y, out)
+
+
 # -- dispatch: a traced step -> an emitter call ----------------------------------------------
 def _module_step(b, rec, mod, args, out):
     """Emit a leaf module call; returns False if the module is not one the exporter knows."""
@@ -709,6 +744,10 @@ def _module_step(b, rec, mod, args, out):
         return emit_identity(b, rec, x, out)
     if isinstance(mod, fl.Linear):
         return emit_float_linear(b, rec, x, out, mod.weight, mod.bias)
+    if isinstance(mod, fl._ConvNd):
+        return emit_float_conv(b, rec, x, out, mod)
+    if isinstance(mod, fl._BatchNorm):
+        return emit_float_batchnorm(b, rec, x, out, mod)
     return None
 
 
