@@ -127,6 +127,7 @@ CASES = {
     "relu": (lambda r: qnn.Sequential(_q7(), qnn.ReLU()), [(2, 4, 8, 8)]),
     "relu6": (lambda r: qnn.Sequential(nnq.Quantize(0.05, 64, quint8), nnq.ReLU6()),
               [(2, 4, 8, 8)]),
+    "hardtanh": (lambda r: qnn.Sequential(_q7(), qnn.Hardtanh(-0.5, 1.0)), [(2, 4, 8, 8)]),
     "hardswish": (lambda r: qnn.Sequential(_q7(), nnq.Hardswish(0.03, 20)), [(2, 4, 8, 8)]),
     "hardsigmoid": (lambda r: qnn.Sequential(_q7(), qnn.Hardsigmoid()), [(2, 4, 8, 8)]),
     "elu": (lambda r: qnn.Sequential(_q7(), nnq.ELU(0.03, 40)), [(2, 4, 8, 8)]),
@@ -230,6 +231,8 @@ MEASURED = {
     ('hardswish', 'qoperator'): (1.0, 0),
     ('hardswish_all_levels', 'qdq'): (0.99609375, 1),
     ('hardswish_all_levels', 'qoperator'): (0.99609375, 1),
+    ('hardtanh', 'qdq'): (1.0, 0),
+    ('hardtanh', 'qoperator'): (1.0, 0),
     ('leaky_relu', 'qdq'): (1.0, 0),
     ('leaky_relu', 'qoperator'): (1.0, 0),
     ('linear', 'qdq'): (1.0, 0),
@@ -535,6 +538,35 @@ def test_graph_module_from_qops_graph_mode():
         want_exact, want_steps = MODELS_MEASURED[("graph_inverted_residual", form)]
         assert r["outputs"][0]["max_steps"] <= want_steps, format_compare(r)
         assert r["outputs"][0]["exact"] >= want_exact - 1e-9, format_compare(r)
+
+
+def test_graph_module_functions_and_methods():
+    # a hand-built graph: the functions and methods a converted graph calls between modules
+    from qops.nn._graph import GraphModule, Node, Ref
+    r = np.random.default_rng(0)
+    nodes = [Node("x", "input", "x"),
+             Node("q", "module", "quant", [Ref("x")]),
+             Node("c", "module", "conv", [Ref("q")]),
+             Node("lo", "function", "clamp", [Ref("c")], {"max": 1.0}),
+             Node("r6", "function", "relu6", [Ref("q")]),
+             Node("s", "function", "quantized.add", [Ref("lo"), Ref("r6"), 0.05, 70]),
+             Node("cat", "function", "quantized.cat", [[Ref("s"), Ref("c")], 1, 0.06, 60]),
+             Node("p", "function", "max_pool2d", [Ref("cat"), 2]),
+             Node("a", "function", "adaptive_avg_pool2d", [Ref("p"), 1]),
+             Node("f", "method", "flatten", [Ref("a"), 1]),
+             Node("n", "method", "size", [Ref("f"), 0]),
+             Node("v", "method", "view", [Ref("f"), Ref("n"), -1]),
+             Node("d", "method", "dequantize", [Ref("v")]),
+             Node("output", "output", "output", [Ref("d")])]
+    g = GraphModule(nodes, {"quant": _q7(), "conv": _conv(r, nnq.Conv2d, 4, 4, 3, padding=1)})
+    x = r.normal(0, 1, (2, 4, 8, 8)).astype(F32)
+    for form in ("qdq", "qoperator"):
+        buf = io.BytesIO()
+        m = export(g, x, buf, form=form)
+        assert {"Clip", "Reshape"} <= {n.op_type for n in m.graph.node}
+        rep = compare(g, buf.getvalue(), x)
+        assert rep["outputs"][0]["max_steps"] <= 1, format_compare(rep)
+        assert [o["label"] for o in rep["ops"]][:3] == ["quant", "conv", "lo"]
 
 
 def _torchvision_or_skip():

@@ -161,7 +161,7 @@ class _Builder:
     def clip_q(self, name, out, lo, hi, hint):
         """Clip on the integer tensor: the quantized relu/relu6 (exact in the integer domain)."""
         dt = _np_qdtype(out)
-        args = [name, self.const(hint + "_lo", np.array(lo, dt))]
+        args = [name, "" if lo is None else self.const(hint + "_lo", np.array(lo, dt))]
         if hi is not None:
             args.append(self.const(hint + "_hi", np.array(hi, dt)))
         return self.node("Clip", args, hint=hint + "_clip")
