@@ -129,7 +129,11 @@ def compare(model, onnx_path, inputs, per_op=True):
     steps (for a float output made by DeQuantize, in steps of the dequantized tensor; for
     other float outputs, the largest absolute difference).
     """
-    import onnx
+    try:
+        import onnx
+    except ImportError:
+        raise ImportError("qops.onnx.compare needs the onnx package: pip install qops[onnx]") \
+            from None
 
     from qops.onnx._export import build
     if not isinstance(inputs, tuple):

@@ -1101,8 +1101,8 @@ def export(model, args, f, opset_version=17, form="qdq", input_names=None, outpu
     Returns the onnx.ModelProto written. Raises ExportError naming the module or graph node
     that has no faithful ONNX form.
     """
-    import onnx
-    m, _, _ = build(model, args, form, opset_version, input_names, output_names)
+    m, b, _ = build(model, args, form, opset_version, input_names, output_names)
+    onnx = b.onnx
     onnx.checker.check_model(m)
     if hasattr(f, "write"):
         f.write(m.SerializeToString())
