@@ -615,3 +615,14 @@ def test_dynamic_linear():
     r = compare(m, buf.getvalue(), x)
     want = m(x)
     assert r["outputs"][0]["max_steps"] <= 1e-5 * float(np.abs(want).max()), format_compare(r)
+
+
+def test_demo_model_in_onnxruntime():
+    # the demo's int8 model: ORT's accuracy beside qops' (python -m qops demo prints this line)
+    from qops.quantization import _demo
+    model, calib, test, labels = _demo.load_data()
+    _, qmodel = _demo.quantize_demo_model(model, calib, stream=io.StringIO())
+    line = _demo._onnx_accuracy(qmodel, test, labels)
+    assert line.startswith("int8 in ONNX Runtime")
+    ort_acc = float(line.split("accuracy ")[1].split("%")[0]) / 100
+    assert abs(ort_acc - _demo.accuracy(qmodel, test, labels)) <= 1 / len(labels) + 1e-9, line
