@@ -625,4 +625,5 @@ def test_demo_model_in_onnxruntime():
     line = _demo._onnx_accuracy(qmodel, test, labels)
     assert line.startswith("int8 in ONNX Runtime")
     ort_acc = float(line.split("accuracy ")[1].split("%")[0]) / 100
-    assert abs(ort_acc - _demo.accuracy(qmodel, test, labels)) <= 1 / len(labels) + 1e-9, line
+    # one image of 360, plus the printed percentage's rounding
+    assert abs(ort_acc - _demo.accuracy(qmodel, test, labels)) <= 1 / len(labels) + 1e-4, line
