@@ -1,6 +1,21 @@
 # Quantized linear and dynamic linear (mirror of qops/_ref/linear.py) on the int8 GEMM core of
 # qops_gemm.h: exact int32 accumulation, zero-point corrections from precomputed row sums of the
 # weight, the float32 output stage fused into the GEMM's store; OpenMP over output tiles.
+#
+# Which kernel runs is decided in one place, _plan() below: it returns a named Route from
+# ROUTES, every entry point calls it, and qops.show_config(op, *args) reports it
+# (qops/_show.py). The routes (<op>.<route>, op linear or linear_dynamic):
+#   gemm          qops_gemm_mt at this build's tier: AVX-512 VNNI, AVX2 or portable C. On AVX2
+#                 each weight panel and row block picks the pair-safe kernel (vpmaddubsw +
+#                 vpmaddwd) where xmax * S <= 32767, else the nibble kernel (qops_gemm.h).
+#   gemm_pairsafe AVX2, weights whose pair sums S are all <= 128: pair-safe for any input.
+#   amx           AVX-512 build on a CPU granting AMX, K a multiple of 64 and 16+ rows: AMX
+#                 tiles for blocks of 32/16 rows, VNNI for the rest.
+#   chunked       K above K_CHUNK: exact int32 products per chunk of columns, summed in int64,
+#                 then the output stage here (_finish_u8/_finish_f32).
+# and minmax.scan, the min/max of dynamic linear's float input.
+from collections import namedtuple
+
 import numpy as np
 from cython.parallel cimport prange
 from qops._fast._common cimport *
@@ -56,6 +71,7 @@ cdef class PackedWeight:
     cdef readonly Py_ssize_t N, K
     cdef readonly list chunks          # (k0, k1, packed int8 array, row sums int32 array)
     cdef readonly object wzp           # int32 (N,), or None when every zero point is 0
+    cdef readonly int pair_max         # largest per-sign sum of a weight pair (AVX2 routes)
 
     def __reduce__(self):
         raise TypeError("PackedWeight is a per-process cache; pickle the weight instead")
@@ -81,8 +97,121 @@ def pack_linear(weight, weight_zero_points):
         p.chunks.append((k0, k1, packed, wsum))
     wzp = np.ascontiguousarray(weight_zero_points, dtype=np.int32)
     p.wzp = wzp if np.any(wzp) else None
+    p.pair_max = _pair_max(np.asarray(w)) if QL_TIER == 1 and K <= K_CHUNK else 256
     return p
 
+
+def _pair_max(w):
+    # The S of qops_gemm_pack over all panels: the largest sum of the positive parts, or of
+    # the magnitudes of the negative parts, of W[n, 2i], W[n, 2i + 1]
+    if w.size == 0:
+        return 0
+    w = w.astype(np.int16)
+    if w.shape[1] % 2:
+        w = np.concatenate([w, np.zeros((w.shape[0], 1), np.int16)], axis=1)
+    pairs = w.reshape(w.shape[0], -1, 2)
+    return int(max(np.maximum(pairs, 0).sum(-1).max(), np.maximum(-pairs, 0).sum(-1).max()))
+
+
+# -- routes -------------------------------------------------------------------------------
+
+cdef class _State:
+    """The linear family's run-time switches, in one object."""
+    cdef public object trace   # a list collecting the Route of every call, or None
+
+
+cdef _State _S = _State()
+_S.trace = None
+
+
+def _trace_routes(routes):
+    """Append the Route of every following call to list `routes` (None: stop). For
+    qops._show.explain."""
+    _S.trace = routes
+
+
+Route = namedtuple("Route", "name kernel where")
+Route.__doc__ = """The kernel a linear call runs: name "<op>.<route>", the function, its file."""
+
+_TIER = ("AVX-512 VNNI" if QL_TIER == 2 else
+         "AVX2: pair-safe or nibble kernel per panel by the input's max" if QL_TIER == 1
+         else "portable C")
+_MINMAX_TIER = "AVX-512" if QL_TIER == 2 else ("SSE2" if QL_TIER == 1 else "SSE2 or C")
+
+
+def _routes():
+    out = [Route("empty", "none: an empty output", "linear.pyx"),
+           Route("minmax.scan", f"qops_lin_minmax ({_MINMAX_TIER})", "qops_linear.h")]
+    for op in ("linear", "linear_dynamic"):
+        out += [Route(f"{op}.gemm", f"qops_gemm_mt ({_TIER})", "qops_gemm.h"),
+                Route(f"{op}.gemm_pairsafe", "qops_gemm_mt (AVX2 pair-safe kernel)",
+                      "qops_gemm.h"),
+                Route(f"{op}.amx", "qops_gemm_mt (AMX tiles + AVX-512 VNNI)", "qops_gemm.h"),
+                Route(f"{op}.chunked", f"_acc64: qops_gemm_mt per {K_CHUNK} columns ({_TIER}),"
+                      " int64 sums", "linear.pyx")]
+    return {r.name: r for r in out}
+
+
+def _built_here(name):
+    if name.endswith(".gemm_pairsafe"):
+        return QL_TIER == 1
+    if name.endswith(".amx"):
+        return bool(qops_gemm_amx(-1))
+    return True
+
+
+ROUTES = _routes()
+BUILT = frozenset(n for n in ROUTES if _built_here(n))     # the routes this build can take
+
+cdef object R_EMPTY = ROUTES["empty"]
+cdef object R_MINMAX = ROUTES["minmax.scan"]
+cdef object R_GEMM = ROUTES["linear.gemm"]
+cdef object R_SAFE = ROUTES["linear.gemm_pairsafe"]
+cdef object R_AMX = ROUTES["linear.amx"]
+cdef object R_CHUNK = ROUTES["linear.chunked"]
+cdef object RD_GEMM = ROUTES["linear_dynamic.gemm"]
+cdef object RD_SAFE = ROUTES["linear_dynamic.gemm_pairsafe"]
+cdef object RD_AMX = ROUTES["linear_dynamic.amx"]
+cdef object RD_CHUNK = ROUTES["linear_dynamic.chunked"]
+
+
+cdef object _plan(int op, Py_ssize_t M, PackedWeight p):
+    """The Route of one call: every kernel choice of the family, in one place.
+
+    op: 0 linear, 1 linear_dynamic, 2 minmax (M = its element count); M: rows of x;
+    p: the packed weight."""
+    if op == 2:
+        route = R_MINMAX
+    elif M == 0 or p.N == 0:
+        route = R_EMPTY
+    elif len(p.chunks) > 1:
+        route = RD_CHUNK if op else R_CHUNK
+    elif QL_TIER == 2 and M >= 16 and p.K % 64 == 0 and qops_gemm_amx(-1):
+        # qg_amx_k: AMX blocks need whole 64-value tiles of k and 16 rows
+        route = RD_AMX if op else R_AMX
+    elif QL_TIER == 1 and p.pair_max <= 128:
+        # 255 * 128 <= 32767: no vpmaddubsw pair sum can saturate, whatever the input
+        route = RD_SAFE if op else R_SAFE
+    else:
+        route = RD_GEMM if op else R_GEMM
+    if _S.trace is not None:
+        _S.trace.append(route)
+    return route
+
+
+def plan(op, x, packed=None):
+    """The Route the fast backend's linear op `op` ("linear", "linear_dynamic" or "minmax")
+    takes for input x and PackedWeight `packed`."""
+    x = np.asarray(x)
+    if op == "minmax":
+        return _plan(2, x.size, None)
+    if op not in ("linear", "linear_dynamic"):
+        raise ValueError(f"plan: unknown linear op {op!r}")
+    return _plan(1 if op == "linear_dynamic" else 0, x.shape[0], packed)
+
+
+
+# -- kernels ------------------------------------------------------------------------------
 
 cdef void _gemm(const uint8_t[:, ::1] x, int32_t x_zp, PackedWeight p, Py_ssize_t c,
                 int kind, const float *bias, const float *mult, int32_t out_zp, int relu,
@@ -172,9 +301,10 @@ def linear(x, x_zero_point, packed, bias_term, multiplier, out_zero_point, relu)
     if bias_term is not None and p.N > 0:
         bt = np.ascontiguousarray(bias_term, dtype=np.float32)
         bptr = &bt[0]
-    if M == 0 or p.N == 0:
+    route = _plan(0, M, p)
+    if route is R_EMPTY:
         return out
-    if len(p.chunks) == 1:
+    if route is not R_CHUNK:
         _gemm(xv, x_zero_point, p, 0, QOPS_GEMM_U8, bptr, &mult[0], out_zero_point,
               1 if relu else 0, &ov[0, 0], p.N)
     else:
@@ -193,60 +323,9 @@ cdef void _quantize_rows(const float[:, ::1] x, uint8_t[:, ::1] out, float inv,
             op[i] = <uint8_t>qops_q_fma(xp[i], inv, zpf, 0.0, 255.0)
 
 
-cdef extern from *:
-    """
-    /* min and max of a float run, NaN flagged apart. Written with intrinsics: a plain
-     * a < b ? a : b reduction does not vectorize without fast-math (it is not associative
-     * under NaN). */
-    #if defined(__SSE2__)
-    #include <immintrin.h>
-    #endif
-    static void qops_lin_minmax(const float *x, ptrdiff_t n, float *lo, float *hi, int *nan) {
-        ptrdiff_t i = 0;
-        float mn = x[0], mx = x[0];
-        int bad = 0;
-    #if defined(__AVX512F__)
-        if (n >= 16) {
-            __m512 vmn = _mm512_set1_ps(x[0]), vmx = vmn;
-            __mmask16 un = 0;
-            for (; i + 16 <= n; i += 16) {
-                __m512 v = _mm512_loadu_ps(x + i);
-                vmn = _mm512_min_ps(vmn, v);
-                vmx = _mm512_max_ps(vmx, v);
-                un |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-            }
-            mn = _mm512_reduce_min_ps(vmn);
-            mx = _mm512_reduce_max_ps(vmx);
-            bad = un != 0;
-        }
-    #elif defined(__SSE2__)
-        if (n >= 4) {
-            __m128 vmn = _mm_set1_ps(x[0]), vmx = vmn, un = _mm_setzero_ps();
-            float a[4], b[4];
-            for (; i + 4 <= n; i += 4) {
-                __m128 v = _mm_loadu_ps(x + i);
-                vmn = _mm_min_ps(vmn, v);
-                vmx = _mm_max_ps(vmx, v);
-                un = _mm_or_ps(un, _mm_cmpunord_ps(v, v));
-            }
-            _mm_storeu_ps(a, vmn);
-            _mm_storeu_ps(b, vmx);
-            for (int j = 0; j < 4; j++) {
-                mn = a[j] < mn ? a[j] : mn;
-                mx = b[j] > mx ? b[j] : mx;
-            }
-            bad = _mm_movemask_ps(un) != 0;
-        }
-    #endif
-        for (; i < n; i++) {
-            float v = x[i];
-            mn = v < mn ? v : mn;
-            mx = v > mx ? v : mx;
-            bad |= v != v;
-        }
-        *lo = mn; *hi = mx; *nan = bad;
-    }
-    """
+cdef extern from "qops_linear.h" nogil:
+    enum:
+        QL_TIER
     void qops_lin_minmax(const float *x, Py_ssize_t n, float *lo, float *hi, int *nan) nogil
 
 
@@ -263,6 +342,8 @@ def minmax(x):
     cdef int nan[MAXBLOCKS]
     cdef float mn, mx
     cdef int bad = 0
+    if _S.trace is not None:
+        _plan(2, n, None)
     nb = min(nt * 4, MAXBLOCKS) if nt > 1 else 1
     step = (n + nb - 1) // nb
     with nogil:
@@ -297,13 +378,14 @@ def linear_dynamic(x, x_inv_scale, x_zero_point, packed, multiplier, bias, relu)
     if bias is not None and p.N > 0:
         bv = np.ascontiguousarray(bias, dtype=np.float32)
         bptr = &bv[0]
-    if M == 0 or p.N == 0:
+    route = _plan(1, M, p)
+    if route is R_EMPTY:
         return out
     xq = np.empty((M, xv.shape[1]), np.uint8)
     cdef uint8_t[:, ::1] xqv = xq
     if xv.shape[1] > 0:
         _quantize_rows(xv, xqv, x_inv_scale, x_zero_point)
-    if len(p.chunks) == 1:
+    if route is not RD_CHUNK:
         _gemm(xqv, x_zero_point, p, 0, QOPS_GEMM_F32, bptr, &mult[0], 0, 1 if relu else 0,
               &ov[0, 0], p.N)
     else:
