@@ -170,9 +170,23 @@ def _bench_step(kind, batch, hidden):
 
 # -- dynamic quantized layers -------------------------------------------------------------------
 
-def run_layer(module, x):
-    """Run a dynamic quantized LSTM or GRU module on x (the registry's layer op)."""
-    return module(x)
+def run_layer(module, input):
+    """Run a dynamic quantized LSTM or GRU module on `input` (the registry's layer op).
+
+    Parameters
+    ----------
+    module : qops.nn.quantized.dynamic.LSTM or GRU
+    input : float (seq, batch, input_size) (batch first if the module says so)
+    """
+    if not isinstance(module, (nnqd_rnn().LSTM, nnqd_rnn().GRU)):
+        raise TypeError(f"module must be a dynamic quantized LSTM or GRU; got "
+                        f"{type(module).__name__}")
+    return module(input)
+
+
+def nnqd_rnn():
+    from qops.nn.quantized.dynamic import _rnn
+    return _rnn
 
 
 def _layer(mode, input_size, hidden, layers, bidirectional, batch_first, seed):
@@ -244,11 +258,6 @@ def _torch_layer(case):
     return run
 
 
-def _layer_runner(case):
-    m, x = case.args
-    return lambda: m(x)
-
-
 def _bench_layer(mode, batch):
     def build():
         return _layer_case(mode, 512, 512, 2, False, False, 64, batch, 99)
@@ -277,12 +286,10 @@ SPECS = [
            _layer_strategy("LSTM"),
            bench={"h512_l2_t64_b1": _bench_layer("LSTM", 1),
                   "h512_l2_t64_b16": _bench_layer("LSTM", 16)},
-           torch=_torch_layer, compare=_close(0.0, LAYER_ATOL), tolerance=LAYER_TOLERANCE,
-           runner=_layer_runner),
+           torch=_torch_layer, compare=_close(0.0, LAYER_ATOL), tolerance=LAYER_TOLERANCE),
     OpSpec("gru_dynamic", "rnn", ("gru_cell",), run_layer, _layer_cases("GRU"),
            _layer_strategy("GRU"),
            bench={"h512_l2_t64_b1": _bench_layer("GRU", 1),
                   "h512_l2_t64_b16": _bench_layer("GRU", 16)},
-           torch=_torch_layer, compare=_close(0.0, LAYER_ATOL), tolerance=LAYER_TOLERANCE,
-           runner=_layer_runner),
+           torch=_torch_layer, compare=_close(0.0, LAYER_ATOL), tolerance=LAYER_TOLERANCE),
 ]
