@@ -1,4 +1,4 @@
-"""qops.show_config(): what this build compiled and what it runs."""
+"""qops.show_config(): what this build compiled and what it runs, and which kernel a call takes."""
 import platform
 import sys
 
@@ -27,8 +27,42 @@ def config_info():
     return info
 
 
-def show_config():
-    """Print the qops version, numpy version, OpenMP, threads, and the instruction sets."""
+# op families whose _fast module has a plan() and _trace_routes() (see qops/_fast/pool.pyx)
+ROUTED_FAMILIES = ("pool", "linear")
+
+
+def explain(op, *args, **kwargs):
+    """The kernel routes the fast backend takes for op(*args, **kwargs): a list of Route
+    (.name, .kernel, .where), one per kernel call, in order. Runs the call.
+
+    op : a qops op, e.g. qops.functional.max_pool2d, and its arguments
+    """
+    from qops import _config, _fast
+    mods = [_fast.load(f) for f in ROUTED_FAMILIES]
+    routes = []
+    for m in mods:
+        m._trace_routes(routes)
+    try:
+        with _config.backend("fast"):
+            op(*args, **kwargs)
+    finally:
+        for m in mods:
+            m._trace_routes(None)
+    return routes
+
+
+def show_config(op=None, *args, **kwargs):
+    """Print the qops version, numpy version, OpenMP, threads, and the instruction sets; with
+    an op and its arguments, print instead which kernel each of its fast calls runs and where
+    that kernel lives (see explain)."""
+    if op is not None:
+        name = getattr(op, "__name__", repr(op))
+        routes = explain(op, *args, **kwargs)
+        if not routes:
+            print(f"{name}: no planned kernel (this op's family has no plan() yet)")
+        for r in routes:
+            print(f"{name}: route {r.name}, kernel {r.kernel} in {r.where}")
+        return
     info = config_info()
     rows = [("qops", info["qops"]), ("python", info["python"]), ("numpy", info["numpy"]),
             ("machine", info["machine"]), ("backend", info["backend"]),
@@ -67,7 +101,11 @@ def _cl_conv_kernel(fast):
     conv = fast.load("conv")
     ungrouped = ("AMX tiles (im2col rows below 32 channels)" if conv._MODE[0] == 2
                  else "the conv kernel, C-order result")
-    depthwise = "AVX-512 VNNI" if conv._DWCL and conv._MODE[0] >= 1 else "a C-order copy"
+    depthwise = "a C-order copy"
+    if conv._DWCL and conv._MODE[0] >= 1:
+        depthwise = "AVX-512 VNNI"
+    elif getattr(conv, "_DWCL2", False) and conv._MODE[0] >= 1:
+        depthwise = "AVX2 (vpmaddwd pairs, exact) from 32 channels, a C-order copy below"
     return f"ungrouped: {ungrouped}; depthwise: {depthwise}"
 
 

@@ -293,3 +293,128 @@ def test_issue19_avg_pool_channels_last_ties(backend, torch, nsp):
     # the C-order rule differs at these ties: the case exercises them
     c = fn(qops.make_per_tensor_quantized_tensor(raw, 0.1, 7), 2, 1)._int.astype(np.int64)
     assert (c != ours).mean() > 0.05
+
+
+# -- the route table: every kernel route of pool.pyx's plan(), reached and equal to ref ------
+
+def _raw(shape, dtype=np.uint8, seed=24):
+    lo, hi = (-128, 128) if dtype == np.int8 else ((0, 256) if dtype == np.uint8 else (-999, 999))
+    return u.rng(seed).integers(lo, hi, size=shape).astype(dtype)
+
+
+def _qt(shape, dtype=np.uint8, zp=3):
+    return qops.make_per_tensor_quantized_tensor(_raw(shape, dtype), 0.1, zp)
+
+
+def _qcl(shape, dtype=np.uint8, zp=3):
+    return _cl(_raw(shape, dtype), zp=zp)
+
+
+# (route, op, input, arguments): on builds without the route's kernel (the AVX-512 routes on
+# AVX2, simd_rows on baseline) the case still checks fast == ref on the route taken instead
+ROUTE_CASES = [
+    ("empty", F.max_pool2d, lambda: _qt((0, 3, 8, 8)), dict(kernel_size=2)),
+    ("max_pool.short", F.max_pool2d, lambda: _qt((2, 3, 8, 32)), dict(kernel_size=2)),
+    ("max_pool.short", F.max_pool3d, lambda: _qt((1, 2, 4, 6, 32), np.int8),
+     dict(kernel_size=2)),
+    ("max_pool.vbmi_s2", F.max_pool2d, lambda: _qt((2, 3, 17, 33)),
+     dict(kernel_size=3, stride=2)),
+    ("max_pool.vbmi_s2", F.max_pool2d, lambda: _qt((1, 2, 16, 112), np.int8),
+     dict(kernel_size=3, stride=2, padding=1)),
+    ("max_pool.simd_rows", F.max_pool2d, lambda: _qt((2, 3, 20, 150)),
+     dict(kernel_size=3, stride=2)),
+    ("max_pool.simd_rows", F.max_pool2d, lambda: _qt((1, 3, 20, 70), np.int8),
+     dict(kernel_size=3, stride=1, padding=1)),
+    ("max_pool.indices", F.max_pool2d, lambda: _qt((2, 3, 9, 11)),
+     dict(kernel_size=3, stride=2, return_indices=True)),
+    ("max_pool.rows", F.max_pool2d, lambda: _qt((2, 3, 10, 12)), dict(kernel_size=3, stride=3)),
+    ("max_pool.rows", F.max_pool1d, lambda: _qt((2, 3, 40), np.int32, zp=0),
+     dict(kernel_size=3, stride=2, padding=1)),
+    ("max_pool_cl.cl", F.max_pool2d, lambda: _qcl((2, 16, 9, 10), np.int8),
+     dict(kernel_size=3, stride=2, padding=1)),
+    ("avg_pool.avg2x2", F.avg_pool2d, lambda: _qt((2, 3, 8, 32)), dict(kernel_size=2)),
+    ("avg_pool.short_pairs", F.avg_pool2d, lambda: _qt((2, 3, 9, 32), np.int8),
+     dict(kernel_size=2, padding=1)),
+    ("avg_pool.short_pairs", F.avg_pool3d, lambda: _qt((1, 2, 4, 6, 32)), dict(kernel_size=2)),
+    ("avg_pool.avg3", F.avg_pool2d, lambda: _qt((2, 3, 20, 100)),
+     dict(kernel_size=3, stride=1, padding=1)),
+    ("avg_pool.simd_rows", F.avg_pool2d, lambda: _qt((2, 3, 20, 100), np.int8),
+     dict(kernel_size=2, stride=2)),
+    ("avg_pool.simd_rows", F.avg_pool2d, lambda: _qt((1, 3, 20, 100)),
+     dict(kernel_size=(3, 4), stride=(2, 1), padding=1, count_include_pad=False)),
+    ("avg_pool.planes", F.avg_pool2d, lambda: _qt((2, 3, 12, 13)), dict(kernel_size=3, stride=3)),
+    ("avg_pool_cl.cl", F.avg_pool2d, lambda: _qcl((2, 16, 9, 10)),
+     dict(kernel_size=2, stride=2)),
+    ("adaptive_avg_pool.global", F.adaptive_avg_pool2d, lambda: _qt((2, 5, 7, 7), np.int8),
+     dict(output_size=1)),
+    ("adaptive_avg_pool.short", F.adaptive_avg_pool2d, lambda: _qt((2, 3, 20, 40)),
+     dict(output_size=(5, 10))),
+    ("adaptive_avg_pool.planes", F.adaptive_avg_pool2d, lambda: _qt((2, 3, 20, 100)),
+     dict(output_size=(5, 7))),
+    ("adaptive_avg_pool_cl.cl", F.adaptive_avg_pool2d, lambda: _qcl((2, 16, 9, 10), np.int8),
+     dict(output_size=(3, 4))),
+    ("adaptive_max_pool.indices", F.adaptive_max_pool2d, lambda: _qt((2, 3, 9, 11)),
+     dict(output_size=(3, 4), return_indices=True)),
+    ("adaptive_max_pool.short", F.adaptive_max_pool2d, lambda: _qt((2, 3, 20, 40), np.int8),
+     dict(output_size=(5, 10))),
+    ("adaptive_max_pool.planes", F.adaptive_max_pool2d, lambda: _qt((2, 3, 20, 100)),
+     dict(output_size=(5, 7))),
+    ("adaptive_max_pool.planes", F.adaptive_max_pool1d, lambda: _qt((2, 3, 50), np.int32, zp=0),
+     dict(output_size=7)),
+]
+
+
+def _pool_module():
+    from qops._config import impl
+    with qops.backend("fast"):
+        return impl("pool")
+
+
+def test_route_table_covers_every_route():
+    assert {r for r, *_ in ROUTE_CASES} == set(_pool_module().ROUTES)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("route,fn,make,kw", ROUTE_CASES,
+                         ids=[f"{r}-{i}" for i, (r, *_) in enumerate(ROUTE_CASES)])
+def test_route(route, fn, make, kw, threads):
+    from qops._show import explain
+    pool = _pool_module()
+    x = make()
+    with qops.threads(threads):
+        taken = [r.name for r in explain(fn, x, **kw)]
+        with qops.backend("fast"):
+            got = fn(x, **kw)
+    with qops.backend("ref"):
+        want = fn(x, **kw)
+    for g, w in zip(got if isinstance(got, tuple) else (got,),
+                    want if isinstance(want, tuple) else (want,)):
+        assert g.equal(w) if isinstance(w, qops.QTensor) else np.array_equal(g, w)
+    if route not in pool.BUILT:
+        pytest.skip(f"{route}: not in this build ({qops._fast.ISA}); took {taken}")
+    assert taken == [route]
+
+
+def test_plan_names_the_route_of_a_direct_call():
+    pool = _pool_module()
+    x5 = _raw((1, 2, 1, 6, 8))
+    r = pool.plan("max_pool", x5, (1, 3, 3), (1, 3, 3), (0, 0, 0), (1, 1, 1), (1, 2, 2), False)
+    assert r.name == "max_pool.rows" and r.where == "pool.pyx"
+    r = pool.plan("adaptive_avg_pool", x5, (1, 1, 1))
+    assert r.name == "adaptive_avg_pool.global"
+
+
+def test_show_config_with_an_op_names_its_kernel(capsys):
+    qops.show_config(F.max_pool2d, _qt((1, 2, 9, 11)), 3, 2, return_indices=True)
+    out = capsys.readouterr().out
+    assert "route max_pool.indices, kernel _max_indices in pool.pyx" in out
+
+
+def test_generated_pool_variants_header_is_current():
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parent.parent / "tools" / "gen_pool_variants.py"
+    res = subprocess.run([sys.executable, str(script), "--check"], capture_output=True,
+                         text=True)
+    assert res.returncode == 0, res.stdout + res.stderr

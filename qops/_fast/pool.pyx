@@ -2,146 +2,406 @@
 # (N, C, D, H, W), same dtype out. Max pools compare raw values; average pools sum exactly in
 # int32 and requantize in float32 (rint half to even) with the reference's formulas.
 #
-# Layout: 8-bit max and average pools with W stride 1 or 2 run the vector kernels of
-# pool_simd.h over contiguous ranges of output rows, one per thread. The scalar paths (int32,
-# other strides, indices, huge windows) fold the taps of a window along D and H into a row
-# buffer covering the whole padded input width (stride-1 loops over W that GCC vectorizes),
-# then slide the W window over that buffer; their average pools run prange over the N*C*OD
-# output planes, so the requantize loop runs over a whole plane. Adaptive max pools without
-# indices fold a window's rows the same way. Buffers are per thread. Channels-last inputs
-# (N, D, H, W, C) have kernels of their own: max_pool_cl, and the average pools of pool_cl.h.
-# AVX-512 only: adaptive pools (and max and average pools whose W windows tile rows of <= 64
-# bytes) run the short-row kernel of pool_simd.h; average pools with odd or power-of-two
-# divisors requantize with integer tables (_int_tables) checked against the float formula for
-# every reachable sum, and those with 3-tap stride-1 W windows run the 3-tap kernel.
+# Which kernel runs is decided in one place, plan() below: it returns a named Route, every
+# entry point calls it, and qops.show_config(op, *args) reports it (qops/_show.py). The
+# routes and where their code lives:
+#   simd_rows     8-bit max/average pools with W stride 1 or 2: the vector kernels over
+#                 contiguous ranges of output rows, one per thread (qops_pool_rows.h; AVX2
+#                 rows or AVX-512 column walks).
+#   rows, planes  the scalar paths (int32, other strides, huge windows): the taps of a window
+#                 along D and H folded into a row buffer covering the whole padded input width
+#                 (stride-1 loops GCC vectorizes), then the W window slid over that buffer;
+#                 average pools run over whole (n, c, od) output planes so the requantize
+#                 loop runs over a plane. Here, in pool.pyx.
+#   indices       max pools returning indices: a plain scan keeping the first maximum.
+#   cl            channels-last (N, D, H, W, C) inputs: pool_cl.h. qops/_ops/pool.py sends
+#                 inputs lying channels last in memory (max pools without indices) to the
+#                 *_cl entry points, whose plan is that one route.
+#   global        adaptive average pools to 1x1(x1): one contiguous sum per plane.
+# AVX-512 builds only: short (adaptive pools, and max pools whose W windows tile rows of at
+# most 64 bytes), short_pairs and avg2x2 (pair-tiling average pools), avg3 (3-tap stride-1
+# average pools), vbmi_s2 (stride-2 max pools with byte permutes). Average pools with odd or
+# power-of-two divisors requantize there with integer tables (_int_tables) checked against the
+# float formula for every reachable sum.
 import numpy as np
+from collections import namedtuple
 from cython.parallel cimport prange, parallel, threadid
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 from qops._fast._common cimport *
 
 DEF GRAIN = 32768         # input elements read per thread below which one thread is enough
+DEF GLOBAL_GRAIN = 131072    # bytes summed per thread below which one thread is enough
 
-cdef extern from "pool_simd.h" nogil:
+cdef extern from "qops_pool.h" nogil:
+    # opaque here: qops_pool_common.h declares the fields, the *_init functions fill them
     ctypedef struct qp_geom:
-        Py_ssize_t D, H, W, OD, OH, OW
-        Py_ssize_t kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW
+        pass
     ctypedef struct qp_irq:
-        const int16_t* t
-        Py_ssize_t stride
-        int sh
-        int kind
+        pass
+    ctypedef struct qp_avgq:
+        pass
+    void qp_geom_init(qp_geom* g, Py_ssize_t D, Py_ssize_t H, Py_ssize_t W, Py_ssize_t OD,
+                      Py_ssize_t OH, Py_ssize_t OW, const Py_ssize_t* k, const Py_ssize_t* s,
+                      const Py_ssize_t* p, const Py_ssize_t* d)
+    void qp_irq_init(qp_irq* iq, const int16_t* t, Py_ssize_t stride, int sh, int kind)
+    void qp_avgq_init(qp_avgq* aq, const int32_t* cls, const int32_t* zt, const float* mt,
+                      float zp, const qp_irq* iq)
+    void qp_short_lim(const qp_geom* g, Py_ssize_t* lim)
+    int QP_SIMD
+    int QP_SHORT
+    int QP_AVG3
     int QP_MAX_ROWS
-    int qp_simd_ok(const qp_geom* g)
     int QP_ERR_NOMEM
+    int qp_simd_ok(const qp_geom* g)
+    int qp_cpu_vbmi()
     int qp_max_rows(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t g0,
                     Py_ssize_t g1, int sgn)
     int qp_avg_rows(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t g0,
                     Py_ssize_t g1, const int32_t* cls, const int32_t* zt, const float* mt,
                     float zp, int32_t qmin, int32_t qmax, int sgn, const qp_irq* iq)
-    ctypedef struct qp_avgq:
-        const int32_t* cls
-        const int32_t* zt
-        const float* mt
-        float zp
-        const qp_irq* iq
-    int QP_AVG3
     void qp_avg3_rows(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t g0,
                       Py_ssize_t g1, const int32_t* cls, const qp_irq* iq, Py_ssize_t ow3,
                       int cmp, int sgn)
-    int QP_SHORT
-    void qp_fold_max128(const uint8_t* x, Py_ssize_t W, Py_ssize_t rows, uint8_t* buf, int first,
-                        int sgn)
-    int qp_cpu_vbmi()
     void qp_max_s2_rows(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t g0,
                         Py_ssize_t g1, int sgn)
-    void qp_avg2x2_rows(const uint8_t* x, uint8_t* out, Py_ssize_t W, Py_ssize_t OW,
-                        Py_ssize_t g0, Py_ssize_t g1, int sgn, const qp_irq* iq, Py_ssize_t cz)
-    void qp_short_avg_rows(const uint8_t* x, uint8_t* out, Py_ssize_t D, Py_ssize_t H,
-                           Py_ssize_t W, Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
-                           const Py_ssize_t* lim, Py_ssize_t g0, Py_ssize_t g1, int sgn,
-                           const qp_avgq* aq)
-    void qp_short_rows(const uint8_t* x, uint8_t* out, Py_ssize_t D, Py_ssize_t H, Py_ssize_t W,
-                       Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW, const Py_ssize_t* lim,
-                       const float* recip, Py_ssize_t g0, Py_ssize_t g1, int avg, int sgn)
+    void qp_avg2x2_rows_g(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t g0,
+                          Py_ssize_t g1, int sgn, const qp_irq* iq, Py_ssize_t cz)
+    void qp_short_avg_rows_g(const uint8_t* x, uint8_t* out, const qp_geom* g,
+                             const Py_ssize_t* lim, Py_ssize_t g0, Py_ssize_t g1, int sgn,
+                             const qp_avgq* aq)
+    void qp_short_rows_g(const uint8_t* x, uint8_t* out, const qp_geom* g, const Py_ssize_t* lim,
+                         const float* recip, Py_ssize_t g0, Py_ssize_t g1, int avg, int sgn)
+    void qp_fold_max128(const uint8_t* x, Py_ssize_t W, Py_ssize_t rows, uint8_t* buf, int first,
+                        int sgn)
+    void qp_row_u8(int32_t* a, const uint8_t* s, Py_ssize_t n, int first)
+    void qp_row_s8(int32_t* a, const int8_t* s, Py_ssize_t n, int first)
+    float floorf(float)
+    float ceilf(float)
+
+cdef extern from "reduce_sum.h" nogil:
+    void qops_run_means(const uint8_t* x, uint8_t* out, Py_ssize_t r0, Py_ssize_t r1,
+                        Py_ssize_t n, int is_signed, float mul, float div)
+
+cdef extern from "pool_cl.h" nogil:
+    void qpc_avg_row(const void* x, void* out, int sgn, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C,
+                     Py_ssize_t OW, Py_ssize_t d0, Py_ssize_t d1, Py_ssize_t h0, Py_ssize_t h1,
+                     const Py_ssize_t* w0, const Py_ssize_t* w1, const int32_t* sub,
+                     const float* mul, float add, float post, float qmin, float qmax)
+    void qpc_max_row(const void* const* rows, void* out, int kind, Py_ssize_t W, Py_ssize_t C,
+                     Py_ssize_t OW, Py_ssize_t sW, Py_ssize_t pW, Py_ssize_t kW, Py_ssize_t dW,
+                     Py_ssize_t nrows)
 
 
-# the CPU has AVX-512 VBMI (byte permutes) and this build the AVX-512 kernels
-cdef bint _VBMI = QP_SHORT and qp_cpu_vbmi()
+# -- module state -------------------------------------------------------------------------
+
+cdef class _State:
+    """The pool family's run-time switches, in one object (no module-level globals)."""
+    cdef public bint vbmi      # max pools use their VBMI kernel (the tests switch it off)
+    cdef public object trace   # a list collecting the Route of every call, or None
+
+
+cdef _State _S = _State()
+_S.vbmi = QP_SHORT and qp_cpu_vbmi()     # the CPU has VBMI and this build AVX-512 kernels
+_S.trace = None
 
 
 def _use_vbmi(on=None):
     """Whether max pools use their VBMI kernel; `on` switches it (it stays off where the CPU
     lacks VBMI), for the tests to run both kernels. Returns the previous setting."""
-    global _VBMI
-    was = _VBMI
+    was = _S.vbmi
     if on is not None:
-        _VBMI = bool(on) and QP_SHORT and qp_cpu_vbmi()
+        _S.vbmi = bool(on) and QP_SHORT and qp_cpu_vbmi()
     return was
 
 
-cdef void _s2_split(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t rows, int sgn,
-                    int nt) noexcept nogil:
-    cdef Py_ssize_t t
-    if nt <= 1:
-        qp_max_s2_rows(x, out, g, 0, rows, sgn)
-        return
-    for t in prange(nt, schedule="static", num_threads=nt):
-        qp_max_s2_rows(x, out, g, rows * t // nt, rows * (t + 1) // nt, sgn)
+def _trace_routes(routes):
+    """Append the Route of every following call to list `routes` (None: stop). For
+    qops._show.explain."""
+    _S.trace = routes
 
 
-cdef qp_geom _geom(x, out, kernel_size, stride, padding, dilation):
-    cdef qp_geom g
-    g.D, g.H, g.W = x.shape[2], x.shape[3], x.shape[4]
-    g.OD, g.OH, g.OW = out.shape[2], out.shape[3], out.shape[4]
-    g.kD, g.kH, g.kW = kernel_size
-    g.sD, g.sH, g.sW = stride
-    g.pD, g.pH, g.pW = padding
-    g.dD, g.dH, g.dW = dilation
-    return g
+# -- routes -------------------------------------------------------------------------------
+
+Route = namedtuple("Route", "name kernel where")
+Route.__doc__ = """The kernel a pool call runs: name "<op>.<route>", the function, its file."""
+
+_TIER = ("AVX-512 column walks", "qops_pool_avx512_cols.h") if QP_SIMD == 2 else (
+    ("AVX2 rows", "qops_pool_avx2.h") if QP_SIMD == 1 else ("none in this build", "-"))
+
+# every route of the family: (name, kernel, file, built here); the test table covers them all
+ROUTES = {r.name: r for r in [
+    Route("empty", "none: an empty output", "pool.pyx"),
+    Route("max_pool.short", "qp_short_rows", "qops_pool_avx512_short.h"),
+    Route("max_pool.vbmi_s2", "qp_max_s2_rows", "qops_pool_avx512_vbmi.h"),
+    Route("max_pool.simd_rows", f"qp_max_rows ({_TIER[0]})", _TIER[1]),
+    Route("max_pool.indices", "_max_indices", "pool.pyx"),
+    Route("max_pool.rows", "_max_rows", "pool.pyx"),
+    Route("max_pool_cl.cl", "qpc_max_row", "pool_cl.h"),
+    Route("avg_pool.avg2x2", "qp_avg2x2_rows", "qops_pool_avx512_short.h"),
+    Route("avg_pool.short_pairs", "qp_short_avg_rows", "qops_pool_avx512_short.h"),
+    Route("avg_pool.avg3", "qp_avg3_rows", "qops_pool_avx512_avg3.h"),
+    Route("avg_pool.simd_rows", f"qp_avg_rows ({_TIER[0]})", _TIER[1]),
+    Route("avg_pool.planes", "_avg_planes", "pool.pyx"),
+    Route("avg_pool_cl.cl", "qpc_avg_row", "pool_cl.h"),
+    Route("adaptive_avg_pool.global", "qops_run_means", "reduce_sum.h"),
+    Route("adaptive_avg_pool.short", "qp_short_rows", "qops_pool_avx512_short.h"),
+    Route("adaptive_avg_pool.planes", "_adaptive_avg_planes", "pool.pyx"),
+    Route("adaptive_avg_pool_cl.cl", "qpc_avg_row", "pool_cl.h"),
+    Route("adaptive_max_pool.indices", "_adaptive_max_rows", "pool.pyx"),
+    Route("adaptive_max_pool.short", "qp_short_rows", "qops_pool_avx512_short.h"),
+    Route("adaptive_max_pool.planes", "_amax_planes", "pool.pyx"),
+]}
 
 
-cdef int _simd_split(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t rows,
-                     const int32_t* cls, const int32_t* zt, const float* mt, float zp,
-                     int32_t qmin, int32_t qmax, int sgn, bint avg, int nt,
-                     const qp_irq* iq=NULL) noexcept nogil:
+def _built_here(name):
+    # the AVX-512 routes need this build's AVX-512 kernels (vbmi_s2 also a CPU with VBMI),
+    # simd_rows a vector tier
+    if name == "max_pool.vbmi_s2":
+        return bool(QP_SHORT and qp_cpu_vbmi())
+    if "avx512" in ROUTES[name].where:
+        return bool(QP_SHORT)
+    if name.endswith(".simd_rows"):
+        return QP_SIMD > 0
+    return True
+
+
+BUILT = frozenset(n for n in ROUTES if _built_here(n))     # the routes this build can take
+
+cdef object R_EMPTY = ROUTES["empty"]
+cdef object R_MAX_SHORT = ROUTES["max_pool.short"]
+cdef object R_MAX_S2 = ROUTES["max_pool.vbmi_s2"]
+cdef object R_MAX_SIMD = ROUTES["max_pool.simd_rows"]
+cdef object R_MAX_IDX = ROUTES["max_pool.indices"]
+cdef object R_MAX_ROWS = ROUTES["max_pool.rows"]
+cdef object R_MAX_CL = ROUTES["max_pool_cl.cl"]
+cdef object R_AVG_2X2 = ROUTES["avg_pool.avg2x2"]
+cdef object R_AVG_PAIRS = ROUTES["avg_pool.short_pairs"]
+cdef object R_AVG3 = ROUTES["avg_pool.avg3"]
+cdef object R_AVG_SIMD = ROUTES["avg_pool.simd_rows"]
+cdef object R_AVG_PLANES = ROUTES["avg_pool.planes"]
+cdef object R_AVG_CL = ROUTES["avg_pool_cl.cl"]
+cdef object R_AAVG_GLOBAL = ROUTES["adaptive_avg_pool.global"]
+cdef object R_AAVG_SHORT = ROUTES["adaptive_avg_pool.short"]
+cdef object R_AAVG_PLANES = ROUTES["adaptive_avg_pool.planes"]
+cdef object R_AAVG_CL = ROUTES["adaptive_avg_pool_cl.cl"]
+cdef object R_AMAX_IDX = ROUTES["adaptive_max_pool.indices"]
+cdef object R_AMAX_SHORT = ROUTES["adaptive_max_pool.short"]
+cdef object R_AMAX_PLANES = ROUTES["adaptive_max_pool.planes"]
+
+
+cdef tuple _ONE = (1, 1, 1)
+cdef tuple _ZERO = (0, 0, 0)
+
+
+cdef object _plan(str op, x, tuple out_size, tuple k, tuple s, tuple p, tuple d,
+                  bint with_indices, object tabs, const Py_ssize_t* lim):
+    """The Route of one pool call: every kernel choice of the family, in one place.
+
+    op: the entry point's name; x: the (N, C, D, H, W) input ((N, D, H, W, C) for the _cl
+    ops); out_size (OD, OH, OW); k, s, p, d: kernel, stride, padding, dilation (D, H, W);
+    with_indices: max pools' flag; tabs: avg_pool's tables (_pool_tables); lim: adaptive
+    pools' windows (d0, d1, h0, h1, w0, w1)."""
+    cdef Py_ssize_t OD = out_size[0], OH = out_size[1], OW = out_size[2]
+    cdef bint cl = op.endswith("_cl")                 # x is (N, D, H, W, C)
+    cdef Py_ssize_t W = x.shape[3] if cl else x.shape[4]
+    cdef Py_ssize_t C = x.shape[4] if cl else x.shape[1]
+    cdef Py_ssize_t kD = k[0], kH = k[1], kW = k[2], sD = s[0], sH = s[1], sW = s[2]
+    cdef Py_ssize_t pD = p[0], pH = p[1], pW = p[2], dD = d[0], dH = d[1], dW = d[2]
+    cdef bint byte = x.itemsize == 1
+    cdef bint simd = QP_SIMD > 0 and (sW == 1 or sW == 2)      # qp_simd_ok
+    route = None
+    if x.shape[0] * C * OD * OH * OW == 0:
+        route = R_EMPTY
+    elif op == "max_pool":
+        if with_indices:
+            route = R_MAX_IDX
+        elif (byte and QP_SHORT and dD == dH == dW == 1 and pW == 0 and sW == kW
+                and kW in (2, 4, 8) and OW * kW == W <= 64):
+            # windows tiling short rows (3-d 2x2x2 pools on 56-wide planes): each row reduced
+            # in place, no column walk over several planes
+            route = R_MAX_SHORT
+        elif (byte and _S.vbmi and sW == 2 and kW <= 3 and dH == dW == 1 and kD == sD == 1
+                and pD == 0 and W <= 128 and OW <= 64):
+            # stride-2 columns of rows up to two vectors (3x3/2 and 2x2/2 on 112-wide planes)
+            route = R_MAX_S2
+        elif byte and simd and kD * kH <= QP_MAX_ROWS and kW <= QP_MAX_ROWS:
+            route = R_MAX_SIMD
+        else:
+            route = R_MAX_ROWS
+    elif op == "avg_pool":
+        it, t3, uniform = tabs[3], tabs[4], tabs[5]
+        if (QP_SHORT and it is not None and kD == sD == 1 and kH == sH == kW == sW == 2
+                and pH == pW == 0 and OW * 2 == W <= 64 and OH * 2 == x.shape[3]
+                and x.shape[2] == 1 and uniform):
+            # 2-d 2x2 stride-2 pools on short rows, every window full and one divisor: a flat
+            # stream of row pairs
+            route = R_AVG_2X2
+        elif QP_SHORT and kW == sW == 2 and pW == 0 and OW * 2 == W <= 64 and kD * kH <= 128:
+            # W windows of pairs tiling short rows (2x2 stride-2 pools on 56-wide planes, 3-d
+            # 2x2x2): each input row reduced in place
+            route = R_AVG_PAIRS
+        elif t3 is not None and kD * kH <= QP_MAX_ROWS and kH <= 64 and kD * kH * 3 <= 256:
+            # 3-tap stride-1 windows (3x3 stride-1 pools, 1-d 3-tap pools): 64 outputs per
+            # chunk from three loads
+            route = R_AVG3
+        elif simd and kD * kH <= QP_MAX_ROWS and kW <= QP_MAX_ROWS and kD * kH * kW <= 256:
+            # 16-bit window sums are exact up to 256 taps
+            route = R_AVG_SIMD
+        else:
+            route = R_AVG_PLANES
+    elif op == "adaptive_avg_pool":
+        if OD == 1 and OH == 1 and OW == 1:
+            route = R_AAVG_GLOBAL
+        elif _short_ok(lim, OD, OH, OW, W, True):
+            route = R_AAVG_SHORT
+        else:
+            route = R_AAVG_PLANES
+    elif op == "adaptive_max_pool":
+        if with_indices:
+            route = R_AMAX_IDX
+        elif byte and _short_ok(lim, OD, OH, OW, W, False):
+            route = R_AMAX_SHORT
+        else:
+            route = R_AMAX_PLANES
+    elif op == "max_pool_cl":
+        route = R_MAX_CL
+    elif op == "avg_pool_cl":
+        route = R_AVG_CL
+    elif op == "adaptive_avg_pool_cl":
+        route = R_AAVG_CL
+    else:
+        raise ValueError(f"plan: unknown pool op {op!r}")
+    if _S.trace is not None:
+        _S.trace.append(route)
+    return route
+
+
+def plan(op, x, *args):
+    """The Route the fast backend's pool op `op` takes for arguments (x, *args), as passed to
+    that entry point (e.g. plan("max_pool", x5, k, s, p, d, out_size, False))."""
+    x = np.asarray(x)
+    if op in ("max_pool", "max_pool_cl"):
+        k, s, p, d, o = args[:5]
+        return _plan(op, x, tuple(o), tuple(k), tuple(s), tuple(p), tuple(d),
+                     bool(args[5]) if len(args) > 5 else False, None, NULL)
+    if op in ("avg_pool", "avg_pool_cl"):
+        k, s, p, o, cip, div, zp = args
+        tabs = (_pool_tables(x, k, s, p, o, cip, div, zp) if op == "avg_pool" else None)
+        return _plan(op, x, tuple(o), tuple(k), tuple(s), tuple(p), _ONE, False, tabs, NULL)
+    o = tuple(args[0])
+    if op == "adaptive_avg_pool":
+        lim_a, _ = _adaptive_tables(o, x.shape[2:])
+        return _plan(op, x, o, _ONE, _ONE, _ZERO, _ONE, False, None,
+                     <const Py_ssize_t*>qops_ptr(lim_a))
+    if op == "adaptive_max_pool":
+        lim_a = _adaptive_max_lim(o, x.shape[2:])
+        return _plan(op, x, o, _ONE, _ONE, _ZERO, _ONE, bool(args[1]), None,
+                     <const Py_ssize_t*>qops_ptr(lim_a))
+    return _plan(op, x, o, _ONE, _ONE, _ZERO, _ONE, False, None, NULL)
+
+
+# -- shared helpers -----------------------------------------------------------------------
+
+cdef enum _Kern:
+    K_MAX_ROWS
+    K_AVG_ROWS
+    K_AVG3
+    K_MAX_S2
+    K_AVG2X2
+    K_SHORT_AVG
+    K_SHORT
+
+
+cdef struct _Rows:
+    # the arguments of one row-range kernel call (the fields a kernel does not take unused)
+    const uint8_t* x
+    uint8_t* out
+    const qp_geom* g
+    const int32_t* cls
+    const int32_t* zt
+    const float* mt
+    float zp
+    int32_t qmin
+    int32_t qmax
+    int sgn
+    int avg
+    const qp_irq* iq
+    const qp_avgq* aq
+    const Py_ssize_t* lim
+    const float* recip
+    Py_ssize_t cz
+    Py_ssize_t ow3
+    int cmp
+
+
+cdef int _rows(_Kern kern, const _Rows* a, Py_ssize_t g0, Py_ssize_t g1) noexcept nogil:
+    # output rows [g0, g1) by kernel kern; 0, or the kernel's QP_ERR_* flags
+    if kern == K_MAX_ROWS:
+        return qp_max_rows(a.x, a.out, a.g, g0, g1, a.sgn)
+    if kern == K_AVG_ROWS:
+        return qp_avg_rows(a.x, a.out, a.g, g0, g1, a.cls, a.zt, a.mt, a.zp, a.qmin, a.qmax,
+                           a.sgn, a.iq)
+    if kern == K_AVG3:
+        qp_avg3_rows(a.x, a.out, a.g, g0, g1, a.cls, a.iq, a.ow3, a.cmp, a.sgn)
+    elif kern == K_MAX_S2:
+        qp_max_s2_rows(a.x, a.out, a.g, g0, g1, a.sgn)
+    elif kern == K_AVG2X2:
+        qp_avg2x2_rows_g(a.x, a.out, a.g, g0, g1, a.sgn, a.iq, a.cz)
+    elif kern == K_SHORT_AVG:
+        qp_short_avg_rows_g(a.x, a.out, a.g, a.lim, g0, g1, a.sgn, a.aq)
+    else:
+        qp_short_rows_g(a.x, a.out, a.g, a.lim, a.recip, g0, g1, a.avg, a.sgn)
+    return 0
+
+
+cdef int _split_rows(_Kern kern, const _Rows* a, Py_ssize_t rows, int nt) noexcept nogil:
     # one contiguous range of output rows per thread: the kernels' per-call cost stays tiny.
     # Returns 0, or the kernels' QP_ERR_* flags (or-ed) when some rows were not written.
     cdef Py_ssize_t t
     cdef int err = 0
     if nt <= 1:
-        if avg:
-            return qp_avg_rows(x, out, g, 0, rows, cls, zt, mt, zp, qmin, qmax, sgn, iq)
-        return qp_max_rows(x, out, g, 0, rows, sgn)
+        return _rows(kern, a, 0, rows)
     for t in prange(nt, schedule="static", num_threads=nt):
-        if avg:
-            err |= qp_avg_rows(x, out, g, rows * t // nt, rows * (t + 1) // nt, cls, zt, mt,
-                               zp, qmin, qmax, sgn, iq)
-        else:
-            err |= qp_max_rows(x, out, g, rows * t // nt, rows * (t + 1) // nt, sgn)
+        err |= _rows(kern, a, rows * t // nt, rows * (t + 1) // nt)
     return err
 
 
-cdef _raise_simd(int err):
-    # a failed _simd_split: MemoryError when a mask table could not be allocated
+cdef object _run_rows(_Kern kern, _Rows* a, x, out, int nt):
+    # _split_rows over every output row of out (rows of OW outputs) from x's buffer
+    a.x = <const uint8_t*>qops_ptr(x)
+    a.out = <uint8_t*>qops_ptr(out, True)
+    cdef Py_ssize_t rows = out.size // out.shape[4]
+    cdef int err
+    with nogil:
+        err = _split_rows(kern, a, rows, nt)
     if err & QP_ERR_NOMEM:
         raise MemoryError()
-    raise RuntimeError(f"pool: the vector kernel refused this geometry (status {err})")
+    if err:
+        raise RuntimeError(f"pool: the vector kernel refused this geometry (status {err})")
+    return out
 
 
-cdef void _short_split(const uint8_t* x, uint8_t* out, Py_ssize_t D, Py_ssize_t H,
-                       Py_ssize_t W, Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
-                       const Py_ssize_t* lim, const float* recip, Py_ssize_t rows, int avg,
-                       int sgn, int nt) noexcept nogil:
-    # the short-row adaptive kernel over one contiguous range of output rows per thread
-    cdef Py_ssize_t t
-    if nt <= 1:
-        qp_short_rows(x, out, D, H, W, OD, OH, OW, lim, recip, 0, rows, avg, sgn)
-        return
-    for t in prange(nt, schedule="static", num_threads=nt):
-        qp_short_rows(x, out, D, H, W, OD, OH, OW, lim, recip, rows * t // nt,
-                      rows * (t + 1) // nt, avg, sgn)
+cdef void* _slots(int nt, size_t nbytes, size_t* slot) noexcept nogil:
+    # one block of per-thread scratch slots (rounded to 64 bytes), allocated before a parallel
+    # region; slot t starts at block + t * slot[0]. NULL when it cannot be had.
+    slot[0] = (nbytes + 63) & ~(<size_t>63)
+    return malloc((nt if nt > 1 else 1) * slot[0] if slot[0] else 64)
+
+
+cdef qp_geom _geom(x, out, k, s, p, d):
+    cdef qp_geom g
+    cdef Py_ssize_t kk[3]
+    cdef Py_ssize_t ss[3]
+    cdef Py_ssize_t pp[3]
+    cdef Py_ssize_t dd[3]
+    kk[:] = [k[0], k[1], k[2]]
+    ss[:] = [s[0], s[1], s[2]]
+    pp[:] = [p[0], p[1], p[2]]
+    dd[:] = [d[0], d[1], d[2]]
+    qp_geom_init(&g, x.shape[2], x.shape[3], x.shape[4], out.shape[2], out.shape[3],
+                 out.shape[4], kk, ss, pp, dd)
+    return g
 
 
 cdef bint _short_ok(const Py_ssize_t* lim, Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
@@ -192,7 +452,7 @@ def _avg_tables(out_size, stride, padding, kernel_size, in_size, bint cip, int64
     _axis_counts(OH, stride[1], padding[1], kernel_size[1], in_size[1], hs, hp)
     _axis_counts(OW, stride[2], padding[2], kernel_size[2], in_size[2], ws, wp)
     cls = np.empty(OD * OH, np.int32)
-    cdef int32_t[::1] c = cls
+    cdef int32_t* c = <int32_t*>qops_ptr(cls, True)
     for od in range(OD):
         for oh in range(OH):
             vs = ds[od] * hs[oh]
@@ -206,10 +466,10 @@ def _avg_tables(out_size, stride, padding, kernel_size, in_size, bint cip, int64
     mt = np.zeros(n * OW + 32, np.float32)[:n * OW].reshape(n, OW)
     sz = np.empty((n, OW), np.int64)
     dvs = np.empty((n, OW), np.int64)
-    cdef int32_t[:, ::1] z = zt
-    cdef float[:, ::1] m = mt
-    cdef int64_t[:, ::1] szv = sz
-    cdef int64_t[:, ::1] dvv = dvs
+    cdef int32_t* z = <int32_t*>qops_ptr(zt, True)
+    cdef float* m = <float*>qops_ptr(mt, True)
+    cdef int64_t* szv = <int64_t*>qops_ptr(sz, True)
+    cdef int64_t* dvv = <int64_t*>qops_ptr(dvs, True)
     r = -1
     ls = lp = -1
     for od in range(OD):
@@ -222,16 +482,16 @@ def _avg_tables(out_size, stride, padding, kernel_size, in_size, bint cip, int64
             r += 1
             for ow in range(OW):
                 dv = div_o if div_o else (vp * wp[ow] if cip else vs * ws[ow])
-                z[r, ow] = <int32_t>(vs * ws[ow] * zp)
-                m[r, ow] = <float>(1.0 / <double>dv)          # f32(1.0 / div)
-                szv[r, ow] = vs * ws[ow]
-                dvv[r, ow] = dv
+                z[r * OW + ow] = <int32_t>(vs * ws[ow] * zp)
+                m[r * OW + ow] = <float>(1.0 / <double>dv)          # f32(1.0 / div)
+                szv[r * OW + ow] = vs * ws[ow]
+                dvv[r * OW + ow] = dv
     free(cnt)
     return cls, zt, mt, sz, dvs
 
 
 def _int_tables(sz, dvs, int64_t zp, bint sgn):
-    """Integer requantize tables (qp_irq of pool_simd.h) equal to the float formula
+    """Integer requantize tables (qp_irq of qops_pool_common.h) equal to the float formula
     clampQ(rint(f32(f32(s - size*zp) * f32(1/div)) + f32(zp))) for every reachable window sum
     s, checked here sum by sum: (int16 table (3, entries + 64), shift, kind), or None (the
     float path runs).
@@ -358,22 +618,26 @@ cdef inline void _fold_max(qint_t* buf, const qint_t* src, Py_ssize_t W, bint fi
         buf[w] = a if a > b else b
 
 
-cdef void _max_rows(const qint_t[:, :, :, :, ::1] x, qint_t[:, :, :, :, ::1] out,
-                    Py_ssize_t kD, Py_ssize_t kH, Py_ssize_t kW, Py_ssize_t sD, Py_ssize_t sH,
-                    Py_ssize_t sW, Py_ssize_t pD, Py_ssize_t pH, Py_ssize_t pW, Py_ssize_t dD,
-                    Py_ssize_t dH, Py_ssize_t dW, Py_ssize_t Wp, qint_t lowest,
-                    int nthreads) noexcept nogil:
-    cdef Py_ssize_t C = x.shape[1], D = x.shape[2], H = x.shape[3], W = x.shape[4]
-    cdef Py_ssize_t OD = out.shape[2], OH = out.shape[3], OW = out.shape[4]
-    cdef Py_ssize_t rows = out.shape[0] * C * OD * OH
-    cdef Py_ssize_t r, i, w, kd, kh, idd, ih, n, c, od, oh, plane
+cdef int _max_rows(const qint_t* x, qint_t* out, Py_ssize_t planes, Py_ssize_t D, Py_ssize_t H,
+                   Py_ssize_t W, Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kD,
+                   Py_ssize_t kH, Py_ssize_t kW, Py_ssize_t sD, Py_ssize_t sH, Py_ssize_t sW,
+                   Py_ssize_t pD, Py_ssize_t pH, Py_ssize_t pW, Py_ssize_t dD, Py_ssize_t dH,
+                   Py_ssize_t dW, Py_ssize_t Wp, qint_t lowest, int nthreads) noexcept nogil:
+    # Each thread's padded row buffer is a slot of one block allocated before the parallel
+    # region; returns -1, nothing written, if it cannot be had.
+    cdef Py_ssize_t rows = planes * OD * OH
+    cdef Py_ssize_t r, i, w, kd, kh, idd, ih, od, oh, plane
     cdef int first
+    cdef size_t slot
     cdef qint_t* vbuf = NULL
     cdef qint_t* vrow = NULL
+    cdef char* block = <char*>_slots(nthreads, Wp * sizeof(qint_t), &slot)
+    if block == NULL:
+        return -1
     i = 0
-    with parallel(num_threads=nthreads):
+    with parallel(num_threads=nthreads if nthreads > 1 else 1):
+        vbuf = <qint_t*>(block + threadid() * slot)
         # padded slots stay at the dtype's lowest value, so they never win a max
-        vbuf = <qint_t*>malloc(Wp * sizeof(qint_t))
         for i in range(Wp):
             vbuf[i] = lowest
         vrow = vbuf + pW
@@ -381,8 +645,6 @@ cdef void _max_rows(const qint_t[:, :, :, :, ::1] x, qint_t[:, :, :, :, ::1] out
             oh = r % OH
             od = (r // OH) % OD
             plane = r // (OH * OD)
-            n = plane // C
-            c = plane % C
             first = 1
             for kd in range(kD):
                 idd = od * sD - pD + kd * dD
@@ -392,33 +654,32 @@ cdef void _max_rows(const qint_t[:, :, :, :, ::1] x, qint_t[:, :, :, :, ::1] out
                     ih = oh * sH - pH + kh * dH
                     if ih < 0 or ih >= H:
                         continue
-                    _fold_max(vrow, &x[n, c, idd, ih, 0], W, first)
+                    _fold_max(vrow, x + ((plane * D + idd) * H + ih) * W, W, first)
                     first = 0
             if first:
                 for w in range(W):
                     vrow[w] = lowest
-            _hmax(vbuf, &out[n, c, od, oh, 0], OW, kW, sW, dW)
-        free(vbuf)
+            _hmax(vbuf, out + r * OW, OW, kW, sW, dW)
+    free(block)
+    return 0
 
 
-cdef void _max_indices(const qint_t[:, :, :, :, ::1] x, qint_t[:, :, :, :, ::1] out,
-                       int64_t[:, :, :, :, ::1] index, Py_ssize_t kD, Py_ssize_t kH,
-                       Py_ssize_t kW, Py_ssize_t sD, Py_ssize_t sH, Py_ssize_t sW, Py_ssize_t pD,
-                       Py_ssize_t pH, Py_ssize_t pW, Py_ssize_t dD, Py_ssize_t dH, Py_ssize_t dW,
-                       qint_t lowest, int nthreads) noexcept nogil:
+cdef void _max_indices(const qint_t* x, qint_t* out, int64_t* index, Py_ssize_t planes,
+                       Py_ssize_t D, Py_ssize_t H, Py_ssize_t W, Py_ssize_t OD, Py_ssize_t OH,
+                       Py_ssize_t OW, Py_ssize_t kD, Py_ssize_t kH, Py_ssize_t kW, Py_ssize_t sD,
+                       Py_ssize_t sH, Py_ssize_t sW, Py_ssize_t pD, Py_ssize_t pH, Py_ssize_t pW,
+                       Py_ssize_t dD, Py_ssize_t dH, Py_ssize_t dW, qint_t lowest,
+                       int nthreads) noexcept nogil:
     # With indices: a plain scan of each window in (d, h, w) order, keeping the first maximum.
-    cdef Py_ssize_t C = x.shape[1], D = x.shape[2], H = x.shape[3], W = x.shape[4]
-    cdef Py_ssize_t OD = out.shape[2], OH = out.shape[3], OW = out.shape[4]
-    cdef Py_ssize_t rows = out.shape[0] * C * OD * OH
-    cdef Py_ssize_t r, ow, kd, kh, kw, idd, ih, iw, n, c, od, oh, plane, best_i
+    cdef Py_ssize_t rows = planes * OD * OH
+    cdef Py_ssize_t r, ow, kd, kh, kw, idd, ih, iw, od, oh, best_i
+    cdef const qint_t* xp
     cdef int found
     cdef qint_t best, v
     for r in prange(rows, schedule="static", num_threads=nthreads):
         oh = r % OH
         od = (r // OH) % OD
-        plane = r // (OH * OD)
-        n = plane // C
-        c = plane % C
+        xp = x + (r // (OH * OD)) * D * H * W
         for ow in range(OW):
             best = lowest
             best_i = 0
@@ -435,91 +696,34 @@ cdef void _max_indices(const qint_t[:, :, :, :, ::1] x, qint_t[:, :, :, :, ::1] 
                         iw = ow * sW - pW + kw * dW
                         if iw < 0 or iw >= W:
                             continue
-                        v = x[n, c, idd, ih, iw]
+                        v = xp[(idd * H + ih) * W + iw]
                         if found == 0 or v > best:
                             best = v
                             best_i = (idd * H + ih) * W + iw
                             found = 1
-            out[n, c, od, oh, ow] = best
-            index[n, c, od, oh, ow] = best_i
+            out[r * OW + ow] = best
+            index[r * OW + ow] = best_i
 
 
-cdef Py_ssize_t* _short_lim(const qp_geom* gp) noexcept nogil:
-    # clipped D and H windows and uniform W windows in the lim layout of the adaptive pools
-    cdef qp_geom g = gp[0]
-    cdef Py_ssize_t n = 2 * (g.OD + g.OH + g.OW), i, a
-    cdef Py_ssize_t* lim = <Py_ssize_t*>malloc(n * sizeof(Py_ssize_t))
-    if lim == NULL:
-        return NULL
-    for i in range(g.OD):
-        a = i * g.sD - g.pD
-        lim[i] = max(a, 0)
-        lim[g.OD + i] = min(a + g.kD, g.D)
-    for i in range(g.OH):
-        a = i * g.sH - g.pH
-        lim[2 * g.OD + i] = max(a, 0)
-        lim[2 * g.OD + g.OH + i] = min(a + g.kH, g.H)
-    for i in range(g.OW):
-        lim[2 * (g.OD + g.OH) + i] = i * g.kW
-        lim[2 * (g.OD + g.OH) + g.OW + i] = (i + 1) * g.kW
-    return lim
-
-
-cdef object _max_short(x, out, qp_geom g, bint sgn, int nt):
-    cdef Py_ssize_t* lim = _short_lim(&g)
-    if lim == NULL:
-        raise MemoryError()
-    cdef const uint8_t* xp = <const uint8_t*>qops_ptr(x)
-    cdef uint8_t* op = <uint8_t*>qops_ptr(out, True)
-    cdef Py_ssize_t rows = out.size // g.OW
-    with nogil:
-        _short_split(xp, op, g.D, g.H, g.W, g.OD, g.OH, g.OW, lim, NULL, rows, False, sgn, nt)
-    free(lim)
-    return out
-
-
-cdef extern from "pool_cl.h" nogil:
-    ctypedef struct qpc_mrow:
-        Py_ssize_t W, C, OW, sW, pW, kW, dW, nrows
-    void qpc_max_row_u8(const uint8_t* const* rows, uint8_t* out, const qpc_mrow* g)
-    void qpc_max_row_s8(const int8_t* const* rows, int8_t* out, const qpc_mrow* g)
-    void qpc_max_row_s32(const int32_t* const* rows, int32_t* out, const qpc_mrow* g)
-
-
-cdef inline void _max_cl_row(const qint_t* const* rows, qint_t* out, Py_ssize_t W,
-                             Py_ssize_t C, Py_ssize_t OW, int sW, int pW, int kW, int dW,
-                             Py_ssize_t nr) noexcept nogil:
-    # the row's arguments in a struct on this call's stack: one per thread (a struct filled
-    # inside a prange body is shared by the threads: issue 19 #3)
-    cdef qpc_mrow g
-    g.W = W
-    g.C = C
-    g.OW = OW
-    g.sW = sW
-    g.pW = pW
-    g.kW = kW
-    g.dW = dW
-    g.nrows = nr
-    if qint_t is uint8_t:
-        qpc_max_row_u8(<const uint8_t* const*>rows, out, &g)
-    elif qint_t is int8_t:
-        qpc_max_row_s8(<const int8_t* const*>rows, out, &g)
-    else:
-        qpc_max_row_s32(<const int32_t* const*>rows, out, &g)
-
-
-cdef void _max_cl(const qint_t* x, qint_t* out, Py_ssize_t N, Py_ssize_t D, Py_ssize_t H,
-                  Py_ssize_t W, Py_ssize_t C, Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
-                  int kD, int kH, int kW, int sD, int sH, int sW, int pD, int pH, int pW,
-                  int dD, int dH, int dW, int nt) noexcept nogil:
+cdef int _max_cl(const qint_t* x, qint_t* out, Py_ssize_t N, Py_ssize_t D, Py_ssize_t H,
+                 Py_ssize_t W, Py_ssize_t C, Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
+                 Py_ssize_t kD, Py_ssize_t kH, Py_ssize_t kW, Py_ssize_t sD, Py_ssize_t sH,
+                 Py_ssize_t sW, Py_ssize_t pD, Py_ssize_t pH, Py_ssize_t pW, Py_ssize_t dD,
+                 Py_ssize_t dH, Py_ssize_t dW, int nt) noexcept nogil:
     # One output row (n, od, oh) per work item: the window's valid input rows (D and H taps)
     # are listed, then pool_cl.h takes each pixel's max over them in 64-byte registers
-    # (8x64x56x56, 3x3/2, 1 thread: 134 -> 89 us, against 130 us when each tap's max went
-    # through an output row in memory).
+    # (rather than taking each tap's max through an output row in memory). The row lists are
+    # per-thread slots of one block allocated before the parallel region; returns -1, nothing
+    # written, if it cannot be had.
     cdef Py_ssize_t r, n, od, oh, i, j, id_, ih, nr
+    cdef int kind = 2 if qint_t is int32_t else (1 if qint_t is int8_t else 0)
+    cdef size_t slot
     cdef const qint_t** rows = NULL
-    with parallel(num_threads=nt):
-        rows = <const qint_t**>malloc(kD * kH * sizeof(qint_t*))
+    cdef char* block = <char*>_slots(nt, kD * kH * sizeof(qint_t*), &slot)
+    if block == NULL:
+        return -1
+    with parallel(num_threads=nt if nt > 1 else 1):
+        rows = <const qint_t**>(block + threadid() * slot)
         for r in prange(N * OD * OH, schedule="static"):
             n = r // (OD * OH)
             od = r // OH - n * OD
@@ -534,8 +738,10 @@ cdef void _max_cl(const qint_t* x, qint_t* out, Py_ssize_t N, Py_ssize_t D, Py_s
                     if 0 <= ih < H:
                         rows[nr] = x + ((n * D + id_) * H + ih) * W * C
                         nr = nr + 1
-            _max_cl_row(rows, out + r * OW * C, W, C, OW, sW, pW, kW, dW, nr)
-        free(rows)
+            qpc_max_row(<const void* const*>rows, out + r * OW * C, kind, W, C, OW, sW, pW, kW,
+                        dW, nr)
+    free(block)
+    return 0
 
 
 def max_pool_cl(x, kernel_size, stride, padding, dilation, out_size):
@@ -546,20 +752,23 @@ def max_pool_cl(x, kernel_size, stride, padding, dilation, out_size):
     N, D, H, W, C = x.shape
     OD, OH, OW = out_size
     out = qops_empty(np, (N, OD, OH, OW, C), x.dtype)
-    if out.size == 0:
+    if _plan("max_pool_cl", x, tuple(out_size), _ONE, _ONE, _ZERO, _ONE, False, None,
+             NULL) is R_EMPTY:
         return out
     nt = qops_threads_for(x.size + out.size * kW, GRAIN)
     cdef const uint8_t* xp = <const uint8_t*>qops_ptr(x)
     cdef uint8_t* op = <uint8_t*>qops_ptr(out, True)
     if x.dtype == np.uint8:
-        _max_cl[uint8_t](xp, op, N, D, H, W, C, OD, OH, OW, kD, kH, kW, sD, sH, sW, pD, pH, pW,
-                         dD, dH, dW, nt)
+        err = _max_cl[uint8_t](xp, op, N, D, H, W, C, OD, OH, OW, kD, kH, kW, sD, sH, sW, pD,
+                               pH, pW, dD, dH, dW, nt)
     elif x.dtype == np.int8:
-        _max_cl[int8_t](<const int8_t*>xp, <int8_t*>op, N, D, H, W, C, OD, OH, OW, kD, kH, kW,
-                        sD, sH, sW, pD, pH, pW, dD, dH, dW, nt)
+        err = _max_cl[int8_t](<const int8_t*>xp, <int8_t*>op, N, D, H, W, C, OD, OH, OW, kD, kH,
+                              kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, nt)
     else:
-        _max_cl[int32_t](<const int32_t*>xp, <int32_t*>op, N, D, H, W, C, OD, OH, OW, kD, kH,
-                         kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, nt)
+        err = _max_cl[int32_t](<const int32_t*>xp, <int32_t*>op, N, D, H, W, C, OD, OH, OW, kD,
+                               kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, nt)
+    if err:
+        raise MemoryError()
     return out
 
 
@@ -571,98 +780,106 @@ def max_pool(x, kernel_size, stride, padding, dilation, out_size, with_indices):
     (pD, pH, pW), (dD, dH, dW) = padding, dilation
     shape = x.shape[:2] + tuple(out_size)
     out = qops_empty(np, shape, x.dtype)
-    cdef int isz = x.itemsize
+    route = _plan("max_pool", x, tuple(out_size), tuple(kernel_size), tuple(stride),
+                  tuple(padding), tuple(dilation), with_indices, None, NULL)
+    if route is R_EMPTY:
+        return (out, np.zeros(shape, np.int64)) if with_indices else out
     cdef bint sgn = x.dtype.kind == "i"
-    OW = shape[4]
     nt = qops_threads_for(out.size * kD * kH * max(kW, 1) if with_indices
                           else x.size + out.size * kW, GRAIN)
-    if out.size == 0:
-        return (out, np.zeros(shape, np.int64)) if with_indices else out
-    cdef qp_geom g = _geom(x, out, kernel_size, stride, padding, dilation)
-    if (not with_indices and isz == 1 and QP_SHORT and dD == dH == dW == 1 and pW == 0
-            and sW == kW and kW in (2, 4, 8) and OW * kW == x.shape[4] <= 64):
-        # windows tiling short rows (3-d 2x2x2 pools on 56-wide planes): the short-row
-        # kernel reduces each row in place, with no column walk over several planes
-        return _max_short(x, out, g, sgn, nt)
-    if (not with_indices and isz == 1 and _VBMI and sW == 2 and kW <= 3 and dH == dW == 1
-            and kD == sD == 1 and pD == 0 and x.shape[4] <= 128 and OW <= 64):
-        # stride-2 columns of rows up to two vectors (3x3/2 and 2x2/2 on 112-wide planes)
-        _s2_split(<const uint8_t*>qops_ptr(x), <uint8_t*>qops_ptr(out, True), &g,
-                  out.size // OW, sgn, nt)
-        return out
-    if (not with_indices and isz == 1 and qp_simd_ok(&g)
-            and kD * kH <= QP_MAX_ROWS and kW <= QP_MAX_ROWS):
-        err = _simd_split(<const uint8_t*>qops_ptr(x), <uint8_t*>qops_ptr(out, True), &g,
-                          out.size // OW, NULL, NULL, NULL, 0, 0, 0, sgn, False, nt)
-        if err:
-            _raise_simd(err)
-        return out
-    lo = -(1 << 31) if isz == 4 else (-128 if sgn else 0)
-    Wp = max(x.shape[4] + 2 * pW, (OW - 1) * sW + (kW - 1) * dW + 1)
-    if with_indices:
+    cdef qp_geom g
+    cdef _Rows a
+    cdef int64_t* ip
+    if route is R_MAX_SHORT or route is R_MAX_S2 or route is R_MAX_SIMD:
+        g = _geom(x, out, kernel_size, stride, padding, dilation)
+        a.g = &g
+        a.sgn = sgn
+        if route is R_MAX_SIMD:
+            return _run_rows(K_MAX_ROWS, &a, x, out, nt)
+        if route is R_MAX_S2:
+            return _run_rows(K_MAX_S2, &a, x, out, nt)
+        lim = np.empty(2 * (shape[2] + shape[3] + shape[4]), np.intp)
+        a.lim = <const Py_ssize_t*>qops_ptr(lim, True)
+        qp_short_lim(&g, <Py_ssize_t*>a.lim)
+        a.recip = NULL
+        a.avg = 0
+        return _run_rows(K_SHORT, &a, x, out, nt)
+    cdef Py_ssize_t planes = shape[0] * shape[1]
+    cdef Py_ssize_t D = x.shape[2], H = x.shape[3], W = x.shape[4]
+    cdef Py_ssize_t OD = shape[2], OH = shape[3], OW = shape[4]
+    cdef const char* xp = qops_ptr(x)
+    cdef char* op = qops_ptr(out, True)
+    lo = -(1 << 31) if x.itemsize == 4 else (-128 if sgn else 0)
+    if route is R_MAX_IDX:
         index = np.empty(shape, dtype=np.int64)
+        ip = <int64_t*>qops_ptr(index, True)
         if x.dtype == np.uint8:
-            _max_indices[uint8_t](x, out, index, kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, lo, nt)
+            _max_indices[uint8_t](<const uint8_t*>xp, <uint8_t*>op, ip, planes, D, H, W, OD, OH,
+                                  OW, kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, lo, nt)
         elif x.dtype == np.int8:
-            _max_indices[int8_t](x, out, index, kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, lo, nt)
+            _max_indices[int8_t](<const int8_t*>xp, <int8_t*>op, ip, planes, D, H, W, OD, OH,
+                                 OW, kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, lo, nt)
         else:
-            _max_indices[int32_t](x, out, index, kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, lo, nt)
+            _max_indices[int32_t](<const int32_t*>xp, <int32_t*>op, ip, planes, D, H, W, OD, OH,
+                                  OW, kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, lo, nt)
         return out, index
+    Wp = max(W + 2 * pW, (OW - 1) * sW + (kW - 1) * dW + 1)
     if x.dtype == np.uint8:
-        _max_rows[uint8_t](x, out, kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, Wp, lo, nt)
+        err = _max_rows[uint8_t](<const uint8_t*>xp, <uint8_t*>op, planes, D, H, W, OD, OH, OW,
+                                 kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, Wp, lo, nt)
     elif x.dtype == np.int8:
-        _max_rows[int8_t](x, out, kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, Wp, lo, nt)
+        err = _max_rows[int8_t](<const int8_t*>xp, <int8_t*>op, planes, D, H, W, OD, OH, OW,
+                                kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, Wp, lo, nt)
     else:
-        _max_rows[int32_t](x, out, kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, Wp, lo, nt)
+        err = _max_rows[int32_t](<const int32_t*>xp, <int32_t*>op, planes, D, H, W, OD, OH, OW,
+                                 kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, Wp, lo, nt)
+    if err:
+        raise MemoryError()
     return out
 
 
 # -- average pool -------------------------------------------------------------------------
 
-cdef int _avg_planes(const q8_t[:, :, :, :, ::1] x, q8_t[:, :, :, :, ::1] out,
+cdef int _avg_planes(const q8_t* x, q8_t* out, Py_ssize_t planes, Py_ssize_t D, Py_ssize_t H,
+                     Py_ssize_t W, Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
                      Py_ssize_t kD, Py_ssize_t kH, Py_ssize_t kW, Py_ssize_t sD, Py_ssize_t sH,
                      Py_ssize_t sW, Py_ssize_t pD, Py_ssize_t pH, Py_ssize_t pW, Py_ssize_t Wp,
-                     const float[:, :, ::1] mult, const int32_t[:, :, ::1] szp, int32_t zp,
-                     float qmin, float qmax, int nthreads) noexcept nogil:
+                     const float* mult, const int32_t* szp, int32_t zp, float qmin, float qmax,
+                     int nthreads) noexcept nogil:
     # One (n, c, od) output plane per iteration: window sums of every row go to a plane-sized
     # buffer, then one long requantize loop over the plane (rows alone are too short to fill
     # 512-bit vectors). mult[od, oh, ow] = f32(1/div) and szp = size*zp are prepared per call.
     # Each thread's row and plane buffers are slots of one block allocated before the parallel
-    # region (slots rounded to 64 bytes); returns -1, nothing written, if it cannot be had.
-    cdef Py_ssize_t C = x.shape[1], D = x.shape[2], H = x.shape[3], W = x.shape[4]
-    cdef Py_ssize_t OD = out.shape[2], OH = out.shape[3], OW = out.shape[4]
-    cdef Py_ssize_t planes = out.shape[0] * C * OD, area = OH * OW
-    cdef Py_ssize_t p, i, j, w, ow, k, idd, ih, n, c, od, oh, d0, d1, h0, h1
+    # region; returns -1, nothing written, if it cannot be had.
+    cdef Py_ssize_t nplanes = planes * OD, area = OH * OW
+    cdef Py_ssize_t p, i, j, w, ow, k, idd, ih, od, d0, d1, h0, h1, oh
     cdef int first
     cdef int32_t* vbuf = NULL
     cdef int32_t* vrow = NULL
     cdef int32_t* sums = NULL
     cdef int32_t* hs
     cdef const q8_t* src
+    cdef const q8_t* base
     cdef const int32_t* vk
     cdef const float* m
     cdef const int32_t* z
     cdef q8_t* o
     cdef float zpf = <float>zp, t
     cdef Py_ssize_t wpr = (Wp + 15) & ~(<Py_ssize_t>15)
-    cdef Py_ssize_t slot = wpr + ((area + 15) & ~(<Py_ssize_t>15))
-    cdef int nslots = nthreads if nthreads > 1 else 1
-    cdef int tid
-    cdef int32_t* block = <int32_t*>malloc(nslots * slot * sizeof(int32_t))
+    cdef size_t slot
+    cdef char* block = <char*>_slots(nthreads, (wpr + area) * sizeof(int32_t), &slot)
     if block == NULL:
         return -1
     i = 0
-    with parallel(num_threads=nslots):
-        tid = threadid()
-        vbuf = block + tid * slot
+    with parallel(num_threads=nthreads if nthreads > 1 else 1):
+        vbuf = <int32_t*>(block + threadid() * slot)
         sums = vbuf + wpr
         for i in range(Wp):
             vbuf[i] = 0          # padding adds nothing to a sum
         vrow = vbuf + pW
-        for p in prange(planes, schedule="static"):
+        for p in prange(nplanes, schedule="static"):
             od = p % OD
-            c = (p // OD) % C
-            n = p // (OD * C)
+            base = x + (p // OD) * D * H * W
             d0 = max(od * sD - pD, 0)
             d1 = min(od * sD - pD + kD, D)
             for oh in range(OH):
@@ -671,7 +888,7 @@ cdef int _avg_planes(const q8_t[:, :, :, :, ::1] x, q8_t[:, :, :, :, ::1] out,
                 first = 1
                 for idd in range(d0, d1):
                     for ih in range(h0, h1):
-                        src = &x[n, c, idd, ih, 0]
+                        src = base + (idd * H + ih) * W
                         if first:
                             for w in range(W):
                                 vrow[w] = src[w]
@@ -693,52 +910,15 @@ cdef int _avg_planes(const q8_t[:, :, :, :, ::1] x, q8_t[:, :, :, :, ::1] out,
                     else:
                         for ow in range(OW):
                             hs[ow] = hs[ow] + vk[sW * ow]
-            o = &out[n, c, od, 0, 0]
-            m = &mult[od, 0, 0]
-            z = &szp[od, 0, 0]
+            o = out + p * area
+            m = mult + od * area
+            z = szp + od * area
             for j in range(area):
                 # Q_leg with m = f32(1/div): zero point added before rounding
                 t = <float>(sums[j] - z[j]) * m[j]
                 o[j] = <q8_t><int32_t>qops_clampf(qops_rintf(t + zpf), qmin, qmax)
     free(block)
     return 0
-
-
-cdef void _short_avg_split(const uint8_t* x, uint8_t* out, const qp_geom* g,
-                           const Py_ssize_t* lim, Py_ssize_t rows, int sgn, const qp_avgq* aq,
-                           int nt) noexcept nogil:
-    # the short-row kernel of pair-tiling average pools, one range of output rows per thread
-    cdef Py_ssize_t t
-    if nt <= 1:
-        qp_short_avg_rows(x, out, g.D, g.H, g.W, g.OD, g.OH, g.OW, lim, 0, rows, sgn, aq)
-        return
-    for t in prange(nt, schedule="static", num_threads=nt):
-        qp_short_avg_rows(x, out, g.D, g.H, g.W, g.OD, g.OH, g.OW, lim, rows * t // nt,
-                          rows * (t + 1) // nt, sgn, aq)
-
-
-cdef void _avg2x2_split(const uint8_t* x, uint8_t* out, Py_ssize_t W, Py_ssize_t OW,
-                        Py_ssize_t rows, int sgn, const qp_irq* iq, Py_ssize_t cz,
-                        int nt) noexcept nogil:
-    # the flat 2x2 kernel, one contiguous range of output rows per thread
-    cdef Py_ssize_t t
-    if nt <= 1:
-        qp_avg2x2_rows(x, out, W, OW, 0, rows, sgn, iq, cz)
-        return
-    for t in prange(nt, schedule="static", num_threads=nt):
-        qp_avg2x2_rows(x, out, W, OW, rows * t // nt, rows * (t + 1) // nt, sgn, iq, cz)
-
-
-cdef void _avg3_split(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t rows,
-                      const int32_t* cls, const qp_irq* iq, Py_ssize_t ow3, int cmp, int sgn,
-                      int nt) noexcept nogil:
-    # the 3-tap stride-1 kernel, one contiguous range of output rows per thread
-    cdef Py_ssize_t t
-    if nt <= 1:
-        qp_avg3_rows(x, out, g, 0, rows, cls, iq, ow3, cmp, sgn)
-        return
-    for t in prange(nt, schedule="static", num_threads=nt):
-        qp_avg3_rows(x, out, g, rows * t // nt, rows * (t + 1) // nt, cls, iq, ow3, cmp, sgn)
 
 
 def _split_tables(tab, Py_ssize_t classes, Py_ssize_t OW):
@@ -762,6 +942,33 @@ def _split_tables(tab, Py_ssize_t classes, Py_ssize_t OW):
 
 _TABLES = {}
 
+def _pool_tables(x, kernel_size, stride, padding, out_size, count_include_pad,
+                 divisor_override, zero_point):
+    """avg_pool's tables, kept per geometry and zero point (models call the same pool often):
+    (cls, zt, mt) of _avg_tables, the integer tables it (or None), their 3-tap form t3 (or
+    None), and whether every window has one divisor (the flat 2x2 kernel needs one row)."""
+    cdef bint sgn = x.dtype.kind == "i"
+    key = (tuple(out_size), tuple(stride), tuple(padding), tuple(kernel_size), x.shape[2:],
+           bool(count_include_pad), divisor_override, zero_point, sgn)
+    tabs = _TABLES.get(key)
+    if tabs is not None:
+        return tabs
+    kD, kH, kW = kernel_size
+    cls, zt, mt, sz, dvs = _avg_tables(out_size, stride, padding, kernel_size, x.shape[2:],
+                                       count_include_pad, divisor_override, zero_point)
+    it = None
+    if QP_SHORT and kD * kH * kW <= 256:
+        # only the AVX-512 kernels use them (QP_SHORT: this build has those)
+        it = _int_tables(sz, dvs, zero_point, sgn)
+    t3 = None
+    if it is not None and QP_AVG3 and kW == 3 and stride[2] == 1:
+        t3 = _split_tables(it[0], zt.shape[0], out_size[2])
+    tabs = cls, zt, mt, it, t3, bool((cls == cls[0]).all())
+    if len(_TABLES) >= 64:
+        _TABLES.clear()
+    _TABLES[key] = tabs
+    return tabs
+
 
 def avg_pool(x, kernel_size, stride, padding, out_size, count_include_pad, divisor_override,
              zero_point):
@@ -771,119 +978,70 @@ def avg_pool(x, kernel_size, stride, padding, out_size, count_include_pad, divis
     (kD, kH, kW), (sD, sH, sW), (pD, pH, pW) = kernel_size, stride, padding
     shape = x.shape[:2] + tuple(out_size)
     out = qops_empty(np, shape, x.dtype)
-    if out.size == 0:
+    tabs = None
+    if out.size:
+        tabs = _pool_tables(x, kernel_size, stride, padding, out_size, count_include_pad,
+                            divisor_override, zero_point)
+    route = _plan("avg_pool", x, tuple(out_size), tuple(kernel_size), tuple(stride),
+                  tuple(padding), _ONE, False, tabs, NULL)
+    if route is R_EMPTY:
         return out
+    cls, zt, mt, it, t3, uniform = tabs
     cdef bint sgn = x.dtype.kind == "i"
     cdef int32_t qmin = -128 if sgn else 0
     cdef int32_t qmax = 127 if sgn else 255
-    OW = shape[4]
-    # the tables depend on the geometry and zero point only: models call the same pool often
-    key = (tuple(out_size), tuple(stride), tuple(padding), tuple(kernel_size), x.shape[2:],
-           bool(count_include_pad), divisor_override, zero_point, sgn)
-    tabs = _TABLES.get(key)
-    if tabs is None:
-        cls, zt, mt, sz, dvs = _avg_tables(out_size, stride, padding, kernel_size, x.shape[2:],
-                                           count_include_pad, divisor_override, zero_point)
-        it = None
-        if QP_SHORT and kD * kH * kW <= 256:
-            # only the AVX-512 kernels use them (QP_SHORT: this build has those)
-            it = _int_tables(sz, dvs, zero_point, sgn)
-        t3 = None
-        if it is not None and QP_AVG3 and kW == 3 and sW == 1:
-            t3 = _split_tables(it[0], zt.shape[0], OW)
-        # one divisor for every window (the flat 2x2 kernel needs one table row)
-        uniform = bool((cls == cls[0]).all())
-        tabs = cls, zt, mt, it, t3, uniform
-        if len(_TABLES) >= 64:
-            _TABLES.clear()
-        _TABLES[key] = tabs
-    cls, zt, mt, it, t3, uniform = tabs
-    cdef qp_irq iq
-    iq.t = NULL
-    if it is not None:
-        iq.t = <const int16_t*>qops_ptr(it[0])
-        iq.stride = it[0].shape[1]
-        iq.sh = it[1]
-        iq.kind = it[2]
     nt = qops_threads_for(x.size * kD + out.size * kW, GRAIN)
-    cdef qp_geom g = _geom(x, out, kernel_size, stride, padding, (1, 1, 1))
+    cdef qp_irq iq
     cdef qp_avgq aq
-    cdef Py_ssize_t* lim
-    cdef const uint8_t* xp
-    cdef uint8_t* op
-    cdef Py_ssize_t rows
-    cdef int ntc
-    cdef Py_ssize_t ow3
-    cdef int cmp
-    cdef const int32_t* cp
-    cdef Py_ssize_t cz, w_in, w_out
-    if (QP_SHORT and it is not None and kD == sD == 1 and kH == sH == kW == sW == 2
-            and pH == pW == 0 and OW * 2 == x.shape[4] <= 64 and shape[3] * 2 == x.shape[3]
-            and x.shape[2] == 1 and uniform):
-        # 2-d 2x2 stride-2 pools on short rows, every window full: a flat stream of row pairs
-        xp = <const uint8_t*>qops_ptr(x)
-        op = <uint8_t*>qops_ptr(out, True)
-        rows = out.size // OW
-        ntc = nt
-        cz = <Py_ssize_t>cls[0] * OW
-        w_in = x.shape[4]
-        w_out = OW
-        with nogil:
-            _avg2x2_split(xp, op, w_in, w_out, rows, sgn, &iq, cz, ntc)
-        return out
-    if (QP_SHORT and kW == sW == 2 and pW == 0 and OW * 2 == x.shape[4] <= 64
-            and kD * kH <= 128):
-        # W windows of pairs tiling short rows (2x2 stride-2 pools on 56-wide planes, 3-d
-        # 2x2x2): each input row is reduced in place by the short-row kernel
-        lim = _short_lim(&g)
-        if lim == NULL:
-            raise MemoryError()
-        aq.cls = <const int32_t*>qops_ptr(cls)
-        aq.zt = <const int32_t*>qops_ptr(zt)
-        aq.mt = <const float*>qops_ptr(mt)
-        aq.zp = <float>zero_point
-        aq.iq = &iq
-        xp = <const uint8_t*>qops_ptr(x)
-        op = <uint8_t*>qops_ptr(out, True)
-        rows = out.size // OW
-        ntc = nt
-        with nogil:
-            _short_avg_split(xp, op, &g, lim, rows, sgn, &aq, ntc)
-        free(lim)
-        return out
-    if (t3 is not None and kD * kH <= QP_MAX_ROWS and kH <= 64 and kD * kH * 3 <= 256):
-        # 3-tap stride-1 windows (3x3 stride-1 pools, 1-d 3-tap pools): 64 outputs per
-        # chunk from three loads (see pool_simd.h)
-        iq.t = <const int16_t*>qops_ptr(t3[0])
-        iq.stride = t3[0].shape[1]
-        xp = <const uint8_t*>qops_ptr(x)
-        op = <uint8_t*>qops_ptr(out, True)
-        rows = out.size // OW
-        ntc = nt
-        ow3 = t3[1]
-        cmp = t3[2]
-        cp = <const int32_t*>qops_ptr(cls)
-        with nogil:
-            _avg3_split(xp, op, &g, rows, cp, &iq, ow3, cmp, sgn, ntc)
-        return out
-    if qp_simd_ok(&g) and kD * kH <= QP_MAX_ROWS and kW <= QP_MAX_ROWS and kD * kH * kW <= 256:
-        # 16-bit window sums are exact up to 256 taps (see pool_simd.h)
-        err = _simd_split(<const uint8_t*>qops_ptr(x), <uint8_t*>qops_ptr(out, True), &g,
-                          out.size // OW, <const int32_t*>qops_ptr(cls),
-                          <const int32_t*>qops_ptr(zt), <const float*>qops_ptr(mt),
-                          <float>zero_point, qmin, qmax, sgn, True, nt, &iq)
-        if err:
-            _raise_simd(err)
-        return out
-    Wp = max(x.shape[4] + 2 * pW, (OW - 1) * sW + kW)
-    mult = mt[cls].reshape(shape[2:])
-    szp = zt[cls].reshape(shape[2:])
+    cdef qp_geom g = _geom(x, out, kernel_size, stride, padding, (1, 1, 1))
+    cdef _Rows a
+    qp_irq_init(&iq, NULL, 0, 0, 0)
+    if it is not None:
+        qp_irq_init(&iq, <const int16_t*>qops_ptr(it[0]), it[0].shape[1], it[1], it[2])
+    a.g = &g
+    a.sgn = sgn
+    a.iq = &iq
+    if route is R_AVG_2X2:
+        a.cz = <Py_ssize_t>cls[0] * out_size[2]
+        return _run_rows(K_AVG2X2, &a, x, out, nt)
+    if route is R_AVG_PAIRS:
+        lim = np.empty(2 * (shape[2] + shape[3] + shape[4]), np.intp)
+        a.lim = <const Py_ssize_t*>qops_ptr(lim, True)
+        qp_short_lim(&g, <Py_ssize_t*>a.lim)
+        qp_avgq_init(&aq, <const int32_t*>qops_ptr(cls), <const int32_t*>qops_ptr(zt),
+                     <const float*>qops_ptr(mt), <float>zero_point, &iq)
+        a.aq = &aq
+        return _run_rows(K_SHORT_AVG, &a, x, out, nt)
+    if route is R_AVG3:
+        qp_irq_init(&iq, <const int16_t*>qops_ptr(t3[0]), t3[0].shape[1], it[1], it[2])
+        a.cls = <const int32_t*>qops_ptr(cls)
+        a.ow3 = t3[1]
+        a.cmp = t3[2]
+        return _run_rows(K_AVG3, &a, x, out, nt)
+    if route is R_AVG_SIMD:
+        a.cls = <const int32_t*>qops_ptr(cls)
+        a.zt = <const int32_t*>qops_ptr(zt)
+        a.mt = <const float*>qops_ptr(mt)
+        a.zp = <float>zero_point
+        a.qmin = qmin
+        a.qmax = qmax
+        return _run_rows(K_AVG_ROWS, &a, x, out, nt)
+    Wp = max(x.shape[4] + 2 * pW, (shape[4] - 1) * sW + kW)
+    mult = mt[cls]
+    szp = zt[cls]
+    cdef Py_ssize_t planes = shape[0] * shape[1]
+    cdef Py_ssize_t D = x.shape[2], H = x.shape[3], W = x.shape[4]
+    cdef Py_ssize_t OD = shape[2], OH = shape[3], OW = shape[4]
+    cdef const float* mp = <const float*>qops_ptr(mult)
+    cdef const int32_t* zp_ = <const int32_t*>qops_ptr(szp)
     if not sgn:
-        err = _avg_planes[uint8_t](x, out, kD, kH, kW, sD, sH, sW, pD, pH, pW, Wp, mult, szp,
-                                   zero_point, qmin, qmax, nt)
+        err = _avg_planes[uint8_t](<const uint8_t*>qops_ptr(x), <uint8_t*>qops_ptr(out, True),
+                                   planes, D, H, W, OD, OH, OW, kD, kH, kW, sD, sH, sW, pD, pH,
+                                   pW, Wp, mp, zp_, zero_point, qmin, qmax, nt)
     else:
-        err = _avg_planes[int8_t](x, out, kD, kH, kW, sD, sH, sW, pD, pH, pW, Wp, mult, szp,
-                                  zero_point, qmin, qmax, nt)
+        err = _avg_planes[int8_t](<const int8_t*>qops_ptr(x), <int8_t*>qops_ptr(out, True),
+                                  planes, D, H, W, OD, OH, OW, kD, kH, kW, sD, sH, sW, pD, pH,
+                                  pW, Wp, mp, zp_, zero_point, qmin, qmax, nt)
     if err:
         raise MemoryError()
     return out
@@ -891,58 +1049,19 @@ def avg_pool(x, kernel_size, stride, padding, out_size, count_include_pad, divis
 
 # -- adaptive pools -----------------------------------------------------------------------
 
-cdef extern from *:
-    """
-    #include <stdint.h>
-    #include <stddef.h>
-    #include <math.h>
-    #if defined(__AVX2__) || defined(__AVX512BW__)
-    #include <immintrin.h>
-    #endif
-    #include "reduce_sum.h"
-    /* acc[w] (=|+=) row[w] over a row of n raw values (restrict: no aliasing check). */
-    /* 8 values at a time (AVX2 widening loads) so short rows (W = 28) vectorize too: GCC's
-     * own vectorization of a widening loop needs a whole vector of bytes (64 with AVX-512). */
-    #if defined(__AVX2__)
-    #define QP_CVT_u8(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
-    #define QP_CVT_s8(p) _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
-    #define QP_ROW_VEC(CVT) \
-        if (first) for (; i + 8 <= n; i += 8) _mm256_storeu_si256((__m256i *)(a + i), CVT(s + i)); \
-        else for (; i + 8 <= n; i += 8) _mm256_storeu_si256((__m256i *)(a + i), \
-            _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(a + i)), CVT(s + i)));
-    #else
-    #define QP_ROW_VEC(CVT)
-    #endif
-    #define QP_ROW(NAME, T, CVT) \
-    static inline void NAME(int32_t *restrict a, const T *restrict s, ptrdiff_t n, int first) { \
-        ptrdiff_t i = 0; \
-        QP_ROW_VEC(CVT) \
-        if (first) for (; i < n; i++) a[i] = s[i]; \
-        else for (; i < n; i++) a[i] += s[i]; \
-    }
-    QP_ROW(qp_row_u8, uint8_t, QP_CVT_u8)
-    QP_ROW(qp_row_s8, int8_t, QP_CVT_s8)
-    """
-    void qops_run_means(const uint8_t* x, uint8_t* out, Py_ssize_t r0, Py_ssize_t r1,
-                        Py_ssize_t n, int is_signed, float mul, float div) noexcept nogil
-    void qp_row_u8(int32_t* a, const uint8_t* s, Py_ssize_t n, int first) noexcept nogil
-    void qp_row_s8(int32_t* a, const int8_t* s, Py_ssize_t n, int first) noexcept nogil
-    float floorf(float) noexcept nogil
-    float ceilf(float) noexcept nogil
-
-DEF GLOBAL_GRAIN = 131072    # bytes summed per thread below which one thread is enough
-
-
-cdef void _adaptive_avg_planes(const uint8_t* x, uint8_t* out, Py_ssize_t planes,
-                               Py_ssize_t D, Py_ssize_t H, Py_ssize_t W,
-                               Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
-                               const Py_ssize_t* lim, const float* recip, int sgn,
-                               int nthreads) noexcept nogil:
+cdef int _adaptive_avg_planes(const uint8_t* x, uint8_t* out, Py_ssize_t planes,
+                              Py_ssize_t D, Py_ssize_t H, Py_ssize_t W,
+                              Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
+                              const Py_ssize_t* lim, const float* recip, int sgn,
+                              int nthreads) noexcept nogil:
     # One (n, c, od) output plane per iteration: the rows of each (od, oh) window are added
     # into a W-long row buffer, the W windows summed from it into a plane buffer, then one
     # rounding loop over the plane. lim = d0[OD], d1[OD], h0[OH], h1[OH], w0[OW], w1[OW].
+    # The buffers are per-thread slots of one block allocated before the parallel region;
+    # returns -1, nothing written, if it cannot be had.
     cdef Py_ssize_t area = OH * OW, HW = H * W
     cdef Py_ssize_t p, i, w, ow, idd, ih, od, oh
+    cdef Py_ssize_t wr = (W + 15) & ~(<Py_ssize_t>15)
     cdef int first
     cdef int32_t* vrow = NULL
     cdef int32_t* sums = NULL
@@ -957,9 +1076,13 @@ cdef void _adaptive_avg_planes(const uint8_t* x, uint8_t* out, Py_ssize_t planes
     cdef const Py_ssize_t* h1 = lim + 2 * OD + OH
     cdef const Py_ssize_t* w0 = lim + 2 * OD + 2 * OH
     cdef const Py_ssize_t* w1 = lim + 2 * OD + 2 * OH + OW
-    with parallel(num_threads=nthreads):
-        vrow = <int32_t*>malloc(W * sizeof(int32_t))
-        sums = <int32_t*>malloc(area * sizeof(int32_t))
+    cdef size_t slot
+    cdef char* block = <char*>_slots(nthreads, (wr + area) * sizeof(int32_t), &slot)
+    if block == NULL:
+        return -1
+    with parallel(num_threads=nthreads if nthreads > 1 else 1):
+        vrow = <int32_t*>(block + threadid() * slot)
+        sums = vrow + wr
         for p in prange(planes, schedule="static"):
             od = p % OD
             base = x + (p // OD) * D * HW
@@ -987,8 +1110,8 @@ cdef void _adaptive_avg_planes(const uint8_t* x, uint8_t* out, Py_ssize_t planes
             else:
                 for i in range(area):
                     o[i] = <uint8_t><int32_t>qops_rintf(<float>sums[i] * rc[i])
-        free(vrow)
-        free(sums)
+    free(block)
+    return 0
 
 
 cdef void _plane_mean(const uint8_t* x, uint8_t* out, Py_ssize_t P, Py_ssize_t L, float recip,
@@ -1010,44 +1133,51 @@ def adaptive_avg_pool(x, out_size):
     """Adaptive average pool on raw values: out = rint(f32(f32(sum q) * r)), no zero point."""
     if not x.flags.c_contiguous:
         x = np.ascontiguousarray(x)
-    cdef Py_ssize_t n, c, D, H, W, OD, OH, OW, i, j, k, a, b, O, L, P, off
+    cdef Py_ssize_t n, c, D, H, W, OD, OH, OW, P
     cdef float r
-    cdef int sgn, nt
+    cdef int sgn, nt, err
     n, c, D, H, W = x.shape
     OD, OH, OW = out_size
     out = qops_empty(np, (n, c, OD, OH, OW), x.dtype)
-    if n * c * OD * OH * OW == 0:
+    cdef const Py_ssize_t* lim = NULL
+    cdef const float* recip = NULL
+    cdef bint one = OD == 1 and OH == 1 and OW == 1
+    if not one and n * c * OD * OH * OW:
+        lim_a, recip_a = _adaptive_tables(out_size, (D, H, W))
+        lim = <const Py_ssize_t*>qops_ptr(lim_a)
+        recip = <const float*>qops_ptr(recip_a)
+    route = _plan("adaptive_avg_pool", x, tuple(out_size), _ONE, _ONE, _ZERO, _ONE, False, None,
+                  lim)
+    if route is R_EMPTY:
         return out
     sgn = x.dtype.kind == "i"
-    # both arrays are C-contiguous: their data pointers through the buffer protocol (x and
-    # out stay referenced, so the pointers outlive the released views)
-    cdef Py_buffer xb, ob
-    PyObject_GetBuffer(x, &xb, PyBUF_SIMPLE)
-    cdef const uint8_t* xp = <const uint8_t*>xb.buf
-    PyBuffer_Release(&xb)
-    PyObject_GetBuffer(out, &ob, PyBUF_SIMPLE | PyBUF_WRITABLE)
-    cdef uint8_t* op = <uint8_t*>ob.buf
-    PyBuffer_Release(&ob)
+    cdef const uint8_t* xp = <const uint8_t*>qops_ptr(x)
+    cdef uint8_t* op = <uint8_t*>qops_ptr(out, True)
     P = n * c
-    if OD == 1 and OH == 1 and OW == 1:
+    if route is R_AAVG_GLOBAL:
         # r = f32(f32(f32(1.0 / D) / H) / W), float32 arithmetic as the reference
         r = <float>1.0 / <float>D
         r = r / <float>H
         r = r / <float>W
-        L = D * H * W
-        nt = qops_threads_for(P * L, GLOBAL_GRAIN)
+        nt = qops_threads_for(P * D * H * W, GLOBAL_GRAIN)
         with nogil:
-            _plane_mean(xp, op, P, L, r, sgn, nt)
+            _plane_mean(xp, op, P, D * H * W, r, sgn, nt)
         return out
-    lim_a, recip_a = _adaptive_tables(out_size, (D, H, W))
-    cdef const Py_ssize_t* lim = <const Py_ssize_t*>qops_ptr(lim_a)
-    cdef const float* recip = <const float*>qops_ptr(recip_a)
     nt = qops_threads_for(n * c * D * H * W, GRAIN)
+    cdef qp_geom g
+    cdef _Rows a
+    if route is R_AAVG_SHORT:
+        g = _geom(x, out, (1, 1, 1), (1, 1, 1), (0, 0, 0), (1, 1, 1))
+        a.g = &g
+        a.lim = lim
+        a.recip = recip
+        a.avg = 1
+        a.sgn = sgn
+        return _run_rows(K_SHORT, &a, x, out, nt)
     with nogil:
-        if _short_ok(lim, OD, OH, OW, W, True):
-            _short_split(xp, op, D, H, W, OD, OH, OW, lim, recip, P * OD * OH, True, sgn, nt)
-        else:
-            _adaptive_avg_planes(xp, op, P * OD, D, H, W, OD, OH, OW, lim, recip, sgn, nt)
+        err = _adaptive_avg_planes(xp, op, P * OD, D, H, W, OD, OH, OW, lim, recip, sgn, nt)
+    if err:
+        raise MemoryError()
     return out
 
 
@@ -1064,8 +1194,8 @@ def _adaptive_tables(out_size, in_size):
     cdef Py_ssize_t O, L, i, j, k, off = 0
     lim_a = np.empty(2 * (OD + OH + OW), np.intp)
     recip_a = np.empty(OD * OH * OW, np.float32)
-    cdef Py_ssize_t[::1] lim = lim_a
-    cdef float[::1] recip = recip_a
+    cdef Py_ssize_t* lim = <Py_ssize_t*>qops_ptr(lim_a, True)
+    cdef float* recip = <float*>qops_ptr(recip_a, True)
     cdef float r
     for O, L in zip(out_size, in_size):
         for i in range(O):
@@ -1089,36 +1219,38 @@ def _adaptive_tables(out_size, in_size):
 _ADAPTIVE_TABLES = {}
 
 
-cdef void _adaptive_max_rows(const qint_t[:, :, :, :, ::1] x, qint_t[:, :, :, :, ::1] out,
-                             int64_t[:, :, :, :, ::1] index,
-                             const int64_t[::1] d0s, const int64_t[::1] d1s,
-                             const int64_t[::1] h0s, const int64_t[::1] h1s,
-                             const int64_t[::1] w0s, const int64_t[::1] w1s,
+cdef void _adaptive_max_rows(const qint_t* x, qint_t* out, int64_t* index, Py_ssize_t planes,
+                             Py_ssize_t D, Py_ssize_t H, Py_ssize_t W, Py_ssize_t OD,
+                             Py_ssize_t OH, Py_ssize_t OW, const Py_ssize_t* lim,
                              int nthreads) noexcept nogil:
-    # A plain scan of each window in (d, h, w) order keeping the first maximum.
-    cdef Py_ssize_t C = x.shape[1], H = x.shape[3], W = x.shape[4]
-    cdef Py_ssize_t OD = out.shape[2], OH = out.shape[3], OW = out.shape[4]
-    cdef Py_ssize_t rows = out.shape[0] * C * OD * OH
-    cdef Py_ssize_t r, ow, idd, ih, iw, n, c, od, oh, plane, best_i
+    # A plain scan of each window in (d, h, w) order keeping the first maximum; lim as
+    # _adaptive_max_lim.
+    cdef Py_ssize_t rows = planes * OD * OH
+    cdef Py_ssize_t r, ow, idd, ih, iw, od, oh, best_i
+    cdef const Py_ssize_t* d0 = lim
+    cdef const Py_ssize_t* d1 = lim + OD
+    cdef const Py_ssize_t* h0 = lim + 2 * OD
+    cdef const Py_ssize_t* h1 = lim + 2 * OD + OH
+    cdef const Py_ssize_t* w0 = lim + 2 * OD + 2 * OH
+    cdef const Py_ssize_t* w1 = lim + 2 * OD + 2 * OH + OW
+    cdef const qint_t* xp
     cdef qint_t best, v
     for r in prange(rows, schedule="static", num_threads=nthreads):
         oh = r % OH
         od = (r // OH) % OD
-        plane = r // (OH * OD)
-        n = plane // C
-        c = plane % C
+        xp = x + (r // (OH * OD)) * D * H * W
         for ow in range(OW):
-            best = x[n, c, d0s[od], h0s[oh], w0s[ow]]
-            best_i = (d0s[od] * H + h0s[oh]) * W + w0s[ow]
-            for idd in range(d0s[od], d1s[od]):
-                for ih in range(h0s[oh], h1s[oh]):
-                    for iw in range(w0s[ow], w1s[ow]):
-                        v = x[n, c, idd, ih, iw]
+            best_i = (d0[od] * H + h0[oh]) * W + w0[ow]
+            best = xp[best_i]
+            for idd in range(d0[od], d1[od]):
+                for ih in range(h0[oh], h1[oh]):
+                    for iw in range(w0[ow], w1[ow]):
+                        v = xp[(idd * H + ih) * W + iw]
                         if v > best:
                             best = v
                             best_i = (idd * H + ih) * W + iw
-            out[n, c, od, oh, ow] = best
-            index[n, c, od, oh, ow] = best_i
+            out[r * OW + ow] = best
+            index[r * OW + ow] = best_i
 
 
 cdef inline void _amax_plane(const qint_t* xp, qint_t* o, qint_t* buf, Py_ssize_t H,
@@ -1152,19 +1284,42 @@ cdef inline void _amax_plane(const qint_t* xp, qint_t* o, qint_t* buf, Py_ssize_
             o[oh * OW + ow] = a
 
 
-cdef void _amax_planes(const qint_t* x, qint_t* out, Py_ssize_t planes, Py_ssize_t D,
-                       Py_ssize_t H, Py_ssize_t W, Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
-                       const Py_ssize_t* lim, int nthreads) noexcept nogil:
-    # lim = d0[OD], d1[OD], then _amax_plane's h0, h1, w0, w1; one W-long buffer per thread
+
+
+cdef int _amax_planes(const qint_t* x, qint_t* out, Py_ssize_t planes, Py_ssize_t D,
+                      Py_ssize_t H, Py_ssize_t W, Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
+                      const Py_ssize_t* lim, int nthreads) noexcept nogil:
+    # lim = d0[OD], d1[OD], then _amax_plane's h0, h1, w0, w1; one W-long buffer per thread,
+    # slots of one block allocated before the parallel region (the short-row fold writes up
+    # to 128 bytes); returns -1, nothing written, if it cannot be had.
     cdef Py_ssize_t p, od
+    cdef size_t slot
     cdef qint_t* buf = NULL
-    with parallel(num_threads=nthreads):
-        buf = <qint_t*>malloc(W * sizeof(qint_t))
+    cdef char* block = <char*>_slots(nthreads, max(<size_t>W * sizeof(qint_t), <size_t>128), &slot)
+    if block == NULL:
+        return -1
+    with parallel(num_threads=nthreads if nthreads > 1 else 1):
+        buf = <qint_t*>(block + threadid() * slot)
         for p in prange(planes, schedule="static"):
             od = p % OD
             _amax_plane(x + (p // OD) * D * H * W, out + p * OH * OW, buf, H, W, OH, OW,
                         lim[od], lim[OD + od], lim + 2 * OD)
-        free(buf)
+    free(block)
+    return 0
+
+
+def _adaptive_max_lim(out_size, in_size):
+    """An adaptive max pool's windows [floor(o*L/O), ceil((o+1)*L/O)) in exact integers:
+    lim = d0[OD], d1[OD], h0[OH], h1[OH], w0[OW], w1[OW]."""
+    cdef Py_ssize_t i, O, L, off = 0
+    lim_a = np.empty(2 * sum(out_size), np.intp)
+    cdef Py_ssize_t* lim = <Py_ssize_t*>qops_ptr(lim_a, True)
+    for O, L in zip(out_size, in_size):
+        for i in range(O):
+            lim[off + i] = (i * L) // O
+            lim[off + O + i] = ((i + 1) * L + O - 1) // O
+        off += 2 * O
+    return lim_a
 
 
 def adaptive_max_pool(x, out_size, with_indices):
@@ -1174,107 +1329,62 @@ def adaptive_max_pool(x, out_size, with_indices):
     cdef Py_ssize_t n, c, D, H, W
     n, c, D, H, W = x.shape
     cdef Py_ssize_t OD = out_size[0], OH = out_size[1], OW = out_size[2]
-    cdef Py_ssize_t i, O, L, off
     shape = (n, c, OD, OH, OW)
     out = qops_empty(np, shape, x.dtype)
-    if with_indices or out.size == 0:
-        return _adaptive_max_indices(x, out, out_size, with_indices)
-    # windows [floor(o*L/O), ceil((o+1)*L/O)) in exact integers
-    cdef Py_ssize_t* lim = <Py_ssize_t*>malloc(2 * (OD + OH + OW) * sizeof(Py_ssize_t))
-    if lim == NULL:
-        raise MemoryError()
-    off = 0
-    for O, L in ((OD, D), (OH, H), (OW, W)):
-        for i in range(O):
-            lim[off + i] = (i * L) // O
-            lim[off + O + i] = ((i + 1) * L + O - 1) // O
-        off += 2 * O
+    lim_a = _adaptive_max_lim(out_size, (D, H, W))
+    cdef const Py_ssize_t* lim = <const Py_ssize_t*>qops_ptr(lim_a)
+    route = _plan("adaptive_max_pool", x, tuple(out_size), _ONE, _ONE, _ZERO, _ONE, with_indices,
+                  None, lim)
+    if route is R_EMPTY:
+        return (out, np.empty(shape, np.int64)) if with_indices else out
     cdef int nt = qops_threads_for(x.size + out.size, GRAIN)
-    cdef Py_ssize_t planes = n * c * OD
+    cdef Py_ssize_t planes = n * c
     cdef char* xp = qops_ptr(x)
     cdef char* op = qops_ptr(out, True)
-    cdef int kind = 2 if x.itemsize == 4 else (1 if x.dtype.kind == "i" else 0)
+    cdef int64_t* ip
+    cdef int err = 0, kind
+    cdef qp_geom g
+    cdef _Rows a
+    if route is R_AMAX_IDX:
+        index = np.empty(shape, dtype=np.int64)
+        ip = <int64_t*>qops_ptr(index, True)
+        kind = 2 if x.itemsize == 4 else (1 if x.dtype.kind == "i" else 0)
+        with nogil:
+            if kind == 2:
+                _adaptive_max_rows[int32_t](<const int32_t*>xp, <int32_t*>op, ip, planes, D, H,
+                                            W, OD, OH, OW, lim, nt)
+            elif kind == 1:
+                _adaptive_max_rows[int8_t](<const int8_t*>xp, <int8_t*>op, ip, planes, D, H, W,
+                                           OD, OH, OW, lim, nt)
+            else:
+                _adaptive_max_rows[uint8_t](<const uint8_t*>xp, <uint8_t*>op, ip, planes, D, H,
+                                            W, OD, OH, OW, lim, nt)
+        return out, index
+    if route is R_AMAX_SHORT:
+        g = _geom(x, out, (1, 1, 1), (1, 1, 1), (0, 0, 0), (1, 1, 1))
+        a.g = &g
+        a.lim = lim
+        a.recip = NULL
+        a.avg = 0
+        a.sgn = x.dtype.kind == "i"
+        return _run_rows(K_SHORT, &a, x, out, nt)
+    kind = 2 if x.itemsize == 4 else (1 if x.dtype.kind == "i" else 0)
     with nogil:
-        if kind < 2 and _short_ok(lim, OD, OH, OW, W, False):
-            _short_split(<const uint8_t*>xp, <uint8_t*>op, D, H, W, OD, OH, OW, lim, NULL,
-                         planes * OH, False, kind, nt)
-        elif kind == 0:
-            _amax_planes[uint8_t](<const uint8_t*>xp, <uint8_t*>op, planes, D, H, W, OD, OH,
-                                  OW, lim, nt)
+        if kind == 0:
+            err = _amax_planes[uint8_t](<const uint8_t*>xp, <uint8_t*>op, planes * OD, D, H, W,
+                                        OD, OH, OW, lim, nt)
         elif kind == 1:
-            _amax_planes[int8_t](<const int8_t*>xp, <int8_t*>op, planes, D, H, W, OD, OH, OW,
-                                 lim, nt)
+            err = _amax_planes[int8_t](<const int8_t*>xp, <int8_t*>op, planes * OD, D, H, W, OD,
+                                       OH, OW, lim, nt)
         else:
-            _amax_planes[int32_t](<const int32_t*>xp, <int32_t*>op, planes, D, H, W, OD, OH,
-                                  OW, lim, nt)
-    free(lim)
+            err = _amax_planes[int32_t](<const int32_t*>xp, <int32_t*>op, planes * OD, D, H, W,
+                                        OD, OH, OW, lim, nt)
+    if err:
+        raise MemoryError()
     return out
 
 
-def _adaptive_max_indices(x, out, out_size, with_indices):
-    # the scalar scan that also reports the first maximum's index
-    n, c, D, H, W = x.shape
-    shape = out.shape
-    index = np.empty(shape, dtype=np.int64)
-    if out.size == 0:
-        return (out, index) if with_indices else out
-    lims = []
-    for O, L in zip(out_size, (D, H, W)):
-        o = np.arange(O, dtype=np.int64)
-        lims += [(o * L) // O, -((-(o + 1) * L) // O)]
-    nt = qops_threads_for(x.size + out.size, GRAIN)
-    if x.dtype == np.uint8:
-        _adaptive_max_rows[uint8_t](x, out, index, *lims, nt)
-    elif x.dtype == np.int8:
-        _adaptive_max_rows[int8_t](x, out, index, *lims, nt)
-    else:
-        _adaptive_max_rows[int32_t](x, out, index, *lims, nt)
-    return (out, index) if with_indices else out
-
-
 # -- channels-last average pools ----------------------------------------------------------
-
-cdef extern from "pool_cl.h" nogil:
-    ctypedef struct qpc_row:
-        Py_ssize_t H, W, C, OW, d0, d1, h0, h1
-        const Py_ssize_t* w0
-        const Py_ssize_t* w1
-        const int32_t* sub
-        const float* mul
-        float add, post, qmin, qmax
-    void qpc_avg_row_u8(const uint8_t* x, uint8_t* out, const qpc_row* g)
-    void qpc_avg_row_s8(const int8_t* x, int8_t* out, const qpc_row* g)
-
-
-cdef inline void _avg_cl_row(const q8_t* x, q8_t* out, Py_ssize_t H, Py_ssize_t W,
-                             Py_ssize_t C, Py_ssize_t OW, Py_ssize_t d0, Py_ssize_t d1,
-                             Py_ssize_t h0, Py_ssize_t h1, const Py_ssize_t* w0,
-                             const Py_ssize_t* w1, const int32_t* sub, const float* mul,
-                             float add, float post, float qmin, float qmax) noexcept nogil:
-    # the row's arguments in a struct on this call's stack: one per thread (a struct filled
-    # inside a prange body is shared by the threads: issue 19 #3)
-    cdef qpc_row g
-    g.H = H
-    g.W = W
-    g.C = C
-    g.OW = OW
-    g.d0 = d0
-    g.d1 = d1
-    g.h0 = h0
-    g.h1 = h1
-    g.w0 = w0
-    g.w1 = w1
-    g.sub = sub
-    g.mul = mul
-    g.add = add
-    g.post = post
-    g.qmin = qmin
-    g.qmax = qmax
-    if q8_t is uint8_t:
-        qpc_avg_row_u8(x, out, &g)
-    else:
-        qpc_avg_row_s8(x, out, &g)
-
 
 cdef void _avg_cl(const q8_t* x, q8_t* out, Py_ssize_t N, Py_ssize_t D, Py_ssize_t H,
                   Py_ssize_t W, Py_ssize_t C, Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW,
@@ -1283,21 +1393,21 @@ cdef void _avg_cl(const q8_t* x, q8_t* out, Py_ssize_t N, Py_ssize_t D, Py_ssize
     # One output row (n, od, oh) per work item (pool_cl.h sums each pixel's window in
     # registers). lim = d0[OD], d1[OD], h0[OH], h1[OH], w0[OW], w1[OW], clipped to the input.
     cdef Py_ssize_t r, n, od, oh
+    cdef int sgn = q8_t is int8_t
     for r in prange(N * OD * OH, schedule="static", num_threads=nt):
         n = r // (OD * OH)
         od = r // OH - n * OD
         oh = r - (n * OD + od) * OH
-        _avg_cl_row(x + n * D * H * W * C, out + r * OW * C, H, W, C, OW, lim[od],
+        qpc_avg_row(x + n * D * H * W * C, out + r * OW * C, sgn, H, W, C, OW, lim[od],
                     lim[OD + od], lim[2 * OD + oh], lim[2 * OD + OH + oh],
                     lim + 2 * OD + 2 * OH, lim + 2 * OD + 2 * OH + OW,
-                    sub + (od * OH + oh) * OW, mul + (od * OH + oh) * OW, add, post, qmin,
-                    qmax)
+                    sub + (od * OH + oh) * OW, mul + (od * OH + oh) * OW, add, post, qmin, qmax)
 
 
 _CL_TABLES = {}
 
 
-cdef object _avg_cl_run(x, out_size, tables):
+cdef object _avg_cl_run(str op, x, out_size, tables):
     """Run _avg_cl on x (N, D, H, W, C) with tables = (lim, sub, mul, add, post): the
     clipped windows per axis (d0, d1, h0, h1, w0, w1) and sub and mul per output (OD, OH,
     OW)."""
@@ -1305,7 +1415,7 @@ cdef object _avg_cl_run(x, out_size, tables):
     N, D, H, W, C = x.shape
     OD, OH, OW = out_size
     out = qops_empty(np, (N, OD, OH, OW, C), x.dtype)
-    if out.size == 0:
+    if _plan(op, x, tuple(out_size), _ONE, _ONE, _ZERO, _ONE, False, None, NULL) is R_EMPTY:
         return out
     lim_a, sub_a, mul_a, add_o, post_o = tables
     cdef float add = add_o, post = post_o
@@ -1314,15 +1424,15 @@ cdef object _avg_cl_run(x, out_size, tables):
     cdef const float* mp = <const float*>qops_ptr(mul_a)
     cdef int nt = qops_threads_for(x.size + out.size, GRAIN)
     cdef const uint8_t* xp = <const uint8_t*>qops_ptr(x)
-    cdef uint8_t* op = <uint8_t*>qops_ptr(out, True)
+    cdef uint8_t* op_ = <uint8_t*>qops_ptr(out, True)
     if x.dtype == np.uint8:
         with nogil:
-            _avg_cl[uint8_t](xp, op, N, D, H, W, C, OD, OH, OW, lim, sp, mp, add, post, 0.0,
+            _avg_cl[uint8_t](xp, op_, N, D, H, W, C, OD, OH, OW, lim, sp, mp, add, post, 0.0,
                              255.0, nt)
     else:
         with nogil:
-            _avg_cl[int8_t](<const int8_t*>xp, <int8_t*>op, N, D, H, W, C, OD, OH, OW, lim, sp,
-                            mp, add, post, -128.0, 127.0, nt)
+            _avg_cl[int8_t](<const int8_t*>xp, <int8_t*>op_, N, D, H, W, C, OD, OH, OW, lim,
+                            sp, mp, add, post, -128.0, 127.0, nt)
     return out
 
 
@@ -1345,7 +1455,7 @@ def avg_pool_cl(x, kernel_size, stride, padding, out_size, count_include_pad, di
            x.shape[1:4], bool(count_include_pad), divisor_override, zero_point)
     tables = _CL_TABLES.get(key)
     if tables is not None:
-        return _avg_cl_run(x, out_size, tables)
+        return _avg_cl_run("avg_pool_cl", x, out_size, tables)
     # windows clipped to the input: start = max(o*s - p, 0), end = min(o*s - p + k, L)
     lims = []
     for o, s, p, k, L in zip(out_size, stride, padding, kernel_size, x.shape[1:4]):
@@ -1355,8 +1465,9 @@ def avg_pool_cl(x, kernel_size, stride, padding, out_size, count_include_pad, di
     # zero point added after rounding (post)
     cls, zt, mt, _, _ = _avg_tables(out_size, stride, padding, kernel_size, x.shape[1:4],
                                     count_include_pad, divisor_override, zero_point)
-    return _avg_cl_run(x, out_size, _cl_tables(key, np.concatenate(lims), zt[cls], mt[cls],
-                                               0.0, float(zero_point)))
+    return _avg_cl_run("avg_pool_cl", x, out_size,
+                       _cl_tables(key, np.concatenate(lims), zt[cls], mt[cls], 0.0,
+                                  float(zero_point)))
 
 
 def adaptive_avg_pool_cl(x, out_size, zero_point):
@@ -1378,4 +1489,4 @@ def adaptive_avg_pool_cl(x, out_size, zero_point):
         m = np.float32(1) / size.astype(np.float32)
         inv = np.float32(1) / (np.float32(1) / m)
         tables = _cl_tables(key, lim, size * zero_point, inv, float(zero_point), 0.0)
-    return _avg_cl_run(x, out_size, tables)
+    return _avg_cl_run("adaptive_avg_pool_cl", x, out_size, tables)

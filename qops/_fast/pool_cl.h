@@ -9,7 +9,7 @@
  * AVX-512 takes blocks of 64 channels in four zmm sums that stay in registers from the first
  * tap to the output bytes, AVX2 in eight ymm sums; the baseline build, and channel tails,
  * sum into memory and let GCC vectorize the loops. (Sums in memory, or packing through GCC's
- * own conversions, ran the 8x64x56x56 2x2 pool 2-4x slower on AVX-512.)
+ * own conversions, ran several times slower on AVX-512.)
  */
 #ifndef QOPS_POOL_CL_H
 #define QOPS_POOL_CL_H
@@ -190,4 +190,26 @@ QPC_MAX_ROW(qpc_max_row_u8, uint8_t, 0)
 QPC_MAX_ROW(qpc_max_row_s8, int8_t, -128)
 QPC_MAX_ROW(qpc_max_row_s32, int32_t, INT32_MIN)
 #undef QPC_MAX_ROW
+
+/* The entry points pool.pyx calls: one row from plain arguments, the row's struct on this
+ * call's stack, so every thread has its own (a struct filled inside a prange body is shared
+ * by the threads: issue 19 #3). sgn / kind: 0 uint8, 1 int8, 2 int32 (max only). */
+static inline void qpc_avg_row(const void *x, void *out, int sgn, ptrdiff_t H, ptrdiff_t W,
+                               ptrdiff_t C, ptrdiff_t OW, ptrdiff_t d0, ptrdiff_t d1,
+                               ptrdiff_t h0, ptrdiff_t h1, const ptrdiff_t *w0,
+                               const ptrdiff_t *w1, const int32_t *sub, const float *mul,
+                               float add, float post, float qmin, float qmax) {
+    const qpc_row g = {H, W, C, OW, d0, d1, h0, h1, w0, w1, sub, mul, add, post, qmin, qmax};
+    if (sgn) qpc_avg_row_s8((const int8_t *)x, (int8_t *)out, &g);
+    else qpc_avg_row_u8((const uint8_t *)x, (uint8_t *)out, &g);
+}
+
+static inline void qpc_max_row(const void *const *rows, void *out, int kind, ptrdiff_t W,
+                               ptrdiff_t C, ptrdiff_t OW, ptrdiff_t sW, ptrdiff_t pW,
+                               ptrdiff_t kW, ptrdiff_t dW, ptrdiff_t nrows) {
+    const qpc_mrow g = {W, C, OW, sW, pW, kW, dW, nrows};
+    if (kind == 2) qpc_max_row_s32((const int32_t *const *)rows, (int32_t *)out, &g);
+    else if (kind == 1) qpc_max_row_s8((const int8_t *const *)rows, (int8_t *)out, &g);
+    else qpc_max_row_u8((const uint8_t *const *)rows, (uint8_t *)out, &g);
+}
 #endif

@@ -56,7 +56,7 @@ def _pad3(t, nsp, fill):
 def _ints(v, n, argname, minimum, maximum=_check.MAX_DIM):
     """_check.int_tuple, with plain ints and tuples of them accepted without its ABC checks."""
     # exact types only (bool, numpy ints and lists take the full check and its messages); the
-    # full check costs ~1.5 us per argument, most of a small pool's call
+    # full check costs most of a small pool's call
     if type(v) is int:
         if minimum <= v <= _check.MAX_DIM:
             return (v,) * n
@@ -88,7 +88,7 @@ def _pool_args(nsp, kernel_size, stride, padding, dilation, spatial, ceil_mode):
     """Checked (kernel, stride, padding, dilation, out_size) as 3-tuples (D, H, W)."""
     # Only exact ints, tuples of ints, None and bools make a key: values that compare equal
     # (True == 1, 2.0 == 2) but check differently never share an entry. Checking costs
-    # ~1.5 us per call, a third of a small pool's time; the memo lookup ~0.3 us.
+    # a third of a small pool's time; the memo lookup a fraction of that.
     key = None
     if (_plain(kernel_size) and (stride is None or _plain(stride)) and _plain(padding)
             and _plain(dilation) and type(ceil_mode) is bool):
@@ -411,7 +411,7 @@ def adaptive_avg_pool2d(input, output_size):
     output_size : int or 2-tuple (None keeps that input size), each >= 1
     """
     # The usual call, global pooling of a C-order batch, skips the general checks: they cost
-    # as much as the kernel (2048x7x7: ~3 of 7 us)
+    # about as much as the kernel
     if (type(output_size) is int and output_size == 1 and type(input) is QTensor
             and input._axis is None and input._dtype in _8BIT):
         x = input._int

@@ -1,0 +1,133 @@
+"""Write qops/_fast/qops_pool_avx512_variants.h: the specialised AVX-512 average-pool walks.
+
+Each (load count nl, stride 2 or not, signed or not, one D plane or not) variant of the column
+walk qp_avg_col and of the lone-row walk qp_avg_row1 is its own small noinline function, so
+GCC keeps each one's loop state in registers (inlined into one large dispatcher it spilled the
+state and reloaded the geometry on every output row). nl = 0 stands for any load count.
+This script writes those functions and the two dispatchers that pick one, as plain C.
+
+    python tools/gen_pool_variants.py           # rewrite the header
+    python tools/gen_pool_variants.py --check   # exit 1 if the checked-in header differs
+"""
+import sys
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parent.parent / "qops" / "_fast" / "qops_pool_avx512_variants.h"
+NLS = (1, 2, 3, 0)     # dispatch order: the common counts first, 0 (any count) last
+
+COL_PARAMS = ("const uint8_t *const *dp, int nd, const qp_geom *g, ptrdiff_t oa, ptrdiff_t ob, "
+              "uint8_t *o, ptrdiff_t c, const int32_t *cls, const int32_t *zt, "
+              "const float *mtab, __m512 zpf, const __mmask64 *mt, const ptrdiff_t *off, "
+              "int nl, int two, const qp_irq *iq")
+COL_ARGS = "dp, nd, g, oa, ob, o, c, cls, zt, mtab, zpf, mt, off, nl, two, iq"
+ROW1_PARAMS = ("const uint8_t *plane, const qp_geom *g, ptrdiff_t od, ptrdiff_t oh, uint8_t *o, "
+               "const int32_t *z, const float *mul, __m512 zpf, const __mmask64 *mt, "
+               "const ptrdiff_t *off, int nl, ptrdiff_t nc, const qp_irq *iq, ptrdiff_t cz")
+ROW1_ARGS = "plane, g, od, oh, o, z, mul, zpf, mt, off, nl, nc, iq, cz"
+
+
+def wrap(text, indent, width=100):
+    """text's comma-separated items on lines of at most width characters, each line indented
+    by indent spaces (the caller puts the first line after a line break)."""
+    lines, cur = [], ""
+    for item in text.split(", "):
+        piece = item if not cur else cur + ", " + item
+        if indent + len(piece) + 2 > width and cur:
+            lines.append(cur + ",")
+            cur = item
+        else:
+            cur = piece
+    lines.append(cur)
+    return ("\n" + " " * indent).join(lines)
+
+
+def call(fn, args, indent):
+    """The statement fn(args); wrapped after fn( when longer than a line."""
+    one = f"{fn}({args});"
+    if indent + len(one) <= 100:
+        return one
+    return f"{fn}(\n{' ' * (indent + 8)}{wrap(args, indent + 8)});"
+
+
+def col_fn(nl, s2, sg, nd1):
+    """The column walk for load count nl (0: any), stride 2 (s2), sign sg, one D plane (nd1)."""
+    nl_arg = str(nl) if nl else "nl"
+    nd_arg = "1" if nd1 else "nd"
+    body = []
+    for two in (1, 0):
+        body.append(("qp_avg_col", f"dp, {nd_arg}, g, oa, ob, o, c, cls, zt, mtab, zpf, mt, "
+                                   f"off, {nl_arg}, {s2}, {two}, {sg}, iq"))
+    return (f"static __attribute__((noinline)) void qp_avg_col_{nl}_{s2}_{sg}_{nd1}(\n"
+            f"        {wrap(COL_PARAMS, 8)}) {{\n"
+            f"    (void)nl; (void)nd;\n"
+            f"    if (two)\n        {call(*body[0], 8)}\n"
+            f"    else\n        {call(*body[1], 8)}\n"
+            f"}}\n")
+
+
+def row1_fn(nl, s2, sg):
+    """The lone-row walk for load count nl (0: any), stride 2 (s2) and sign sg."""
+    nl_arg = str(nl) if nl else "nl"
+    args = f"plane, g, od, oh, o, z, mul, zpf, mt, off, {nl_arg}, nc, {s2}, {sg}, iq, cz"
+    return (f"static __attribute__((noinline)) void qp_avg_row1_{nl}_{s2}_{sg}(\n"
+            f"        {wrap(ROW1_PARAMS, 8)}) {{\n"
+            f"    (void)nl;\n"
+            f"    {call('qp_avg_row1', args, 4)}\n"
+            f"}}\n")
+
+
+def dispatcher(name, params, args, nd1):
+    """if-chains picking the variant: over nd1 (the column walk only), then sgn, nl, s2."""
+    head = "int sgn, int s2, int nd1, " if nd1 else "int sgn, int s2, "
+    out = [f"QP_ALWAYS void {name}_pick(\n        {wrap(head + params, 8)}) {{"]
+    for one in ((1, 0) if nd1 else (None,)):
+        pad = "    " if one is None else "        "
+        if one is not None:
+            out.append("    if (nd1) {" if one else "    } else {")
+        for sg in (1, 0):
+            out.append(pad + ("if (sgn) {" if sg else "} else {"))
+            for i, nl in enumerate(NLS):
+                cond = ("if" if i == 0 else "} else if") + f" (nl == {nl}) {{" if nl else "} else {"
+                out.append(pad + "    " + cond)
+                for s2 in (1, 0):
+                    fn = f"{name}_{nl}_{s2}_{sg}" + ("" if one is None else f"_{one}")
+                    out.append(pad + "        " + ("if (s2)" if s2 else "else"))
+                    out.append(pad + "            " + call(fn, args, len(pad) + 12))
+            out.append(pad + "    }")
+        out.append(pad + "}")
+        if one == 0:
+            out.append("    }")
+    out.append("}\n")
+    return "\n".join(out)
+
+
+def render():
+    parts = ["/* GENERATED by tools/gen_pool_variants.py: edit that script, not this file.\n"
+             " * The (nl, s2, sgn, one D plane) variants of the AVX-512 average-pool walks of\n"
+             " * qops_pool_avx512_cols.h and the dispatchers qops_pool_rows.h calls. */",
+             "#ifndef QOPS_POOL_AVX512_VARIANTS_H", "#define QOPS_POOL_AVX512_VARIANTS_H",
+             '#include "qops_pool_avx512_cols.h"', "#if QP_SIMD == 2", ""]
+    for nl in (0, 1, 2, 3):
+        for s2 in (0, 1):
+            for sg in (0, 1):
+                parts.append(col_fn(nl, s2, sg, 1))
+                parts.append(col_fn(nl, s2, sg, 0))
+                parts.append(row1_fn(nl, s2, sg))
+    parts.append(dispatcher("qp_avg_col", COL_PARAMS, COL_ARGS, True))
+    parts.append(dispatcher("qp_avg_row1", ROW1_PARAMS, ROW1_ARGS, False))
+    parts += ["#endif  /* QP_SIMD == 2 */", "#endif  /* QOPS_POOL_AVX512_VARIANTS_H */", ""]
+    return "\n".join(parts)
+
+
+def main(argv):
+    text = render()
+    if "--check" in argv:
+        same = OUT.exists() and OUT.read_text() == text
+        print(f"{OUT.name}: {'up to date' if same else 'differs from the generator'}")
+        return 0 if same else 1
+    OUT.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
