@@ -177,7 +177,8 @@ CASES = {
                       lambda r: ((r.integers(-60, 60, (1, 4096)) + 0.5) * 0.04).astype(F32)),
 }
 
-# (case, form) -> (exact share, max step difference) of the op alone, ORT 1.32, AVX2 Zen 3.
+# (case, form) -> (exact share, max step difference) of the op alone, ORT 1.32, AVX2 Zen 3;
+# "qdq_unfused": the QDQ export with ORT's graph optimizations off (no fused QLinear kernels).
 MEASURED = {
     ('adaptive_avg_pool2d_1', 'qdq'): (1.0, 0),
     ('adaptive_avg_pool2d_1', 'qoperator'): (1.0, 0),
@@ -269,6 +270,51 @@ MEASURED = {
     ('upsample_bilinear', 'qoperator'): (0.97, 1),
     ('upsample_nearest', 'qdq'): (1.0, 0),
     ('upsample_nearest', 'qoperator'): (1.0, 0),
+    ('adaptive_avg_pool2d_1', 'qdq_unfused'): (1.0, 0),
+    ('adaptive_avg_pool2d_1_odd_zp', 'qdq_unfused'): (0.984375, 1),
+    ('adaptive_avg_pool2d_2', 'qdq_unfused'): (1.0, 0),
+    ('add', 'qdq_unfused'): (0.9513888888888888, 1),
+    ('add_relu', 'qdq_unfused'): (0.96875, 1),
+    ('add_scalar', 'qdq_unfused'): (1.0, 0),
+    ('add_scalar_requantize', 'qdq_unfused'): (0.9861111111111112, 1),
+    ('avg_pool2d', 'qdq_unfused'): (0.9609375, 1),
+    ('avg_pool2d_odd_zp', 'qdq_unfused'): (0.85546875, 1),
+    ('avg_pool2d_pad', 'qdq_unfused'): (1.0, 0),
+    ('batch_norm2d', 'qdq_unfused'): (1.0, 0),
+    ('bn_relu2d', 'qdq_unfused'): (1.0, 0),
+    ('cat', 'qdq_unfused'): (0.9947916666666666, 1),
+    ('conv1d', 'qdq_unfused'): (1.0, 0),
+    ('conv2d', 'qdq_unfused'): (0.998046875, 1),
+    ('conv2d_8bit', 'qdq_unfused'): (1.0, 0),
+    ('conv2d_depthwise', 'qdq_unfused'): (1.0, 0),
+    ('conv2d_per_tensor', 'qdq_unfused'): (1.0, 0),
+    ('conv2d_relu', 'qdq_unfused'): (1.0, 0),
+    ('conv3d', 'qdq_unfused'): (0.9975, 1),
+    ('elu', 'qdq_unfused'): (1.0, 0),
+    ('elu_all_levels', 'qdq_unfused'): (0.9921875, 1),
+    ('flatten', 'qdq_unfused'): (1.0, 0),
+    ('hardsigmoid', 'qdq_unfused'): (1.0, 0),
+    ('hardswish', 'qdq_unfused'): (1.0, 0),
+    ('hardswish_all_levels', 'qdq_unfused'): (0.99609375, 1),
+    ('hardtanh', 'qdq_unfused'): (1.0, 0),
+    ('leaky_relu', 'qdq_unfused'): (1.0, 0),
+    ('linear', 'qdq_unfused'): (1.0, 0),
+    ('linear_8bit', 'qdq_unfused'): (1.0, 0),
+    ('linear_relu_3d', 'qdq_unfused'): (1.0, 0),
+    ('max_pool1d', 'qdq_unfused'): (1.0, 0),
+    ('max_pool2d', 'qdq_unfused'): (1.0, 0),
+    ('max_pool3d', 'qdq_unfused'): (1.0, 0),
+    ('mul', 'qdq_unfused'): (0.9826388888888888, 1),
+    ('mul_scalar', 'qdq_unfused'): (1.0, 0),
+    ('mul_scalar_negative', 'qdq_unfused'): (1.0, 0),
+    ('quantize', 'qdq_unfused'): (1.0, 0),
+    ('quantize_ties', 'qdq_unfused'): (0.884765625, 1),
+    ('relu', 'qdq_unfused'): (1.0, 0),
+    ('relu6', 'qdq_unfused'): (1.0, 0),
+    ('sigmoid', 'qdq_unfused'): (1.0, 0),
+    ('tanh', 'qdq_unfused'): (1.0, 0),
+    ('upsample_bilinear', 'qdq_unfused'): (0.97, 1),
+    ('upsample_nearest', 'qdq_unfused'): (1.0, 0),
 }
 
 
@@ -288,15 +334,16 @@ def _op_row(report):
 
 
 def measure(name, form, seed=0):
+    """("qdq_unfused": the QDQ export run with ORT's graph optimizations off.)"""
     model, xs = _case(name, seed)
     buf = io.BytesIO()
-    export(model, xs, buf, form=form)
-    r = compare(model, buf.getvalue(), xs)
+    export(model, xs, buf, form=form.replace("_unfused", ""))
+    r = compare(model, buf.getvalue(), xs, optimize=not form.endswith("_unfused"))
     row = _op_row(r)
     return row["exact"], row["max_steps"], r
 
 
-@pytest.mark.parametrize("form", ["qdq", "qoperator"])
+@pytest.mark.parametrize("form", ["qdq", "qoperator", "qdq_unfused"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_single_op_vs_onnxruntime(name, form):
     exact, steps, report = measure(name, form)

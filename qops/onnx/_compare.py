@@ -56,7 +56,7 @@ _KIND = {
 }
 
 
-def _session(model_bytes_or_path):
+def _session(model_bytes_or_path, optimize=True):
     try:
         import onnxruntime as ort
     except ImportError:
@@ -64,6 +64,9 @@ def _session(model_bytes_or_path):
             from None
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    if not optimize:
+        # ORT's reference semantics: each QDQ node run as written, no fused QLinear kernels
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(model_bytes_or_path, opts, providers=["CPUExecutionProvider"])
 
 
@@ -113,7 +116,7 @@ def _feed(v, value):
     return np.ascontiguousarray(np.asarray(value, np.float32))
 
 
-def compare(model, onnx_path, inputs, per_op=True):
+def compare(model, onnx_path, inputs, per_op=True, optimize=True):
     """Run `model` (qops) and the ONNX model at `onnx_path` (ONNX Runtime) on `inputs`.
 
     Parameters
@@ -122,6 +125,8 @@ def compare(model, onnx_path, inputs, per_op=True):
     onnx_path : path of the exported model (or its bytes)
     inputs : float32 array, or tuple of them
     per_op : also run every traced step alone in ONNX Runtime on qops' own inputs
+    optimize : ORT's default graph optimizations (QDQ groups fused into QLinear kernels);
+        False runs every node as written (float ops between QuantizeLinear/DequantizeLinear)
 
     Returns a dict: "outputs": [{"name", "exact", "max_steps", "n"}], "ops": [{"label", "kind",
     "exact", "max_steps", "n", "reason"}] (only the ops with a quantized output) and "form".
@@ -144,7 +149,7 @@ def compare(model, onnx_path, inputs, per_op=True):
     form = props.get("qops.form", "qdq")
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
     _, b, outs = build(model, inputs, form, opset)
-    sess = _session(proto.SerializeToString())
+    sess = _session(proto.SerializeToString(), optimize)
     feed = {i.name: np.ascontiguousarray(x) for i, x in zip(sess.get_inputs(), inputs)}
     got = sess.run(None, feed)
     steps = [float(s) for s in props.get("qops.output_steps", "").split(",") if s]
@@ -159,7 +164,7 @@ def compare(model, onnx_path, inputs, per_op=True):
             qouts = [(v, value) for v, value in rec.outputs if v.q]
             if not rec.nodes or not qouts:
                 continue
-            sub = _session(_op_model(b, rec).SerializeToString())
+            sub = _session(_op_model(b, rec).SerializeToString(), optimize)
             names = [o.name for o in sub.get_inputs()]
             byname = {v.name: _feed(v, value) for v, value in rec.inputs}
             res = sub.run(None, {n: byname[n] for n in names})
