@@ -129,13 +129,6 @@ class _Builder:
                           f"(a qops module, a QFunctional method or a graph node); move that "
                           f"computation into a module")
 
-    def new_q(self, hint, out, name=None):
-        """The _Val of QTensor `out` (a name is made for it unless given)."""
-        val = _Val(name or self.uname(hint), out.shape, float(out.q_scale()),
-                   int(out.q_zero_point()), _np_qdtype(out))
-        self.bind(out, val)
-        return val
-
     # -- QDQ helpers -------------------------------------------------------------------------
     def dq(self, v, hint):
         return self.node("DequantizeLinear", [v.name, self.scale_c(hint, v.scale),
@@ -189,6 +182,25 @@ def _int32_bias(b, x_scale, w_scale):
     return q.astype(np.int32), bscale
 
 
+def _dq_weight(b, h, wd, ws, wz, axis):
+    """DequantizeLinear of the int8 weight (per channel: one scale per output channel)."""
+    per_axis = {"axis": 0} if axis is not None else {}
+    return b.node("DequantizeLinear", [b.const(h + "_w", wd), b.const(h + "_w_scale", ws),
+                                       b.const(h + "_w_zp", wz)], hint=h + "_w_dq", **per_axis)
+
+
+def _dq_bias(b, h, bq, bscale, axis):
+    """DequantizeLinear of the int32 bias, scale x_scale * w_scale, zero point 0."""
+    if axis is None:
+        return b.node("DequantizeLinear", [b.const(h + "_b", bq),
+                                           b.const(h + "_b_scale", bscale[:1].reshape(())),
+                                           b.const(h + "_b_zp", np.zeros((), np.int32))],
+                      hint=h + "_b_dq")
+    return b.node("DequantizeLinear", [b.const(h + "_b", bq), b.const(h + "_b_scale", bscale),
+                                       b.const(h + "_b_zp", np.zeros(bq.shape, np.int32))],
+                  hint=h + "_b_dq", axis=0)
+
+
 def _tuple(v, n):
     if isinstance(v, numbers.Integral):
         return (int(v),) * n
@@ -228,21 +240,12 @@ def emit_conv(b, rec, x, out, weight, bias, stride, padding, dilation, groups, r
                  group=int(groups), kernel_shape=list(weight.shape[2:]))
     if axis not in (None, 0):
         raise ExportError(f"{rec.where}: per-channel weight on axis {axis}; ONNX Conv needs axis 0")
-    bias_name = None
     if bias is not None:
         bq, bscale = _int32_bias(np.asarray(bias, F32), xv.scale, ws)
     if b.form == "qdq":
-        xf = b.dq(xv, h + "_x")
-        wf = b.node("DequantizeLinear", [b.const(h + "_w", wd), b.const(h + "_w_scale", ws),
-                                         b.const(h + "_w_zp", wz)], hint=h + "_w_dq",
-                    **({"axis": 0} if axis is not None else {}))
-        ins = [xf, wf]
+        ins = [b.dq(xv, h + "_x"), _dq_weight(b, h, wd, ws, wz, axis)]
         if bias is not None:
-            ins.append(b.node("DequantizeLinear", [
-                b.const(h + "_b", bq), b.const(h + "_b_scale", bscale if axis is not None
-                                               else bscale[:1].reshape(())),
-                b.const(h + "_b_zp", np.zeros(bq.shape if axis is not None else (), np.int32))],
-                hint=h + "_b_dq", **({"axis": 0} if axis is not None else {})))
+            ins.append(_dq_bias(b, h, bq, bscale, axis))
         y = b.node("Conv", ins, hint=h, **attrs)
         if relu:
             y = b.node("Relu", [y], hint=h + "_relu")
@@ -251,8 +254,7 @@ def emit_conv(b, rec, x, out, weight, bias, stride, padding, dilation, groups, r
         b.const(h + "_w", wd), b.const(h + "_w_scale", ws), b.const(h + "_w_zp", wz)] \
         + b.out_qparams(out, h)
     if bias is not None:
-        bias_name = b.const(h + "_b", bq)
-        ins.append(bias_name)
+        ins.append(b.const(h + "_b", bq))
     y = b.node("QLinearConv", ins, hint=h, **attrs)
     if relu:
         y = b.clip_q(y, out, int(out.q_zero_point()), None, h)
@@ -276,15 +278,9 @@ def emit_linear(b, rec, x, out, weight, bias, relu):
     nd = len(xv.shape)
     if b.form == "qdq":
         xf = b.dq(xv, h + "_x")
-        wf = b.node("DequantizeLinear", [b.const(h + "_w", wd), b.const(h + "_w_scale", ws),
-                                         b.const(h + "_w_zp", wz)], hint=h + "_w_dq",
-                    **({"axis": 0} if axis is not None else {}))
+        wf = _dq_weight(b, h, wd, ws, wz, axis)
         if bias is not None:
-            bf = b.node("DequantizeLinear", [
-                b.const(h + "_b", bq), b.const(h + "_b_scale", bscale if axis is not None
-                                               else bscale[:1].reshape(())),
-                b.const(h + "_b_zp", np.zeros(bq.shape if axis is not None else (), np.int32))],
-                hint=h + "_b_dq", **({"axis": 0} if axis is not None else {}))
+            bf = _dq_bias(b, h, bq, bscale, axis)
         if nd == 2:
             y = b.node("Gemm", [xf, wf] + ([bf] if bias is not None else []), hint=h, transB=1)
         else:
