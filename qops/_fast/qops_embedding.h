@@ -21,6 +21,14 @@
 #define QOPS_EB_MAX 2
 #define QOPS_EB_PREFETCH 16     /* entries ahead, as fbgemm's lookups */
 
+/* Every cache line of the row of `nbytes` bytes at p. */
+static inline void qops_eb_prefetch(const void *p, ptrdiff_t nbytes) {
+    const char *c = (const char *)p;
+    for (ptrdiff_t o = 0; o < nbytes; o += 64)
+        __builtin_prefetch(c + o);
+    __builtin_prefetch(c + nbytes - 1);
+}
+
 static inline void qops_eb_add_u8(float *acc, const uint8_t *q, ptrdiff_t d, float s, float c) {
     for (ptrdiff_t j = 0; j < d; j++)
         acc[j] = fmaf(s, (float)q[j], acc[j] + c);
@@ -79,6 +87,61 @@ static inline void qops_eb_max_u4(float *acc, const uint8_t *q, ptrdiff_t d, flo
     }
 }
 
+#if defined(__AVX2__)
+/* 64 values of an 8-bit row (64 bytes) or a 4-bit row (32 bytes) as 8 vectors of 8 floats. */
+static inline void qops_eb_load64(int bits, const uint8_t *p, __m256 v[8]) {
+    if (bits == 8) {
+        for (int k = 0; k < 8; k++)
+            v[k] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * k))));
+    } else {
+        for (int k = 0; k < 4; k++)
+            qops_eb_nibbles16(p + 8 * k, &v[2 * k], &v[2 * k + 1]);
+    }
+}
+
+/* Sum (or weighted sum) of one bag for D a multiple of 64: 64 columns at a time held in eight
+ * registers over all the bag's entries, so the accumulators never go through memory. Same
+ * operations, in the same order per column, as the row loops. Returns the entry count. */
+static inline ptrdiff_t qops_eb_sum64(int bits, const uint8_t *table, ptrdiff_t row_bytes,
+                                      const int64_t *idx, ptrdiff_t lo, ptrdiff_t hi,
+                                      ptrdiff_t n_idx, const float *psw, int64_t padding_idx,
+                                      float *out, ptrdiff_t d) {
+    const ptrdiff_t vals = row_bytes - 8;
+    ptrdiff_t count = 0;
+    for (ptrdiff_t c0 = 0; c0 < d; c0 += 64) {
+        __m256 acc[8], v[8];
+        for (int k = 0; k < 8; k++)
+            acc[k] = _mm256_setzero_ps();
+        count = 0;
+        const ptrdiff_t off = bits == 8 ? c0 : c0 / 2;
+        for (ptrdiff_t i = lo; i < hi; i++) {
+            if (c0 == 0 && i + QOPS_EB_PREFETCH < n_idx) {
+                qops_eb_prefetch(table + idx[i + QOPS_EB_PREFETCH] * row_bytes, row_bytes);
+            }
+            int64_t r = idx[i];
+            if (r == padding_idx)
+                continue;
+            const uint8_t *q = table + r * row_bytes;
+            float scale, bias;
+            memcpy(&scale, q + vals, sizeof(float));
+            memcpy(&bias, q + vals + sizeof(float), sizeof(float));
+            if (psw) {
+                scale = scale * psw[i];
+                bias = bias * psw[i];
+            }
+            const __m256 vs = _mm256_set1_ps(scale), vc = _mm256_set1_ps(bias);
+            qops_eb_load64(bits, q + off, v);
+            for (int k = 0; k < 8; k++)
+                acc[k] = _mm256_fmadd_ps(vs, v[k], _mm256_add_ps(acc[k], vc));
+            count++;
+        }
+        for (int k = 0; k < 8; k++)
+            _mm256_storeu_ps(out + c0 + 8 * k, acc[k]);
+    }
+    return count;
+}
+#endif
+
 /* One bag of a quantized table of fused rows (values, then float32 scale and bias, as
  * fbgemm's rows keep them: one row is one or two cache lines, scale and bias included):
  * entries [lo, hi) of idx into out[0:d]. */
@@ -88,12 +151,17 @@ static inline void qops_eb_bag_q(int bits, const uint8_t *table, ptrdiff_t row_b
                                  int64_t padding_idx, float *out, ptrdiff_t d) {
     const ptrdiff_t vals = row_bytes - 8;
     ptrdiff_t count = 0;
+#if defined(__AVX2__)
+    if (mode != QOPS_EB_MAX && d % 64 == 0 && d > 0) {
+        count = qops_eb_sum64(bits, table, row_bytes, idx, lo, hi, n_idx, psw, padding_idx,
+                              out, d);
+        hi = lo;                    /* done: only the mean's division is left */
+    } else
+#endif
     memset(out, 0, (size_t)d * sizeof(float));
     for (ptrdiff_t i = lo; i < hi; i++) {
         if (i + QOPS_EB_PREFETCH < n_idx) {
-            const uint8_t *ahead = table + idx[i + QOPS_EB_PREFETCH] * row_bytes;
-            __builtin_prefetch(ahead);
-            __builtin_prefetch(ahead + row_bytes - 1);
+            qops_eb_prefetch(table + idx[i + QOPS_EB_PREFETCH] * row_bytes, row_bytes);
         }
         int64_t r = idx[i];
         if (r == padding_idx)
@@ -124,17 +192,61 @@ static inline void qops_eb_bag_q(int bits, const uint8_t *table, ptrdiff_t row_b
     }
 }
 
+#if defined(__AVX2__)
+/* The float sum for D a multiple of 64, accumulated in registers as qops_eb_sum64. */
+static inline ptrdiff_t qops_eb_sum64_f32(const float *table, const int64_t *idx, ptrdiff_t lo,
+                                          ptrdiff_t hi, ptrdiff_t n_idx, const float *psw,
+                                          int64_t padding_idx, float *out, ptrdiff_t d) {
+    ptrdiff_t count = 0;
+    for (ptrdiff_t c0 = 0; c0 < d; c0 += 64) {
+        __m256 acc[8];
+        for (int k = 0; k < 8; k++)
+            acc[k] = _mm256_setzero_ps();
+        count = 0;
+        for (ptrdiff_t i = lo; i < hi; i++) {
+            if (c0 == 0 && i + QOPS_EB_PREFETCH < n_idx)
+                qops_eb_prefetch(table + idx[i + QOPS_EB_PREFETCH] * d,
+                                 d * (ptrdiff_t)sizeof(float));
+            int64_t r = idx[i];
+            if (r == padding_idx)
+                continue;
+            const float *row = table + r * d + c0;
+            if (!psw) {
+                for (int k = 0; k < 8; k++)
+                    acc[k] = _mm256_add_ps(acc[k], _mm256_loadu_ps(row + 8 * k));
+            } else if (padding_idx < 0) {
+                const __m256 w = _mm256_set1_ps(psw[i]);
+                for (int k = 0; k < 8; k++)
+                    acc[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(row + 8 * k), acc[k]);
+            } else {
+                const __m256 w = _mm256_set1_ps(psw[i]);
+                for (int k = 0; k < 8; k++)
+                    acc[k] = _mm256_add_ps(acc[k], _mm256_mul_ps(w, _mm256_loadu_ps(row + 8 * k)));
+            }
+            count++;
+        }
+        for (int k = 0; k < 8; k++)
+            _mm256_storeu_ps(out + c0 + 8 * k, acc[k]);
+    }
+    return count;
+}
+#endif
+
 /* One bag of a float32 table (PyTorch's float EmbeddingBag). */
 static inline void qops_eb_bag_f32(const float *table, const int64_t *idx, ptrdiff_t lo,
                                    ptrdiff_t hi, ptrdiff_t n_idx, const float *psw, int mode,
                                    int64_t padding_idx, float *out, ptrdiff_t d) {
     ptrdiff_t count = 0;
+#if defined(__AVX2__)
+    if (mode != QOPS_EB_MAX && d % 64 == 0 && d > 0) {
+        count = qops_eb_sum64_f32(table, idx, lo, hi, n_idx, psw, padding_idx, out, d);
+        hi = lo;                    /* done: only the mean's division is left */
+    } else
+#endif
     memset(out, 0, (size_t)d * sizeof(float));
     for (ptrdiff_t i = lo; i < hi; i++) {
         if (i + QOPS_EB_PREFETCH < n_idx) {
-            const float *ahead = table + idx[i + QOPS_EB_PREFETCH] * d;
-            __builtin_prefetch(ahead);
-            __builtin_prefetch(ahead + d - 1);
+            qops_eb_prefetch(table + idx[i + QOPS_EB_PREFETCH] * d, d * (ptrdiff_t)sizeof(float));
         }
         int64_t r = idx[i];
         if (r == padding_idx)

@@ -10,9 +10,9 @@ from qops._registry import _util as u
 F32 = np.float32
 MODES = ("sum", "mean", "max")
 #: embedding dims around the 8- and 16-float vector widths (and odd ones for 4-bit packing)
-DIMS = (1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65)
+DIMS = (1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 128)
 #: 4-bit tables need even dims: tails of 2 to 14 values after the 16-value vector steps
-DIMS4 = (2, 4, 14, 16, 18, 30, 32, 34, 62, 64, 66)
+DIMS4 = (2, 4, 14, 16, 18, 30, 32, 34, 62, 64, 66, 128)
 
 
 # -- inputs -----------------------------------------------------------------------------------
@@ -82,6 +82,11 @@ def _lookup_cases(make_table, seed, dims=DIMS):
     out.append(_bag_case(t, idx, off, "sum", psw=r.uniform(0, 1, idx.shape[0]).astype(F32),
                          last=True, pad=5, label="psw-last-pad"))
     out.append(_bag_case(t, idx, off, "mean", pad=-35, label="pad-negative"))
+    # D = 64: the register-accumulator path, with padding and per-sample weights
+    t64 = make_table(r, 40, 64)
+    out.append(_bag_case(t64, idx, off, "sum", psw=r.uniform(-1, 1, idx.shape[0]).astype(F32),
+                         pad=5, label="d64-psw-pad"))
+    out.append(_bag_case(t64, idx, off, "mean", pad=5, label="d64-mean-pad"))
     two_d = r.integers(0, 40, (7, 5)).astype(np.int64)
     for mode in MODES:
         out.append(Case((t, two_d, None), {"mode": mode}, label=f"2d-{mode}"))
