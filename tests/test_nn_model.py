@@ -306,6 +306,10 @@ def _example(name, cls):
         "Hardswish": lambda: cls(0.1, 3) if ".quantized." in name else cls(),
         "Hardtanh": lambda: cls(-2.0, 2.0), "Dropout": lambda: cls(0.25),
         "Embedding": lambda: cls(10, 4), "EmbeddingBag": lambda: cls(10, 4),
+        "LSTM": lambda: cls(3, 4, 2, bidirectional=True), "GRU": lambda: cls(3, 4, 2),
+        "RNN": lambda: cls(3, 4, nonlinearity="relu"), "RNNBase": lambda: cls("LSTM", 3, 4),
+        "LSTMCell": lambda: cls(3, 4), "GRUCell": lambda: cls(3, 4),
+        "RNNCell": lambda: cls(3, 4), "RNNCellBase": lambda: cls(3, 4, True, 4),
         "Sequential": lambda: cls(nn.ReLU(), nn.Tanh()),
         "ModuleList": lambda: cls([nn.ReLU()]), "ModuleDict": lambda: cls({"a": nn.ReLU()}),
     }

@@ -146,9 +146,12 @@ class RNNBase(Module):
         return s
 
     def _config(self):
-        return dict(input_size=self.input_size, hidden_size=self.hidden_size,
-                    num_layers=self.num_layers, bias=self.bias, batch_first=self.batch_first,
-                    dropout=self.dropout, bidirectional=self.bidirectional)
+        cfg = dict(input_size=self.input_size, hidden_size=self.hidden_size,
+                   num_layers=self.num_layers, bias=self.bias, batch_first=self.batch_first,
+                   dropout=self.dropout, bidirectional=self.bidirectional)
+        if type(self) is RNNBase:
+            cfg.update(mode=self.mode, proj_size=self.proj_size)
+        return cfg
 
 
 class RNN(RNNBase):
@@ -263,7 +266,10 @@ class RNNCellBase(Module):
         return s
 
     def _config(self):
-        return dict(input_size=self.input_size, hidden_size=self.hidden_size, bias=self.bias)
+        cfg = dict(input_size=self.input_size, hidden_size=self.hidden_size, bias=self.bias)
+        if type(self) is RNNCellBase:
+            cfg["num_chunks"] = self.weight_ih.shape[0] // self.hidden_size
+        return cfg
 
 
 class RNNCell(RNNCellBase):

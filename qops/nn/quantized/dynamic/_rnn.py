@@ -246,9 +246,12 @@ class RNNBase(_WeightsMixin, Module):
         return s + f", dtype={self.dtype}"
 
     def _config(self):
-        return dict(input_size=self.input_size, hidden_size=self.hidden_size,
-                    num_layers=self.num_layers, bias=self.bias, batch_first=self.batch_first,
-                    dropout=self.dropout, bidirectional=self.bidirectional, dtype=self.dtype)
+        cfg = dict(input_size=self.input_size, hidden_size=self.hidden_size,
+                   num_layers=self.num_layers, bias=self.bias, batch_first=self.batch_first,
+                   dropout=self.dropout, bidirectional=self.bidirectional, dtype=self.dtype)
+        if type(self) is RNNBase:
+            cfg["mode"] = self.mode
+        return cfg
 
     @classmethod
     def from_float(cls, mod):
@@ -361,8 +364,11 @@ class RNNCellBase(_WeightsMixin, Module):
         return f"{self.input_size}, {self.hidden_size}, dtype={self.dtype}"
 
     def _config(self):
-        return dict(input_size=self.input_size, hidden_size=self.hidden_size, bias=self.bias,
-                    dtype=self.dtype)
+        cfg = dict(input_size=self.input_size, hidden_size=self.hidden_size, bias=self.bias,
+                   dtype=self.dtype)
+        if type(self) is RNNCellBase:
+            cfg["num_chunks"] = self.num_chunks
+        return cfg
 
     @classmethod
     def from_float(cls, mod):
