@@ -119,11 +119,13 @@ def test_from_torch_quantized_bag(torch, dtype, last):
         np.testing.assert_array_equal(m(idx, off, psw), theirs, strict=True)
 
 
-def test_from_torch_quantized_embedding(torch):
+@pytest.mark.parametrize("dtype", ["quint8", "quint4x2"])
+def test_from_torch_quantized_embedding(torch, dtype):
     w = torch.randn(40, 10)
-    tm = torch.ao.nn.quantized.Embedding(40, 10)
-    tm.set_weight(_tq_table(torch, w, torch.quint8))
+    tm = torch.ao.nn.quantized.Embedding(40, 10, dtype=getattr(torch, dtype))
+    tm.set_weight(_tq_table(torch, w, getattr(torch, dtype)))
     m = qnnq.from_torch(tm)
+    assert m.dtype == dtype
     idx = np.random.default_rng(7).integers(0, 40, (3, 5))
     np.testing.assert_array_equal(m(idx), tm(torch.from_numpy(idx)).numpy(), strict=True)
 
