@@ -15,6 +15,15 @@
 #else
 #define QOPS_QUANT_AVX2 0
 #endif
+/* The tier of this build's quantize and dequantize kernels, named in quant.pyx's routes:
+ * 2 AVX-512, 1 AVX2, 0 C. */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define QOPS_QUANT_TIER 2
+#elif defined(__AVX2__)
+#define QOPS_QUANT_TIER 1
+#else
+#define QOPS_QUANT_TIER 0
+#endif
 
 #if defined(__AVX2__)
 /* Four vectors of int32 (already <= qmax) to 32 bytes in order. The saturating packs do

@@ -1,6 +1,14 @@
 # Quantize, dequantize and requantize kernels (mirror of qops/_ref/quant.py).
 # Contract: float32 <-> uint8/int8/int32; IEEE float32 arithmetic, rint half to even; the
 # primitives of qops_common.h (Q_fma, Q_leg, D_sc, D_pc) exactly as the reference states them.
+#
+# Which kernel runs is decided in one place, _plan() below: it returns a named Route from
+# ROUTES (<op>.<route>), every entry point calls it, and qops.show_config(op, *args) reports
+# it (qops/_show.py). Per-tensor 8-bit ops run the vector kernels of qops_quant.h; int32 the
+# scalar primitives; per-channel ops walk one channel's run per row (.channels), or, for runs
+# shorter than PC_Q_RUN_MIN / PC_DQ_RUN_MIN, stream rows through position tables (.tables);
+# dequantize_per_channel computes in float32 where that gives D_pc's bits (_f32).
+from collections import namedtuple
 from math import prod
 
 import numpy as np
@@ -39,6 +47,8 @@ cdef extern from "qops_quant.h":
                                Py_ssize_t cols, int threads) nogil
     void qops_requantize8(const uint8_t* q, uint8_t* out, Py_ssize_t n, float s, int32_t zp,
                           float inv, float zpf, float qmin, float qmax) nogil
+    enum:
+        QOPS_QUANT_TIER
 
 
 cdef inline void _q_leg32_run(const float* x, int32_t* out, Py_ssize_t n, float inv,
@@ -253,7 +263,8 @@ cdef bint _pc_scales_f32(const double[::1] scales) noexcept nogil:
 
 
 cdef void _d_pc_channels(const qint_t[:, :, ::1] q, float[:, :, ::1] out, const double[::1] scales,
-                         const int32_t[::1] zp) noexcept nogil:
+                         const int32_t[::1] zp, int mode) noexcept nogil:
+    # mode (from _plan): 2 float32 scales (D_sc's kernel), 1 8-bit D_pc kernel, 0 scalar D_pc
     cdef Py_ssize_t n0 = q.shape[0], nc = q.shape[1], n2 = q.shape[2], r
     if n0 * nc * n2 == 0:
         return
@@ -262,11 +273,10 @@ cdef void _d_pc_channels(const qint_t[:, :, ::1] q, float[:, :, ::1] out, const 
     cdef const double* sp = &scales[0]
     cdef const int32_t* zpp = &zp[0]
     cdef int threads = qops_threads_for(n0 * nc * n2, GRAIN)
-    cdef bint small_zp = qint_t is not int32_t and _pc_zp_small(zp)
-    if small_zp and _pc_scales_f32(scales):
+    if qint_t is not int32_t and mode == 2:
         for r in prange(n0 * nc, schedule="static", num_threads=threads):
             _d_sc_run(qp + r * n2, op + r * n2, n2, <float>sp[r % nc], zpp[r % nc])
-    elif small_zp:
+    elif qint_t is not int32_t and mode == 1:
         for r in prange(n0 * nc, schedule="static", num_threads=threads):
             qops_dequantize_pc8(<const uint8_t*>(qp + r * n2), op + r * n2, n2, sp[r % nc],
                                 zpp[r % nc], qint_t is int8_t)
@@ -324,6 +334,136 @@ cdef void _requant_flat(const q8_t[::1] q, q8_t[::1] out, float s, int32_t zp, f
                      zpf, qmin, qmax)
 
 
+# -- routes -------------------------------------------------------------------------------
+
+cdef class _State:
+    """The quant family's run-time switches, in one object."""
+    cdef public object trace   # a list collecting the Route of every call, or None
+
+
+cdef _State _S = _State()
+_S.trace = None
+
+
+def _trace_routes(routes):
+    """Append the Route of every following call to list `routes` (None: stop). For
+    qops._show.explain."""
+    _S.trace = routes
+
+
+Route = namedtuple("Route", "name kernel where")
+Route.__doc__ = """The kernel a quant call runs: name "<op>.<route>", the function, its file."""
+
+_TIER = ("AVX-512", "AVX2", "C")[2 - QOPS_QUANT_TIER]
+# requantize's 256-bit loop has no AVX-512 counterpart: AVX-512 builds run the C loop
+_RQ_TIER = "AVX2" if QOPS_QUANT_TIER == 1 else "C"
+
+ROUTES = {r.name: r for r in [
+    Route("empty", "none: an empty array", "quant.pyx"),
+    Route("quantize_per_tensor.fma8", f"qops_quantize_fma ({_TIER})", "qops_quant.h"),
+    Route("quantize_per_tensor.leg32", "_q_leg32_flat (Q_leg, int32)", "quant.pyx"),
+    Route("quantize_per_channel.tables", "_q_leg_rows (position tables)", "quant.pyx"),
+    Route("quantize_per_channel.channels", "_q_leg_channels (a run per channel)", "quant.pyx"),
+    Route("dequantize_per_tensor.sc8", f"qops_dequantize_sc8 ({_TIER})", "qops_quant.h"),
+    Route("dequantize_per_tensor.sc32", "_d_sc_run (int32)", "quant.pyx"),
+    Route("dequantize_per_channel.tables_f32",
+          f"_d_sc_rows: qops_dequantize_tab8 ({_TIER})", "qops_quant.h"),
+    Route("dequantize_per_channel.tables", "_d_pc_rows (D_pc, double scales)", "quant.pyx"),
+    Route("dequantize_per_channel.channels_f32",
+          f"_d_pc_channels: qops_dequantize_sc8 ({_TIER})", "qops_quant.h"),
+    Route("dequantize_per_channel.channels_pc8",
+          f"_d_pc_channels: qops_dequantize_pc8 ({_TIER})", "qops_quant.h"),
+    Route("dequantize_per_channel.channels", "_d_pc_channels: _d_pc_run (D_pc)", "quant.pyx"),
+    Route("requantize_per_tensor.direct8", f"qops_requantize8 ({_RQ_TIER})", "qops_quant.h"),
+    Route("requantize_per_tensor.via_float",
+          "dequantize_per_tensor, then quantize_per_tensor (their routes follow)", "quant.pyx"),
+    Route("copy_raw.copy", "_copy_flat (memcpy per thread)", "quant.pyx"),
+    Route("copy_raw.transpose", "qops_transpose8_batch", "qops_transpose.h"),
+    Route("copy_raw.strided", "np.ascontiguousarray", "quant.pyx"),
+]}
+BUILT = frozenset(ROUTES)      # every build runs every route (the tier is in the kernel text)
+
+cdef object R_EMPTY = ROUTES["empty"]
+cdef object R_Q_FMA8 = ROUTES["quantize_per_tensor.fma8"]
+cdef object R_Q_LEG32 = ROUTES["quantize_per_tensor.leg32"]
+cdef object R_QC_TABLES = ROUTES["quantize_per_channel.tables"]
+cdef object R_QC_CHANNELS = ROUTES["quantize_per_channel.channels"]
+cdef object R_D_SC8 = ROUTES["dequantize_per_tensor.sc8"]
+cdef object R_D_SC32 = ROUTES["dequantize_per_tensor.sc32"]
+cdef object R_DC_TABLES_F32 = ROUTES["dequantize_per_channel.tables_f32"]
+cdef object R_DC_TABLES = ROUTES["dequantize_per_channel.tables"]
+cdef object R_DC_F32 = ROUTES["dequantize_per_channel.channels_f32"]
+cdef object R_DC_PC8 = ROUTES["dequantize_per_channel.channels_pc8"]
+cdef object R_DC_CHANNELS = ROUTES["dequantize_per_channel.channels"]
+cdef object R_RQ_DIRECT = ROUTES["requantize_per_tensor.direct8"]
+cdef object R_RQ_FLOAT = ROUTES["requantize_per_tensor.via_float"]
+cdef object R_COPY = ROUTES["copy_raw.copy"]
+cdef object R_COPY_T = ROUTES["copy_raw.transpose"]
+cdef object R_COPY_STRIDED = ROUTES["copy_raw.strided"]
+
+DEF OP_Q = 0         # quantize_per_tensor: x, out dtype
+DEF OP_QC = 1        # quantize_per_channel: x, run
+DEF OP_D = 2         # dequantize_per_tensor: q
+DEF OP_DC = 3        # dequantize_per_channel: q, run, (scales, zero points)
+DEF OP_RQ = 4        # requantize_per_tensor: q, out dtype
+DEF OP_COPY = 5      # copy_raw: q, its _batch_transpose
+
+
+cdef object _plan(int op, a, Py_ssize_t run, extra):
+    """The Route of one call: every kernel choice of the family, in one place.
+
+    op: OP_*; a: the input array; run: per-channel ops' elements per run of one channel;
+    extra: the output array (OP_Q), the out dtype (OP_RQ), (scales f64, zero points i32) (OP_DC), or
+    _batch_transpose(a) (OP_COPY)."""
+    cdef bint byte = a.itemsize == 1
+    if a.size == 0:
+        route = R_EMPTY
+    elif op == OP_Q:
+        route = R_Q_FMA8 if extra.itemsize == 1 else R_Q_LEG32
+    elif op == OP_QC:
+        route = R_QC_TABLES if run < PC_Q_RUN_MIN else R_QC_CHANNELS
+    elif op == OP_D:
+        route = R_D_SC8 if byte else R_D_SC32
+    elif op == OP_DC:
+        # the 8-bit kernels need f32(q) - f32(zp) exact; float32 math gives D_pc's bits when
+        # every scale is a float32 (_pc_scales_f32)
+        small = byte and _pc_zp_small(extra[1])
+        f32 = small and _pc_scales_f32(extra[0])
+        if run < PC_DQ_RUN_MIN:
+            route = R_DC_TABLES_F32 if f32 else R_DC_TABLES
+        else:
+            route = R_DC_F32 if f32 else (R_DC_PC8 if small else R_DC_CHANNELS)
+    elif op == OP_RQ:
+        route = R_RQ_FLOAT if a.dtype != np.dtype(extra) or not byte else R_RQ_DIRECT
+    else:
+        route = (R_COPY if a.flags.c_contiguous else
+                 (R_COPY_STRIDED if extra is None else R_COPY_T))
+    if _S.trace is not None:
+        _S.trace.append(route)
+    return route
+
+
+def plan(op, x, *args):
+    """The Route the fast backend's quant op `op` takes for arguments (x, *args), as passed to
+    that entry point (e.g. plan("dequantize_per_channel", q, scales, zero_points, axis))."""
+    x = np.asarray(x)
+    if op == "quantize_per_tensor":
+        return _plan(OP_Q, x, 0, np.empty(0, args[2]))
+    if op == "quantize_per_channel":
+        return _plan(OP_QC, x, _split(x.shape, args[2])[2], None)
+    if op == "dequantize_per_tensor":
+        return _plan(OP_D, x, 0, None)
+    if op == "dequantize_per_channel":
+        return _plan(OP_DC, x, _split(x.shape, args[2])[2],
+                     (np.ascontiguousarray(args[0], dtype=np.float64),
+                      np.ascontiguousarray(args[1], dtype=np.int32)))
+    if op == "requantize_per_tensor":
+        return _plan(OP_RQ, x, 0, args[4])
+    if op == "copy_raw":
+        return _plan(OP_COPY, x, 0, None if x.flags.c_contiguous else _batch_transpose(x))
+    raise ValueError(f"plan: unknown quant op {op!r}")
+
+
 def _split(shape, axis):
     return (prod(shape[:axis]), shape[axis], prod(shape[axis + 1:]))
 
@@ -336,10 +476,11 @@ def quantize_per_tensor(x, inv_scale, zero_point, dtype):
     """Quantize float32 `x` with one scale: Q_fma for 8-bit types, Q_leg for int32."""
     x = np.require(x, np.float32, "C")
     out = qops_empty(np, x.shape, dtype)
-    bounds = _Q8_RANGE.get(out.dtype)
-    if bounds is None:
+    route = _plan(OP_Q, x, 0, out)
+    if route is R_Q_LEG32:
         _q_leg32_flat(x.reshape(-1), out.reshape(-1), inv_scale, zero_point)
-    elif x.size:
+    elif route is R_Q_FMA8:
+        bounds = _Q8_RANGE[out.dtype]
         # raw pointers: typed memoryviews cost more than the whole op on small tensors
         _q_fma_ptr(<const float*>qops_ptr(x), <uint8_t*>qops_ptr(out, True), x.size,
                    inv_scale, zero_point, bounds[0], bounds[1])
@@ -354,7 +495,10 @@ def quantize_per_channel(x, inv_scales, zero_points, axis, dtype):
     shape3 = _split(x.shape, axis)
     inv = np.ascontiguousarray(inv_scales, dtype=np.float32)
     zp = np.ascontiguousarray(zero_points, dtype=np.int32)
-    if shape3[2] < PC_Q_RUN_MIN:
+    route = _plan(OP_QC, x, shape3[2], None)
+    if route is R_EMPTY:
+        return out
+    if route is R_QC_TABLES:
         shape2 = (shape3[0], shape3[1] * shape3[2])
         reps = _pc_reps(shape2[1])
         ti = _pc_table(inv, shape3[2], reps, np.float32)
@@ -378,6 +522,9 @@ def dequantize_per_tensor(q, scale, zero_point):
     """Dequantize integer `q` with one float32 scale (D_sc); float32 result."""
     q = np.require(q, requirements="C")
     out = qops_empty(np, q.shape, np.float32)
+    route = _plan(OP_D, q, 0, None)
+    if route is R_EMPTY:
+        return out
     if q.dtype == np.uint8:
         _d_sc_flat[uint8_t](q.reshape(-1), out.reshape(-1), scale, zero_point)
     elif q.dtype == np.int8:
@@ -394,24 +541,29 @@ def dequantize_per_channel(q, scales, zero_points, axis):
     shape3 = _split(q.shape, axis)
     sc = np.ascontiguousarray(scales, dtype=np.float64)
     zp = np.ascontiguousarray(zero_points, dtype=np.int32)
-    if shape3[2] < PC_DQ_RUN_MIN:
+    route = _plan(OP_DC, q, shape3[2], (sc, zp))
+    if route is R_EMPTY:
+        return out
+    cdef int mode = 2 if route is R_DC_F32 else (1 if route is R_DC_PC8 else 0)
+    if route is R_DC_TABLES or route is R_DC_TABLES_F32:
         _dequantize_rows(q.reshape(shape3[0], shape3[1] * shape3[2]),
-                         out.reshape(shape3[0], shape3[1] * shape3[2]), sc, zp, shape3[2])
+                         out.reshape(shape3[0], shape3[1] * shape3[2]), sc, zp, shape3[2],
+                         route is R_DC_TABLES_F32)
     elif q.dtype == np.uint8:
-        _d_pc_channels[uint8_t](q.reshape(shape3), out.reshape(shape3), sc, zp)
+        _d_pc_channels[uint8_t](q.reshape(shape3), out.reshape(shape3), sc, zp, mode)
     elif q.dtype == np.int8:
-        _d_pc_channels[int8_t](q.reshape(shape3), out.reshape(shape3), sc, zp)
+        _d_pc_channels[int8_t](q.reshape(shape3), out.reshape(shape3), sc, zp, mode)
     else:
-        _d_pc_channels[int32_t](q.reshape(shape3), out.reshape(shape3), sc, zp)
+        _d_pc_channels[int32_t](q.reshape(shape3), out.reshape(shape3), sc, zp, mode)
     return out
 
 
-def _dequantize_rows(q, out, sc, zp, inner):
-    # the tables hold the float32 scales where the kernels' float32 formula is exact, as
-    # _d_pc_channels decides, and the double scales otherwise
+def _dequantize_rows(q, out, sc, zp, inner, f32):
+    # the tables hold the float32 scales where the kernels' float32 formula is exact (f32,
+    # as _plan decides), and the double scales otherwise
     reps = _pc_reps(q.shape[1])
     tz = _pc_table(zp, inner, reps, np.int32)
-    if q.dtype != np.int32 and _pc_zp_small(zp) and _pc_scales_f32(sc):
+    if f32:
         ts = _pc_table(sc, inner, reps, np.float32)
         if q.dtype == np.uint8:
             _d_sc_rows[uint8_t](q, out, ts, tz)
@@ -430,10 +582,13 @@ def _dequantize_rows(q, out, sc, zp, inner):
 def requantize_per_tensor(q, scale, zero_point, inv_out_scale, out_zero_point, dtype):
     """Re-express `q` with new qparams: D_sc, then quantize as quantize_per_tensor does."""
     q = np.require(q, requirements="C")
-    if q.dtype != np.dtype(dtype) or q.dtype == np.int32:
+    route = _plan(OP_RQ, q, 0, dtype)
+    if route is R_RQ_FLOAT:
         return quantize_per_tensor(dequantize_per_tensor(q, scale, zero_point),
                                    inv_out_scale, out_zero_point, dtype)
     out = qops_empty(np, q.shape, dtype)
+    if route is R_EMPTY:
+        return out
     info = np.iinfo(out.dtype)
     if q.dtype == np.uint8:
         _requant_flat[uint8_t](q.reshape(-1), out.reshape(-1), scale, zero_point,
@@ -494,10 +649,11 @@ def _batch_transpose(q):
 
 def copy_raw(q):
     """A C-contiguous copy of integer array `q` (QTensor.clone's data), 64-byte aligned."""
-    if not q.flags.c_contiguous:
-        bt = _batch_transpose(q)
-        if bt is None:
-            return np.ascontiguousarray(q)      # already a fresh copy
+    bt = None if q.flags.c_contiguous else _batch_transpose(q)
+    route = _plan(OP_COPY, q, 0, bt)
+    if route is R_COPY_STRIDED:
+        return np.ascontiguousarray(q)      # already a fresh copy
+    if route is R_COPY_T:
         order, nb, rows, cols = bt
         out = qops_empty(np, q.shape, q.dtype)
         # the source's memory in its own order is a C-contiguous (nb, rows, cols) block
