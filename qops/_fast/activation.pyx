@@ -2,6 +2,15 @@
 # Contract: uint8/int8 in, same dtype out. An 8-bit input has only 256 possible values, so each
 # float-domain activation builds its 256-entry output table here, with its own float32
 # arithmetic (D_vec -> f(x) -> Q_vec, the vector-body formula), then looks every element up.
+#
+# Which kernel runs is decided in one place, _plan() below: it returns a named Route from
+# ROUTES, every entry point calls it, and qops.show_config(op, *args) reports it
+# (qops/_show.py). The table lookup (lut.*) runs VBMI permutes where the avx512 build finds
+# VBMI on the CPU, else the build's tier (qops_lut.h); clamp_raw runs the AVX-512 shifted-line
+# kernel for 256+ bytes whose source and output lie a multiple of 4 bytes apart, else a loop
+# GCC vectorizes (qops_clamp.h).
+from collections import namedtuple
+
 import numpy as np
 from cython.parallel cimport prange
 from libc.math cimport expm1, exp, tanh as c_tanh
@@ -11,10 +20,92 @@ cdef extern from "qops_lut.h" nogil:
     void qops_lut_apply_threads(const uint8_t *src, uint8_t *dst, Py_ssize_t n,
                                 const uint8_t *table, int threads)
     int qops_lut_vectorized()
+    enum:
+        QOPS_LUT_TIER
 
 DEF GRAIN = 262144        # below this a second thread costs more than it saves (L2-resident data)
 
 LUT_VECTORIZED = bool(qops_lut_vectorized())   # also initialises the CPU check outside prange
+
+
+# -- routes -------------------------------------------------------------------------------
+
+cdef class _State:
+    """The activation family's run-time switches, in one object."""
+    cdef public object trace   # a list collecting the Route of every call, or None
+
+
+cdef _State _S = _State()
+_S.trace = None
+
+
+def _trace_routes(routes):
+    """Append the Route of every following call to list `routes` (None: stop). For
+    qops._show.explain."""
+    _S.trace = routes
+
+
+Route = namedtuple("Route", "name kernel where")
+Route.__doc__ = """The kernel an activation call runs: name "<op>.<route>", the function, its
+file."""
+
+_LUT_TIER = ("qops_lut_avx2 (AVX2: 16 vpshufb, blends)" if QOPS_LUT_TIER >= 1
+             else "qops_lut_scalar (C)")
+
+ROUTES = {r.name: r for r in [
+    Route("empty", "none: an empty output", "activation.pyx"),
+    Route("lut.vbmi", "qops_lut_vbmi (AVX-512 VBMI vpermi2b)", "qops_lut.h"),
+    Route("lut.bytes", _LUT_TIER, "qops_lut.h"),
+    Route("clamp.shifted", "qops_clamp_shifted (AVX-512 aligned lines)", "qops_clamp.h"),
+    Route("clamp.loop", "qops_clamp_u8/_s8 loop (GCC-vectorized)", "qops_clamp.h"),
+]}
+
+
+def _built_here(name):
+    if name == "lut.vbmi":
+        return LUT_VECTORIZED
+    if name == "clamp.shifted":
+        return bool(QOPS_CLAMP_SHIFTED)
+    return True
+
+
+BUILT = frozenset(n for n in ROUTES if _built_here(n))     # the routes this build can take
+
+cdef object R_EMPTY = ROUTES["empty"]
+cdef object R_LUT_VBMI = ROUTES["lut.vbmi"]
+cdef object R_LUT = ROUTES["lut.bytes"]
+cdef object R_CLAMP_SHIFTED = ROUTES["clamp.shifted"]
+cdef object R_CLAMP = ROUTES["clamp.loop"]
+cdef bint _VBMI = LUT_VECTORIZED
+
+
+cdef object _plan(bint clamp, Py_ssize_t n, Py_ssize_t off):
+    """The Route of one call: every kernel choice of the family, in one place.
+
+    clamp: clamp_raw (else a table lookup); n: elements; off: clamp's source minus output
+    address."""
+    if n == 0:
+        route = R_EMPTY
+    elif clamp:
+        # (each thread's share starts on a 64-byte boundary: the offset is the same for all)
+        route = (R_CLAMP_SHIFTED if QOPS_CLAMP_SHIFTED and n >= 256 and off % 4 == 0
+                 else R_CLAMP)
+    else:
+        route = R_LUT_VBMI if _VBMI else R_LUT
+    if _S.trace is not None:
+        _S.trace.append(route)
+    return route
+
+
+def plan(op, q, out=None):
+    """The Route the fast backend's activation `op` ("clamp_raw", or any table activation,
+    e.g. "sigmoid") takes for input q (and clamp_raw's `out`)."""
+    q = np.ascontiguousarray(q)
+    if op != "clamp_raw":
+        return _plan(False, q.size, 0)
+    if out is None:
+        out = qops_empty(np, q.shape, q.dtype)
+    return _plan(True, q.size, q.size and (<Py_ssize_t>qops_ptr(q) - <Py_ssize_t>qops_ptr(out)))
 
 # Which formula a table holds.
 DEF K_LEAKY = 0
@@ -90,98 +181,16 @@ def _map(q, int kind, float scale, int32_t zero_point, float p, float out_inv_sc
         _TABLES[key] = table
     out = qops_empty(np, shape, q.dtype)
     cdef Py_ssize_t n = q.size
-    if n:
+    if _plan(False, n, 0) is not R_EMPTY:
         # int8 data is looked up through its two's-complement byte (the table is indexed so)
         qops_lut_apply_threads(<const uint8_t*>qops_ptr(q), <uint8_t*>qops_ptr(out, True), n,
                                <const uint8_t*>qops_ptr(table), qops_threads_for(n, GRAIN))
     return out
 
 
-cdef extern from *:
-    """
-    /* min(max(x, lo), hi) of n bytes, GCC-vectorized. One thread runs it directly (a parallel
-     * region alone costs as much as a small call); it is noinline because inlined into the
-     * Python wrapper GCC reloaded both pointers from the stack around every 64-byte store. */
-    #if defined(_OPENMP)
-    #define QOPS_CLAMP_OMP_FOR _Pragma("omp parallel for schedule(static) num_threads(threads)")
-    #else
-    #define QOPS_CLAMP_OMP_FOR
-    #endif
-    #if defined(__AVX512BW__)
-    #include <immintrin.h>
-    /* min(max(x, lo), hi) of 64 bytes, unsigned or signed */
-    static inline __m512i qops_clamp64(__m512i v, __m512i lo, __m512i hi, int uns) {
-        return uns ? _mm512_min_epu8(_mm512_max_epu8(v, lo), hi)
-                   : _mm512_min_epi8(_mm512_max_epi8(v, lo), hi);
-    }
-    /* The clamp of n >= 256 bytes whose source lies a multiple of 4 bytes off the output's
-     * alignment: aligned loads of the source's lines, each vector taken from two of them by
-     * one dword permute, aligned stores. numpy's arrays start 16 bytes into a cache line:
-     * with plain unaligned loads every vector split two lines and relu of 64x112x112 took
-     * 23.5 instead of 20.3 us. Returns 0 (nothing done) otherwise. */
-    static int qops_clamp_shifted(const uint8_t *src, uint8_t *dst, ptrdiff_t n, uint8_t lo,
-                                  uint8_t hi, int uns) {
-        if (n < 256 || ((uintptr_t)src - (uintptr_t)dst) % 4 != 0) return 0;
-        const __m512i L = _mm512_set1_epi8((char)lo), H = _mm512_set1_epi8((char)hi);
-        ptrdiff_t i = (ptrdiff_t)((-(uintptr_t)dst) & 63);            /* to the output's line */
-        const __mmask64 mh = i ? (((__mmask64)1 << i) - 1) : 0;
-        _mm512_mask_storeu_epi8(dst, mh, qops_clamp64(_mm512_maskz_loadu_epi8(mh, src), L, H, uns));
-        const int k = (int)(((uintptr_t)(src + i) & 63) / 4);
-        if (k == 0) {            /* lined up: plain loads (the next line may be past the end) */
-            for (; i + 64 <= n; i += 64)
-                _mm512_store_si512((void *)(dst + i),
-                                   qops_clamp64(_mm512_load_si512((const void *)(src + i)), L, H, uns));
-        } else {
-            const __m512i idx = _mm512_add_epi32(
-                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                _mm512_set1_epi32(k));
-            const uint8_t *s = src + i - 4 * k;                          /* its line */
-            __m512i cur = _mm512_load_si512((const void *)s);
-            for (; i + 64 <= n; i += 64, s += 64) {
-                const __m512i nx = _mm512_load_si512((const void *)(s + 64));
-                _mm512_store_si512((void *)(dst + i),
-                                   qops_clamp64(_mm512_permutex2var_epi32(cur, idx, nx), L, H, uns));
-                cur = nx;
-            }
-        }
-        const __mmask64 mt = n - i >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (n - i)) - 1);
-        _mm512_mask_storeu_epi8(dst + i, mt, qops_clamp64(_mm512_maskz_loadu_epi8(mt, src + i), L, H, uns));
-        return 1;
-    }
-    #else
-    static int qops_clamp_shifted(const uint8_t *src, uint8_t *dst, ptrdiff_t n, uint8_t lo,
-                                  uint8_t hi, int uns) {
-        (void)src; (void)dst; (void)n; (void)lo; (void)hi; (void)uns;
-        return 0;
-    }
-    #endif
-    /* (no restrict: relu_ runs it with src == dst) */
-    #define QOPS_CLAMP_KERNEL(name, T)                                                        \
-    static __attribute__((noinline)) void name##_run(const T* src, T* dst,                   \
-                                                     ptrdiff_t n, T lo, T hi) {               \
-        if (qops_clamp_shifted((const uint8_t *)src, (uint8_t *)dst, n, (uint8_t)lo,         \
-                               (uint8_t)hi, (T)-1 > 0))                                       \
-            return;                                                                           \
-        for (ptrdiff_t i = 0; i < n; i++) {                                                   \
-            T v = src[i];                                                                     \
-            v = v > lo ? v : lo;                                                              \
-            dst[i] = v < hi ? v : hi;                                                         \
-        }                                                                                     \
-    }                                                                                         \
-    static void name(const T* src, T* dst, ptrdiff_t n, T lo, T hi, int threads) {            \
-        if (threads <= 1) { name##_run(src, dst, n, lo, hi); return; }                        \
-        ptrdiff_t chunk = qops_chunk64(n, threads);                                           \
-        QOPS_CLAMP_OMP_FOR                                                                    \
-        for (int t = 0; t < threads; t++) {                                                   \
-            ptrdiff_t start = (ptrdiff_t)t * chunk;                                           \
-            if (start < n)                                                                    \
-                name##_run(src + start, dst + start, n - start < chunk ? n - start : chunk,   \
-                           lo, hi);                                                           \
-        }                                                                                     \
-    }
-    QOPS_CLAMP_KERNEL(qops_clamp_u8, uint8_t)
-    QOPS_CLAMP_KERNEL(qops_clamp_s8, int8_t)
-    """
+cdef extern from "qops_clamp.h" nogil:
+    enum:
+        QOPS_CLAMP_SHIFTED
     void qops_clamp_u8(const uint8_t* src, uint8_t* dst, Py_ssize_t n, uint8_t lo, uint8_t hi,
                        int threads) nogil
     void qops_clamp_s8(const int8_t* src, int8_t* dst, Py_ssize_t n, int8_t lo, int8_t hi,
@@ -198,13 +207,15 @@ def clamp_raw(q, lo, hi, out=None):
     q = np.ascontiguousarray(q)           # (0-d becomes 1-d: out keeps the shape)
     cdef Py_ssize_t n = q.size
     if n == 0:
+        _plan(True, 0, 0)
         return out
+    cdef char* src = qops_ptr(q)
+    cdef char* dst = qops_ptr(out, True)
+    _plan(True, n, <Py_ssize_t>src - <Py_ssize_t>dst)
     if q.dtype.kind == "u":       # (cheaper than `== np.uint8`, which builds a dtype)
-        qops_clamp_u8(<const uint8_t*>qops_ptr(q), <uint8_t*>qops_ptr(out, True), n, lo, hi,
-                      qops_threads_for(n, GRAIN))
+        qops_clamp_u8(<const uint8_t*>src, <uint8_t*>dst, n, lo, hi, qops_threads_for(n, GRAIN))
     else:
-        qops_clamp_s8(<const int8_t*>qops_ptr(q), <int8_t*>qops_ptr(out, True), n, lo, hi,
-                      qops_threads_for(n, GRAIN))
+        qops_clamp_s8(<const int8_t*>src, <int8_t*>dst, n, lo, hi, qops_threads_for(n, GRAIN))
     return out
 
 

@@ -114,6 +114,16 @@ static inline int qops_lut_vectorized(void) {
 #endif
 }
 
+/* The lookup tier of this build, named in the routes of the families using it: 2 AVX-512
+ * (VBMI where the CPU has it, else the AVX2 kernel), 1 AVX2, 0 C. */
+#if defined(__AVX512BW__)
+#define QOPS_LUT_TIER 2
+#elif defined(__AVX2__)
+#define QOPS_LUT_TIER 1
+#else
+#define QOPS_LUT_TIER 0
+#endif
+
 /* The same lookup split into `threads` contiguous 64-byte-aligned chunks, one per OpenMP
  * thread (a header-level parallel loop, so every family shares it). */
 static void qops_lut_apply_threads(const uint8_t *src, uint8_t *dst, ptrdiff_t n,
