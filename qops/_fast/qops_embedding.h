@@ -89,7 +89,7 @@ static inline void qops_eb_max_u4(float *acc, const uint8_t *q, ptrdiff_t d, flo
 
 #if defined(__AVX2__)
 /* 64 values of an 8-bit row (64 bytes) or a 4-bit row (32 bytes) as 8 vectors of 8 floats. */
-static inline void qops_eb_load64(int bits, const uint8_t *p, __m256 v[8]) {
+static inline __attribute__((always_inline)) void qops_eb_load64(int bits, const uint8_t *p, __m256 v[8]) {
     if (bits == 8) {
         for (int k = 0; k < 8; k++)
             v[k] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * k))));
@@ -99,45 +99,57 @@ static inline void qops_eb_load64(int bits, const uint8_t *p, __m256 v[8]) {
     }
 }
 
-/* Sum (or weighted sum) of one bag for D a multiple of 64: 64 columns at a time held in eight
- * registers over all the bag's entries, so the accumulators never go through memory. Same
- * operations, in the same order per column, as the row loops. Returns the entry count. */
-static inline ptrdiff_t qops_eb_sum64(int bits, const uint8_t *table, ptrdiff_t row_bytes,
-                                      const int64_t *idx, ptrdiff_t lo, ptrdiff_t hi,
-                                      ptrdiff_t n_idx, const float *psw, int64_t padding_idx,
-                                      float *out, ptrdiff_t d) {
+/* 64 columns from c0 of the sum (or weighted sum) of one bag, held in eight registers over
+ * all the bag's entries, so the accumulators never go through memory. Same operations, in
+ * the same order per column, as the row loops. Returns the entry count. */
+static inline __attribute__((always_inline)) ptrdiff_t qops_eb_block64(
+        int bits, const uint8_t *table, ptrdiff_t row_bytes, const int64_t *idx, ptrdiff_t lo,
+        ptrdiff_t hi, ptrdiff_t n_idx, const float *psw, int64_t padding_idx, float *out,
+        ptrdiff_t c0, int prefetch) {
     const ptrdiff_t vals = row_bytes - 8;
+    const ptrdiff_t off = bits == 8 ? c0 : c0 / 2;
     ptrdiff_t count = 0;
-    for (ptrdiff_t c0 = 0; c0 < d; c0 += 64) {
-        __m256 acc[8], v[8];
-        for (int k = 0; k < 8; k++)
-            acc[k] = _mm256_setzero_ps();
-        count = 0;
-        const ptrdiff_t off = bits == 8 ? c0 : c0 / 2;
-        for (ptrdiff_t i = lo; i < hi; i++) {
-            if (c0 == 0 && i + QOPS_EB_PREFETCH < n_idx) {
-                qops_eb_prefetch(table + idx[i + QOPS_EB_PREFETCH] * row_bytes, row_bytes);
-            }
-            int64_t r = idx[i];
-            if (r == padding_idx)
-                continue;
-            const uint8_t *q = table + r * row_bytes;
-            float scale, bias;
-            memcpy(&scale, q + vals, sizeof(float));
-            memcpy(&bias, q + vals + sizeof(float), sizeof(float));
-            if (psw) {
-                scale = scale * psw[i];
-                bias = bias * psw[i];
-            }
-            const __m256 vs = _mm256_set1_ps(scale), vc = _mm256_set1_ps(bias);
-            qops_eb_load64(bits, q + off, v);
-            for (int k = 0; k < 8; k++)
-                acc[k] = _mm256_fmadd_ps(vs, v[k], _mm256_add_ps(acc[k], vc));
-            count++;
+    __m256 acc[8], v[8];
+    for (int k = 0; k < 8; k++)
+        acc[k] = _mm256_setzero_ps();
+    for (ptrdiff_t i = lo; i < hi; i++) {
+        if (prefetch && i + QOPS_EB_PREFETCH < n_idx)
+            qops_eb_prefetch(table + idx[i + QOPS_EB_PREFETCH] * row_bytes, row_bytes);
+        int64_t r = idx[i];
+        if (r == padding_idx)
+            continue;
+        const uint8_t *q = table + r * row_bytes;
+        float scale, bias;
+        memcpy(&scale, q + vals, sizeof(float));
+        memcpy(&bias, q + vals + sizeof(float), sizeof(float));
+        if (psw) {
+            scale = scale * psw[i];
+            bias = bias * psw[i];
         }
+        const __m256 vs = _mm256_set1_ps(scale), vc = _mm256_set1_ps(bias);
+        qops_eb_load64(bits, q + off, v);
         for (int k = 0; k < 8; k++)
-            _mm256_storeu_ps(out + c0 + 8 * k, acc[k]);
+            acc[k] = _mm256_fmadd_ps(vs, v[k], _mm256_add_ps(acc[k], vc));
+        count++;
     }
+    for (int k = 0; k < 8; k++)
+        _mm256_storeu_ps(out + c0 + 8 * k, acc[k]);
+    return count;
+}
+
+/* The bag's sum for D a multiple of 64; D = 64 (one block at a constant offset) gets its own
+ * loop so that every load has a constant displacement. */
+static inline __attribute__((always_inline)) ptrdiff_t qops_eb_sum64(
+        int bits, const uint8_t *table, ptrdiff_t row_bytes, const int64_t *idx, ptrdiff_t lo,
+        ptrdiff_t hi, ptrdiff_t n_idx, const float *psw, int64_t padding_idx, float *out,
+        ptrdiff_t d) {
+    if (d == 64)
+        return qops_eb_block64(bits, table, row_bytes, idx, lo, hi, n_idx, psw, padding_idx,
+                               out, 0, 1);
+    ptrdiff_t count = 0;
+    for (ptrdiff_t c0 = 0; c0 < d; c0 += 64)
+        count = qops_eb_block64(bits, table, row_bytes, idx, lo, hi, n_idx, psw, padding_idx,
+                                out, c0, c0 == 0);
     return count;
 }
 #endif
@@ -153,8 +165,19 @@ static inline void qops_eb_bag_q(int bits, const uint8_t *table, ptrdiff_t row_b
     ptrdiff_t count = 0;
 #if defined(__AVX2__)
     if (mode != QOPS_EB_MAX && d % 64 == 0 && d > 0) {
-        count = qops_eb_sum64(bits, table, row_bytes, idx, lo, hi, n_idx, psw, padding_idx,
-                              out, d);
+        /* constant bits and weights at each call: four specialized loops */
+        if (bits == 8 && psw)
+            count = qops_eb_sum64(8, table, row_bytes, idx, lo, hi, n_idx, psw, padding_idx,
+                                  out, d);
+        else if (bits == 8)
+            count = qops_eb_sum64(8, table, row_bytes, idx, lo, hi, n_idx, NULL, padding_idx,
+                                  out, d);
+        else if (psw)
+            count = qops_eb_sum64(4, table, row_bytes, idx, lo, hi, n_idx, psw, padding_idx,
+                                  out, d);
+        else
+            count = qops_eb_sum64(4, table, row_bytes, idx, lo, hi, n_idx, NULL, padding_idx,
+                                  out, d);
         hi = lo;                    /* done: only the mean's division is left */
     } else
 #endif
