@@ -5,6 +5,12 @@
 # except add_scalar's on AVX2 without VBMI (the formula per element is faster there); add, mul
 # and that formula are qops_arith.h; add splits one contiguous chunk per thread, mul blocks of
 # BLOCK.
+#
+# Which kernel runs is decided in one place, _plan() below: it returns a named Route from
+# ROUTES (<op>.<route>), every entry point calls it, and qops.show_config(op, *args) reports
+# it (qops/_show.py).
+from collections import namedtuple
+
 import numpy as np
 from cython.parallel cimport prange
 from libc.stdlib cimport free, malloc
@@ -30,12 +36,16 @@ cdef extern from "qops_arith.h" nogil:
     int qops_requant_ok(int is_signed, int64_t base, int32_t zo)
     void qops_requant_run(const uint8_t *src, uint8_t *dst, Py_ssize_t n, int is_signed,
                           const qops_requant_params *p)
+    enum:
+        QOPS_ARITH_TIER
 
 cdef extern from "qops_lut.h" nogil:
     void qops_lut_apply(const uint8_t *src, uint8_t *dst, Py_ssize_t n, const uint8_t *table)
     void qops_lut_apply_threads(const uint8_t *src, uint8_t *dst, Py_ssize_t n,
                                 const uint8_t *table, int threads)
     int qops_lut_vectorized()
+    enum:
+        QOPS_LUT_TIER
 
 DEF BLOCK = 16384         # elements per parallel chunk
 DEF GRAIN = 131072        # below this many elements one thread is faster
@@ -43,6 +53,125 @@ DEF LUT_GRAIN = 262144    # the same for a table lookup (L2-resident data, cheap
 
 cdef int _lut_vbmi = qops_lut_vectorized()      # runs the CPU check once, outside any prange
 LUT_VECTORIZED = bool(_lut_vbmi)
+DEF SHORT_COLS = 256      # cat inputs' rows at most this long take the row-block kernel
+
+
+# -- routes -------------------------------------------------------------------------------
+
+cdef class _State:
+    """The arith family's run-time switches, in one object."""
+    cdef public object trace   # a list collecting the Route of every call, or None
+
+
+cdef _State _S = _State()
+_S.trace = None
+
+
+def _trace_routes(routes):
+    """Append the Route of every following call to list `routes` (None: stop). For
+    qops._show.explain."""
+    _S.trace = routes
+
+
+Route = namedtuple("Route", "name kernel where")
+Route.__doc__ = """The kernel an arith call runs: name "<op>.<route>", the function, its file."""
+
+# (the AVX2 bodies fall back to the C loop for zero points outside the dtype's range, which
+# the ops never pass)
+_TIER = ("AVX-512 64-wide", "AVX2", "C loop")[2 - QOPS_ARITH_TIER]
+_LUT_TIER = ("qops_lut_avx2 (AVX2: 16 vpshufb, blends)" if QOPS_LUT_TIER >= 1
+             else "qops_lut_scalar (C)")
+
+ROUTES = {r.name: r for r in [
+    Route("empty", "none: an empty output", "arith.pyx"),
+    Route("add.vector", f"qops_add_run ({_TIER})", "qops_arith.h"),
+    Route("mul.vector", f"qops_mul_run ({_TIER})", "qops_arith.h"),
+    Route("requant_int.formula", "qops_requant_run (AVX2, R_int per element)", "qops_arith.h"),
+    Route("requant_int.lut_vbmi", "qops_lut_vbmi (AVX-512 VBMI) of a 256-byte table",
+          "qops_lut.h"),
+    Route("requant_int.lut", f"{_LUT_TIER} of a 256-byte table", "qops_lut.h"),
+    Route("reflect.not", "_not_flat (bitwise NOT, GCC-vectorized)", "arith.pyx"),
+    Route("cat_into.short", "_cat_short (row blocks of every input)", "arith.pyx"),
+    Route("cat_into.parts", "_cat_parts (BLOCK-column items of each input)", "arith.pyx"),
+]}
+
+
+def _built_here(name):
+    if name == "requant_int.lut_vbmi":
+        return LUT_VECTORIZED
+    if name == "requant_int.formula":
+        # the formula runs only where the lookup has no vector form
+        return QOPS_ARITH_TIER >= 1 and not LUT_VECTORIZED
+    return True
+
+
+BUILT = frozenset(n for n in ROUTES if _built_here(n))     # the routes this build can take
+
+cdef object R_EMPTY = ROUTES["empty"]
+cdef object R_ADD = ROUTES["add.vector"]
+cdef object R_MUL = ROUTES["mul.vector"]
+cdef object R_RQ_FORMULA = ROUTES["requant_int.formula"]
+cdef object R_RQ_VBMI = ROUTES["requant_int.lut_vbmi"]
+cdef object R_RQ_LUT = ROUTES["requant_int.lut"]
+cdef object R_REFLECT = ROUTES["reflect.not"]
+cdef object R_CAT_SHORT = ROUTES["cat_into.short"]
+cdef object R_CAT_PARTS = ROUTES["cat_into.parts"]
+
+DEF OP_ADD = 0
+DEF OP_MUL = 1
+DEF OP_REQUANT = 2     # also: is_signed, base, zo
+DEF OP_REFLECT = 3
+DEF OP_CAT = 4         # n: bytes written; also rows, widest
+
+
+cdef object _plan(int op, Py_ssize_t n, bint is_signed=False, int64_t base=0, int32_t zo=0,
+                  Py_ssize_t rows=0, Py_ssize_t widest=0):
+    """The Route of one call: every kernel choice of the family, in one place.
+
+    op: OP_*; n: elements (cat: bytes written); requant_int's int8 flag, base and output
+    zero point; cat's rows and widest input row."""
+    if n == 0:
+        route = R_EMPTY
+    elif op == OP_ADD:
+        route = R_ADD
+    elif op == OP_MUL:
+        route = R_MUL
+    elif op == OP_REQUANT:
+        # without a vector table lookup (AVX512-VBMI) the formula per element is the faster
+        # map; it gives the table's bytes where qops_requant_ok
+        if _lut_vbmi:
+            route = R_RQ_VBMI
+        elif qops_requant_ok(is_signed, base, zo):
+            route = R_RQ_FORMULA
+        else:
+            route = R_RQ_LUT
+    elif op == OP_REFLECT:
+        route = R_REFLECT
+    else:
+        route = R_CAT_SHORT if widest <= SHORT_COLS and rows > 1 else R_CAT_PARTS
+    if _S.trace is not None:
+        _S.trace.append(route)
+    return route
+
+
+def plan(op, q, *args):
+    """The Route the fast backend's arith op `op` takes for arguments (q, *args), as passed to
+    that entry point (cat_into: plan("cat_into", qs, out))."""
+    if op == "cat_into":
+        qs = [np.asarray(a) for a in q]
+        out = args[0]
+        n = sum(a.size for a in qs) if out.shape[0] and out.shape[1] else 0
+        return _plan(OP_CAT, n, False, 0, 0, out.shape[0],
+                     max([a.shape[1] for a in qs], default=0))
+    q = np.asarray(q)
+    if op == "requant_int":
+        qmin, _ = qops_range8(q.dtype)
+        return _plan(OP_REQUANT, q.size, qmin < 0, <int64_t>args[1] - <int64_t>args[0],
+                     args[3])
+    ops = {"add": OP_ADD, "mul": OP_MUL, "reflect": OP_REFLECT}
+    if op not in ops:
+        raise ValueError(f"plan: unknown arith op {op!r}")
+    return _plan(ops[op], q.size)
 
 
 
@@ -170,7 +299,6 @@ cdef void _cat_parts(const cat_part* parts, Py_ssize_t nparts, Py_ssize_t items,
         _cat_item(parts, nparts, w, out, out_cols)
 
 
-DEF SHORT_COLS = 256      # inputs' rows at most this long take the row-block kernel
 
 
 cdef inline void _copy_short(uint8_t* d, const uint8_t* s, Py_ssize_t n) noexcept nogil:
@@ -222,7 +350,7 @@ def add(a, b, a_scale, a_zero_point, b_scale, b_zero_point, out_inv_scale, out_z
     a = np.ascontiguousarray(a)
     b = np.ascontiguousarray(b)
     cdef Py_ssize_t n = a.size
-    if n:
+    if _plan(OP_ADD, n) is not R_EMPTY:
         _add_flat(qops_ptr(a), qops_ptr(b), qops_ptr(out, True), n, qmin < 0, &p)
     return out
 
@@ -245,7 +373,7 @@ def mul(a, b, a_zero_point, b_zero_point, multiplier, out_zero_point, relu):
     a = np.ascontiguousarray(a)
     b = np.ascontiguousarray(b)
     cdef Py_ssize_t n = a.size
-    if n:
+    if _plan(OP_MUL, n) is not R_EMPTY:
         _mul_flat(qops_ptr(a), qops_ptr(b), qops_ptr(out, True), n, qmin < 0, &p)
     return out
 
@@ -267,10 +395,11 @@ def requant_int(q, zero_point, offset, multiplier, out_zero_point):
     cdef int64_t base = <int64_t>offset - <int64_t>zero_point
     cdef int32_t zo = out_zero_point
     cdef qops_requant_params p
-    cdef Py_ssize_t n
-    # Without a vector table lookup (AVX512-VBMI) the formula per element is the faster map
-    # (qops_arith.h); it gives the table's bytes.
-    if not LUT_VECTORIZED and qops_requant_ok(qmin < 0, base, zo):
+    cdef Py_ssize_t n = q.size
+    route = _plan(OP_REQUANT, n, qmin < 0, base, zo)
+    if route is R_EMPTY:
+        return qops_empty(np, q.shape, q.dtype)
+    if route is R_RQ_FORMULA:
         p.base = <int32_t>base
         p.zo = zo
         p.m = multiplier
@@ -295,7 +424,7 @@ def reflect(q):
     out = qops_empty(np, q.shape, q.dtype)
     q = np.ascontiguousarray(q)           # (0-d becomes 1-d: out keeps the shape)
     cdef Py_ssize_t n = q.size
-    if n:
+    if _plan(OP_REFLECT, n) is not R_EMPTY:
         _not_flat(<const uint8_t*>qops_ptr(q), <uint8_t*>qops_ptr(out, True), n)
     return out
 
@@ -325,8 +454,10 @@ def cat_into(qs, out, col_offsets, scales, zero_points, out_inv_scale, out_zero_
     cdef Py_ssize_t out_cols = out.shape[1], nbytes = 0, widest = 0
     cdef uint8_t* op
     cdef int nt
+    cdef bint short_rows
     # Nothing to write, and out_cols == 0 would divide by zero in the row-block size.
     if nparts == 0 or rows == 0 or out_cols == 0:
+        _plan(OP_CAT, 0)
         return
     cdef cat_part* parts = <cat_part*>malloc(nparts * sizeof(cat_part))
     if parts == NULL:
@@ -355,8 +486,9 @@ def cat_into(qs, out, col_offsets, scales, zero_points, out_inv_scale, out_zero_
             widest = max(widest, q.shape[1])
         nt = qops_threads_for(nbytes, GRAIN)
         op = <uint8_t*>qops_ptr(out, True)
+        short_rows = _plan(OP_CAT, nbytes, False, 0, 0, rows, widest) is R_CAT_SHORT
         with nogil:
-            if widest <= SHORT_COLS and rows > 1:
+            if short_rows:
                 _cat_short(parts, nparts, rows, op, out_cols, max(1, BLOCK // out_cols), nt)
             else:
                 _cat_parts(parts, nparts, items, op, out_cols, nt)

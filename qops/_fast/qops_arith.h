@@ -24,6 +24,14 @@
 #include "qops_avx2.h"
 #define QOPS_ARITH_AVX2 1
 #endif
+/* The tier of add and mul, named in arith.pyx's routes: 2 AVX-512, 1 AVX2, 0 C. */
+#if defined(QOPS_ARITH_AVX512)
+#define QOPS_ARITH_TIER 2
+#elif defined(QOPS_ARITH_AVX2)
+#define QOPS_ARITH_TIER 1
+#else
+#define QOPS_ARITH_TIER 0
+#endif
 
 typedef struct {
     float sa, sa_negzp, sb, sb_negzp;   /* D_vec of each input */
