@@ -158,6 +158,21 @@ def test_quantize_convert_workflow(torch):
                                   strict=True)
 
 
+def test_quantize_dynamic_with_float_qparams(torch):
+    """quantize_dynamic({EmbeddingBag: float_qparams_weight_only_qconfig}) as PyTorch's."""
+    from torch.ao.quantization import float_qparams_weight_only_qconfig as tqc
+    tm = torch.nn.Sequential(torch.nn.EmbeddingBag(80, 32, mode="sum"), torch.nn.Linear(32, 4))
+    tq = torch.ao.quantization.quantize_dynamic(tm, {torch.nn.EmbeddingBag: tqc})
+    m = qnn.from_torch(tm)
+    q = qops.quantization.quantize_dynamic(
+        m, {qnn.EmbeddingBag: qops.quantization.float_qparams_weight_only_qconfig})
+    assert isinstance(q[0], qnnq.EmbeddingBag) and isinstance(q[1], qnn.Linear)
+    idx, off = _bags(13, 80, 15, 7)
+    np.testing.assert_array_equal(q[0](idx, off), tq[0](torch.from_numpy(idx),
+                                                        torch.from_numpy(off)).numpy(),
+                                  strict=True)
+
+
 # -- save / load ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["quint8", "quint4x2"])

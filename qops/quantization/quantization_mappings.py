@@ -86,6 +86,8 @@ _DYNAMIC = [
     ("qops.nn:LSTMCell", "qops.nn.quantized.dynamic:LSTMCell"),
     ("qops.nn:GRUCell", "qops.nn.quantized.dynamic:GRUCell"),
     ("qops.nn:RNNCell", "qops.nn.quantized.dynamic:RNNCell"),
+    ("qops.nn:EmbeddingBag", "qops.nn.quantized:EmbeddingBag"),
+    ("qops.nn:Embedding", "qops.nn.quantized:Embedding"),
 ]
 
 # Float functional ops -> quantized ops (eager mode keeps these only for reference).
