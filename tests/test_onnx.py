@@ -674,3 +674,65 @@ def test_demo_model_in_onnxruntime():
     ort_acc = float(line.split("accuracy ")[1].split("%")[0]) / 100
     # one image of 360, plus the printed percentage's rounding
     assert abs(ort_acc - _demo.accuracy(qmodel, test, labels)) <= 1 / len(labels) + 1e-4, line
+
+
+# -- recurrent layers and cells (unrolled over the example's time steps) -----------------------
+def _rnn_case(name, rng):
+    fl = qnn.__dict__
+    kind, _, variant = name.partition("/")
+    kw = {"bidir2": dict(num_layers=2, bidirectional=True), "batch_first": dict(batch_first=True),
+          "relu": dict(nonlinearity="relu")}.get(variant, {})
+    fm = fl[kind](8, 16, **kw) if kind.endswith("Cell") or kind != "LSTM" or variant != "proj" \
+        else fl[kind](8, 16, proj_size=4)
+    if variant == "float":
+        return fm, kw
+    if variant == "fp16":
+        fm.qconfig = qq.float16_dynamic_qconfig
+    return nnqd.__dict__[kind].from_float(fm), kw
+
+
+RNN_CASES = ["LSTM", "LSTM/bidir2", "LSTM/batch_first", "LSTM/fp16", "LSTM/proj", "LSTM/h0",
+             "GRU", "GRU/bidir2", "GRU/batch_first", "LSTMCell", "LSTMCell/h0", "GRUCell",
+             "GRUCell/h0", "RNNCell", "RNNCell/relu", "RNNCell/fp16", "LSTM/float"]
+
+
+@pytest.mark.parametrize("name", RNN_CASES)
+def test_recurrent_vs_onnxruntime(name):
+    rng = np.random.default_rng(0)
+    if name == "LSTM/proj":
+        m = qnn.LSTM(8, 16, proj_size=4)       # float LSTM with projection
+        kw = {}
+    else:
+        m, kw = _rnn_case(name, rng)
+    cell = name.split("/")[0].endswith("Cell")
+    x = rng.normal(0, 1, (3, 8) if cell else (5, 3, 8)).astype(F32)
+    if kw.get("batch_first"):
+        x = np.ascontiguousarray(x.transpose(1, 0, 2))
+    args = (x,)
+    if name.endswith("/h0"):
+        dirs = () if cell else (1,)
+        h0 = rng.normal(0, 0.5, dirs + (3, 16)).astype(F32)
+        c0 = rng.normal(0, 0.5, dirs + (3, 16)).astype(F32)
+        args = (x, (h0, c0) if "LSTM" in name else h0)
+    buf = io.BytesIO()
+    export(m, args, buf)
+    r = compare(m, buf.getvalue(), args)
+    for o in r["outputs"]:
+        # ORT's Sigmoid / Tanh vs qops' (PyTorch's): a few 1e-7 (docs/onnx.md)
+        assert o["max_steps"] <= 3e-7, format_compare(r)
+        assert o["exact"] >= 0.05, format_compare(r)
+
+
+def test_recurrent_sequence_length_is_fixed():
+    rng = np.random.default_rng(0)
+    m, _ = _rnn_case("GRU", rng)
+    x = rng.normal(0, 1, (5, 3, 8)).astype(F32)
+    buf = io.BytesIO()
+    export(m, x, buf)
+    sess = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
+    assert sess.get_inputs()[0].shape == [5, "N", 8]
+    assert sess.run(None, {"input": np.repeat(x, 2, axis=1)})[0].shape == (5, 6, 16)
+    with pytest.raises(Exception, match="Expected: 5"):
+        sess.run(None, {"input": x[:4]})
+    with pytest.raises(ExportError, match="3-D input"):
+        export(m, x[:, 0], io.BytesIO())

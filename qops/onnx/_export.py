@@ -81,6 +81,8 @@ class _Builder:
         self.vals, self.keep = {}, []
         self.used, self.rec = set(), None
         self.uses_ms = False
+        # graph input / output names -> ONNX dims, where not ["N", rest...]
+        self.dims, self.graph_input_names = {}, set()
 
     # -- names, constants, nodes -------------------------------------------------------------
     def uname(self, hint):
@@ -577,25 +579,32 @@ def emit_resize(b, rec, x, out, mode, align_corners):
 
 
 def emit_dynamic_linear(b, rec, x, out, weight, bias, relu, reduce_range=True):
-    """PyTorch's dynamic linear (docs/semantics.md §10) in float and integer ONNX ops.
+    """PyTorch's dynamic linear (docs/semantics.md §10) in float and integer ONNX ops."""
+    xv = b.get(x, rec.where)
+    if xv.q:
+        raise ExportError(f"{rec.where}: dynamic linear expects a float input")
+    y = _dyn_matmul(b, rec.label, rec.where, xv.name, weight, bias, reduce_range)
+    if relu:
+        y = b.node("Relu", [y], hint=rec.label + "_relu")
+    return _set_float(b, y, out)
+
+
+def _dyn_matmul(b, h, where, xname, weight, bias, reduce_range=True):
+    """x W^T + bias with x quantized dynamically over the whole tensor; returns the float name.
 
     min/max over the whole input (with 0), scale = (max - min) / 127 (reduce_range) or / 255,
     zero point from the min, QuantizeLinear, MatMulInteger, then acc * (x_scale * w_scale)
     + bias. PyTorch computes the scale in double and picks the zero point from the min or the
     max, whichever has the smaller error; here both are float32 and from the min.
     """
-    h = rec.label
-    xv = b.get(x, rec.where)
-    if xv.q:
-        raise ExportError(f"{rec.where}: dynamic linear expects a float input")
     wd, ws, wz, axis = _weight_qparams(weight)
     if np.any(wz != 0):
-        raise ExportError(f"{rec.where}: dynamic linear weight with nonzero zero points")
+        raise ExportError(f"{where}: dynamic linear weight with nonzero zero points")
     qmax = 127.0 if reduce_range else 255.0
     zero = b.const(h + "_zero", np.array(0.0, F32))
-    lo = b.node("Min", [b.node("ReduceMin", [xv.name], hint=h + "_min", keepdims=0), zero],
+    lo = b.node("Min", [b.node("ReduceMin", [xname], hint=h + "_min", keepdims=0), zero],
                 hint=h + "_min0")
-    hi = b.node("Max", [b.node("ReduceMax", [xv.name], hint=h + "_max", keepdims=0), zero],
+    hi = b.node("Max", [b.node("ReduceMax", [xname], hint=h + "_max", keepdims=0), zero],
                 hint=h + "_max0")
     scale = b.node("Div", [b.node("Sub", [hi, lo], hint=h + "_range"),
                            b.const(h + "_levels", np.array(qmax, F32))], hint=h + "_scale")
@@ -608,7 +617,7 @@ def emit_dynamic_linear(b, rec, x, out, weight, bias, relu, reduce_range=True):
                                                    hint=h + "_zpn")], hint=h + "_zpr"),
                           zero, b.const(h + "_qmax", np.array(qmax, F32))], hint=h + "_zpc")
     zp = b.node("Cast", [zpf], hint=h + "_zp", to=b.onnx.TensorProto.UINT8)
-    xq = b.node("QuantizeLinear", [xv.name, scale, zp], hint=h + "_xq")
+    xq = b.node("QuantizeLinear", [xname, scale, zp], hint=h + "_xq")
     acc = b.node("MatMulInteger", [xq, b.const(h + "_wT", np.ascontiguousarray(wd.T)), zp,
                                    b.const(h + "_w_zp", np.zeros(wd.shape[0] if axis is not None
                                                                  else (), np.int8))],
@@ -618,9 +627,181 @@ def emit_dynamic_linear(b, rec, x, out, weight, bias, relu, reduce_range=True):
                hint=h + "_deq")
     if bias is not None:
         y = b.node("Add", [y, b.const(h + "_b", np.asarray(bias, F32))], hint=h + "_bias")
-    if relu:
-        y = b.node("Relu", [y], hint=h + "_relu")
-    return _set_float(b, y, out)
+    return y
+
+
+def _float_matmul(b, h, xname, weight, bias):
+    y = b.node("MatMul", [xname, b.const(h + "_wT", np.ascontiguousarray(
+        np.asarray(weight, F32).T))], hint=h)
+    if bias is not None:
+        y = b.node("Add", [y, b.const(h + "_b", np.asarray(bias, F32))], hint=h + "_bias")
+    return y
+
+
+# -- recurrent layers and cells: unrolled over the example's time steps ---------------------
+def _gate_gemm(b, h, where, cell, part, xname):
+    """x W_part^T + b_part of one cell: dynamic qint8, float16-valued or float weights."""
+    bias = getattr(cell, "b_" + part)
+    if getattr(cell, "qint8", False):
+        return _dyn_matmul(b, h, where, xname, getattr(cell, "w_" + part), bias)
+    # float16 dynamic cells hold the float16-rounded weights in _ih/_hh (fbgemm's fp16 path
+    # computes in float32 on them); float cells their float32 weights
+    w = getattr(cell, "_" + part) if hasattr(cell, "qint8") else getattr(cell, "w_" + part)
+    return _float_matmul(b, h, xname, w, bias)
+
+
+def _zeros_state(b, h, xname, batch_axis, size):
+    """A float32 zero state (batch, size), the batch read from the input's shape."""
+    n = b.node("Gather", [b.node("Shape", [xname], hint=h + "_shape"),
+                          b.const(h + "_bax", np.array([batch_axis], np.int64))],
+               hint=h + "_batch")
+    shape = b.node("Concat", [n, b.const(h + "_hsz", np.array([size], np.int64))],
+                   hint=h + "_zshape", axis=0)
+    return b.node("ConstantOfShape", [shape], hint=h + "_zeros",
+                  value=b.nh.from_array(np.zeros(1, F32), "zero"))
+
+
+def _cell_ops(b, h, mode, gi, gh, hprev, cprev, hidden):
+    """One cell step in float ONNX ops, in the order of the rnn family (docs/semantics.md §21)."""
+    if mode == "LSTM":
+        g = b.node("Add", [gh, gi], hint=h + "_gates")
+        i, f, gg, o = b.node("Split", [g, b.const(h + "_split", np.array([hidden] * 4,
+                                                                         np.int64))],
+                             n_out=4, hint=h + "_chunks", axis=1)
+        i = b.node("Sigmoid", [i], hint=h + "_i")
+        f = b.node("Sigmoid", [f], hint=h + "_f")
+        gg = b.node("Tanh", [gg], hint=h + "_g")
+        o = b.node("Sigmoid", [o], hint=h + "_o")
+        c = b.node("Add", [b.node("Mul", [f, cprev], hint=h + "_fc"),
+                           b.node("Mul", [i, gg], hint=h + "_ig")], hint=h + "_c")
+        return b.node("Mul", [o, b.node("Tanh", [c], hint=h + "_tc")], hint=h + "_h"), c
+    if mode == "GRU":
+        split = b.const(h + "_split", np.array([hidden] * 3, np.int64))
+        ir, iz, in_ = b.node("Split", [gi, split], n_out=3, hint=h + "_gi", axis=1)
+        hr, hz, hn = b.node("Split", [gh, split], n_out=3, hint=h + "_gh", axis=1)
+        r = b.node("Sigmoid", [b.node("Add", [hr, ir], hint=h + "_rs")], hint=h + "_r")
+        z = b.node("Sigmoid", [b.node("Add", [hz, iz], hint=h + "_zs")], hint=h + "_z")
+        n = b.node("Tanh", [b.node("Add", [in_, b.node("Mul", [hn, r], hint=h + "_hnr")],
+                                   hint=h + "_ns")], hint=h + "_n")
+        hz_ = b.node("Mul", [b.node("Sub", [hprev, n], hint=h + "_hmn"), z], hint=h + "_hz")
+        return b.node("Add", [hz_, n], hint=h + "_h"), None
+    s = b.node("Add", [gh, gi], hint=h + "_s")
+    return b.node("Relu" if mode == "RNN_RELU" else "Tanh", [s], hint=h + "_h"), None
+
+
+def _state_at(b, h, where, state, k):
+    """state[k] of a (layers * directions, batch, size) graph tensor, or None."""
+    if state is None:
+        return None
+    v = b.get(state, where)
+    return b.node("Gather", [v.name, b.const(h + "_k", np.array(k, np.int64))], hint=h)
+
+
+def emit_recurrent(b, rec, mode, cells, args, out, hidden, num_layers, bidirectional,
+                   batch_first):
+    """A multi-layer LSTM / GRU / RNN unrolled over the time steps of the example input.
+
+    As qops' `recurrent` (PyTorch's CPU path): per layer and direction the input GEMM over the
+    whole sequence (one dynamic quantization of it), then per step the hidden GEMM (one
+    dynamic quantization of h) and the cell in float ops. The sequence length is fixed in the
+    graph (its input shape says so; ONNX Runtime refuses another length).
+    """
+    h, where = rec.label, rec.where
+    x = args[0]
+    hx = args[1] if len(args) > 1 else None
+    xv = b.get(x, where)
+    if xv.q or len(xv.shape) != 3:
+        raise ExportError(f"{where}: recurrent layers export for a float 3-D input (batched); "
+                          f"got {'a quantized' if xv.q else f'a {len(xv.shape)}-D'} input")
+    lstm = mode == "LSTM"
+    h0 = c0 = None
+    if hx is not None:
+        h0, c0 = (hx[0], hx[1]) if lstm else (hx, None)
+    xs = b.node("Transpose", [xv.name], hint=h + "_tm", perm=[1, 0, 2]) if batch_first \
+        else xv.name
+    steps = xv.shape[1] if batch_first else xv.shape[0]
+    seq_dims = ["N", steps] if batch_first else [steps, "N"]
+    if xv.name in b.graph_input_names:
+        b.dims[xv.name] = seq_dims + [xv.shape[2]]
+    dirs = 2 if bidirectional else 1
+    layer_in, hn, cn = xs, [], []
+    for layer in range(num_layers):
+        outs = []
+        for d in range(dirs):
+            k = layer * dirs + d
+            cell, hk = cells[k], f"{h}_l{layer}" + ("r" if d else "")
+            gi_all = _gate_gemm(b, hk + "_ih", where, cell, "ih", layer_in)
+            hcur = _state_at(b, hk + "_h0", where, h0, k) or \
+                _zeros_state(b, hk + "_h0", layer_in, 1, hidden if cell.hr is None else
+                             cell.w_hr.shape[0])
+            ccur = (_state_at(b, hk + "_c0", where, c0, k) or
+                    _zeros_state(b, hk + "_c0", layer_in, 1, hidden)) if lstm else None
+            ys = [None] * steps
+            for t in (range(steps) if d == 0 else range(steps - 1, -1, -1)):
+                ht = f"{hk}_t{t}"
+                gi = b.node("Gather", [gi_all, b.const(ht + "_t", np.array(t, np.int64))],
+                            hint=ht + "_gi", axis=0)
+                gh = _gate_gemm(b, ht + "_hh", where, cell, "hh", hcur)
+                hcur, cnew = _cell_ops(b, ht, mode, gi, gh, hcur, ccur, hidden)
+                if lstm:
+                    ccur = cnew
+                    if cell.hr is not None:
+                        hcur = _float_matmul(b, ht + "_hr", hcur, cell.w_hr, None)
+                ys[t] = b.node("Unsqueeze", [hcur, b.const(ht + "_ax0", np.array([0], np.int64))],
+                               hint=ht + "_y")
+            hn.append(hcur)
+            cn.append(ccur)
+            outs.append(b.node("Concat", ys, hint=hk + "_ys", axis=0) if steps > 1 else ys[0])
+        layer_in = outs[0] if dirs == 1 else b.node("Concat", outs, hint=f"{h}_l{layer}_cat",
+                                                    axis=2)
+    y = b.node("Transpose", [layer_in], hint=h + "_bm", perm=[1, 0, 2]) if batch_first \
+        else layer_in
+    o = out[0]
+    _set_float(b, y, o)
+    b.dims[y] = seq_dims + [o.shape[2]]
+
+    def stack(names, value, hint):
+        ax = b.const(hint + "_ax", np.array([0], np.int64))
+        parts = [b.node("Unsqueeze", [n, ax], hint=hint) for n in names]
+        name = b.node("Concat", parts, hint=hint, axis=0) if len(parts) > 1 else parts[0]
+        _set_float(b, name, value)
+        b.dims[name] = [value.shape[0], "N", value.shape[2]]
+    if lstm:
+        stack(hn, out[1][0], h + "_hn")
+        stack(cn, out[1][1], h + "_cn")
+    else:
+        stack(hn, out[1], h + "_hn")
+    for st in ((h0, c0) if lstm else (h0,)):
+        if st is not None and b.get(st, where).name in b.graph_input_names:
+            b.dims[b.get(st, where).name] = [np.shape(st)[0], "N", np.shape(st)[2]]
+    return True
+
+
+def emit_cell(b, rec, mode, cell, args, out, hidden):
+    """One LSTMCell / GRUCell / RNNCell step (the states given, or zeros)."""
+    h, where = rec.label, rec.where
+    x = args[0]
+    hx = args[1] if len(args) > 1 else None
+    xv = b.get(x, where)
+    if xv.q or len(xv.shape) != 2:
+        raise ExportError(f"{where}: recurrent cells export for a float 2-D input (batched)")
+    lstm = mode == "LSTM"
+    if hx is None:
+        hprev = _zeros_state(b, h + "_h0", xv.name, 0, hidden)
+        cprev = _zeros_state(b, h + "_c0", xv.name, 0, hidden) if lstm else None
+    elif lstm:
+        hprev, cprev = b.get(hx[0], where).name, b.get(hx[1], where).name
+    else:
+        hprev, cprev = b.get(hx, where).name, None
+    gi = _gate_gemm(b, h + "_ih", where, cell, "ih", xv.name)
+    gh = _gate_gemm(b, h + "_hh", where, cell, "hh", hprev)
+    hnew, cnew = _cell_ops(b, h, mode, gi, gh, hprev, cprev, hidden)
+    if lstm:
+        _set_float(b, hnew, out[0])
+        _set_float(b, cnew, out[1])
+    else:
+        _set_float(b, hnew, out)
+    return True
 
 
 def emit_float_linear(b, rec, x, out, weight, bias, relu=False):
@@ -688,6 +869,9 @@ def _module_step(b, rec, mod, args, out):
     if isinstance(mod, nnq._ConvNd):
         return emit_conv(b, rec, x, out, mod.weight(), mod.bias(), mod.stride, mod.padding,
                          mod.dilation, mod.groups, relu, mod.padding_mode)
+    rnn = _recurrent_step(b, rec, mod, args, out)
+    if rnn is not None:
+        return rnn
     if isinstance(mod, nnqd.Linear):
         if mod.dtype is not qint8:
             w = mod.weight()
@@ -744,6 +928,23 @@ def _module_step(b, rec, mod, args, out):
         return emit_float_conv(b, rec, x, out, mod)
     if isinstance(mod, fl._BatchNorm):
         return emit_float_batchnorm(b, rec, x, out, mod)
+    return None
+
+
+def _recurrent_step(b, rec, mod, args, out):
+    from qops.nn import _rnn as frnn
+    from qops.nn.quantized.dynamic import _rnn as drnn
+    if isinstance(mod, drnn.RNNBase):
+        return emit_recurrent(b, rec, mod.mode, mod._cells, args, out, mod.hidden_size,
+                              mod.num_layers, mod.bidirectional, mod.batch_first)
+    if isinstance(mod, frnn.RNNBase):
+        return emit_recurrent(b, rec, mod.mode, mod._cells(), args, out, mod.hidden_size,
+                              mod.num_layers, mod.bidirectional, mod.batch_first)
+    if isinstance(mod, drnn.RNNCellBase):
+        return emit_cell(b, rec, mod._mode(), mod._cells[0], args, out, mod.hidden_size)
+    if isinstance(mod, frnn.RNNCellBase):
+        cell = frnn._FloatCell(mod.weight_ih, mod.weight_hh, mod.bias_ih, mod.bias_hh)
+        return emit_cell(b, rec, mod._mode(), cell, args, out, mod.hidden_size)
     return None
 
 
@@ -847,12 +1048,12 @@ class _Tracer:
         return rec
 
     def _inputs_of(self, rec, values):
-        for v in values:
+        for v in _flat(values):
             if isinstance(v, (QTensor, np.ndarray)) and id(v) in self.b.vals:
                 rec.inputs.append((self.b.vals[id(v)], v))
 
     def _finish(self, rec, out):
-        for o in (out if isinstance(out, (tuple, list)) else [out]):
+        for o in _flat(out):
             if isinstance(o, (QTensor, np.ndarray)) and id(o) in self.b.vals:
                 rec.outputs.append((self.b.vals[id(o)], o))
 
@@ -1023,19 +1224,24 @@ def build(model, args, form="qdq", opset_version=17, input_names=None, output_na
         args = (args,)
     b = _Builder(form, opset_version)
     helper, onnx = b.helper, b.onnx
-    graph_inputs = []
-    for i, a in enumerate(args):
+    flat_args = _flat(args)
+    names = []
+    for i, a in enumerate(flat_args):
         if isinstance(a, QTensor) or not isinstance(a, np.ndarray) or a.dtype != F32:
-            raise TypeError(f"args[{i}] must be a float32 numpy array (the model's float input);"
-                            f" got {type(a).__name__}")
+            raise TypeError(f"args[{i}] must be a float32 numpy array (the model's float input,"
+                            f" or a tuple of them for recurrent states); got {type(a).__name__}")
         name = input_names[i] if input_names and i < len(input_names) else \
-            ("input" if len(args) == 1 else f"input_{i}")
+            ("input" if len(flat_args) == 1 else f"input_{i}")
         b.used.add(name)
+        b.graph_input_names.add(name)
         b.bind(a, _Val(name, a.shape))
-        dims = ["N"] + list(a.shape[1:]) if a.ndim else []
-        graph_inputs.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, dims))
+        names.append(name)
     out = _trace(b, model, args)
-    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    graph_inputs = []
+    for name, a in zip(names, flat_args):
+        dims = b.dims.get(name, ["N"] + list(a.shape[1:]) if a.ndim else [])
+        graph_inputs.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, dims))
+    outs = _flat(out)
     graph_outputs, scales = [], []
     for i, o in enumerate(outs):
         v = b.get(o, f"output {i}")
@@ -1046,7 +1252,7 @@ def build(model, args, form="qdq", opset_version=17, input_names=None, output_na
         b.nodes.append(helper.make_node("Identity", [v.name], [want], name=f"{want}_id"))
         elem = onnx.TensorProto.FLOAT if not v.q else \
             helper.np_dtype_to_tensor_dtype(np.dtype(v.dtype))
-        dims = ["N"] + list(v.shape[1:]) if v.shape else []
+        dims = b.dims.get(v.name, ["N"] + list(v.shape[1:]) if v.shape else [])
         graph_outputs.append(helper.make_tensor_value_info(want, elem, dims))
         scales.append(_output_scale(b, o))
     graph = helper.make_graph(b.nodes, type(model).__name__, graph_inputs, graph_outputs,
@@ -1059,6 +1265,13 @@ def build(model, args, form="qdq", opset_version=17, input_names=None, output_na
     helper.set_model_props(m, {"qops.form": form,
                                "qops.output_steps": ",".join(repr(s) for s in scales)})
     return m, b, outs
+
+
+def _flat(values):
+    """Tensors of a nested tuple / list, in order (an LSTM returns (out, (h_n, c_n)))."""
+    if isinstance(values, (tuple, list)):
+        return [t for v in values for t in _flat(v)]
+    return [values]
 
 
 def _ir_version(helper, opset):
