@@ -1,6 +1,14 @@
 # Normalization kernels (mirror of qops/_ref/norm.py).
 # Contract: uint8/int8 in and out; exact integer statistics (int64);
 # float32 affine steps in PyTorch's order (fmaf exactly where it fuses); Q_vec requantization.
+#
+# Which kernel runs is decided in one place, _plan() below: it returns a named Route from
+# ROUTES (<op>.<route>), every entry point calls it, and qops.show_config(op, *args) reports
+# it (qops/_show.py). Rows of at least LUT_MIN elements go through 256-entry tables where the
+# lookup is vectorized (VBMI); the row kernels pick their vector body inside qops_norm.h when
+# the weights bound the float range (qops_norm_vec_ok), else a C loop: same bits.
+from collections import namedtuple
+
 import numpy as np
 from cython.parallel cimport prange
 from libc.math cimport sqrt, fmaf
@@ -26,6 +34,8 @@ cdef extern from "qops_norm.h":
                      int32_t ozp, float lo, float hi, int sgn) nogil
     void qops_gn_table(const float* d, float g, float b, float inv, int32_t ozp, float lo,
                        float hi, uint8_t* table) nogil
+    enum:
+        QOPS_NORM_TIER
 
 cdef extern from "qops_lut.h" nogil:
     void qops_lut_apply(const uint8_t *src, uint8_t *dst, Py_ssize_t n, const uint8_t *table)
@@ -42,6 +52,95 @@ cdef inline bint _use_lut(Py_ssize_t length) noexcept nogil:
     return length >= LUT_MIN and qops_lut_vectorized()
 
 
+# -- routes -------------------------------------------------------------------------------
+
+cdef class _State:
+    """The norm family's run-time switches, in one object."""
+    cdef public object trace   # a list collecting the Route of every call, or None
+
+
+cdef _State _S = _State()
+_S.trace = None
+
+
+def _trace_routes(routes):
+    """Append the Route of every following call to list `routes` (None: stop). For
+    qops._show.explain."""
+    _S.trace = routes
+
+
+Route = namedtuple("Route", "name kernel where")
+Route.__doc__ = """The kernel a norm call runs: name "<op>.<route>", the function, its file."""
+
+_TIER = ("AVX-512", "AVX2", "C")[2 - QOPS_NORM_TIER]
+
+ROUTES = {r.name: r for r in [
+    Route("empty", "none: an empty output", "norm.pyx"),
+    Route("batch_norm.lut", "per-channel tables, qops_lut_vbmi (AVX-512 VBMI)", "qops_lut.h"),
+    Route("batch_norm.rows", f"qops_bn_row ({_TIER})", "qops_norm.h"),
+    Route("batch_norm_cl.cl", f"qops_bn_cl ({_TIER})", "qops_norm.h"),
+    Route("layer_norm.rows", f"_stats + qops_ln_row ({_TIER})", "qops_norm.h"),
+    Route("group_norm.lut", "per-group tables (qops_gn_table), qops_lut_vbmi", "qops_norm.h"),
+    Route("group_norm.rows", f"_stats + qops_gn_row ({_TIER})", "qops_norm.h"),
+    Route("group_norm_cl.cl", f"qops_norm_sums_cols + qops_gn_cl ({_TIER})", "qops_norm.h"),
+]}
+
+
+def _built_here(name):
+    return LUT_VECTORIZED if name.endswith(".lut") else True
+
+
+BUILT = frozenset(n for n in ROUTES if _built_here(n))     # the routes this build can take
+
+cdef object R_EMPTY = ROUTES["empty"]
+cdef object R_BN_LUT = ROUTES["batch_norm.lut"]
+cdef object R_BN_ROWS = ROUTES["batch_norm.rows"]
+cdef object R_BN_CL = ROUTES["batch_norm_cl.cl"]
+cdef object R_LN_ROWS = ROUTES["layer_norm.rows"]
+cdef object R_GN_LUT = ROUTES["group_norm.lut"]
+cdef object R_GN_ROWS = ROUTES["group_norm.rows"]
+cdef object R_GN_CL = ROUTES["group_norm_cl.cl"]
+
+DEF OP_BN = 0
+DEF OP_BN_CL = 1
+DEF OP_LN = 2
+DEF OP_GN = 3
+DEF OP_GN_CL = 4
+
+
+cdef object _plan(int op, Py_ssize_t size, Py_ssize_t nb, Py_ssize_t length):
+    """The Route of one call: every kernel choice of the family, in one place.
+
+    op: OP_*; size: elements; nb: batch (x.shape[0]); length: elements per channel row."""
+    if size == 0:
+        route = R_EMPTY
+    elif op == OP_BN:
+        # tables only where the lookup is vectorized and they are reused (2 * 256 elements)
+        route = R_BN_LUT if _use_lut(length) and nb * length >= 2 * 256 else R_BN_ROWS
+    elif op == OP_GN:
+        route = R_GN_LUT if _use_lut(length) else R_GN_ROWS
+    elif op == OP_LN:
+        route = R_LN_ROWS
+    elif op == OP_BN_CL:
+        route = R_BN_CL
+    else:
+        route = R_GN_CL
+    if _S.trace is not None:
+        _S.trace.append(route)
+    return route
+
+
+def plan(op, x, *args):
+    """The Route the fast backend's norm op `op` takes for input x (the entry point's layout:
+    (N, C, L) for batch_norm and group_norm, (rows, n) layer_norm, channels last for *_cl)."""
+    x = np.asarray(x)
+    ops = {"batch_norm": OP_BN, "batch_norm_cl": OP_BN_CL, "layer_norm": OP_LN,
+           "group_norm": OP_GN, "group_norm_cl": OP_GN_CL}
+    if op not in ops:
+        raise ValueError(f"plan: unknown norm op {op!r}")
+    return _plan(ops[op], x.size, x.shape[0], x.shape[2] if x.ndim == 3 else 0)
+
+
 cdef void _affine_lut(q8_t dummy, uint8_t* lut, float a, float b, int32_t zp, int32_t ozp,
                      float lo, float hi) noexcept nogil:
     # lut[byte] = the result for raw value (q8_t)byte: the same formula as qops_bn_row.
@@ -54,11 +153,10 @@ cdef void _affine_lut(q8_t dummy, uint8_t* lut, float a, float b, int32_t zp, in
 
 cdef void _batch_norm_rows(const q8_t[:, :, ::1] x, q8_t[:, :, ::1] out, const float[::1] alpha,
                            const float[::1] beta, int32_t zp, int32_t ozp, float lo,
-                           float hi, bint relu, uint8_t[:, ::1] luts) noexcept nogil:
+                           float hi, bint relu, uint8_t[:, ::1] luts, bint lut) noexcept nogil:
     # One (batch, channel) row per iteration: alpha/beta are constants of the inner loop. Long
     # rows use per-channel tables built once (luts[c]) before the parallel loop.
     cdef Py_ssize_t nb = x.shape[0], nc = x.shape[1], length = x.shape[2], r, c
-    cdef bint lut = _use_lut(length) and nb * length >= 2 * 256
     if lut:
         for c in range(nc):
             _affine_lut(x[0, 0, 0], &luts[c, 0], alpha[c], beta[c], zp, ozp, lo, hi)
@@ -82,13 +180,17 @@ def batch_norm(x, alpha, beta, zero_point, output_zero_point, relu):
     hi = info.max - output_zero_point
     a = np.ascontiguousarray(alpha, dtype=np.float32)
     b = np.ascontiguousarray(beta, dtype=np.float32)
-    if x.size == 0:
+    route = _plan(OP_BN, x.size, x.shape[0], x.shape[2])
+    if route is R_EMPTY:
         return out
     luts = np.empty((x.shape[1], 256), np.uint8)
+    lut = route is R_BN_LUT
     if x.dtype == np.uint8:
-        _batch_norm_rows[uint8_t](x, out, a, b, zero_point, output_zero_point, lo, hi, relu, luts)
+        _batch_norm_rows[uint8_t](x, out, a, b, zero_point, output_zero_point, lo, hi, relu, luts,
+                                  lut)
     else:
-        _batch_norm_rows[int8_t](x, out, a, b, zero_point, output_zero_point, lo, hi, relu, luts)
+        _batch_norm_rows[int8_t](x, out, a, b, zero_point, output_zero_point, lo, hi, relu, luts,
+                                 lut)
     return out
 
 
@@ -103,7 +205,7 @@ def batch_norm_cl(x, alpha, beta, zero_point, output_zero_point, relu):
     a = np.ascontiguousarray(alpha, dtype=np.float32)
     b = np.ascontiguousarray(beta, dtype=np.float32)
     cdef Py_ssize_t P = x.shape[0], C = x.shape[1], t, nt
-    if x.size == 0:
+    if _plan(OP_BN_CL, x.size, 0, 0) is R_EMPTY:
         return out
     cdef const uint8_t* xp = <const uint8_t*>qops_ptr(x)
     cdef uint8_t* op = <uint8_t*>qops_ptr(out, True)
@@ -171,7 +273,7 @@ def layer_norm(x, weight, bias, scale, zero_point, eps, inv_output_scale, output
     b = np.zeros(n, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32)
     lo = info.min - output_zero_point
     hi = info.max - output_zero_point
-    if x.size == 0:
+    if _plan(OP_LN, x.size, 0, 0) is R_EMPTY:
         return out
     # A bound on |w| and |b| for the vector path's range check (inf or NaN: never taken).
     wb_max = float(np.max(np.abs(np.concatenate([w, b]))))
@@ -212,11 +314,10 @@ cdef void _group_norm_group(const q8_t* x, q8_t* out, Py_ssize_t cpg, Py_ssize_t
 cdef void _group_norm_groups(const q8_t[:, :, ::1] x, q8_t[:, :, ::1] out, Py_ssize_t groups,
                              const float[::1] w, const float[::1] b, float xs, int32_t zp,
                              double eps, float inv, int32_t ozp, float lo,
-                             float hi) noexcept nogil:
+                             float hi, bint lut) noexcept nogil:
     # One (batch, group) per iteration: its channels are contiguous (cpg * length elements).
     cdef Py_ssize_t nb = x.shape[0], nc = x.shape[1], length = x.shape[2]
     cdef Py_ssize_t cpg = nc // groups, g, c0
-    cdef bint lut = _use_lut(length)
     for g in prange(nb * groups, schedule="static",
                     num_threads=qops_threads_for(nb * nc * length, GRAIN)):
         c0 = (g % groups) * cpg
@@ -235,14 +336,17 @@ def group_norm(x, num_groups, weight, bias, scale, zero_point, eps, inv_output_s
     b = np.zeros(c, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32)
     lo = info.min - output_zero_point
     hi = info.max - output_zero_point
-    if x.size == 0:
+    route = _plan(OP_GN, x.size, x.shape[0], x.shape[2])
+    if route is R_EMPTY:
         return out
     if x.dtype == np.uint8:
         _group_norm_groups[uint8_t](x, out, num_groups, w, b, scale, zero_point, eps,
-                                    inv_output_scale, output_zero_point, lo, hi)
+                                    inv_output_scale, output_zero_point, lo, hi,
+                                    route is R_GN_LUT)
     else:
         _group_norm_groups[int8_t](x, out, num_groups, w, b, scale, zero_point, eps,
-                                   inv_output_scale, output_zero_point, lo, hi)
+                                   inv_output_scale, output_zero_point, lo, hi,
+                                   route is R_GN_LUT)
     return out
 
 
@@ -280,7 +384,7 @@ def group_norm_cl(x, num_groups, weight, bias, scale, zero_point, eps, inv_outpu
     w = np.ones(C, np.float32) if weight is None else np.ascontiguousarray(weight, np.float32)
     b = np.zeros(C, np.float32) if bias is None else np.ascontiguousarray(bias, np.float32)
     cdef float lo = info.min - output_zero_point, hi = info.max - output_zero_point
-    if x.size == 0:
+    if _plan(OP_GN_CL, x.size, 0, 0) is R_EMPTY:
         return out
     sums = np.empty((2, B, C), np.int64)
     sc = np.empty((B, C), np.float32)

@@ -75,6 +75,15 @@ static void qops_norm_sums(const uint8_t *p, ptrdiff_t n, uint8_t flip, int64_t 
 #else
 #define QOPS_NORM_AVX2 0
 #endif
+/* The tier named in norm.pyx's routes: 2 AVX-512 (GCC's 512-bit loops, layer norm's own
+ * body), 1 AVX2 bodies, 0 C. */
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define QOPS_NORM_TIER 2
+#elif QOPS_NORM_AVX2
+#define QOPS_NORM_TIER 1
+#else
+#define QOPS_NORM_TIER 0
+#endif
 static inline int qops_norm_vec_ok(double bound) {
     return bound < 1073741824.0;     /* false for NaN and inf too */
 }
