@@ -3,6 +3,12 @@
 # Sums are exact: int64 row sums (reduce_sum.h), or int32 column sums over at most CHUNK rows
 # flushed into int64. Parallel work items are independent (row, block) pairs; per-item results
 # are combined serially after.
+#
+# Which kernel runs is decided in one place, _plan() below: it returns a named Route from
+# ROUTES (<op>.<route>), every entry point calls it, and qops.show_config(op, *args) reports
+# it (qops/_show.py).
+from collections import namedtuple
+
 import numpy as np
 from cython.parallel cimport prange
 from qops._fast._common cimport *
@@ -17,6 +23,91 @@ cdef extern from "reduce_sum.h" nogil:
 DEF CHUNK = 65536         # elements summed in int32 before a flush to int64 (65536 * 255 < 2^31)
 DEF IBLOCK = 1024         # inner (column) block of the strided mean and max/min: 1 KB rows
 DEF GRAIN = 65536         # below this many elements one thread is faster
+DEF COL32_MAX = 1 << 23   # rows whose int32 column totals cannot overflow (n * 255 < 2**31)
+
+
+# -- routes -------------------------------------------------------------------------------
+
+cdef class _State:
+    """The reduce family's run-time switches, in one object."""
+    cdef public object trace   # a list collecting the Route of every call, or None
+
+
+cdef _State _S = _State()
+_S.trace = None
+
+
+def _trace_routes(routes):
+    """Append the Route of every following call to list `routes` (None: stop). For
+    qops._show.explain."""
+    _S.trace = routes
+
+
+Route = namedtuple("Route", "name kernel where")
+Route.__doc__ = """The kernel a reduce call runs: name "<op>.<route>", the function, its file."""
+
+# this module's instruction set: the package it was built into (qops._fast._avx2.reduce)
+_ISA = __name__.split(".")[2].lstrip("_") if __name__.count(".") == 3 else "baseline"
+_TIER = {"avx512": "AVX-512", "avx2": "AVX2"}.get(_ISA, "C")
+
+ROUTES = {r.name: r for r in [
+    Route("empty", "none: an empty output", "reduce.pyx"),
+    Route("extreme_all.chunks", "_extreme_chunks (GCC-vectorized runs of CHUNK)", "reduce.pyx"),
+    Route("extreme_dim.rows", "_extreme_row (contiguous rows, inner size 1)", "reduce.pyx"),
+    Route("extreme_dim.cols", "_extreme_cols (running extreme over IBLOCK columns)",
+          "reduce.pyx"),
+    Route("mean_dims.row_means", f"qops_run_means ({_TIER})", "reduce_sum.h"),
+    Route("mean_dims.row_sums", f"_row_sums: qops_sum_bytes per CHUNK ({_TIER}), int64",
+          "reduce_sum.h"),
+    Route("mean_dims.col_means", f"qops_col_means ({_TIER})", "reduce_sum.h"),
+    Route("mean_dims.col_blocks", "_column_block_mean (int32 per CHUNK rows, int64)",
+          "reduce.pyx"),
+]}
+BUILT = frozenset(ROUTES)      # every build runs every route (the tier is in the kernel text)
+
+cdef object R_EMPTY = ROUTES["empty"]
+cdef object R_ALL = ROUTES["extreme_all.chunks"]
+cdef object R_DIM_ROWS = ROUTES["extreme_dim.rows"]
+cdef object R_DIM_COLS = ROUTES["extreme_dim.cols"]
+cdef object R_ROW_MEANS = ROUTES["mean_dims.row_means"]
+cdef object R_ROW_SUMS = ROUTES["mean_dims.row_sums"]
+cdef object R_COL_MEANS = ROUTES["mean_dims.col_means"]
+cdef object R_COL_BLOCKS = ROUTES["mean_dims.col_blocks"]
+
+DEF OP_ALL = 0       # max_all, min_all
+DEF OP_DIM = 1       # max_dim, min_dim
+DEF OP_MEAN = 2      # mean_dims
+
+
+cdef object _plan(int op, Py_ssize_t n0, Py_ssize_t n, Py_ssize_t n2):
+    """The Route of one call: every kernel choice of the family, in one place.
+
+    op: OP_*; (n0, n, n2): the (outer, reduced, inner) shape (OP_ALL: (1, size, 1))."""
+    if n0 * n * n2 == 0 and (op == OP_ALL or n0 * n2 == 0):
+        route = R_EMPTY
+    elif op == OP_ALL:
+        route = R_ALL
+    elif op == OP_DIM:
+        route = R_DIM_ROWS if n2 == 1 else R_DIM_COLS
+    elif n2 == 1:
+        # whole groups of 8 rows per thread, or one row short enough for a single run
+        route = R_ROW_MEANS if n0 >= 8 or n <= CHUNK else R_ROW_SUMS
+    else:
+        route = R_COL_MEANS if n <= COL32_MAX else R_COL_BLOCKS
+    if _S.trace is not None:
+        _S.trace.append(route)
+    return route
+
+
+def plan(op, q):
+    """The Route the fast backend's reduce op `op` takes for q, as passed to that entry point
+    ((outer, n, inner) for the *_dim ops and mean_dims)."""
+    q = np.asarray(q)
+    if op in ("max_all", "min_all"):
+        return _plan(OP_ALL, 1, q.size, 1)
+    if op not in ("max_dim", "min_dim", "mean_dims"):
+        raise ValueError(f"plan: unknown reduce op {op!r}")
+    return _plan(OP_MEAN if op == "mean_dims" else OP_DIM, q.shape[0], q.shape[1], q.shape[2])
 
 
 # -- whole-array max/min ------------------------------------------------------------------
@@ -42,6 +133,7 @@ cdef void _extreme_chunks(const q8_t[::1] q, q8_t[::1] part, bint is_max) noexce
 
 def _extreme_all(q, bint is_max):
     flat = np.ascontiguousarray(q).reshape(-1)
+    _plan(OP_ALL, 1, flat.shape[0], 1)
     part = np.empty((flat.shape[0] + CHUNK - 1) // CHUNK, dtype=flat.dtype)
     if flat.dtype == np.uint8:
         _extreme_chunks[uint8_t](flat, part, is_max)
@@ -91,14 +183,14 @@ cdef void _extreme_cols(const q8_t[:, :, ::1] q, q8_t[:, ::1] val, int64_t[:, ::
 
 
 cdef void _extreme_dim(const q8_t[:, :, ::1] q, q8_t[:, ::1] val, int64_t[:, ::1] idx,
-                       bint is_max) noexcept nogil:
+                       bint is_max, bint rows) noexcept nogil:
     cdef Py_ssize_t n0 = q.shape[0], n = q.shape[1], n2 = q.shape[2]
     cdef Py_ssize_t nbi = (n2 + IBLOCK - 1) // IBLOCK, w, o, i0
     for w in prange(n0 * nbi, schedule="static",
                     num_threads=qops_threads_for(n0 * n * n2, GRAIN)):
         o = w // nbi
         i0 = (w % nbi) * IBLOCK
-        if n2 == 1:
+        if rows:
             _extreme_row(&q[o, 0, 0], n, &val[o, 0], &idx[o, 0], is_max)
         else:
             _extreme_cols(q, val, idx, o, i0, min(i0 + IBLOCK, n2), is_max)
@@ -108,11 +200,12 @@ def _extreme_over(q, bint is_max):
     q = np.ascontiguousarray(q)
     val = np.empty((q.shape[0], q.shape[2]), dtype=q.dtype)
     idx = np.empty((q.shape[0], q.shape[2]), dtype=np.int64)
-    if val.size:
+    route = _plan(OP_DIM, q.shape[0], q.shape[1], q.shape[2])
+    if route is not R_EMPTY:
         if q.dtype == np.uint8:
-            _extreme_dim[uint8_t](q, val, idx, is_max)
+            _extreme_dim[uint8_t](q, val, idx, is_max, route is R_DIM_ROWS)
         else:
-            _extreme_dim[int8_t](q, val, idx, is_max)
+            _extreme_dim[int8_t](q, val, idx, is_max, route is R_DIM_ROWS)
     return val, idx
 
 
@@ -167,10 +260,10 @@ cdef void _column_block_mean(const q8_t[:, :, ::1] q, q8_t[:, ::1] out, Py_ssize
         out[o, i] = <q8_t>qops_rintf(<float>acc64[i - i0] / fn)
 
 
-cdef void _column_means(const q8_t[:, :, ::1] q, q8_t[:, ::1] out) noexcept nogil:
+cdef void _column_means(const q8_t[:, :, ::1] q, q8_t[:, ::1] out, bint col32) noexcept nogil:
     cdef Py_ssize_t n0 = q.shape[0], n = q.shape[1], n2 = q.shape[2]
     cdef Py_ssize_t nbi = (n2 + IBLOCK - 1) // IBLOCK, w, o, i0
-    if n <= (1 << 23):
+    if col32:
         # int32 column totals suffice (n * 255 < 2**31): reduce_sum.h's 16-bit blocks
         for w in prange(n0 * nbi, schedule="static",
                         num_threads=qops_threads_for(n0 * n * n2, GRAIN)):
@@ -205,15 +298,16 @@ def mean_dims(q):
     q = np.ascontiguousarray(q)
     n0, n, n2 = q.shape
     out = np.empty((n0, n2), dtype=q.dtype)
-    if out.size == 0:
+    route = _plan(OP_MEAN, n0, n, n2)
+    if route is R_EMPTY:
         return out
-    if n2 == 1 and (n0 >= 8 or n <= CHUNK):
+    if route is R_ROW_MEANS:
         if q.dtype == np.uint8:
             _row_means[uint8_t](q.reshape(n0, n), out.reshape(-1))
         else:
             _row_means[int8_t](q.reshape(n0, n), out.reshape(-1))
         return out
-    if n2 == 1:
+    if route is R_ROW_SUMS:
         rows = q.reshape(n0, n)
         part = np.empty((n0, (n + CHUNK - 1) // CHUNK), dtype=np.int64)
         if q.dtype == np.uint8:
@@ -224,7 +318,7 @@ def mean_dims(q):
         out[:, 0] = np.rint(total.astype(np.float32) / np.float32(n))
         return out
     if q.dtype == np.uint8:
-        _column_means[uint8_t](q, out)
+        _column_means[uint8_t](q, out, route is R_COL_MEANS)
     else:
-        _column_means[int8_t](q, out)
+        _column_means[int8_t](q, out, route is R_COL_MEANS)
     return out
