@@ -736,3 +736,48 @@ def test_recurrent_sequence_length_is_fixed():
         sess.run(None, {"input": x[:4]})
     with pytest.raises(ExportError, match="3-D input"):
         export(m, x[:, 0], io.BytesIO())
+
+
+# -- embeddings: Gather on the integer table, rows dequantized as qops' fma ---------------------
+def _qtable(rng, cls, dt, **kw):
+    import qops.functional as qf
+    w = rng.normal(0, 1, (50, 16)).astype(F32)
+    return cls(50, 16, _weight=qf.embedding_bag_prepack(w, dt), dtype=dt, **kw)
+
+
+@pytest.mark.parametrize("dt", ["quint8", "quint4x2"])
+@pytest.mark.parametrize("case", ["embedding", "sum", "sum/2d", "sum/weights", "sum/last",
+                                  "mean", "mean/2d", "max", "max/2d"])
+def test_embedding_vs_onnxruntime(dt, case):
+    rng = np.random.default_rng(0)
+    mode, _, variant = case.partition("/")
+    if mode == "embedding":
+        m = _qtable(rng, nnq.Embedding, dt)
+        args = (rng.integers(0, 50, (4, 7)).astype(np.int64),)
+    else:
+        m = _qtable(rng, nnq.EmbeddingBag, dt, mode=mode, include_last_offset=variant == "last")
+        idx = rng.integers(0, 50, 40).astype(np.int64)
+        off = np.array([0, 3, 3, 9, 15, 40] if variant == "last" else [0, 3, 3, 9, 15],
+                       np.int64)                  # an empty bag among them
+        args = (idx.reshape(5, 8),) if variant == "2d" else (idx, off)
+        if variant == "weights":
+            args += (rng.normal(0, 1, 40).astype(F32),)
+    buf = io.BytesIO()
+    export(m, args, buf)
+    r = compare(m, buf.getvalue(), args)
+    assert r["outputs"][0]["exact"] == 1.0, format_compare(r)
+    if len(args) > 1 and args[1].dtype == np.int64:
+        sess = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
+        assert len(sess.get_inputs()) == len(args) - 1      # the offsets are in the graph
+
+
+def test_float_embedding_and_refusals():
+    rng = np.random.default_rng(0)
+    m = qnn.Embedding(50, 16)
+    idx = rng.integers(0, 50, (4, 7)).astype(np.int64)
+    buf = io.BytesIO()
+    export(m, idx, buf)
+    assert compare(m, buf.getvalue(), idx)["outputs"][0]["exact"] == 1.0
+    m = _qtable(rng, nnq.EmbeddingBag, "quint8", padding_idx=3)
+    with pytest.raises(ExportError, match="padding_idx"):
+        export(m, (idx.reshape(-1), np.array([0, 5], np.int64)), io.BytesIO())

@@ -140,7 +140,7 @@ def compare(model, onnx_path, inputs, per_op=True, optimize=True):
         raise ImportError("qops.onnx.compare needs the onnx package: pip install qops[onnx]") \
             from None
 
-    from qops.onnx._export import _flat, build
+    from qops.onnx._export import build
     if not isinstance(inputs, tuple):
         inputs = (inputs,)
     proto = onnx.load(onnx_path) if not isinstance(onnx_path, (bytes, bytearray)) else \
@@ -150,7 +150,8 @@ def compare(model, onnx_path, inputs, per_op=True, optimize=True):
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
     _, b, outs = build(model, inputs, form, opset)
     sess = _session(proto.SerializeToString(), optimize)
-    feed = {i.name: np.ascontiguousarray(x) for i, x in zip(sess.get_inputs(), _flat(inputs))}
+    # by position (the file may use other names); bag offsets are held in the graph
+    feed = {i.name: np.ascontiguousarray(x) for i, (_, x) in zip(sess.get_inputs(), b.inputs)}
     got = sess.run(None, feed)
     steps = [float(s) for s in props.get("qops.output_steps", "").split(",") if s]
     report = {"form": form, "outputs": [], "ops": []}

@@ -83,6 +83,8 @@ class _Builder:
         self.uses_ms = False
         # graph input / output names -> ONNX dims, where not ["N", rest...]
         self.dims, self.graph_input_names = {}, set()
+        # graph inputs whose values the graph holds (bag offsets): not graph inputs after all
+        self.baked, self.inputs = set(), []
 
     # -- names, constants, nodes -------------------------------------------------------------
     def uname(self, hint):
@@ -804,6 +806,136 @@ def emit_cell(b, rec, mode, cell, args, out, hidden):
     return True
 
 
+# -- embeddings: Gather on the integer table, rows dequantized as qops does --------------------
+def _row_params(packed):
+    """(values (N, D) uint8, scales (N,), biases (N,)) of a row-wise quantized table, the scale
+    and bias as the lookup kernels read them (fbgemm's fused rows; float16-rounded for 4-bit)."""
+    tail = np.ascontiguousarray(packed.fused[:, -8:]).view(F32)
+    return np.ascontiguousarray(packed.int_repr(), dtype=np.uint8), tail[:, 0].copy(), \
+        tail[:, 1].copy()
+
+
+def _to_double(b, h, name):
+    return b.node("Cast", [name], hint=h, to=b.onnx.TensorProto.DOUBLE)
+
+
+def _to_float(b, h, name):
+    return b.node("Cast", [name], hint=h, to=b.onnx.TensorProto.FLOAT)
+
+
+def emit_embedding(b, rec, idx, out, packed):
+    """Quantized Embedding: fma(scale, q, bias) per looked-up value.
+
+    The fma is a float64 Mul (exact: 24-bit scale times 8-bit value) then a float64 Add and
+    one Cast to float32 (a double rounding, which can differ from the fma's single rounding
+    only when the float64 sum lands exactly halfway between two float32 values).
+    """
+    h = rec.label
+    iv = b.get(idx, rec.where)
+    q, sc, bi = _row_params(packed)
+    vals = b.node("Gather", [b.const(h + "_table", q), iv.name], hint=h + "_rows", axis=0)
+    last = b.const(h + "_last", np.array([-1], np.int64))
+    s = b.node("Unsqueeze", [b.node("Gather", [b.const(h + "_scales", sc), iv.name],
+                                    hint=h + "_s", axis=0), last], hint=h + "_s1")
+    c = b.node("Unsqueeze", [b.node("Gather", [b.const(h + "_biases", bi), iv.name],
+                                    hint=h + "_c", axis=0), last], hint=h + "_c1")
+    prod = b.node("Mul", [_to_double(b, h + "_sd", s), _to_double(b, h + "_qd", vals)],
+                  hint=h + "_sq")
+    y = _to_float(b, h + "_y", b.node("Add", [prod, _to_double(b, h + "_cd", c)], hint=h + "_fma"))
+    return _set_float(b, y, out)
+
+
+def emit_embedding_bag(b, rec, args, out, packed, mode, include_last_offset, padding_idx):
+    """Quantized EmbeddingBag with the bags (offsets, or the rows of a 2-D input) fixed.
+
+    Each entry adds fma(scale * w, q, acc + bias * w) in index order (docs/semantics.md §20):
+    unrolled per bag and entry, the fma as in emit_embedding. Mean divides by the entry
+    count, max takes the largest fma(scale, q, bias).
+    """
+    from qops._ops.embedding import _bag_args
+    h, where = rec.label, rec.where
+    if padding_idx is not None:
+        raise ExportError(f"{where}: an EmbeddingBag with padding_idx has no export (the "
+                          f"skipped entries depend on the index values)")
+    idx = args[0]
+    offsets = args[1] if len(args) > 1 else None
+    psw = args[2] if len(args) > 2 else None
+    if psw is not None and mode != "sum":
+        raise ExportError(f"{where}: per_sample_weights need mode 'sum'")
+    iv = b.get(idx, where)
+    _, full, _, _, _ = _bag_args(idx, offsets, include_last_offset, psw, mode, None,
+                                 packed.num_embeddings)
+    full = [int(v) for v in full]
+    if iv.name in b.graph_input_names:
+        b.dims[iv.name] = list(np.shape(idx))
+    if offsets is not None:
+        ov = b.get(offsets, where)
+        if ov.name in b.graph_input_names:
+            b.baked.add(ov.name)     # the offsets are in the graph: no input for them
+    flat = iv.name if np.ndim(idx) == 1 else b.node(
+        "Reshape", [iv.name, b.const(h + "_flat", np.array([-1], np.int64))], hint=h + "_flat")
+    q, sc, bi = _row_params(packed)
+    d = q.shape[1]
+    vals = _to_double(b, h + "_qd", b.node("Gather", [b.const(h + "_table", q), flat],
+                                           hint=h + "_rows", axis=0))
+    s = b.node("Gather", [b.const(h + "_scales", sc), flat], hint=h + "_s", axis=0)
+    c = b.node("Gather", [b.const(h + "_biases", bi), flat], hint=h + "_c", axis=0)
+    if psw is not None:
+        wv = b.get(psw, where)
+        if wv.name in b.graph_input_names:
+            b.dims[wv.name] = list(np.shape(psw))
+        s = b.node("Mul", [s, wv.name], hint=h + "_sw")
+        c = b.node("Mul", [c, wv.name], hint=h + "_cw")
+    last = b.const(h + "_last", np.array([-1], np.int64))
+    s = b.node("Unsqueeze", [s, last], hint=h + "_s1")
+    c = b.node("Unsqueeze", [c, last], hint=h + "_c1")
+    prod = b.node("Mul", [_to_double(b, h + "_sd", s), vals], hint=h + "_sq")   # exact
+    zeros = b.const(h + "_empty", np.zeros((1, d), F32))
+    ax0 = b.const(h + "_ax0", np.array([0], np.int64))
+
+    def rows(lo, hi, t, hint):
+        return b.node("Slice", [t, b.const(hint + "_lo", np.array([lo], np.int64)),
+                                b.const(hint + "_hi", np.array([hi], np.int64)), ax0],
+                      hint=hint)
+    if mode == "max":
+        v = _to_float(b, h + "_v", b.node("Add", [prod, _to_double(b, h + "_cd", c)],
+                                          hint=h + "_fma"))
+    bags = []
+    for k in range(len(full) - 1):
+        lo, hi = full[k], full[k + 1]
+        hk = f"{h}_bag{k}"
+        if lo == hi:
+            bags.append(zeros)
+        elif mode == "max":
+            bags.append(b.node("ReduceMax", [rows(lo, hi, v, hk)], hint=hk + "_max", axes=[0],
+                               keepdims=1) if b.opset < 18 else
+                        b.node("ReduceMax", [rows(lo, hi, v, hk), ax0], hint=hk + "_max",
+                               keepdims=1))
+        else:
+            acc = zeros
+            for i in range(lo, hi):
+                hi_ = f"{hk}_e{i}"
+                t = b.node("Add", [acc, rows(i, i + 1, c, hi_ + "_c")], hint=hi_ + "_accb")
+                acc = _to_float(b, hi_ + "_acc", b.node(
+                    "Add", [rows(i, i + 1, prod, hi_ + "_sq"), _to_double(b, hi_ + "_td", t)],
+                    hint=hi_ + "_fma"))
+            if mode == "mean":
+                acc = b.node("Div", [acc, b.const(hk + "_n", np.array(hi - lo, F32))],
+                             hint=hk + "_mean")
+            bags.append(acc)
+    y = b.node("Concat", bags, hint=h + "_bags", axis=0) if len(bags) > 1 else bags[0]
+    _set_float(b, y, out)
+    b.dims[y] = list(np.shape(out))
+    return True
+
+
+def emit_float_embedding(b, rec, idx, out, weight):
+    iv = b.get(idx, rec.where)
+    y = b.node("Gather", [b.const(rec.label + "_w", np.asarray(weight, F32)), iv.name],
+               hint=rec.label, axis=0)
+    return _set_float(b, y, out)
+
+
 def emit_float_linear(b, rec, x, out, weight, bias, relu=False):
     h = rec.label
     xv = b.get(x, rec.where)
@@ -869,6 +1001,17 @@ def _module_step(b, rec, mod, args, out):
     if isinstance(mod, nnq._ConvNd):
         return emit_conv(b, rec, x, out, mod.weight(), mod.bias(), mod.stride, mod.padding,
                          mod.dilation, mod.groups, relu, mod.padding_mode)
+    from qops.nn import _embedding as femb
+    from qops.nn.quantized import _embedding as qemb
+    if isinstance(mod, qemb.EmbeddingBag):
+        return emit_embedding_bag(b, rec, args, out, mod.weight(), mod.mode,
+                                  mod.include_last_offset, mod.padding_idx)
+    if isinstance(mod, qemb.Embedding):
+        return emit_embedding(b, rec, x, out, mod.weight())
+    if isinstance(mod, femb.Embedding):
+        if mod.max_norm is not None:
+            raise ExportError(f"{rec.where}: Embedding with max_norm has no export")
+        return emit_float_embedding(b, rec, x, out, mod.weight)
     rnn = _recurrent_step(b, rec, mod, args, out)
     if rnn is not None:
         return rnn
@@ -1227,9 +1370,11 @@ def build(model, args, form="qdq", opset_version=17, input_names=None, output_na
     flat_args = _flat(args)
     names = []
     for i, a in enumerate(flat_args):
-        if isinstance(a, QTensor) or not isinstance(a, np.ndarray) or a.dtype != F32:
+        if isinstance(a, QTensor) or not isinstance(a, np.ndarray) or (
+                a.dtype != F32 and a.dtype not in (np.int64, np.int32)):
             raise TypeError(f"args[{i}] must be a float32 numpy array (the model's float input,"
-                            f" or a tuple of them for recurrent states); got {type(a).__name__}")
+                            f" or a tuple of them for recurrent states), or an int64 / int32 one"
+                            f" (embedding indices); got {type(a).__name__}")
         name = input_names[i] if input_names and i < len(input_names) else \
             ("input" if len(flat_args) == 1 else f"input_{i}")
         b.used.add(name)
@@ -1239,8 +1384,12 @@ def build(model, args, form="qdq", opset_version=17, input_names=None, output_na
     out = _trace(b, model, args)
     graph_inputs = []
     for name, a in zip(names, flat_args):
+        if name in b.baked:
+            continue
         dims = b.dims.get(name, ["N"] + list(a.shape[1:]) if a.ndim else [])
-        graph_inputs.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, dims))
+        b.inputs.append((name, a))
+        graph_inputs.append(helper.make_tensor_value_info(
+            name, helper.np_dtype_to_tensor_dtype(a.dtype), dims))
     outs = _flat(out)
     graph_outputs, scales = [], []
     for i, o in enumerate(outs):
