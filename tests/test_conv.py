@@ -447,6 +447,58 @@ def test_channels_last_depthwise_avx2_equals_ref(monkeypatch, c, nd, k, stride, 
         assert not calls
 
 
+@pytest.mark.parametrize("c,o,nd,k,stride,padding,dilation,size,wzp,route", [
+    (32, 16, 2, (1, 1), 1, 0, 1, (5, 7), 0, "gemm_1x1"),
+    (67, 33, 2, (1, 1), 1, 0, 1, (3, 11), 3, "gemm_1x1"),     # weight zero points
+    (300, 17, 1, (1,), 1, 0, 1, (9,), 0, "gemm_1x1"),
+    (40, 70, 3, (1, 1, 1), 1, 0, 1, (2, 3, 4), -5, "gemm_1x1"),
+    (64, 20, 2, (3, 3), 1, 1, 1, (7, 9), 0, "gemm_im2col"),
+    (48, 24, 2, (3, 3), 2, 1, 1, (9, 8), 2, "gemm_im2col"),
+    (128, 16, 2, (1, 1), 2, 0, 1, (7, 7), 0, "gemm_im2col"),  # a strided 1x1
+    (16, 8, 2, (3, 3), 1, 2, 2, (6, 10), 0, "gemm_im2col"),   # dilated, padding past taps
+    (40, 12, 3, (3, 3, 3), 1, 1, 1, (3, 4, 5), 0, "gemm_im2col"),
+    (20, 9, 1, (7,), 3, 3, 1, (40,), -1, "gemm_im2col"),
+    (33, 10, 2, (3, 3), (1, 50), 1, 1, (5, 9), 0, "gemm_im2col"),   # one output column
+    (34, 8, 2, (3, 3), 1, 4, 1, (2, 3), 0, "gemm_im2col"),    # padding wider than the input
+    (16, 8, 2, (2, 2), 1, 0, 1, (4, 5), 0, "planes"),          # K = 64: too short
+    (31, 16, 2, (1, 1), 1, 0, 1, (4, 5), 0, "planes"),         # 1x1 under 32 channels
+])
+def test_channels_last_gemm_routes_equal_ref(monkeypatch, c, o, nd, k, stride, padding, dilation,
+                                            size, wzp, route):
+    # AVX2's GEMM routes for ungrouped channels-last convs (1x1 as it lies, the rest on
+    # im2col rows) with saturation-prone weights (-128 and 127 rows, pair sums past int16),
+    # inputs at 0 and 255, both clamps, symmetric and asymmetric weights
+    from qops import _fast
+    kernels = _fast.load("conv")
+    routes = []
+    real = kernels._plan_cl
+    monkeypatch.setattr(kernels, "_plan_cl", lambda *a: routes.append(real(*a)) or routes[-1])
+    r = u.rng(31)
+    raw = r.choice(np.array([0, 255], np.uint8), size=(2,) + size + (c,))
+    raw[1] = r.integers(0, 256, size=size + (c,))
+    x = qops.make_per_tensor_quantized_tensor(np.moveaxis(raw, -1, 1), 0.03, 77)
+    w = _w((o, c) + k, zp=wzp, seed=9, per_channel=True)
+    w._int[0] = -128
+    w._int[-1] = 127
+    b = r.normal(0, 3, o).astype(np.float32)
+    fn = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nd]
+    relu_fn = {1: F.conv1d_relu, 2: F.conv2d_relu, 3: F.conv3d_relu}[nd]
+    args = dict(stride=stride, padding=padding, dilation=dilation,
+                scale=float(np.sqrt(c * np.prod(k))) * 0.3, zero_point=120)
+    for f in (fn, relu_fn):
+        want, got = _ref_and_tier("vnni", f, x, w, b, **args)
+        np.testing.assert_array_equal(got, want)
+        assert np.std(want) > 5
+    if _fast.ISA == "avx2":
+        assert routes == [route, route]
+    # an infinite bias term: the GEMM's NaN rule differs, the planes take it
+    b[1] = np.inf
+    routes.clear()
+    want, got = _ref_and_tier("vnni", fn, x, w, b, **args)
+    np.testing.assert_array_equal(got, want)
+    assert "gemm" not in "".join(routes)
+
+
 @pytest.mark.parametrize("tier", ["portable", "vnni"])
 @pytest.mark.parametrize("c,nd,k,stride,padding,size", [
     (64, 2, (3, 3), 2, 1, (13, 29)),            # stride 2: through the channels-last kernel

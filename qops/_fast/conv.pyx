@@ -244,6 +244,43 @@ cdef extern from "qops_conv_dwcl_avx2.h" nogil:
     void qconv_dwcl2_rows(const qconv_dwcl2_args *a, Py_ssize_t r0, Py_ssize_t r1)
 
 
+cdef extern from "qops_gemm.h" nogil:
+    ctypedef struct qops_gemm_b:
+        const int8_t *data
+        const int32_t *wsum
+        const int32_t *wzp
+        Py_ssize_t N
+        Py_ssize_t K
+    ctypedef struct qops_gemm_out:
+        int kind
+        const float *bias
+        const float *mult
+        int32_t out_zp
+        int relu
+        void *out
+        Py_ssize_t ldc
+    enum:
+        QOPS_GEMM_U8
+    Py_ssize_t qops_gemm_packed_size(Py_ssize_t N, Py_ssize_t K)
+    void qops_gemm_pack(const int8_t *W, Py_ssize_t ldw, Py_ssize_t N, Py_ssize_t K,
+                        int8_t *packed, int32_t *wsum)
+    void qops_gemm_mt(const uint8_t *A, Py_ssize_t lda, Py_ssize_t M, int32_t a_zp,
+                      const qops_gemm_b *B, const qops_gemm_out *out, int nthreads)
+
+
+cdef extern from "qops_conv_im2col.h" nogil:
+    ctypedef struct qconv_i2c_args:
+        const uint8_t *x
+        Py_ssize_t N, D, H, W, C
+        Py_ssize_t OD, OH, OW
+        Py_ssize_t KD, KH, KW
+        Py_ssize_t sd, sh, sw, pd, ph, pw, dd, dh, dw
+        uint8_t xz
+        uint8_t *rows
+    void qconv_i2c_fill(const qconv_i2c_args *f, Py_ssize_t p0, Py_ssize_t p1)
+
+
+_AVX2 = bool(qconv_avx2_build())
 _DWCL = bool(qconv_dwcl_available())
 _DWCL2 = bool(qconv_dwcl2_available())
 
@@ -480,6 +517,100 @@ def _conv_dw_cl_avx2(x, packed, x_zero_point, bias_term, multiplier, out_zero_po
     return out
 
 
+# the GEMM core's exactness bound on K (qops_gemm.h: 33025 * 255 * 255 < 2**31)
+_GEMM_MAX_K = 33025
+_GEMM_MIN_C = 32          # below, the GEMM's per-row costs outweigh its faster products
+_GEMM_GRAIN = 262144      # multiply-adds per thread (as the linear family's)
+_IM2COL_MAX_BYTES = 8 << 20
+# output pixels per image up to which im2col rows and the GEMM beat the planes kernel (1
+# thread, Zen 3: 3x3 512->512 on 7x7 1.5x, 128->128 on 28x28 1.27x, 64->64 on 56x56 0.92x)
+_IM2COL_MAX_PIXELS = 1600
+
+
+def _gemm_weights(packed):
+    """The weights as the GEMM core takes them: (O, taps x C) in (tap, channel) order packed
+    by qops_gemm_pack, the row sums, the zero points (None when all 0); built on first use
+    and kept."""
+    g = packed.get("gemm")
+    if g is None:
+        o, ntaps, q4 = packed["wv"].shape
+        k = ntaps * packed["Cg"]
+        w = np.ascontiguousarray(
+            packed["wv"].view(np.int8).reshape(o, ntaps, q4 * 4)[:, :, :packed["Cg"]]
+        ).reshape(o, k)
+        data = qops_aligned(np, np.empty(qops_gemm_packed_size(o, k), np.int8))
+        wsum = np.zeros(o, np.int32)
+        if o > 0 and k > 0:
+            qops_gemm_pack(<const int8_t*>qops_ptr(w), k, o, k, <int8_t*>qops_ptr(data, True),
+                           <int32_t*>qops_ptr(wsum, True))
+        wz = packed["wz"]
+        g = packed["gemm"] = (data, wsum, wz if wz.any() else None)
+    return g
+
+
+def _conv_cl_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
+                  osize=None):
+    """Ungrouped conv of channels-last data by the GEMM core (qops_gemm.h, the linear
+    family's): x (M, K) rows, one per output pixel (a 1x1 conv's input as it lies, or im2col
+    rows), times the (O, K) weight; the output (N, OD, OH, OW, O), osize = (N, OD, OH, OW)
+    (x's own leading sizes when None)."""
+    cdef qops_gemm_b b
+    cdef qops_gemm_out o
+    data, wsum, wzp = _gemm_weights(packed)
+    oc = packed["O"]
+    out = qops_empty(np, tuple(osize or x.shape[:4]) + (oc,), np.uint8)
+    if out.size == 0:
+        return out
+    bt = np.ascontiguousarray(bias_term, np.float32)
+    mu = np.ascontiguousarray(multiplier, np.float32)
+    b.data = <const int8_t*>qops_ptr(data)
+    b.wsum = <const int32_t*>qops_ptr(wsum)
+    b.wzp = NULL if wzp is None else <const int32_t*>qops_ptr(wzp)
+    o.kind = QOPS_GEMM_U8
+    o.bias = <const float*>qops_ptr(bt)
+    o.mult = <const float*>qops_ptr(mu)
+    o.out_zp = out_zero_point
+    o.relu = 1 if relu else 0
+    o.out = <void*>qops_ptr(out, True)
+    o.ldc = oc
+    cdef Py_ssize_t m = out.size // max(oc, 1), k = x.shape[x.ndim - 1]
+    b.N, b.K = oc, k
+    cdef int nt = qops_threads_for(m * oc * k, _GEMM_GRAIN)
+    cdef const uint8_t *xp = <const uint8_t*>qops_ptr(x)
+    cdef int32_t xz = x_zero_point
+    with nogil:
+        qops_gemm_mt(xp, k, m, xz, &b, &o, nt)
+    return out
+
+
+def _conv_cl_im2col_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
+                         stride, padding, dilation):
+    """Ungrouped conv of contiguous channels-last x (N, D, H, W, C): each output pixel's
+    window gathered into an im2col row (qconv_i2c_fill), the rows multiplied by the GEMM
+    core (_conv_cl_gemm)."""
+    cdef qconv_i2c_args f
+    n, d, h, wdt, c = x.shape
+    kd, kh, kw = packed["kernel"]
+    (pd, ph, pw), (sd, sh, sw), (dd, dh, dwl) = padding, stride, dilation
+    od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
+    cdef Py_ssize_t m = n * od * oh * ow, k = kd * kh * kw * c, i
+    rows = qops_empty(np, (m, k), np.uint8)
+    f.x = <const uint8_t*>qops_ptr(x)
+    f.N, f.D, f.H, f.W, f.C = n, d, h, wdt, c
+    f.OD, f.OH, f.OW = od, oh, ow
+    f.KD, f.KH, f.KW = kd, kh, kw
+    f.sd, f.sh, f.sw, f.pd, f.ph, f.pw = sd, sh, sw, pd, ph, pw
+    f.dd, f.dh, f.dw = dd, dh, dwl
+    f.xz = x_zero_point
+    f.rows = <uint8_t*>qops_ptr(rows, True)
+    cdef int nt = qops_threads_for(m * k, 1 << 16)
+    with nogil:
+        for i in prange(nt, schedule="static", num_threads=nt):
+            qconv_i2c_fill(&f, m * i // nt, m * (i + 1) // nt)
+    return _conv_cl_gemm(rows, packed, x_zero_point, bias_term, multiplier, out_zero_point,
+                         relu, (n, od, oh, ow))
+
+
 def _transposed(x, shape):
     """x (C-contiguous bytes, (N, R, K) in memory) as a new (N, K, R) block shaped `shape`,
     by the tiled byte transpose (numpy's strided copy takes about 2 ns a byte)."""
@@ -507,7 +638,8 @@ def _dw_through_nhwc(x, packed, x_zero_point, bias_term, multiplier, out_zero_po
     return _transposed(y.reshape(n, -1, c), (n, c) + y.shape[1:4])
 
 
-def _plan_cl(x, packed, groups):
+def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1, 1, 1),
+             bias_term=None, multiplier=None):
     """The route of a channels-last conv of contiguous x (N, D, H, W, C), by name.
 
     'dw_vnni': depthwise, symmetric weights, VNNI: qconv_dwcl_rows, 64 channels a vector.
@@ -515,6 +647,12 @@ def _plan_cl(x, packed, groups):
     'dw_planes': other depthwise convs: a C-order copy for the planes kernel, transposed back.
     'amx_im2col', 'amx_padded': ungrouped, symmetric weights, AMX tiles on im2col rows (under
     32 channels) or on a padded copy of the input.
+    'gemm_1x1': ungrouped 1x1, stride 1, no padding, 32+ channels, AVX2: the GEMM core
+    on the pixels as rows (finite bias terms and multipliers: the GEMM sends NaN to the low
+    bound, the conv kernels to the high one).
+    'gemm_im2col': other ungrouped convs with 16+ channels and K = taps x C >= 128, AVX2,
+    on small grids (_IM2COL_MAX_PIXELS per image) whose im2col rows take at most
+    _IM2COL_MAX_BYTES: gathered, then the GEMM core.
     'planes': everything else, `conv` on the same memory (its C-order result as a view).
     """
     c = x.shape[4]
@@ -530,6 +668,19 @@ def _plan_cl(x, packed, groups):
     if (_MODE[0] == 2 and packed["kind"] == "grouped" and groups == 1 and packed["symmetric"]
             and x.size > 0):
         return "amx_im2col" if packed["Cg"] < _NHWC_MIN_C else "amx_padded"
+    if (_MODE[0] != 1 or not _AVX2 or packed["kind"] != "grouped" or groups != 1
+            or x.size == 0 or not np.isfinite(bias_term).all()
+            or not np.isfinite(multiplier).all()):
+        return "planes"
+    if ((kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1) and tuple(padding) == (0, 0, 0)
+            and _GEMM_MIN_C <= c <= _GEMM_MAX_K):
+        return "gemm_1x1"
+    k = kd * kh * kw * c
+    if c >= 16 and 128 <= k <= _GEMM_MAX_K:
+        n, d, h, w = x.shape[:4]
+        od, oh, ow = _out_sizes((d, h, w), packed["kernel"], stride, padding, dilation)
+        if od * oh * ow <= _IM2COL_MAX_PIXELS and n * od * oh * ow * k <= _IM2COL_MAX_BYTES:
+            return "gemm_im2col"
     return "planes"
 
 
@@ -546,13 +697,19 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     C-order result comes back as a view."""
     x = np.ascontiguousarray(x)
     n, d, h, wdt, c = x.shape
-    route = _plan_cl(x, packed, groups)
+    route = _plan_cl(x, packed, groups, stride, padding, dilation, bias_term, multiplier)
+    if route == "gemm_1x1":
+        return _conv_cl_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_point,
+                             relu)
     if route == "dw_vnni":
         return _conv_dw_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point,
                            relu, stride, padding, dilation)
     if route == "dw_avx2":
         return _conv_dw_cl_avx2(x, packed, x_zero_point, bias_term, multiplier, out_zero_point,
                                 relu, stride, padding, dilation)
+    if route == "gemm_im2col":
+        return _conv_cl_im2col_gemm(x, packed, x_zero_point, bias_term, multiplier,
+                                    out_zero_point, relu, stride, padding, dilation)
     if route == "dw_planes":
         # the depthwise planes kernel reads rows of one channel: a C-order copy first, and
         # the result goes back to channels last, both by the tiled transpose

@@ -91,6 +91,11 @@ def _cases(nd):
             _case(r, nd, 1, 32, 16, s, 1, stride=(1,) * (nd - 1) + (3,), layout="cl",
                   label="cl-1x1-s3"),
             _case(r, nd, 1, 16, 8, s, k, padding=1, w_zp=3, layout="cl", label="cl-wzp"),
+            # AVX2's GEMM routes: a 1x1 conv as it lies, the others on im2col rows
+            _case(r, nd, 2, 40, 24, s, 1, per_channel=True, w_zp=1, layout="cl",
+                  label="cl-1x1-gemm"),
+            _case(r, nd, 1, 48, 20, s, k, stride=2, padding=1, layout="cl",
+                  label="cl-im2col-gemm-s2"),
             _case(r, nd, 1, 16, 8, s, k, padding=1, groups=2, layout="cl", label="cl-groups2"),
             _case(r, nd, 1, 16, 8, s, k, padding=1, padding_mode="reflect", layout="cl",
                   label="cl-reflect"),
