@@ -101,6 +101,9 @@ def _cl_conv_kernel(fast):
     conv = fast.load("conv")
     ungrouped = ("AMX tiles (im2col rows below 32 channels)" if conv._MODE[0] == 2
                  else "the conv kernel, C-order result")
+    if getattr(conv, "_AVX2", False) and conv._MODE[0] == 1:
+        ungrouped = ("AVX2 GEMM core (1x1 as it lies; im2col rows on small grids), "
+                     "else the conv kernel, C-order result")
     depthwise = "a C-order copy"
     if conv._DWCL and conv._MODE[0] >= 1:
         depthwise = "AVX-512 VNNI"
