@@ -95,6 +95,12 @@ def _bn(rng, cls, c):
     return m
 
 
+def _norm(rng, cls, args, wshape):
+    m = cls(*args, weight=rng.uniform(0.5, 1.5, wshape).astype(F32),
+            bias=rng.normal(0, 0.2, wshape).astype(F32), scale=0.03, zero_point=64)
+    return m
+
+
 def _dyn(rng):
     m = nnqd.Linear(16, 8)
     m.set_weight_bias(_w(rng, (8, 16), False), rng.normal(0, 0.1, 8).astype(F32))
@@ -165,6 +171,16 @@ CASES = {
     "mul_scalar": (lambda r: _Two("mul_scalar", 0.7), [(2, 4, 6, 6)] * 2),
     "mul_scalar_negative": (lambda r: _Two("mul_scalar", -0.7), [(2, 4, 6, 6)] * 2),
     "add_scalar_requantize": (lambda r: _Two("add_scalar", 5.0), [(2, 4, 6, 6)] * 2),
+    "layer_norm": (lambda r: qnn.Sequential(_q7(), _norm(r, nnq.LayerNorm, [8], (8,))),
+                   [(2, 4, 8)]),
+    "layer_norm_2d_shape": (lambda r: qnn.Sequential(_q7(), _norm(r, nnq.LayerNorm, [(4, 8)],
+                                                                  (4, 8))), [(2, 4, 8)]),
+    "group_norm": (lambda r: qnn.Sequential(_q7(), _norm(r, nnq.GroupNorm, [2, 8], (8,))),
+                   [(2, 8, 4, 4)]),
+    "instance_norm1d": (lambda r: qnn.Sequential(_q7(), _norm(r, nnq.InstanceNorm1d, [4],
+                                                              (4,))), [(2, 4, 16)]),
+    "instance_norm2d": (lambda r: qnn.Sequential(_q7(), _norm(r, nnq.InstanceNorm2d, [4],
+                                                              (4,))), [(2, 4, 8, 8)]),
     # every input level: the float activations' rare ties show up
     "hardswish_all_levels": (lambda r: qnn.Sequential(nnq.Quantize(0.05, 128, quint8),
                                                       nnq.Hardswish(0.02, 30)), [(1, 256)],
@@ -297,6 +313,21 @@ MEASURED = {
     ('hardswish', 'qdq_unfused'): (1.0, 0),
     ('hardswish_all_levels', 'qdq_unfused'): (0.99609375, 1),
     ('hardtanh', 'qdq_unfused'): (1.0, 0),
+    ('group_norm', 'qdq'): (1.0, 0),
+    ('group_norm', 'qoperator'): (1.0, 0),
+    ('group_norm', 'qdq_unfused'): (1.0, 0),
+    ('instance_norm1d', 'qdq'): (1.0, 0),
+    ('instance_norm1d', 'qoperator'): (1.0, 0),
+    ('instance_norm1d', 'qdq_unfused'): (1.0, 0),
+    ('instance_norm2d', 'qdq'): (1.0, 0),
+    ('instance_norm2d', 'qoperator'): (1.0, 0),
+    ('instance_norm2d', 'qdq_unfused'): (1.0, 0),
+    ('layer_norm', 'qdq'): (1.0, 0),
+    ('layer_norm', 'qoperator'): (1.0, 0),
+    ('layer_norm', 'qdq_unfused'): (1.0, 0),
+    ('layer_norm_2d_shape', 'qdq'): (1.0, 0),
+    ('layer_norm_2d_shape', 'qoperator'): (1.0, 0),
+    ('layer_norm_2d_shape', 'qdq_unfused'): (1.0, 0),
     ('leaky_relu', 'qdq_unfused'): (1.0, 0),
     ('linear', 'qdq_unfused'): (1.0, 0),
     ('linear_8bit', 'qdq_unfused'): (1.0, 0),
@@ -781,3 +812,18 @@ def test_float_embedding_and_refusals():
     m = _qtable(rng, nnq.EmbeddingBag, "quint8", padding_idx=3)
     with pytest.raises(ExportError, match="padding_idx"):
         export(m, (idx.reshape(-1), np.array([0, 5], np.int64)), io.BytesIO())
+
+
+def test_norms_larger_and_float():
+    # quantized norms on 8192 values, and the float norms (after DeQuantize) as float ops
+    rng = np.random.default_rng(0)
+    m = qnn.Sequential(_q7(), _norm(rng, nnq.LayerNorm, [64], (64,)), nnq.DeQuantize(),
+                       qnn.LayerNorm(64), qnn.GroupNorm(2, 16))
+    x = rng.normal(0, 1, (8, 16, 64)).astype(F32)
+    buf = io.BytesIO()
+    export(m, x, buf)
+    r = compare(m, buf.getvalue(), x)
+    assert r["ops"][-1]["exact"] == 1.0, format_compare(r)
+    assert r["outputs"][0]["max_steps"] < 1e-5, format_compare(r)
+    with pytest.raises(ExportError, match="opset_version >= 17"):
+        export(m, x, io.BytesIO(), opset_version=16)

@@ -477,6 +477,53 @@ def emit_batchnorm(b, rec, x, out, mean, var, weight, bias, eps, relu):
     return b.q(y, out, h)
 
 
+def emit_norm(b, rec, x, out, kind, weight, bias, eps, groups_or_shape=None):
+    """Layer / group / instance norm: DQ -> float ONNX norm -> Q (float input: the float op).
+
+    LayerNormalization (opset 17), InstanceNormalization, and group norm decomposed as
+    Reshape (N, G, -1) -> InstanceNormalization -> Reshape -> Mul weight -> Add bias (ONNX's
+    GroupNormalization changed its scale/bias meaning between opsets 18 and 21).
+    """
+    h = rec.label
+    xv = b.get(x, rec.where)
+    xf = b.dq(xv, h + "_x") if xv.q else xv.name
+    nd = len(xv.shape)
+    w = None if weight is None else np.asarray(weight, F32)
+    bb = None if bias is None else np.asarray(bias, F32)
+    if kind == "layer":
+        if b.opset < 17:
+            raise ExportError(f"{rec.where}: LayerNormalization needs opset_version >= 17")
+        ns = tuple(groups_or_shape)
+        ins = [xf, b.const(h + "_gamma", np.ones(ns, F32) if w is None else w)]
+        if bb is not None:
+            ins.append(b.const(h + "_beta", bb))
+        y = b.node("LayerNormalization", ins, hint=h, axis=-len(ns), epsilon=float(eps))
+    else:
+        c = xv.shape[1] if nd > 1 else 0
+        if nd < 2 or (kind == "instance" and nd < 3):
+            raise ExportError(f"{rec.where}: {kind} norm of a {nd}-D input has no export")
+        g = int(groups_or_shape) if kind == "group" else c
+        t = xf
+        if kind == "group":
+            t = b.node("Reshape", [xf, b.const(h + "_gshape", np.array([0, g, -1], np.int64))],
+                       hint=h + "_groups")
+        gw = np.ones(g, F32) if kind == "group" or w is None else w
+        gb = np.zeros(g, F32) if kind == "group" or bb is None else bb
+        y = b.node("InstanceNormalization", [t, b.const(h + "_gamma", gw),
+                                             b.const(h + "_beta", gb)],
+                   hint=h, epsilon=float(eps))
+        if kind == "group":
+            y = b.node("Reshape", [y, b.node("Shape", [xf], hint=h + "_shape")], hint=h + "_back")
+            bshape = (c,) + (1,) * (nd - 2)
+            if w is not None:
+                y = b.node("Mul", [y, b.const(h + "_w", w.reshape(bshape))], hint=h + "_affine")
+            if bb is not None:
+                y = b.node("Add", [y, b.const(h + "_b", bb.reshape(bshape))], hint=h + "_bias")
+    if not xv.q:
+        return _set_float(b, y, out)
+    return b.q(y, out, h)
+
+
 def emit_binary(b, rec, a, c, out, kind, relu):
     h = rec.label
     av, cv = b.get(a, rec.where), b.get(c, rec.where)
@@ -1012,6 +1059,18 @@ def _module_step(b, rec, mod, args, out):
         if mod.max_norm is not None:
             raise ExportError(f"{rec.where}: Embedding with max_norm has no export")
         return emit_float_embedding(b, rec, x, out, mod.weight)
+    if isinstance(mod, (nnq.LayerNorm, fl.LayerNorm)):
+        return emit_norm(b, rec, x, out, "layer", mod.weight, mod.bias, mod.eps,
+                         mod.normalized_shape)
+    if isinstance(mod, (nnq.GroupNorm, fl.GroupNorm)):
+        return emit_norm(b, rec, x, out, "group", mod.weight, mod.bias, mod.eps, mod.num_groups)
+    if isinstance(mod, (nnq._InstanceNorm, fl._InstanceNorm)):
+        if isinstance(mod, fl._InstanceNorm) and mod.track_running_stats:
+            raise ExportError(f"{rec.where}: float InstanceNorm with running statistics has "
+                              f"no export (yet)")
+        if np.ndim(x) == mod._NDIMS[0]:
+            raise ExportError(f"{rec.where}: InstanceNorm of an unbatched input has no export")
+        return emit_norm(b, rec, x, out, "instance", mod.weight, mod.bias, mod.eps)
     rnn = _recurrent_step(b, rec, mod, args, out)
     if rnn is not None:
         return rnn
