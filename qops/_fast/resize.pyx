@@ -7,7 +7,12 @@
 # Source indices and weights per output coordinate are computed once per call (numpy, the
 # reference's float32 formulas); the kernels then run per output row. prange goes over
 # (n, c, od) planes, each thread keeping its own row buffers.
+#
+# Which kernel runs is decided in one place, _plan() below: it returns a named Route from
+# ROUTES (<op>.<route>), every entry point calls it, and qops.show_config(op, *args) reports
+# it (qops/_show.py).
 import functools
+from collections import namedtuple
 
 import numpy as np
 from cython.parallel cimport prange, parallel
@@ -37,6 +42,90 @@ def _is_twice(out_len, in_len, ratio, exact):
     # whether output column j reads input column j // 2 (an exact 2x)
     return out_len == 2 * in_len and np.array_equal(
         _nearest_index(out_len, in_len, ratio, exact), np.arange(out_len, dtype=np.int32) // 2)
+
+
+# -- routes -------------------------------------------------------------------------------
+
+cdef class _State:
+    """The resize family's run-time switches, in one object."""
+    cdef public object trace   # a list collecting the Route of every call, or None
+
+
+cdef _State _S = _State()
+_S.trace = None
+
+
+def _trace_routes(routes):
+    """Append the Route of every following call to list `routes` (None: stop). For
+    qops._show.explain."""
+    _S.trace = routes
+
+
+Route = namedtuple("Route", "name kernel where")
+Route.__doc__ = """The kernel a resize call runs: name "<op>.<route>", the function, its
+file."""
+
+# this module's instruction set: the package it was built into (qops._fast._avx2.resize)
+_ISA = __name__.split(".")[2].lstrip("_") if __name__.count(".") == 3 else "baseline"
+_TIER = "AVX-512BW" if _ISA == "avx512" else "C"
+
+ROUTES = {r.name: r for r in [
+    Route("empty", "none: an empty output", "resize.pyx"),
+    Route("upsample_nearest.gather", "_nearest_plane (gather of raw values, row runs)",
+          "resize.pyx"),
+    Route("upsample_nearest.twice", f"qops_double_bytes ({_TIER}, exact 2x rows)",
+          "qops_resize.h"),
+    Route("upsample_nearest.twice_prefetch",
+          f"qops_double_bytes ({_TIER}, exact 2x rows, outputs above PF_BYTES prefetched)",
+          "qops_resize.h"),
+    Route("upsample_bilinear.x2", f"qops_bilinear2x_plane ({_TIER}, exact integer x2)",
+          "qops_resize.h"),
+    Route("upsample_bilinear.planes", "_bilinear_planes (float32, blended-row buffers)",
+          "resize.pyx"),
+]}
+BUILT = frozenset(ROUTES)      # every build runs every route (the tier is in the kernel text)
+
+cdef object R_EMPTY = ROUTES["empty"]
+cdef object R_NEAREST = ROUTES["upsample_nearest.gather"]
+cdef object R_TWICE = ROUTES["upsample_nearest.twice"]
+cdef object R_TWICE_PF = ROUTES["upsample_nearest.twice_prefetch"]
+cdef object R_BL_X2 = ROUTES["upsample_bilinear.x2"]
+cdef object R_BL = ROUTES["upsample_bilinear.planes"]
+
+
+cdef object _plan(bint bilinear, x, out, out_size, ratios, bint flag):
+    """The Route of one call: every kernel choice of the family, in one place.
+
+    bilinear: upsample_bilinear (else upsample_nearest); x, out: the (N, C, D, H, W) input
+    and output; out_size, ratios: the entry point's; flag: align_corners (bilinear) or
+    exact (nearest)."""
+    if out.size == 0:
+        route = R_EMPTY
+    elif bilinear:
+        # x2 with ratio 1/2: weights 0, 1/4, 3/4, 1, so the float formula is exact and an
+        # integer kernel gives its bits
+        route = (R_BL_X2 if (not flag and out_size[1] == 2 * x.shape[3]
+                             and out_size[2] == 2 * x.shape[4]
+                             and np.float32(ratios[1]) == 0.5 and np.float32(ratios[2]) == 0.5)
+                 else R_BL)
+    elif x.itemsize == 1 and _is_twice(out_size[2], x.shape[4], ratios[2], flag):
+        route = R_TWICE_PF if out.nbytes > PF_BYTES else R_TWICE
+    else:
+        route = R_NEAREST
+    if _S.trace is not None:
+        _S.trace.append(route)
+    return route
+
+
+def plan(op, x, out_size, ratios, *args):
+    """The Route the fast backend's resize op `op` takes for arguments (x, out_size, ratios,
+    *args), as passed to that entry point."""
+    x = np.asarray(x)
+    if op not in ("upsample_nearest", "upsample_bilinear"):
+        raise ValueError(f"plan: unknown resize op {op!r}")
+    out = np.empty(x.shape[:2] + tuple(out_size), x.dtype)
+    return _plan(op == "upsample_bilinear", x, out, tuple(out_size), tuple(ratios),
+                 bool(args[0]))
 
 
 cdef extern from "qops_resize.h":
@@ -85,12 +174,13 @@ def upsample_nearest(x, out_size, ratios, exact):
     x = np.ascontiguousarray(x)
     shape = x.shape[:2] + tuple(out_size)
     out = qops_empty(np, shape, x.dtype)
-    if out.size == 0:
+    route = _plan(False, x, out, out_size, ratios, exact)
+    if route is R_EMPTY:
         return out
     di, hi, wi = (_nearest_index(o, L, r, exact) for o, L, r in zip(out_size, x.shape[2:], ratios))
     W = x.shape[4]
     # twice: 0 a gather, 1 the exact 2x row kernel, 2 the same with prefetching (large outputs)
-    twice = (2 if out.nbytes > PF_BYTES else 1) if _is_twice(shape[4], W, ratios[2], exact) else 0
+    twice = 2 if route is R_TWICE_PF else (1 if route is R_TWICE else 0)
     nt = qops_threads_for(out.size, GRAIN)
     N, C, D, H, _ = x.shape
     OD, OH, OW = shape[2:]
@@ -218,12 +308,10 @@ def upsample_bilinear(x, out_size, ratios, align_corners, zero_point):
     n, c, _, H, W = x.shape
     OH, OW = out_size[1], out_size[2]
     out = qops_empty(np, (n, c, 1, OH, OW), x.dtype)
-    if out.size == 0:
+    route = _plan(True, x, out, out_size, ratios, align_corners)
+    if route is R_EMPTY:
         return out
-    if (not align_corners and OH == 2 * H and OW == 2 * W
-            and np.float32(ratios[1]) == 0.5 and np.float32(ratios[2]) == 0.5):
-        # x2 with ratio 1/2: weights 0, 1/4, 3/4, 1, so the float formula is exact and an
-        # integer kernel gives its bits (qops_bilinear2x_plane)
+    if route is R_BL_X2:
         _bilinear2x_planes(<const uint8_t*>qops_ptr(x), <uint8_t*>qops_ptr(out, True), n * c,
                            H, W, x.dtype.kind == "i", qops_threads_for(out.size, GRAIN))
         return out
