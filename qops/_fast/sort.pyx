@@ -11,6 +11,12 @@
 # candidates, each candidate's output slot is its rank among them (two mask compares). Rows
 # go in batches of 8 whose bound searches interleave; with VBMI2 the candidates of a block are
 # collected by one byte compress, so no branch depends on the data.
+#
+# Which kernel runs is decided in one place, _plan() below: it returns a named Route from
+# ROUTES (<op>.<route>), every entry point calls it, and qops.show_config(op, *args) reports
+# it (qops/_show.py).
+from collections import namedtuple
+
 import numpy as np
 from cython.parallel cimport prange
 from qops._fast._common cimport *
@@ -47,6 +53,97 @@ def _topk_vbmi(on=None):
 
 DEF GRAIN = 8192         # elements per thread below which a second thread costs more than it gives
 DEF LONG_ROW = 65536     # from here one row is split between the threads
+DEF TOPK_SMALL = 64      # top-k up to this k bounds its threshold from the 64 lane maxima
+
+
+# -- routes -------------------------------------------------------------------------------
+
+cdef class _State:
+    """The sort family's run-time switches, in one object (the VBMI2 switch is the C flag
+    qops_topk_use_vbmi, which the kernels read)."""
+    cdef public object trace   # a list collecting the Route of every call, or None
+
+
+cdef _State _S = _State()
+_S.trace = None
+
+
+def _trace_routes(routes):
+    """Append the Route of every following call to list `routes` (None: stop). For
+    qops._show.explain."""
+    _S.trace = routes
+
+
+Route = namedtuple("Route", "name kernel where")
+Route.__doc__ = """The kernel a sort call runs: name "<op>.<route>", the function, its file."""
+
+# this module's instruction set: the package it was built into (qops._fast._avx2.sort)
+_ISA = __name__.split(".")[2].lstrip("_") if __name__.count(".") == 3 else "baseline"
+_TIER = {"avx512": "AVX-512BW", "avx2": "AVX2"}.get(_ISA, "C")
+cdef bint _VECTOR = _ISA in ("avx512", "avx2")   # the lane-max top-k kernels are built
+
+ROUTES = {r.name: r for r in [
+    Route("empty", "none: an empty output", "sort.pyx"),
+    Route("sort.stable32", "numpy stable argsort (int32 keys)", "sort.pyx"),
+    Route("sort.rows", "qops_sort_row (counting sort, a row per thread)", "qops_sort.h"),
+    Route("sort.long_row", "_sort_long_row (one row's index ranges split between threads)",
+          "sort.pyx"),
+    Route("topk.stable32", "numpy stable argsort (int32 keys)", "sort.pyx"),
+    Route("topk.small", f"qops_topk_batch: lane-max bound, compare masks ({_TIER}; "
+          "qops_topk_row past 64 candidates)", "qops_sort.h"),
+    Route("topk.small_vbmi2", "qops_topk_batch: lane-max bound, VBMI2 byte compress",
+          "qops_sort.h"),
+    Route("topk.general", "qops_topk_row (block-max bound, candidate scan)", "qops_sort.h"),
+]}
+
+
+def _built_here(name):
+    if name == "topk.small_vbmi2":
+        return bool(qops_cpu_vbmi2())
+    if name == "topk.small":
+        return _VECTOR
+    return True
+
+
+BUILT = frozenset(n for n in ROUTES if _built_here(n))     # the routes this build can take
+
+cdef object R_EMPTY = ROUTES["empty"]
+cdef object R_SORT32 = ROUTES["sort.stable32"]
+cdef object R_SORT_ROWS = ROUTES["sort.rows"]
+cdef object R_SORT_LONG = ROUTES["sort.long_row"]
+cdef object R_TOPK32 = ROUTES["topk.stable32"]
+cdef object R_TOPK_SMALL = ROUTES["topk.small"]
+cdef object R_TOPK_VBMI2 = ROUTES["topk.small_vbmi2"]
+cdef object R_TOPK = ROUTES["topk.general"]
+
+
+cdef object _plan(bint topk, Py_ssize_t itemsize, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k):
+    """The Route of one call: every kernel choice of the family, in one place.
+
+    topk: topk (else sort); itemsize: bytes per element; (m, n): rows and row length; k: top-k's
+    k."""
+    if itemsize != 1:
+        route = R_TOPK32 if topk else R_SORT32
+    elif m * (k if topk else n) == 0:
+        route = R_EMPTY
+    elif not topk:
+        route = R_SORT_LONG if n >= LONG_ROW else R_SORT_ROWS
+    elif _VECTOR and k <= TOPK_SMALL:
+        route = R_TOPK_VBMI2 if qops_topk_use_vbmi else R_TOPK_SMALL
+    else:
+        route = R_TOPK
+    if _S.trace is not None:
+        _S.trace.append(route)
+    return route
+
+
+def plan(op, x, *args):
+    """The Route the fast backend's sort op `op` ("sort" or "topk") takes for 2-D x (and
+    topk's k)."""
+    x = np.asarray(x)
+    if op not in ("sort", "topk"):
+        raise ValueError(f"plan: unknown sort op {op!r}")
+    return _plan(op == "topk", x.itemsize, x.shape[0], x.shape[1], args[0] if args else 0)
 
 
 cdef void _sort_rows(const uint8_t* x, Py_ssize_t m, Py_ssize_t n, uint8_t* vals, int64_t* idx,
@@ -101,12 +198,13 @@ def sort(x, descending):
     x = np.ascontiguousarray(x)
     m, n = x.shape
     dt = x.dtype
-    if dt.itemsize != 1:
+    route = _plan(False, dt.itemsize, m, n, 0)
+    if route is R_SORT32:
         idx = _stable_order(x, descending)
         return np.take_along_axis(x, idx, axis=-1), idx
     vals = qops_empty(np, (m, n), dt)
     idx = qops_empty(np, (m, n), np.int64)
-    if m * n == 0:
+    if route is R_EMPTY:
         return vals, idx
     cdef const uint8_t* xp = <const uint8_t*>qops_ptr(x)
     cdef uint8_t* vp = <uint8_t*>qops_ptr(vals, True)
@@ -115,7 +213,7 @@ def sort(x, descending):
     cdef uint8_t flip = (0x80 if dt.kind == "i" else 0) ^ (0xFF if descending else 0)
     cdef int nt
     cdef int64_t[:, ::1] h
-    if n >= LONG_ROW:
+    if route is R_SORT_LONG:
         nt = qops_threads_for(n, LONG_ROW // 2)
         h = np.empty((nt, 256), np.int64)
         with nogil:
@@ -148,12 +246,13 @@ def topk(x, k, largest):
     x = np.ascontiguousarray(x)
     m, n = x.shape
     dt = x.dtype
-    if dt.itemsize != 1:
+    route = _plan(True, dt.itemsize, m, n, kk)
+    if route is R_TOPK32:
         idx = np.ascontiguousarray(_stable_order(x, largest)[:, :k])
         return np.take_along_axis(x, idx, axis=-1), idx
     vals = np.empty((m, kk), dt)
     idx = np.empty((m, kk), np.int64)
-    if m * kk == 0:
+    if route is R_EMPTY:
         return vals, idx
     cdef const uint8_t* xp = <const uint8_t*>qops_ptr(x)
     cdef uint8_t* vp = <uint8_t*>qops_ptr(vals, True)
