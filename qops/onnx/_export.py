@@ -638,45 +638,91 @@ def emit_dynamic_linear(b, rec, x, out, weight, bias, relu, reduce_range=True):
     return _set_float(b, y, out)
 
 
+def _dyn_qparams(b, h, xname, qmax):
+    """PyTorch's dynamic activation (scale, zero point) from x's min and max, in ONNX ops.
+
+    qops' choose_dynamic_qparams (docs/semantics.md §10): min/max with 0 in float32, the scale
+    (max - min) / qmax in double, 0.1 where its float32 value is 0 or has no float32
+    reciprocal, the small-scale branch (scale < 6.1e-5: scale 6.1e-5 and min/max amplified
+    in float32), the zero point from the end with the smaller error term, in double, rounded
+    half to even. Returns (float32 scale, zero point as a double, zero point as uint8).
+    """
+    D, F = b.onnx.TensorProto.DOUBLE, b.onnx.TensorProto.FLOAT
+    small = F32(6.1e-5)
+
+    def c(hint, v, dt=np.float64):
+        return b.const(f"{h}_{hint}", np.array(v, dt))
+
+    def n(op, ins, hint, **kw):
+        return b.node(op, ins, hint=f"{h}_{hint}", **kw)
+    zero = c("zero", 0.0, F32)
+    mn32 = n("Min", [n("ReduceMin", [xname], "min", keepdims=0), zero], "min0")
+    mx32 = n("Max", [n("ReduceMax", [xname], "max", keepdims=0), zero], "max0")
+    mn, mx = n("Cast", [mn32], "mind", to=D), n("Cast", [mx32], "maxd", to=D)
+    scale = n("Div", [n("Sub", [mx, mn], "range"), c("levels", qmax)], "scaled")
+    s32 = n("Cast", [scale], "scale32", to=F)
+    bad = n("Or", [n("Equal", [s32, zero], "is0"),
+                   n("IsInf", [n("Div", [c("one32", 1.0, F32), s32], "inv0")], "isinf")], "bad")
+    scale = n("Where", [bad, c("s01", 0.1), scale], "scale01")
+    is_small = n("Less", [scale, c("small", float(small))], "is_small")
+    amp = n("Div", [c("small32", small, F32), s32], "amp")
+    mn_is0, mx_is0 = n("Equal", [mn32, zero], "mn_is0"), n("Equal", [mx32, zero], "mx_is0")
+    mn_a = n("Where", [mn_is0, mn32, n("Where", [mx_is0, c("mn_small", -small * F32(qmax), F32),
+                                                 n("Mul", [mn32, amp], "mn_amp")], "mn_a1")],
+             "mn_a")
+    mx_a = n("Where", [mn_is0, c("mx_small", small * F32(qmax), F32),
+                       n("Where", [mx_is0, mx32, n("Mul", [mx32, amp], "mx_amp")], "mx_a1")],
+             "mx_a")
+    mn = n("Where", [is_small, n("Cast", [mn_a], "mn_ad", to=D), mn], "mn_f")
+    mx = n("Where", [is_small, n("Cast", [mx_a], "mx_ad", to=D), mx], "mx_f")
+    scale = n("Where", [is_small, c("small_d", float(small)), scale], "scale_f")
+    a_min, a_max = n("Div", [mn, scale], "a_min"), n("Div", [mx, scale], "a_max")
+    err_min = n("Neg", [n("Abs", [a_min], "abs_min")], "err_min")
+    err_max = n("Sub", [c("qmax_d", qmax), n("Abs", [a_max], "abs_max")], "err_max")
+    init = n("Where", [n("Less", [err_min, err_max], "pick"), n("Neg", [a_min], "zp_min"),
+                       n("Sub", [c("qmax_d2", qmax), a_max], "zp_max")], "zp_init")
+    zp = n("Clip", [n("Round", [init], "zp_round"), c("zero_d", 0.0), c("qmax_d3", qmax)],
+           "zp_d")
+    return n("Cast", [scale], "scale", to=F), zp, n("Cast", [zp], "zp", to=b.onnx.TensorProto.UINT8)
+
+
 def _dyn_matmul(b, h, where, xname, weight, bias, reduce_range=True):
     """x W^T + bias with x quantized dynamically over the whole tensor; returns the float name.
 
-    min/max over the whole input (with 0), scale = (max - min) / 127 (reduce_range) or / 255,
-    zero point from the min, QuantizeLinear, MatMulInteger, then acc * (x_scale * w_scale)
-    + bias. PyTorch computes the scale in double and picks the zero point from the min or the
-    max, whichever has the smaller error; here both are float32 and from the min.
+    qops' dynamic linear (PyTorch's fbgemm path) in ONNX ops: the qparams of _dyn_qparams,
+    x quantized as rint(fma(x, f32(1 / scale), zp)) (Q_fma), MatMulInteger, then
+    fma(f32(acc), f32(scale * w_scale), bias). Each fma is a float64 Mul (exact: both factors
+    have 24 bits) and Add with one Cast to float32: it can differ from the fma only where the
+    float64 sum rounds onto a float32 halfway point (double rounding).
     """
+    D, F = b.onnx.TensorProto.DOUBLE, b.onnx.TensorProto.FLOAT
     wd, ws, wz, axis = _weight_qparams(weight)
     if np.any(wz != 0):
         raise ExportError(f"{where}: dynamic linear weight with nonzero zero points")
     qmax = 127.0 if reduce_range else 255.0
-    zero = b.const(h + "_zero", np.array(0.0, F32))
-    lo = b.node("Min", [b.node("ReduceMin", [xname], hint=h + "_min", keepdims=0), zero],
-                hint=h + "_min0")
-    hi = b.node("Max", [b.node("ReduceMax", [xname], hint=h + "_max", keepdims=0), zero],
-                hint=h + "_max0")
-    scale = b.node("Div", [b.node("Sub", [hi, lo], hint=h + "_range"),
-                           b.const(h + "_levels", np.array(qmax, F32))], hint=h + "_scale")
-    # a constant input (max == min == 0) gets PyTorch's scale 0.1
-    is0 = b.node("Equal", [scale, zero], hint=h + "_is0")
-    scale = b.node("Where", [is0, b.const(h + "_s01", np.array(0.1, F32)), scale],
-                   hint=h + "_scale_fix")
-    zpf = b.node("Clip", [b.node("Round", [b.node("Neg", [b.node("Div", [lo, scale],
-                                                                   hint=h + "_zpd")],
-                                                   hint=h + "_zpn")], hint=h + "_zpr"),
-                          zero, b.const(h + "_qmax", np.array(qmax, F32))], hint=h + "_zpc")
-    zp = b.node("Cast", [zpf], hint=h + "_zp", to=b.onnx.TensorProto.UINT8)
-    xq = b.node("QuantizeLinear", [xname, scale, zp], hint=h + "_xq")
+    scale, zpd, zp = _dyn_qparams(b, h, xname, qmax)
+    inv = b.node("Div", [b.const(h + "_one", np.array(1.0, F32)), scale], hint=h + "_inv")
+    t = b.node("Add", [b.node("Mul", [b.node("Cast", [xname], hint=h + "_xd", to=D),
+                                      b.node("Cast", [inv], hint=h + "_invd", to=D)],
+                              hint=h + "_xs"), zpd], hint=h + "_xz")
+    xq = b.node("Clip", [b.node("Round", [b.node("Cast", [t], hint=h + "_xf", to=F)],
+                                hint=h + "_xr"),
+                         b.const(h + "_q0", np.array(0.0, F32)),
+                         b.const(h + "_q255", np.array(255.0, F32))], hint=h + "_xc")
+    xq = b.node("Cast", [xq], hint=h + "_xq", to=b.onnx.TensorProto.UINT8)
     acc = b.node("MatMulInteger", [xq, b.const(h + "_wT", np.ascontiguousarray(wd.T)), zp,
                                    b.const(h + "_w_zp", np.zeros(wd.shape[0] if axis is not None
                                                                  else (), np.int8))],
                  hint=h + "_mm")
-    y = b.node("Mul", [b.node("Cast", [acc], hint=h + "_accf", to=b.onnx.TensorProto.FLOAT),
-                       b.node("Mul", [scale, b.const(h + "_w_scale", ws)], hint=h + "_xw")],
-               hint=h + "_deq")
-    if bias is not None:
-        y = b.node("Add", [y, b.const(h + "_b", np.asarray(bias, F32))], hint=h + "_bias")
-    return y
+    accf = b.node("Cast", [acc], hint=h + "_accf", to=F)
+    mult = b.node("Mul", [scale, b.const(h + "_w_scale", ws)], hint=h + "_xw")
+    if bias is None:
+        return b.node("Mul", [accf, mult], hint=h + "_deq")
+    y = b.node("Add", [b.node("Mul", [b.node("Cast", [accf], hint=h + "_accd", to=D),
+                                      b.node("Cast", [mult], hint=h + "_multd", to=D)],
+                              hint=h + "_deq"),
+                       b.const(h + "_b", np.asarray(bias, np.float64))], hint=h + "_bias")
+    return b.node("Cast", [y], hint=h + "_y", to=F)
 
 
 def _float_matmul(b, h, xname, weight, bias):
