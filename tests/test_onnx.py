@@ -755,11 +755,10 @@ def test_recurrent_vs_onnxruntime(name):
     export(m, args, buf)
     r = compare(m, buf.getvalue(), args)
     for o in r["outputs"]:
-        # ORT's Sigmoid / Tanh vs qops' (PyTorch's): a few 1e-7 (docs/onnx.md)
-        assert o["max_steps"] <= 3e-7, format_compare(r)
-        assert o["exact"] >= 0.05, format_compare(r)
-        if name == "RNNCell/relu":
-            # no Sigmoid / Tanh: the dynamic GEMMs themselves are exact
+        if name in ("LSTM/fp16", "LSTM/proj", "LSTM/float"):
+            # float GEMMs: ORT's MatMul against numpy's, summation order (docs/onnx.md)
+            assert o["max_steps"] <= 3e-8 and o["exact"] >= 0.9, format_compare(r)
+        else:
             assert o["exact"] == 1.0, format_compare(r)
 
 

@@ -756,6 +756,45 @@ def _zeros_state(b, h, xname, batch_axis, size):
                   value=b.nh.from_array(np.zeros(1, F32), "zero"))
 
 
+def _sigmoid_f32(b, h, x):
+    """qops' sigmoid (docs/semantics.md §21): f32(1 / f32(1 + f32(exp(-x)))), the exp in
+    float64 (ONNX Exp on doubles) and |x| clamped to 100."""
+    D, F = b.onnx.TensorProto.DOUBLE, b.onnx.TensorProto.FLOAT
+    y = b.node("Neg", [b.node("Cast", [x], hint=h + "_d", to=D)], hint=h + "_neg")
+    y = b.node("Mul", [b.node("Sign", [y], hint=h + "_sign"),
+                       b.node("Min", [b.node("Abs", [y], hint=h + "_abs"),
+                                      b.const(h + "_c100", np.array(100.0))], hint=h + "_clamp")],
+               hint=h + "_y")
+    e = b.node("Cast", [b.node("Exp", [y], hint=h + "_exp")], hint=h + "_e", to=F)
+    one = b.const(h + "_one", np.array(1.0, F32))
+    # Reciprocal, not Div(1, .): ORT's DivMulFusion turns Mul(a, Div(1, b)) into Div(a, b),
+    # which rounds once instead of twice (measured: 19% of GRU cell outputs moved)
+    return b.node("Reciprocal", [b.node("Add", [one, e], hint=h + "_1pe")], hint=h)
+
+
+def _tanh_f32(b, h, x):
+    """qops' tanh (docs/semantics.md §21): f32(copysign(-q / (q + 2), x)), q = expm1(-2 min(|x|,
+    20)) in float64. ONNX has no expm1: Kahan's (u - 1) * y / log(u), u = exp(y) (y where
+    u == 1), accurate to a few float64 ulp, far below the one float32 rounding."""
+    D, F = b.onnx.TensorProto.DOUBLE, b.onnx.TensorProto.FLOAT
+    xd = b.node("Cast", [x], hint=h + "_d", to=D)
+    y = b.node("Mul", [b.const(h + "_m2", np.array(-2.0)),
+                       b.node("Min", [b.node("Abs", [xd], hint=h + "_abs"),
+                                      b.const(h + "_c20", np.array(20.0))], hint=h + "_clamp")],
+               hint=h + "_y")
+    u = b.node("Exp", [y], hint=h + "_u")
+    one = b.const(h + "_one", np.array(1.0))
+    kahan = b.node("Div", [b.node("Mul", [b.node("Sub", [u, one], hint=h + "_um1"), y],
+                                  hint=h + "_num"), b.node("Log", [u], hint=h + "_log")],
+                   hint=h + "_kahan")
+    q = b.node("Where", [b.node("Equal", [u, one], hint=h + "_u1"), y, kahan], hint=h + "_q")
+    v = b.node("Div", [b.node("Neg", [q], hint=h + "_nq"),
+                       b.node("Add", [q, b.const(h + "_two", np.array(2.0))], hint=h + "_q2")],
+               hint=h + "_v")
+    return b.node("Cast", [b.node("Mul", [v, b.node("Sign", [xd], hint=h + "_sign")],
+                                  hint=h + "_signed")], hint=h, to=F)
+
+
 def _cell_ops(b, h, mode, gi, gh, hprev, cprev, hidden):
     """One cell step in float ONNX ops, in the order of the rnn family (docs/semantics.md §21)."""
     if mode == "LSTM":
@@ -763,25 +802,27 @@ def _cell_ops(b, h, mode, gi, gh, hprev, cprev, hidden):
         i, f, gg, o = b.node("Split", [g, b.const(h + "_split", np.array([hidden] * 4,
                                                                          np.int64))],
                              n_out=4, hint=h + "_chunks", axis=1)
-        i = b.node("Sigmoid", [i], hint=h + "_i")
-        f = b.node("Sigmoid", [f], hint=h + "_f")
-        gg = b.node("Tanh", [gg], hint=h + "_g")
-        o = b.node("Sigmoid", [o], hint=h + "_o")
+        i = _sigmoid_f32(b, h + "_i", i)
+        f = _sigmoid_f32(b, h + "_f", f)
+        gg = _tanh_f32(b, h + "_g", gg)
+        o = _sigmoid_f32(b, h + "_o", o)
         c = b.node("Add", [b.node("Mul", [f, cprev], hint=h + "_fc"),
                            b.node("Mul", [i, gg], hint=h + "_ig")], hint=h + "_c")
-        return b.node("Mul", [o, b.node("Tanh", [c], hint=h + "_tc")], hint=h + "_h"), c
+        return b.node("Mul", [o, _tanh_f32(b, h + "_tc", c)], hint=h + "_h"), c
     if mode == "GRU":
         split = b.const(h + "_split", np.array([hidden] * 3, np.int64))
         ir, iz, in_ = b.node("Split", [gi, split], n_out=3, hint=h + "_gi", axis=1)
         hr, hz, hn = b.node("Split", [gh, split], n_out=3, hint=h + "_gh", axis=1)
-        r = b.node("Sigmoid", [b.node("Add", [hr, ir], hint=h + "_rs")], hint=h + "_r")
-        z = b.node("Sigmoid", [b.node("Add", [hz, iz], hint=h + "_zs")], hint=h + "_z")
-        n = b.node("Tanh", [b.node("Add", [in_, b.node("Mul", [hn, r], hint=h + "_hnr")],
-                                   hint=h + "_ns")], hint=h + "_n")
+        r = _sigmoid_f32(b, h + "_r", b.node("Add", [hr, ir], hint=h + "_rs"))
+        z = _sigmoid_f32(b, h + "_z", b.node("Add", [hz, iz], hint=h + "_zs"))
+        n = _tanh_f32(b, h + "_n", b.node("Add", [in_, b.node("Mul", [hn, r], hint=h + "_hnr")],
+                                              hint=h + "_ns"))
         hz_ = b.node("Mul", [b.node("Sub", [hprev, n], hint=h + "_hmn"), z], hint=h + "_hz")
         return b.node("Add", [hz_, n], hint=h + "_h"), None
     s = b.node("Add", [gh, gi], hint=h + "_s")
-    return b.node("Relu" if mode == "RNN_RELU" else "Tanh", [s], hint=h + "_h"), None
+    if mode == "RNN_RELU":
+        return b.node("Relu", [s], hint=h + "_h"), None
+    return _tanh_f32(b, h + "_h", s), None
 
 
 def _state_at(b, h, where, state, k):
