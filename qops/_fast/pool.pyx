@@ -53,7 +53,6 @@ cdef extern from "qops_pool.h" nogil:
     int QP_AVG3
     int QP_MAX_ROWS
     int QP_ERR_NOMEM
-    int qp_simd_ok(const qp_geom* g)
     int qp_cpu_vbmi()
     int qp_max_rows(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t g0,
                     Py_ssize_t g1, int sgn)
@@ -67,11 +66,11 @@ cdef extern from "qops_pool.h" nogil:
                         Py_ssize_t g1, int sgn)
     void qp_avg2x2_rows_g(const uint8_t* x, uint8_t* out, const qp_geom* g, Py_ssize_t g0,
                           Py_ssize_t g1, int sgn, const qp_irq* iq, Py_ssize_t cz)
-    void qp_short_avg_rows_g(const uint8_t* x, uint8_t* out, const qp_geom* g,
-                             const Py_ssize_t* lim, Py_ssize_t g0, Py_ssize_t g1, int sgn,
-                             const qp_avgq* aq)
-    void qp_short_rows_g(const uint8_t* x, uint8_t* out, const qp_geom* g, const Py_ssize_t* lim,
-                         const float* recip, Py_ssize_t g0, Py_ssize_t g1, int avg, int sgn)
+    int qp_short_avg_rows_g(const uint8_t* x, uint8_t* out, const qp_geom* g,
+                            const Py_ssize_t* lim, Py_ssize_t g0, Py_ssize_t g1, int sgn,
+                            const qp_avgq* aq)
+    int qp_short_rows_g(const uint8_t* x, uint8_t* out, const qp_geom* g, const Py_ssize_t* lim,
+                        const float* recip, Py_ssize_t g0, Py_ssize_t g1, int avg, int sgn)
     void qp_fold_max128(const uint8_t* x, Py_ssize_t W, Py_ssize_t rows, uint8_t* buf, int first,
                         int sgn)
     void qp_row_u8(int32_t* a, const uint8_t* s, Py_ssize_t n, int first)
@@ -194,26 +193,46 @@ cdef tuple _ONE = (1, 1, 1)
 cdef tuple _ZERO = (0, 0, 0)
 
 
-cdef object _plan(str op, x, tuple out_size, tuple k, tuple s, tuple p, tuple d,
+cdef enum _Op:
+    OP_MAX
+    OP_AVG
+    OP_AAVG
+    OP_AMAX
+    OP_MAX_CL
+    OP_AVG_CL
+    OP_AAVG_CL
+
+_OPS = {"max_pool": OP_MAX, "avg_pool": OP_AVG, "adaptive_avg_pool": OP_AAVG,
+        "adaptive_max_pool": OP_AMAX, "max_pool_cl": OP_MAX_CL, "avg_pool_cl": OP_AVG_CL,
+        "adaptive_avg_pool_cl": OP_AAVG_CL}
+
+
+cdef object _plan(_Op op, x, tuple out_size, tuple k, tuple s, tuple p, tuple d,
                   bint with_indices, object tabs, const Py_ssize_t* lim):
     """The Route of one pool call: every kernel choice of the family, in one place.
 
-    op: the entry point's name; x: the (N, C, D, H, W) input ((N, D, H, W, C) for the _cl
+    op: the entry point (_OPS); x: the (N, C, D, H, W) input ((N, D, H, W, C) for the _cl
     ops); out_size (OD, OH, OW); k, s, p, d: kernel, stride, padding, dilation (D, H, W);
     with_indices: max pools' flag; tabs: avg_pool's tables (_pool_tables); lim: adaptive
     pools' windows (d0, d1, h0, h1, w0, w1)."""
     cdef Py_ssize_t OD = out_size[0], OH = out_size[1], OW = out_size[2]
-    cdef bint cl = op.endswith("_cl")                 # x is (N, D, H, W, C)
-    cdef Py_ssize_t W = x.shape[3] if cl else x.shape[4]
-    cdef Py_ssize_t C = x.shape[4] if cl else x.shape[1]
-    cdef Py_ssize_t kD = k[0], kH = k[1], kW = k[2], sD = s[0], sH = s[1], sW = s[2]
-    cdef Py_ssize_t pD = p[0], pH = p[1], pW = p[2], dD = d[0], dH = d[1], dW = d[2]
-    cdef bint byte = x.itemsize == 1
-    cdef bint simd = QP_SIMD > 0 and (sW == 1 or sW == 2)      # qp_simd_ok
+    cdef tuple shape = x.shape
+    cdef bint cl = op >= OP_MAX_CL                    # x is (N, D, H, W, C)
+    cdef Py_ssize_t W = shape[3] if cl else shape[4]
+    cdef Py_ssize_t C = shape[4] if cl else shape[1]
+    cdef Py_ssize_t kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW
+    cdef bint byte = (op == OP_MAX or op == OP_AMAX) and x.itemsize == 1
+    cdef bint simd = False          # the simd_rows kernels take the W stride
+    if op == OP_MAX or op == OP_AVG:
+        kD, kH, kW = k
+        sD, sH, sW = s
+        pD, pH, pW = p
+        dD, dH, dW = d
+        simd = QP_SIMD > 0 and (sW == 1 or sW == 2)
     route = None
-    if x.shape[0] * C * OD * OH * OW == 0:
+    if shape[0] * C * OD * OH * OW == 0:
         route = R_EMPTY
-    elif op == "max_pool":
+    elif op == OP_MAX:
         if with_indices:
             route = R_MAX_IDX
         elif (byte and QP_SHORT and dD == dH == dW == 1 and pW == 0 and sW == kW
@@ -229,11 +248,11 @@ cdef object _plan(str op, x, tuple out_size, tuple k, tuple s, tuple p, tuple d,
             route = R_MAX_SIMD
         else:
             route = R_MAX_ROWS
-    elif op == "avg_pool":
+    elif op == OP_AVG:
         it, t3, uniform = tabs[3], tabs[4], tabs[5]
         if (QP_SHORT and it is not None and kD == sD == 1 and kH == sH == kW == sW == 2
-                and pH == pW == 0 and OW * 2 == W <= 64 and OH * 2 == x.shape[3]
-                and x.shape[2] == 1 and uniform):
+                and pH == pW == 0 and OW * 2 == W <= 64 and OH * 2 == shape[3]
+                and shape[2] == 1 and uniform):
             # 2-d 2x2 stride-2 pools on short rows, every window full and one divisor: a flat
             # stream of row pairs
             route = R_AVG_2X2
@@ -250,28 +269,26 @@ cdef object _plan(str op, x, tuple out_size, tuple k, tuple s, tuple p, tuple d,
             route = R_AVG_SIMD
         else:
             route = R_AVG_PLANES
-    elif op == "adaptive_avg_pool":
+    elif op == OP_AAVG:
         if OD == 1 and OH == 1 and OW == 1:
             route = R_AAVG_GLOBAL
         elif _short_ok(lim, OD, OH, OW, W, True):
             route = R_AAVG_SHORT
         else:
             route = R_AAVG_PLANES
-    elif op == "adaptive_max_pool":
+    elif op == OP_AMAX:
         if with_indices:
             route = R_AMAX_IDX
         elif byte and _short_ok(lim, OD, OH, OW, W, False):
             route = R_AMAX_SHORT
         else:
             route = R_AMAX_PLANES
-    elif op == "max_pool_cl":
+    elif op == OP_MAX_CL:
         route = R_MAX_CL
-    elif op == "avg_pool_cl":
+    elif op == OP_AVG_CL:
         route = R_AVG_CL
-    elif op == "adaptive_avg_pool_cl":
-        route = R_AAVG_CL
     else:
-        raise ValueError(f"plan: unknown pool op {op!r}")
+        route = R_AAVG_CL
     if _S.trace is not None:
         _S.trace.append(route)
     return route
@@ -281,24 +298,27 @@ def plan(op, x, *args):
     """The Route the fast backend's pool op `op` takes for arguments (x, *args), as passed to
     that entry point (e.g. plan("max_pool", x5, k, s, p, d, out_size, False))."""
     x = np.asarray(x)
+    if op not in _OPS:
+        raise ValueError(f"plan: unknown pool op {op!r}; one of {sorted(_OPS)}")
+    cdef _Op o_ = _OPS[op]
     if op in ("max_pool", "max_pool_cl"):
         k, s, p, d, o = args[:5]
-        return _plan(op, x, tuple(o), tuple(k), tuple(s), tuple(p), tuple(d),
+        return _plan(o_, x, tuple(o), tuple(k), tuple(s), tuple(p), tuple(d),
                      bool(args[5]) if len(args) > 5 else False, None, NULL)
     if op in ("avg_pool", "avg_pool_cl"):
         k, s, p, o, cip, div, zp = args
         tabs = (_pool_tables(x, k, s, p, o, cip, div, zp) if op == "avg_pool" else None)
-        return _plan(op, x, tuple(o), tuple(k), tuple(s), tuple(p), _ONE, False, tabs, NULL)
+        return _plan(o_, x, tuple(o), tuple(k), tuple(s), tuple(p), _ONE, False, tabs, NULL)
     o = tuple(args[0])
     if op == "adaptive_avg_pool":
         lim_a, _ = _adaptive_tables(o, x.shape[2:])
-        return _plan(op, x, o, _ONE, _ONE, _ZERO, _ONE, False, None,
+        return _plan(o_, x, o, _ONE, _ONE, _ZERO, _ONE, False, None,
                      <const Py_ssize_t*>qops_ptr(lim_a))
     if op == "adaptive_max_pool":
         lim_a = _adaptive_max_lim(o, x.shape[2:])
-        return _plan(op, x, o, _ONE, _ONE, _ZERO, _ONE, bool(args[1]), None,
+        return _plan(o_, x, o, _ONE, _ONE, _ZERO, _ONE, bool(args[1]), None,
                      <const Py_ssize_t*>qops_ptr(lim_a))
-    return _plan(op, x, o, _ONE, _ONE, _ZERO, _ONE, False, None, NULL)
+    return _plan(o_, x, o, _ONE, _ONE, _ZERO, _ONE, False, None, NULL)
 
 
 # -- shared helpers -----------------------------------------------------------------------
@@ -349,9 +369,9 @@ cdef int _rows(_Kern kern, const _Rows* a, Py_ssize_t g0, Py_ssize_t g1) noexcep
     elif kern == K_AVG2X2:
         qp_avg2x2_rows_g(a.x, a.out, a.g, g0, g1, a.sgn, a.iq, a.cz)
     elif kern == K_SHORT_AVG:
-        qp_short_avg_rows_g(a.x, a.out, a.g, a.lim, g0, g1, a.sgn, a.aq)
-    else:
-        qp_short_rows_g(a.x, a.out, a.g, a.lim, a.recip, g0, g1, a.avg, a.sgn)
+        return qp_short_avg_rows_g(a.x, a.out, a.g, a.lim, g0, g1, a.sgn, a.aq)
+    elif kern == K_SHORT:
+        return qp_short_rows_g(a.x, a.out, a.g, a.lim, a.recip, g0, g1, a.avg, a.sgn)
     return 0
 
 
@@ -752,7 +772,7 @@ def max_pool_cl(x, kernel_size, stride, padding, dilation, out_size):
     N, D, H, W, C = x.shape
     OD, OH, OW = out_size
     out = qops_empty(np, (N, OD, OH, OW, C), x.dtype)
-    if _plan("max_pool_cl", x, tuple(out_size), _ONE, _ONE, _ZERO, _ONE, False, None,
+    if _plan(OP_MAX_CL, x, tuple(out_size), _ONE, _ONE, _ZERO, _ONE, False, None,
              NULL) is R_EMPTY:
         return out
     nt = qops_threads_for(x.size + out.size * kW, GRAIN)
@@ -780,7 +800,7 @@ def max_pool(x, kernel_size, stride, padding, dilation, out_size, with_indices):
     (pD, pH, pW), (dD, dH, dW) = padding, dilation
     shape = x.shape[:2] + tuple(out_size)
     out = qops_empty(np, shape, x.dtype)
-    route = _plan("max_pool", x, tuple(out_size), tuple(kernel_size), tuple(stride),
+    route = _plan(OP_MAX, x, tuple(out_size), tuple(kernel_size), tuple(stride),
                   tuple(padding), tuple(dilation), with_indices, None, NULL)
     if route is R_EMPTY:
         return (out, np.zeros(shape, np.int64)) if with_indices else out
@@ -982,7 +1002,7 @@ def avg_pool(x, kernel_size, stride, padding, out_size, count_include_pad, divis
     if out.size:
         tabs = _pool_tables(x, kernel_size, stride, padding, out_size, count_include_pad,
                             divisor_override, zero_point)
-    route = _plan("avg_pool", x, tuple(out_size), tuple(kernel_size), tuple(stride),
+    route = _plan(OP_AVG, x, tuple(out_size), tuple(kernel_size), tuple(stride),
                   tuple(padding), _ONE, False, tabs, NULL)
     if route is R_EMPTY:
         return out
@@ -1146,7 +1166,7 @@ def adaptive_avg_pool(x, out_size):
         lim_a, recip_a = _adaptive_tables(out_size, (D, H, W))
         lim = <const Py_ssize_t*>qops_ptr(lim_a)
         recip = <const float*>qops_ptr(recip_a)
-    route = _plan("adaptive_avg_pool", x, tuple(out_size), _ONE, _ONE, _ZERO, _ONE, False, None,
+    route = _plan(OP_AAVG, x, tuple(out_size), _ONE, _ONE, _ZERO, _ONE, False, None,
                   lim)
     if route is R_EMPTY:
         return out
@@ -1333,7 +1353,7 @@ def adaptive_max_pool(x, out_size, with_indices):
     out = qops_empty(np, shape, x.dtype)
     lim_a = _adaptive_max_lim(out_size, (D, H, W))
     cdef const Py_ssize_t* lim = <const Py_ssize_t*>qops_ptr(lim_a)
-    route = _plan("adaptive_max_pool", x, tuple(out_size), _ONE, _ONE, _ZERO, _ONE, with_indices,
+    route = _plan(OP_AMAX, x, tuple(out_size), _ONE, _ONE, _ZERO, _ONE, with_indices,
                   None, lim)
     if route is R_EMPTY:
         return (out, np.empty(shape, np.int64)) if with_indices else out
@@ -1407,7 +1427,7 @@ cdef void _avg_cl(const q8_t* x, q8_t* out, Py_ssize_t N, Py_ssize_t D, Py_ssize
 _CL_TABLES = {}
 
 
-cdef object _avg_cl_run(str op, x, out_size, tables):
+cdef object _avg_cl_run(_Op op, x, out_size, tables):
     """Run _avg_cl on x (N, D, H, W, C) with tables = (lim, sub, mul, add, post): the
     clipped windows per axis (d0, d1, h0, h1, w0, w1) and sub and mul per output (OD, OH,
     OW)."""
@@ -1455,7 +1475,7 @@ def avg_pool_cl(x, kernel_size, stride, padding, out_size, count_include_pad, di
            x.shape[1:4], bool(count_include_pad), divisor_override, zero_point)
     tables = _CL_TABLES.get(key)
     if tables is not None:
-        return _avg_cl_run("avg_pool_cl", x, out_size, tables)
+        return _avg_cl_run(OP_AVG_CL, x, out_size, tables)
     # windows clipped to the input: start = max(o*s - p, 0), end = min(o*s - p + k, L)
     lims = []
     for o, s, p, k, L in zip(out_size, stride, padding, kernel_size, x.shape[1:4]):
@@ -1465,7 +1485,7 @@ def avg_pool_cl(x, kernel_size, stride, padding, out_size, count_include_pad, di
     # zero point added after rounding (post)
     cls, zt, mt, _, _ = _avg_tables(out_size, stride, padding, kernel_size, x.shape[1:4],
                                     count_include_pad, divisor_override, zero_point)
-    return _avg_cl_run("avg_pool_cl", x, out_size,
+    return _avg_cl_run(OP_AVG_CL, x, out_size,
                        _cl_tables(key, np.concatenate(lims), zt[cls], mt[cls], 0.0,
                                   float(zero_point)))
 
@@ -1489,4 +1509,4 @@ def adaptive_avg_pool_cl(x, out_size, zero_point):
         m = np.float32(1) / size.astype(np.float32)
         inv = np.float32(1) / (np.float32(1) / m)
         tables = _cl_tables(key, lim, size * zero_point, inv, float(zero_point), 0.0)
-    return _avg_cl_run("adaptive_avg_pool_cl", x, out_size, tables)
+    return _avg_cl_run(OP_AAVG_CL, x, out_size, tables)

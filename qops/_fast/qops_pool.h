@@ -44,16 +44,18 @@
 #include "qops_pool_rowsum.h"
 
 /* The short-row and 2x2 kernels on a qp_geom (pool.pyx sees qp_geom as opaque). */
-static inline void qp_short_rows_g(const uint8_t *x, uint8_t *out, const qp_geom *g,
-                                   const ptrdiff_t *lim, const float *recip, ptrdiff_t g0,
-                                   ptrdiff_t g1, int avg, int sgn) {
-    qp_short_rows(x, out, g->D, g->H, g->W, g->OD, g->OH, g->OW, lim, recip, g0, g1, avg, sgn);
+static inline int qp_short_rows_g(const uint8_t *x, uint8_t *out, const qp_geom *g,
+                                  const ptrdiff_t *lim, const float *recip, ptrdiff_t g0,
+                                  ptrdiff_t g1, int avg, int sgn) {
+    return qp_short_rows(x, out, g->D, g->H, g->W, g->OD, g->OH, g->OW, lim, recip, g0, g1,
+                         avg, sgn);
 }
 
-static inline void qp_short_avg_rows_g(const uint8_t *x, uint8_t *out, const qp_geom *g,
-                                       const ptrdiff_t *lim, ptrdiff_t g0, ptrdiff_t g1, int sgn,
-                                       const qp_avgq *aq) {
-    qp_short_avg_rows(x, out, g->D, g->H, g->W, g->OD, g->OH, g->OW, lim, g0, g1, sgn, aq);
+static inline int qp_short_avg_rows_g(const uint8_t *x, uint8_t *out, const qp_geom *g,
+                                      const ptrdiff_t *lim, ptrdiff_t g0, ptrdiff_t g1, int sgn,
+                                      const qp_avgq *aq) {
+    return qp_short_avg_rows(x, out, g->D, g->H, g->W, g->OD, g->OH, g->OW, lim, g0, g1, sgn,
+                             aq);
 }
 
 static inline void qp_avg2x2_rows_g(const uint8_t *x, uint8_t *out, const qp_geom *g,

@@ -97,7 +97,7 @@ QP_ALWAYS void qp_short_rows_t(const uint8_t *x, uint8_t *out, ptrdiff_t D, ptrd
     if (!kw) {
         for (ptrdiff_t ow = 0; ow < OW; ow++)
             if (w1[ow] - w0[ow] > nk) nk = (int)(w1[ow] - w0[ow]);
-        if (nk > 64) return;
+        if (nk > 64) return;     /* qp_short_rows refuses such windows first: never */
         for (int k = 0; k < nk; k++) {
             uint16_t t[32];
             __mmask32 m = 0;
@@ -299,11 +299,16 @@ static inline int qp_short_kw(const ptrdiff_t *w0, const ptrdiff_t *w1, ptrdiff_
     else qp_short_rows_t(x, out, D, H, W, OD, OH, OW, lim, recip, g0, g1, AVG, SGN, 0, 0, NULL); \
 } while (0)
 
-static void qp_short_rows(const uint8_t *x, uint8_t *out, ptrdiff_t D, ptrdiff_t H, ptrdiff_t W,
-                          ptrdiff_t OD, ptrdiff_t OH, ptrdiff_t OW, const ptrdiff_t *lim,
-                          const float *recip, ptrdiff_t g0, ptrdiff_t g1, int avg, int sgn) {
-    if (g1 <= g0) return;
+/* Output rows [g0, g1) of an adaptive pool (lim, recip as qp_short_rows_t); returns 0, or
+ * QP_ERR_GEOM, those rows unwritten, for a W window of more than 64 taps (the caller routes
+ * only rows of W <= 64 here: never). */
+static int qp_short_rows(const uint8_t *x, uint8_t *out, ptrdiff_t D, ptrdiff_t H, ptrdiff_t W,
+                         ptrdiff_t OD, ptrdiff_t OH, ptrdiff_t OW, const ptrdiff_t *lim,
+                         const float *recip, ptrdiff_t g0, ptrdiff_t g1, int avg, int sgn) {
+    if (g1 <= g0) return 0;
     const ptrdiff_t *w0 = lim + 2 * OD + 2 * OH;
+    for (ptrdiff_t ow = 0; ow < OW; ow++)
+        if (w0[OW + ow] - w0[ow] > 64) return QP_ERR_GEOM;
     int kw = qp_short_kw(w0, w0 + OW, W, OW);
     if (kw && D == 1 && OD == 1 && W <= 64 && H % OH == 0 && (H / OH) * W <= 128) {
         /* uniform H windows too (adaptive windows of a size dividing the input are the
@@ -313,7 +318,7 @@ static void qp_short_rows(const uint8_t *x, uint8_t *out, ptrdiff_t D, ptrdiff_t
             ok &= lim[2 * OD + oh] == oh * kh && lim[2 * OD + OH + oh] == (oh + 1) * kh;
         if (ok) {
             qp_flat_rows(x, out, W, OH, OW, kh, recip, g0, g1, avg, sgn, kw);
-            return;
+            return 0;
         }
     }
     /* one instance per (avg, sgn, kw): the lane-type choices leave the row loop */
@@ -324,14 +329,15 @@ static void qp_short_rows(const uint8_t *x, uint8_t *out, ptrdiff_t D, ptrdiff_t
         if (sgn) QP_SHORT_CALL(0, 1);
         else QP_SHORT_CALL(0, 0);
     }
+    return 0;
 }
 /* Output rows [g0, g1) of an average pool whose W windows are pairs tiling input rows of
  * <= 64 bytes (lim as qp_short_rows, w0 = 2*ow); the caller checks kD*kH <= 128. */
-static void qp_short_avg_rows(const uint8_t *x, uint8_t *out, ptrdiff_t D, ptrdiff_t H,
-                              ptrdiff_t W, ptrdiff_t OD, ptrdiff_t OH, ptrdiff_t OW,
-                              const ptrdiff_t *lim, ptrdiff_t g0, ptrdiff_t g1, int sgn,
-                              const qp_avgq *aq) {
-    if (g1 <= g0) return;
+static int qp_short_avg_rows(const uint8_t *x, uint8_t *out, ptrdiff_t D, ptrdiff_t H,
+                             ptrdiff_t W, ptrdiff_t OD, ptrdiff_t OH, ptrdiff_t OW,
+                             const ptrdiff_t *lim, ptrdiff_t g0, ptrdiff_t g1, int sgn,
+                             const qp_avgq *aq) {
+    if (g1 <= g0) return 0;
     qp_avgq a = *aq;
     if (a.iq && !a.iq->t) a.iq = NULL;
     int far = lim[OD] - lim[0] > 1;          /* the first D window has several planes */
@@ -342,6 +348,7 @@ static void qp_short_avg_rows(const uint8_t *x, uint8_t *out, ptrdiff_t D, ptrdi
         if (sgn) qp_short_rows_t(x, out, D, H, W, OD, OH, OW, lim, NULL, g0, g1, 3, 1, 2, 0, &a);
         else qp_short_rows_t(x, out, D, H, W, OD, OH, OW, lim, NULL, g0, g1, 3, 0, 2, 0, &a);
     }
+    return 0;
 }
 /* Output rows [g0, g1) of a 2-d 2x2 stride-2 average pool on rows of <= 64 bytes whose
  * windows all have the divisor of class row cz of the integer tables iq (no padding, even H

@@ -95,11 +95,6 @@ static inline void qp_short_lim(const qp_geom *g, ptrdiff_t *lim) {
     }
 }
 
-/* 1 if the vector kernels of this build handle the geometry (else the caller's scalar path). */
-static inline int qp_simd_ok(const qp_geom *g) {
-    return QP_SIMD > 0 && (g->sW == 1 || g->sW == 2);
-}
-
 /* Input row pointers of every valid (kd, kh) tap of output row (od, oh); returns their count. */
 static inline int qp_rows(const qp_geom *g, const uint8_t *plane, ptrdiff_t od, ptrdiff_t oh,
                           const uint8_t **rows) {

@@ -164,7 +164,7 @@ static int qp_avg_rows(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff
 }
 #else
 #define QP_MAX_ROWS 0
-/* no vector kernels in this build (qp_simd_ok is 0): never called; nothing is written */
+/* no vector kernels in this build: plan() never routes here; nothing is written */
 static int qp_max_rows(const uint8_t *x, uint8_t *out, const qp_geom *g, ptrdiff_t g0,
                        ptrdiff_t g1, int sgn) {
     (void)x; (void)out; (void)g; (void)g0; (void)g1; (void)sgn;
