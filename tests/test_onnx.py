@@ -835,3 +835,33 @@ def test_norms_larger_and_float():
     assert r["outputs"][0]["max_steps"] < 1e-5, format_compare(r)
     with pytest.raises(ExportError, match="opset_version >= 17"):
         export(m, x, io.BytesIO(), opset_version=16)
+
+
+class _TextModel(Module):
+    """Quantized Embedding -> dynamic LSTM (batch_first) -> dynamic Linear on h_n."""
+
+    def __init__(self, rng):
+        super().__init__()
+        import qops.functional as qf
+        self.emb = nnq.Embedding(50, 8, _weight=qf.embedding_bag_prepack(
+            rng.normal(0, 1, (50, 8)).astype(F32), "quint8"))
+        self.lstm, _ = _rnn_case("LSTM/batch_first", rng)
+        self.fc = _dyn(rng)
+
+    def forward(self, idx):
+        out, (h, c) = self.lstm(self.emb(idx))
+        return self.fc(h)
+
+
+@pytest.mark.parametrize("form", ["qdq", "qoperator"])
+def test_text_model_embedding_lstm_linear(form):
+    rng = np.random.default_rng(0)
+    m = _TextModel(rng)
+    idx = rng.integers(0, 50, (3, 6)).astype(np.int64)
+    buf = io.BytesIO()
+    export(m, idx, buf, form=form)
+    r = compare(m, buf.getvalue(), idx)
+    assert r["outputs"][0]["exact"] == 1.0, format_compare(r)
+    sess = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
+    big = rng.integers(0, 50, (7, 6)).astype(np.int64)
+    np.testing.assert_array_equal(sess.run(None, {"input": big})[0], m(big))

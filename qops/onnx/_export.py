@@ -85,6 +85,9 @@ class _Builder:
         self.dims, self.graph_input_names = {}, set()
         # graph inputs whose values the graph holds (bag offsets): not graph inputs after all
         self.baked, self.inputs = set(), []
+        # set by recurrent layers, whose batch axis is 1 (seq-first): the outputs computed
+        # after them keep no declared batch dimension (their batch axis is not known here)
+        self.loose_outputs = False
 
     # -- names, constants, nodes -------------------------------------------------------------
     def uname(self, hint):
@@ -857,6 +860,7 @@ def emit_recurrent(b, rec, mode, cells, args, out, hidden, num_layers, bidirecti
         else xv.name
     steps = xv.shape[1] if batch_first else xv.shape[0]
     seq_dims = ["N", steps] if batch_first else [steps, "N"]
+    b.loose_outputs = True
     if xv.name in b.graph_input_names:
         b.dims[xv.name] = seq_dims + [xv.shape[2]]
     dirs = 2 if bidirectional else 1
@@ -1548,6 +1552,8 @@ def build(model, args, form="qdq", opset_version=17, input_names=None, output_na
         elem = onnx.TensorProto.FLOAT if not v.q else \
             helper.np_dtype_to_tensor_dtype(np.dtype(v.dtype))
         dims = b.dims.get(v.name, ["N"] + list(v.shape[1:]) if v.shape else [])
+        if b.loose_outputs and v.name not in b.dims:
+            dims = [None] * len(v.shape)
         graph_outputs.append(helper.make_tensor_value_info(want, elem, dims))
         scales.append(_output_scale(b, o))
     graph = helper.make_graph(b.nodes, type(model).__name__, graph_inputs, graph_outputs,
@@ -1594,7 +1600,10 @@ def export(model, args, f, opset_version=17, form="qdq", input_names=None, outpu
     ----------
     model : a qops model: Sequential or custom eager model of qops.nn modules, a GraphModule,
         quantized (static or dynamic), fused, with float parts
-    args : float32 array, or tuple of them: example inputs (the batch size stays free)
+    args : float32 array, or tuple of them: example inputs (the batch size stays free); int64
+        / int32 arrays for embedding indices; a nested tuple for recurrent states, e.g.
+        (x, (h0, c0)). Recurrent layers are unrolled over the example's sequence length and
+        embedding bags keep the example's bags (offsets): both are fixed in the graph
     f : path (str or os.PathLike) or a binary file object to write the model to
     opset_version : ONNX opset (>= 13)
     form : "qdq" (QuantizeLinear / DequantizeLinear around float ops) or "qoperator"
