@@ -736,7 +736,7 @@ def _float_matmul(b, h, xname, weight, bias):
     return y
 
 
-# -- recurrent layers and cells: unrolled over the example's time steps ---------------------
+# -- recurrent layers and cells: a Scan over the time steps per layer and direction ---------
 def _gate_gemm(b, h, where, cell, part, xname):
     """x W_part^T + b_part of one cell: dynamic qint8, float16-valued or float weights."""
     bias = getattr(cell, "b_" + part)
@@ -836,14 +836,52 @@ def _state_at(b, h, where, state, k):
     return b.node("Gather", [v.name, b.const(h + "_k", np.array(k, np.int64))], hint=h)
 
 
+def _scan_direction(b, hk, where, mode, cell, gi_all, h0, c0, hidden, reverse):
+    """One layer and direction as an ONNX Scan over the time axis of gi_all.
+
+    The body is one step: the hidden GEMM (h quantized dynamically, per step, as qops does),
+    the cell, the LSTM projection. Returns (ys (seq, batch, out), h_n, c_n or None).
+    """
+    helper, onnx = b.helper, b.onnx
+    lstm = mode == "LSTM"
+    saved, saved_rec = b.nodes, b.rec
+    b.nodes, b.rec = [], None
+    try:
+        h_in, c_in, g_in = b.uname(hk + "_h_in"), b.uname(hk + "_c_in"), b.uname(hk + "_gi_t")
+        gh = _gate_gemm(b, hk + "_hh", where, cell, "hh", h_in)
+        hnew, cnew = _cell_ops(b, hk + "_cell", mode, g_in, gh, h_in, c_in if lstm else None,
+                               hidden)
+        if lstm and cell.hr is not None:
+            hnew = _float_matmul(b, hk + "_hr", hnew, cell.w_hr, None)
+        h_out = b.node("Identity", [hnew], hint=hk + "_h_out")
+        outs = [h_out]
+        if lstm:
+            outs.append(b.node("Identity", [cnew], hint=hk + "_c_out"))
+        outs.append(b.node("Identity", [hnew], hint=hk + "_y_t"))
+        body_nodes = b.nodes
+    finally:
+        b.nodes, b.rec = saved, saved_rec
+
+    def vi(name):
+        return helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
+    body = helper.make_graph(body_nodes, hk + "_step",
+                             [vi(h_in)] + ([vi(c_in)] if lstm else []) + [vi(g_in)],
+                             [vi(o) for o in outs])
+    states = [h0] + ([c0] if lstm else [])
+    res = b.node("Scan", states + [gi_all], n_out=len(outs), hint=hk + "_scan", body=body,
+                 num_scan_inputs=1, scan_input_directions=[int(reverse)],
+                 scan_output_directions=[int(reverse)])
+    return res[-1], res[0], (res[1] if lstm else None)
+
+
 def emit_recurrent(b, rec, mode, cells, args, out, hidden, num_layers, bidirectional,
                    batch_first):
-    """A multi-layer LSTM / GRU / RNN unrolled over the time steps of the example input.
+    """A multi-layer LSTM / GRU / RNN: per layer and direction an ONNX Scan over the steps.
 
     As qops' `recurrent` (PyTorch's CPU path): per layer and direction the input GEMM over the
-    whole sequence (one dynamic quantization of it), then per step the hidden GEMM (one
-    dynamic quantization of h) and the cell in float ops. The sequence length is fixed in the
-    graph (its input shape says so; ONNX Runtime refuses another length).
+    whole sequence (one dynamic quantization of it), then per step (the Scan body) the hidden
+    GEMM (one dynamic quantization of h) and the cell in float ops. Sequence length and batch
+    stay free.
     """
     h, where = rec.label, rec.where
     x = args[0]
@@ -858,8 +896,7 @@ def emit_recurrent(b, rec, mode, cells, args, out, hidden, num_layers, bidirecti
         h0, c0 = (hx[0], hx[1]) if lstm else (hx, None)
     xs = b.node("Transpose", [xv.name], hint=h + "_tm", perm=[1, 0, 2]) if batch_first \
         else xv.name
-    steps = xv.shape[1] if batch_first else xv.shape[0]
-    seq_dims = ["N", steps] if batch_first else [steps, "N"]
+    seq_dims = ["N", "S"] if batch_first else ["S", "N"]
     b.loose_outputs = True
     if xv.name in b.graph_input_names:
         b.dims[xv.name] = seq_dims + [xv.shape[2]]
@@ -876,22 +913,11 @@ def emit_recurrent(b, rec, mode, cells, args, out, hidden, num_layers, bidirecti
                              cell.w_hr.shape[0])
             ccur = (_state_at(b, hk + "_c0", where, c0, k) or
                     _zeros_state(b, hk + "_c0", layer_in, 1, hidden)) if lstm else None
-            ys = [None] * steps
-            for t in (range(steps) if d == 0 else range(steps - 1, -1, -1)):
-                ht = f"{hk}_t{t}"
-                gi = b.node("Gather", [gi_all, b.const(ht + "_t", np.array(t, np.int64))],
-                            hint=ht + "_gi", axis=0)
-                gh = _gate_gemm(b, ht + "_hh", where, cell, "hh", hcur)
-                hcur, cnew = _cell_ops(b, ht, mode, gi, gh, hcur, ccur, hidden)
-                if lstm:
-                    ccur = cnew
-                    if cell.hr is not None:
-                        hcur = _float_matmul(b, ht + "_hr", hcur, cell.w_hr, None)
-                ys[t] = b.node("Unsqueeze", [hcur, b.const(ht + "_ax0", np.array([0], np.int64))],
-                               hint=ht + "_y")
-            hn.append(hcur)
-            cn.append(ccur)
-            outs.append(b.node("Concat", ys, hint=hk + "_ys", axis=0) if steps > 1 else ys[0])
+            ys, hlast, clast = _scan_direction(b, hk, where, mode, cell, gi_all, hcur, ccur,
+                                               hidden, d == 1)
+            hn.append(hlast)
+            cn.append(clast)
+            outs.append(ys)
         layer_in = outs[0] if dirs == 1 else b.node("Concat", outs, hint=f"{h}_l{layer}_cat",
                                                     axis=2)
     y = b.node("Transpose", [layer_in], hint=h + "_bm", perm=[1, 0, 2]) if batch_first \
@@ -1602,8 +1628,8 @@ def export(model, args, f, opset_version=17, form="qdq", input_names=None, outpu
         quantized (static or dynamic), fused, with float parts
     args : float32 array, or tuple of them: example inputs (the batch size stays free); int64
         / int32 arrays for embedding indices; a nested tuple for recurrent states, e.g.
-        (x, (h0, c0)). Recurrent layers are unrolled over the example's sequence length and
-        embedding bags keep the example's bags (offsets): both are fixed in the graph
+        (x, (h0, c0)). Embedding bags keep the example's bags (offsets): they are fixed in
+        the graph
     f : path (str or os.PathLike) or a binary file object to write the model to
     opset_version : ONNX opset (>= 13)
     form : "qdq" (QuantizeLinear / DequantizeLinear around float ops) or "qoperator"
