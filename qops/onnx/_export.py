@@ -83,8 +83,7 @@ class _Builder:
         self.uses_ms = False
         # graph input / output names -> ONNX dims, where not ["N", rest...]
         self.dims, self.graph_input_names = {}, set()
-        # graph inputs whose values the graph holds (bag offsets): not graph inputs after all
-        self.baked, self.inputs = set(), []
+        self.inputs = []            # (name, example value) of the graph inputs, in order
         # set by recurrent layers, whose batch axis is 1 (seq-first): the outputs computed
         # after them keep no declared batch dimension (their batch axis is not known here)
         self.loose_outputs = False
@@ -1010,86 +1009,119 @@ def emit_embedding(b, rec, idx, out, packed):
 
 
 def emit_embedding_bag(b, rec, args, out, packed, mode, include_last_offset, padding_idx):
-    """Quantized EmbeddingBag with the bags (offsets, or the rows of a 2-D input) fixed.
+    """Quantized EmbeddingBag: an ONNX Loop over the entries, in index order.
 
-    Each entry adds fma(scale * w, q, acc + bias * w) in index order (docs/semantics.md §20):
-    unrolled per bag and entry, the fma as in emit_embedding. Mean divides by the entry
-    count, max takes the largest fma(scale, q, bias).
+    Each entry adds fma(scale * w, q, acc + bias * w) to its bag (docs/semantics.md §20), the
+    fma as in emit_embedding; the entry's bag is the number of bag starts <= its position,
+    minus one. Mean divides by the entry count, max keeps the largest fma(scale, q, bias)
+    (the first entry of a bag starts it). Indices, offsets and weights stay graph inputs.
     """
     from qops._ops.embedding import _bag_args
     h, where = rec.label, rec.where
+    helper, onnx = b.helper, b.onnx
+    F, I64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
     if padding_idx is not None:
-        raise ExportError(f"{where}: an EmbeddingBag with padding_idx has no export (the "
-                          f"skipped entries depend on the index values)")
+        raise ExportError(f"{where}: an EmbeddingBag with padding_idx has no export (yet)")
     idx = args[0]
     offsets = args[1] if len(args) > 1 else None
     psw = args[2] if len(args) > 2 else None
     if psw is not None and mode != "sum":
         raise ExportError(f"{where}: per_sample_weights need mode 'sum'")
+    _bag_args(idx, offsets, include_last_offset, psw, mode, None, packed.num_embeddings)
     iv = b.get(idx, where)
-    _, full, _, _, _ = _bag_args(idx, offsets, include_last_offset, psw, mode, None,
-                                 packed.num_embeddings)
-    full = [int(v) for v in full]
-    if iv.name in b.graph_input_names:
-        b.dims[iv.name] = list(np.shape(idx))
-    if offsets is not None:
+    i64 = {"to": I64}
+
+    def c(hint, v, dt=np.int64):
+        return b.const(f"{h}_{hint}", np.array(v, dt))
+
+    def n(op, ins, hint, **kw):
+        return b.node(op, ins, hint=f"{h}_{hint}", **kw)
+    if np.ndim(idx) == 2:
+        if iv.name in b.graph_input_names:
+            b.dims[iv.name] = ["N", "L"]
+        flat = n("Reshape", [iv.name, c("flat", [-1])], "flat")
+        shape = n("Shape", [iv.name], "shape")
+        length = n("Gather", [shape, c("one_i", 1)], "len", axis=0)
+        total = n("Mul", [n("Gather", [shape, c("zero_i", 0)], "nb", axis=0), length], "total")
+        starts = n("Range", [c("zero_i2", 0), total, length], "starts")
+        ends = n("Add", [starts, length], "ends")
+    else:
+        flat = n("Cast", [iv.name], "idx64", **i64)
+        if iv.name in b.graph_input_names:
+            b.dims[iv.name] = ["M"]
         ov = b.get(offsets, where)
         if ov.name in b.graph_input_names:
-            b.baked.add(ov.name)     # the offsets are in the graph: no input for them
-    flat = iv.name if np.ndim(idx) == 1 else b.node(
-        "Reshape", [iv.name, b.const(h + "_flat", np.array([-1], np.int64))], hint=h + "_flat")
+            b.dims[ov.name] = ["B"]
+        off = n("Cast", [ov.name], "off64", **i64)
+        if include_last_offset:
+            starts = n("Slice", [off, c("s0", [0]), c("s1", [-1])], "starts")
+            ends = n("Slice", [off, c("e0", [1]), c("e1", [2 ** 62])], "ends")
+        else:
+            count = n("Shape", [flat], "n")
+            starts = off
+            ends = n("Concat", [n("Slice", [off, c("e0", [1]), c("e1", [2 ** 62])], "ends0"),
+                                count], "ends", axis=0)
     q, sc, bi = _row_params(packed)
     d = q.shape[1]
-    vals = _to_double(b, h + "_qd", b.node("Gather", [b.const(h + "_table", q), flat],
-                                           hint=h + "_rows", axis=0))
-    s = b.node("Gather", [b.const(h + "_scales", sc), flat], hint=h + "_s", axis=0)
-    c = b.node("Gather", [b.const(h + "_biases", bi), flat], hint=h + "_c", axis=0)
+    vals = _to_double(b, h + "_qd", n("Gather", [b.const(h + "_table", q), flat], "rows",
+                                      axis=0))
+    s = n("Gather", [b.const(h + "_scales", sc), flat], "s", axis=0)
+    cb = n("Gather", [b.const(h + "_biases", bi), flat], "c", axis=0)
     if psw is not None:
         wv = b.get(psw, where)
         if wv.name in b.graph_input_names:
-            b.dims[wv.name] = list(np.shape(psw))
-        s = b.node("Mul", [s, wv.name], hint=h + "_sw")
-        c = b.node("Mul", [c, wv.name], hint=h + "_cw")
-    last = b.const(h + "_last", np.array([-1], np.int64))
-    s = b.node("Unsqueeze", [s, last], hint=h + "_s1")
-    c = b.node("Unsqueeze", [c, last], hint=h + "_c1")
-    prod = b.node("Mul", [_to_double(b, h + "_sd", s), vals], hint=h + "_sq")   # exact
-    zeros = b.const(h + "_empty", np.zeros((1, d), F32))
-    ax0 = b.const(h + "_ax0", np.array([0], np.int64))
-
-    def rows(lo, hi, t, hint):
-        return b.node("Slice", [t, b.const(hint + "_lo", np.array([lo], np.int64)),
-                                b.const(hint + "_hi", np.array([hi], np.int64)), ax0],
-                      hint=hint)
+            b.dims[wv.name] = ["M"] if np.ndim(idx) == 1 else ["N", "L"]
+        w = n("Reshape", [wv.name, c("wflat", [-1])], "wflat")
+        s = n("Mul", [s, w], "sw")
+        cb = n("Mul", [cb, w], "cw")
+    s = n("Unsqueeze", [s, c("last", [-1])], "s1")
+    prod = n("Mul", [_to_double(b, h + "_sd", s), vals], "sq")     # exact in float64
     if mode == "max":
-        v = _to_float(b, h + "_v", b.node("Add", [prod, _to_double(b, h + "_cd", c)],
-                                          hint=h + "_fma"))
-    bags = []
-    for k in range(len(full) - 1):
-        lo, hi = full[k], full[k + 1]
-        hk = f"{h}_bag{k}"
-        if lo == hi:
-            bags.append(zeros)
-        elif mode == "max":
-            bags.append(b.node("ReduceMax", [rows(lo, hi, v, hk)], hint=hk + "_max", axes=[0],
-                               keepdims=1) if b.opset < 18 else
-                        b.node("ReduceMax", [rows(lo, hi, v, hk), ax0], hint=hk + "_max",
-                               keepdims=1))
+        prod = _to_float(b, h + "_v", n("Add", [prod, _to_double(
+            b, h + "_cd", n("Unsqueeze", [cb, c("last2", [-1])], "c1"))], "fma"))
+    nbags = n("Shape", [starts], "nbags")
+    acc0 = n("ConstantOfShape", [n("Concat", [nbags, c("dim", [d])], "accshape", axis=0)],
+             "acc0", value=b.nh.from_array(np.zeros(1, F32), "zero"))
+    trips = n("ReduceMax", [ends], "trips", keepdims=0) if b.opset < 18 else \
+        n("ReduceMax", [ends, c("ax0", [0])], "trips", keepdims=0)
+    # the Loop body: one entry
+    saved, saved_rec = b.nodes, b.rec
+    b.nodes, b.rec = [], None
+    try:
+        it, cond, acc = b.uname(h + "_i"), b.uname(h + "_cond"), b.uname(h + "_acc")
+        le = n("Cast", [n("LessOrEqual", [starts, it], "le")], "le64", **i64)
+        k = n("Sub", [n("ReduceSum", [le, c("ax0b", [0])], "nle", keepdims=0),
+                      c("one_k", 1)], "k")
+        acck = n("Gather", [acc, k], "acck", axis=0)
+        row = n("Gather", [prod, it], "row", axis=0)
+        if mode == "max":
+            first = n("Equal", [n("Gather", [starts, k], "start_k", axis=0), it], "first")
+            new = n("Where", [first, row, n("Max", [acck, row], "max")], "new")
         else:
-            acc = zeros
-            for i in range(lo, hi):
-                hi_ = f"{hk}_e{i}"
-                t = b.node("Add", [acc, rows(i, i + 1, c, hi_ + "_c")], hint=hi_ + "_accb")
-                acc = _to_float(b, hi_ + "_acc", b.node(
-                    "Add", [rows(i, i + 1, prod, hi_ + "_sq"), _to_double(b, hi_ + "_td", t)],
-                    hint=hi_ + "_fma"))
-            if mode == "mean":
-                acc = b.node("Div", [acc, b.const(hk + "_n", np.array(hi - lo, F32))],
-                             hint=hk + "_mean")
-            bags.append(acc)
-    y = b.node("Concat", bags, hint=h + "_bags", axis=0) if len(bags) > 1 else bags[0]
+            t = n("Add", [acck, n("Gather", [cb, it], "ci", axis=0)], "accb")
+            new = _to_float(b, h + "_new", n("Add", [row, _to_double(b, h + "_td", t)],
+                                             "fma_e"))
+        kk = n("Reshape", [k, c("kshape", [1, 1])], "kk")
+        acc_out = n("ScatterND", [acc, kk, n("Unsqueeze", [new, c("ax0c", [0])], "new1")],
+                    "scatter")
+        cond_out = n("Identity", [cond], "cond_out")
+        body_nodes = b.nodes
+    finally:
+        b.nodes, b.rec = saved, saved_rec
+    body = helper.make_graph(
+        body_nodes, h + "_entry",
+        [helper.make_tensor_value_info(it, I64, []),
+         helper.make_tensor_value_info(cond, onnx.TensorProto.BOOL, []),
+         helper.make_tensor_value_info(acc, F, None)],
+        [helper.make_tensor_value_info(cond_out, onnx.TensorProto.BOOL, []),
+         helper.make_tensor_value_info(acc_out, F, None)])
+    y = n("Loop", [trips, "", acc0], "loop", body=body)
+    if mode == "mean":
+        cnt = n("Cast", [n("Max", [n("Sub", [ends, starts], "cnt"), c("one_c", 1)], "cnt1")],
+                "cntf", to=F)
+        y = n("Div", [y, n("Unsqueeze", [cnt, c("last3", [-1])], "cnt2")], "mean")
     _set_float(b, y, out)
-    b.dims[y] = list(np.shape(out))
+    b.dims[y] = ["N" if np.ndim(idx) == 2 else "B", d]
     return True
 
 
@@ -1560,8 +1592,6 @@ def build(model, args, form="qdq", opset_version=17, input_names=None, output_na
     out = _trace(b, model, args)
     graph_inputs = []
     for name, a in zip(names, flat_args):
-        if name in b.baked:
-            continue
         dims = b.dims.get(name, ["N"] + list(a.shape[1:]) if a.ndim else [])
         b.inputs.append((name, a))
         graph_inputs.append(helper.make_tensor_value_info(
