@@ -1014,20 +1014,18 @@ def emit_embedding_bag(b, rec, args, out, packed, mode, include_last_offset, pad
     Each entry adds fma(scale * w, q, acc + bias * w) to its bag (docs/semantics.md §20), the
     fma as in emit_embedding; the entry's bag is the number of bag starts <= its position,
     minus one. Mean divides by the entry count, max keeps the largest fma(scale, q, bias)
-    (the first entry of a bag starts it). Indices, offsets and weights stay graph inputs.
+    (the first counted entry of a bag starts it); entries equal to padding_idx are skipped
+    and not counted. Indices, offsets and weights stay graph inputs.
     """
     from qops._ops.embedding import _bag_args
     h, where = rec.label, rec.where
     helper, onnx = b.helper, b.onnx
     F, I64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
-    if padding_idx is not None:
-        raise ExportError(f"{where}: an EmbeddingBag with padding_idx has no export (yet)")
     idx = args[0]
     offsets = args[1] if len(args) > 1 else None
     psw = args[2] if len(args) > 2 else None
-    if psw is not None and mode != "sum":
-        raise ExportError(f"{where}: per_sample_weights need mode 'sum'")
-    _bag_args(idx, offsets, include_last_offset, psw, mode, None, packed.num_embeddings)
+    _, _, _, _, pad = _bag_args(idx, offsets, include_last_offset, psw, mode, padding_idx,
+                                packed.num_embeddings)
     iv = b.get(idx, where)
     i64 = {"to": I64}
 
@@ -1082,6 +1080,7 @@ def emit_embedding_bag(b, rec, args, out, packed, mode, include_last_offset, pad
     nbags = n("Shape", [starts], "nbags")
     acc0 = n("ConstantOfShape", [n("Concat", [nbags, c("dim", [d])], "accshape", axis=0)],
              "acc0", value=b.nh.from_array(np.zeros(1, F32), "zero"))
+    cnt0 = n("ConstantOfShape", [nbags], "cnt0", value=b.nh.from_array(np.zeros(1, F32), "zero"))
     trips = n("ReduceMax", [ends], "trips", keepdims=0) if b.opset < 18 else \
         n("ReduceMax", [ends, c("ax0", [0])], "trips", keepdims=0)
     # the Loop body: one entry
@@ -1089,21 +1088,31 @@ def emit_embedding_bag(b, rec, args, out, packed, mode, include_last_offset, pad
     b.nodes, b.rec = [], None
     try:
         it, cond, acc = b.uname(h + "_i"), b.uname(h + "_cond"), b.uname(h + "_acc")
+        cnt = b.uname(h + "_cnt")
         le = n("Cast", [n("LessOrEqual", [starts, it], "le")], "le64", **i64)
         k = n("Sub", [n("ReduceSum", [le, c("ax0b", [0])], "nle", keepdims=0),
                       c("one_k", 1)], "k")
         acck = n("Gather", [acc, k], "acck", axis=0)
         row = n("Gather", [prod, it], "row", axis=0)
+        cntk = n("Gather", [cnt, k], "cntk", axis=0)
         if mode == "max":
-            first = n("Equal", [n("Gather", [starts, k], "start_k", axis=0), it], "first")
+            first = n("Equal", [cntk, c("zero_f", 0.0, F32)], "first")
             new = n("Where", [first, row, n("Max", [acck, row], "max")], "new")
         else:
             t = n("Add", [acck, n("Gather", [cb, it], "ci", axis=0)], "accb")
             new = _to_float(b, h + "_new", n("Add", [row, _to_double(b, h + "_td", t)],
                                              "fma_e"))
+        newc = n("Add", [cntk, c("one_f", 1.0, F32)], "newc")
+        if pad >= 0:
+            # entries of padding_idx are skipped and not counted
+            skip = n("Equal", [n("Gather", [flat, it], "idx_i", axis=0), c("pad", pad)], "skip")
+            new = n("Where", [skip, acck, new], "new_pad")
+            newc = n("Where", [skip, cntk, newc], "newc_pad")
         kk = n("Reshape", [k, c("kshape", [1, 1])], "kk")
         acc_out = n("ScatterND", [acc, kk, n("Unsqueeze", [new, c("ax0c", [0])], "new1")],
                     "scatter")
+        cnt_out = n("ScatterND", [cnt, kk, n("Reshape", [newc, c("one_shape", [1])], "newc1")],
+                    "scatter_cnt")
         cond_out = n("Identity", [cond], "cond_out")
         body_nodes = b.nodes
     finally:
@@ -1112,14 +1121,15 @@ def emit_embedding_bag(b, rec, args, out, packed, mode, include_last_offset, pad
         body_nodes, h + "_entry",
         [helper.make_tensor_value_info(it, I64, []),
          helper.make_tensor_value_info(cond, onnx.TensorProto.BOOL, []),
-         helper.make_tensor_value_info(acc, F, None)],
+         helper.make_tensor_value_info(acc, F, None), helper.make_tensor_value_info(cnt, F, None)],
         [helper.make_tensor_value_info(cond_out, onnx.TensorProto.BOOL, []),
-         helper.make_tensor_value_info(acc_out, F, None)])
-    y = n("Loop", [trips, "", acc0], "loop", body=body)
+         helper.make_tensor_value_info(acc_out, F, None),
+         helper.make_tensor_value_info(cnt_out, F, None)])
+    y, counts = n("Loop", [trips, "", acc0, cnt0], "loop", n_out=2, body=body)
     if mode == "mean":
-        cnt = n("Cast", [n("Max", [n("Sub", [ends, starts], "cnt"), c("one_c", 1)], "cnt1")],
-                "cntf", to=F)
-        y = n("Div", [y, n("Unsqueeze", [cnt, c("last3", [-1])], "cnt2")], "mean")
+        # acc / count where a bag has entries (empty bags stay zeros)
+        cnt1 = n("Max", [counts, c("one_c", 1.0, F32)], "cnt1")
+        y = n("Div", [y, n("Unsqueeze", [cnt1, c("last3", [-1])], "cnt2")], "mean")
     _set_float(b, y, out)
     b.dims[y] = ["N" if np.ndim(idx) == 2 else "B", d]
     return True
