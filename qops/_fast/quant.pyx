@@ -412,10 +412,10 @@ DEF OP_COPY = 5      # copy_raw: q, its _batch_transpose
 cdef object _plan(int op, a, Py_ssize_t run, extra):
     """The Route of one call: every kernel choice of the family, in one place.
 
-    op: OP_*; a: the input array; run: per-channel ops' elements per run of one channel;
-    extra: the output array (OP_Q), the out dtype (OP_RQ), (scales f64, zero points i32) (OP_DC), or
+    op: OP_*; a: the input array; run: per-channel ops' elements per run of one channel
+    (OP_COPY: whether a is C-contiguous); extra: the output array (OP_Q), the out dtype (OP_RQ), (scales f64, zero points i32) (OP_DC), or
     _batch_transpose(a) (OP_COPY)."""
-    cdef bint byte = a.itemsize == 1
+    cdef bint byte
     if a.size == 0:
         route = R_EMPTY
     elif op == OP_Q:
@@ -423,10 +423,11 @@ cdef object _plan(int op, a, Py_ssize_t run, extra):
     elif op == OP_QC:
         route = R_QC_TABLES if run < PC_Q_RUN_MIN else R_QC_CHANNELS
     elif op == OP_D:
-        route = R_D_SC8 if byte else R_D_SC32
+        route = R_D_SC8 if a.itemsize == 1 else R_D_SC32
     elif op == OP_DC:
         # the 8-bit kernels need f32(q) - f32(zp) exact; float32 math gives D_pc's bits when
         # every scale is a float32 (_pc_scales_f32)
+        byte = a.itemsize == 1
         small = byte and _pc_zp_small(extra[1])
         f32 = small and _pc_scales_f32(extra[0])
         if run < PC_DQ_RUN_MIN:
@@ -434,10 +435,9 @@ cdef object _plan(int op, a, Py_ssize_t run, extra):
         else:
             route = R_DC_F32 if f32 else (R_DC_PC8 if small else R_DC_CHANNELS)
     elif op == OP_RQ:
-        route = R_RQ_FLOAT if a.dtype != np.dtype(extra) or not byte else R_RQ_DIRECT
+        route = R_RQ_FLOAT if a.dtype != np.dtype(extra) or a.itemsize != 1 else R_RQ_DIRECT
     else:
-        route = (R_COPY if a.flags.c_contiguous else
-                 (R_COPY_STRIDED if extra is None else R_COPY_T))
+        route = R_COPY if run else (R_COPY_STRIDED if extra is None else R_COPY_T)
     if _S.trace is not None:
         _S.trace.append(route)
     return route
@@ -460,7 +460,8 @@ def plan(op, x, *args):
     if op == "requantize_per_tensor":
         return _plan(OP_RQ, x, 0, args[4])
     if op == "copy_raw":
-        return _plan(OP_COPY, x, 0, None if x.flags.c_contiguous else _batch_transpose(x))
+        c = x.flags.c_contiguous
+        return _plan(OP_COPY, x, c, None if c else _batch_transpose(x))
     raise ValueError(f"plan: unknown quant op {op!r}")
 
 
@@ -525,12 +526,12 @@ def dequantize_per_tensor(q, scale, zero_point):
     route = _plan(OP_D, q, 0, None)
     if route is R_EMPTY:
         return out
-    if q.dtype == np.uint8:
-        _d_sc_flat[uint8_t](q.reshape(-1), out.reshape(-1), scale, zero_point)
-    elif q.dtype == np.int8:
-        _d_sc_flat[int8_t](q.reshape(-1), out.reshape(-1), scale, zero_point)
-    else:
+    if route is R_D_SC32:
         _d_sc_flat[int32_t](q.reshape(-1), out.reshape(-1), scale, zero_point)
+    elif q.dtype.kind == "u":      # (cheaper than `== np.uint8`, which builds a dtype)
+        _d_sc_flat[uint8_t](q.reshape(-1), out.reshape(-1), scale, zero_point)
+    else:
+        _d_sc_flat[int8_t](q.reshape(-1), out.reshape(-1), scale, zero_point)
     return out
 
 
@@ -649,8 +650,9 @@ def _batch_transpose(q):
 
 def copy_raw(q):
     """A C-contiguous copy of integer array `q` (QTensor.clone's data), 64-byte aligned."""
-    bt = None if q.flags.c_contiguous else _batch_transpose(q)
-    route = _plan(OP_COPY, q, 0, bt)
+    cdef bint contiguous = q.flags.c_contiguous
+    bt = None if contiguous else _batch_transpose(q)
+    route = _plan(OP_COPY, q, contiguous, bt)
     if route is R_COPY_STRIDED:
         return np.ascontiguousarray(q)      # already a fresh copy
     if route is R_COPY_T:
