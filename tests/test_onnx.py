@@ -788,10 +788,14 @@ def test_recurrent_sequence_length_and_batch_are_free(name):
 def _qtable(rng, cls, dt, **kw):
     import qops.functional as qf
     w = rng.normal(0, 1, (50, 16)).astype(F32)
+    if dt == "float":
+        m = getattr(qnn, cls.__name__)(50, 16, **kw)
+        m.weight = w
+        return m
     return cls(50, 16, _weight=qf.embedding_bag_prepack(w, dt), dtype=dt, **kw)
 
 
-@pytest.mark.parametrize("dt", ["quint8", "quint4x2"])
+@pytest.mark.parametrize("dt", ["quint8", "quint4x2", "float"])
 @pytest.mark.parametrize("case", ["embedding", "sum", "sum/2d", "sum/weights", "sum/last",
                                   "sum/pad", "mean", "mean/2d", "mean/pad", "max", "max/2d",
                                   "max/pad"])
@@ -830,15 +834,13 @@ def test_embedding_vs_onnxruntime(dt, case):
         np.testing.assert_array_equal(got, m(*new))
 
 
-def test_float_embedding_and_refusal():
+def test_float_embedding():
     rng = np.random.default_rng(0)
     m = qnn.Embedding(50, 16)
     idx = rng.integers(0, 50, (4, 7)).astype(np.int64)
     buf = io.BytesIO()
     export(m, idx, buf)
     assert compare(m, buf.getvalue(), idx)["outputs"][0]["exact"] == 1.0
-    with pytest.raises(ExportError, match="EmbeddingBag.*no ONNX export"):
-        export(qnn.EmbeddingBag(50, 16), idx, io.BytesIO())      # a float bag: not yet
 
 
 def test_norms_larger_and_float():

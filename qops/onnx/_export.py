@@ -1008,14 +1008,17 @@ def emit_embedding(b, rec, idx, out, packed):
     return _set_float(b, y, out)
 
 
-def emit_embedding_bag(b, rec, args, out, packed, mode, include_last_offset, padding_idx):
+def emit_embedding_bag(b, rec, args, out, packed, mode, include_last_offset, padding_idx,
+                       fweight=None):
     """Quantized EmbeddingBag: an ONNX Loop over the entries, in index order.
 
     Each entry adds fma(scale * w, q, acc + bias * w) to its bag (docs/semantics.md §20), the
     fma as in emit_embedding; the entry's bag is the number of bag starts <= its position,
     minus one. Mean divides by the entry count, max keeps the largest fma(scale, q, bias)
     (the first counted entry of a bag starts it); entries equal to padding_idx are skipped
-    and not counted. Indices, offsets and weights stay graph inputs.
+    and not counted. Indices, offsets and weights stay graph inputs. With `fweight` (a float
+    table, `packed` None) the float EmbeddingBag: acc + row, or with per-sample weights
+    fma(w, row, acc) (acc + f32(w * row) when a padding_idx is given), as qops.
     """
     from qops._ops.embedding import _bag_args
     h, where = rec.label, rec.where
@@ -1025,7 +1028,8 @@ def emit_embedding_bag(b, rec, args, out, packed, mode, include_last_offset, pad
     offsets = args[1] if len(args) > 1 else None
     psw = args[2] if len(args) > 2 else None
     _, _, _, _, pad = _bag_args(idx, offsets, include_last_offset, psw, mode, padding_idx,
-                                packed.num_embeddings)
+                                packed.num_embeddings if fweight is None else
+                                np.shape(fweight)[0])
     iv = b.get(idx, where)
     i64 = {"to": I64}
 
@@ -1059,22 +1063,29 @@ def emit_embedding_bag(b, rec, args, out, packed, mode, include_last_offset, pad
             starts = off
             ends = n("Concat", [n("Slice", [off, c("e0", [1]), c("e1", [2 ** 62])], "ends0"),
                                 count], "ends", axis=0)
-    q, sc, bi = _row_params(packed)
-    d = q.shape[1]
-    vals = _to_double(b, h + "_qd", n("Gather", [b.const(h + "_table", q), flat], "rows",
-                                      axis=0))
-    s = n("Gather", [b.const(h + "_scales", sc), flat], "s", axis=0)
-    cb = n("Gather", [b.const(h + "_biases", bi), flat], "c", axis=0)
+    w = None
     if psw is not None:
         wv = b.get(psw, where)
         if wv.name in b.graph_input_names:
             b.dims[wv.name] = ["M"] if np.ndim(idx) == 1 else ["N", "L"]
         w = n("Reshape", [wv.name, c("wflat", [-1])], "wflat")
-        s = n("Mul", [s, w], "sw")
-        cb = n("Mul", [cb, w], "cw")
-    s = n("Unsqueeze", [s, c("last", [-1])], "s1")
-    prod = n("Mul", [_to_double(b, h + "_sd", s), vals], "sq")     # exact in float64
-    if mode == "max":
+    if fweight is not None:
+        fw = np.asarray(fweight, F32)
+        d = fw.shape[1]
+        prod = n("Gather", [b.const(h + "_table", fw), flat], "rows", axis=0)
+    else:
+        q, sc, bi = _row_params(packed)
+        d = q.shape[1]
+        vals = _to_double(b, h + "_qd", n("Gather", [b.const(h + "_table", q), flat], "rows",
+                                          axis=0))
+        s = n("Gather", [b.const(h + "_scales", sc), flat], "s", axis=0)
+        cb = n("Gather", [b.const(h + "_biases", bi), flat], "c", axis=0)
+        if w is not None:
+            s = n("Mul", [s, w], "sw")
+            cb = n("Mul", [cb, w], "cw")
+        s = n("Unsqueeze", [s, c("last", [-1])], "s1")
+        prod = n("Mul", [_to_double(b, h + "_sd", s), vals], "sq")     # exact in float64
+    if mode == "max" and fweight is None:
         prod = _to_float(b, h + "_v", n("Add", [prod, _to_double(
             b, h + "_cd", n("Unsqueeze", [cb, c("last2", [-1])], "c1"))], "fma"))
     nbags = n("Shape", [starts], "nbags")
@@ -1098,6 +1109,16 @@ def emit_embedding_bag(b, rec, args, out, packed, mode, include_last_offset, pad
         if mode == "max":
             first = n("Equal", [cntk, c("zero_f", 0.0, F32)], "first")
             new = n("Where", [first, row, n("Max", [acck, row], "max")], "new")
+        elif fweight is not None and w is None:
+            new = n("Add", [acck, row], "sum")
+        elif fweight is not None and pad >= 0:
+            new = n("Add", [acck, n("Mul", [n("Gather", [w, it], "wi", axis=0), row], "wrow")],
+                    "sum")
+        elif fweight is not None:
+            wd = _to_double(b, h + "_wd", n("Gather", [w, it], "wi", axis=0))
+            new = _to_float(b, h + "_new", n("Add", [
+                n("Mul", [wd, _to_double(b, h + "_rowd", row)], "wrow"),
+                _to_double(b, h + "_accd", acck)], "fma_e"))
         else:
             t = n("Add", [acck, n("Gather", [cb, it], "ci", axis=0)], "accb")
             new = _to_float(b, h + "_new", n("Add", [row, _to_double(b, h + "_td", t)],
@@ -1214,9 +1235,10 @@ def _module_step(b, rec, mod, args, out):
                                   mod.include_last_offset, mod.padding_idx)
     if isinstance(mod, qemb.Embedding):
         return emit_embedding(b, rec, x, out, mod.weight())
+    if isinstance(mod, femb.EmbeddingBag):
+        return emit_embedding_bag(b, rec, args, out, None, mod.mode, mod.include_last_offset,
+                                  mod.padding_idx, fweight=mod.weight)
     if isinstance(mod, femb.Embedding):
-        if mod.max_norm is not None:
-            raise ExportError(f"{rec.where}: Embedding with max_norm has no export")
         return emit_float_embedding(b, rec, x, out, mod.weight)
     if isinstance(mod, (nnq.LayerNorm, fl.LayerNorm)):
         return emit_norm(b, rec, x, out, "layer", mod.weight, mod.bias, mod.eps,
