@@ -220,6 +220,7 @@ cdef object _plan(_Op op, x, tuple out_size, tuple k, tuple s, tuple p, tuple d,
     cdef bint cl = op >= OP_MAX_CL                    # x is (N, D, H, W, C)
     cdef Py_ssize_t W = shape[3] if cl else shape[4]
     cdef Py_ssize_t C = shape[4] if cl else shape[1]
+    cdef Py_ssize_t N = shape[0]
     cdef Py_ssize_t kD, kH, kW, sD, sH, sW, pD, pH, pW, dD, dH, dW
     cdef bint byte = (op == OP_MAX or op == OP_AMAX) and x.itemsize == 1
     cdef bint simd = False          # the simd_rows kernels take the W stride
@@ -230,7 +231,7 @@ cdef object _plan(_Op op, x, tuple out_size, tuple k, tuple s, tuple p, tuple d,
         dD, dH, dW = d
         simd = QP_SIMD > 0 and (sW == 1 or sW == 2)
     route = None
-    if shape[0] * C * OD * OH * OW == 0:
+    if N * C * OD * OH * OW == 0:
         route = R_EMPTY
     elif op == OP_MAX:
         if with_indices:
