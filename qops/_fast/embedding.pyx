@@ -11,14 +11,17 @@ cdef extern from "qops_embedding.h" nogil:
     void qops_eb_bag_q(int bits, const uint8_t *table, Py_ssize_t row_bytes,
                        const int64_t *idx, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t n_idx,
                        const float *psw, int mode, int64_t padding_idx, float *out,
-                       Py_ssize_t d)
+                       Py_ssize_t d, int prefetch)
     void qops_eb_bag_f32(const float *table, const int64_t *idx, Py_ssize_t lo, Py_ssize_t hi,
                          Py_ssize_t n_idx, const float *psw, int mode, int64_t padding_idx,
-                         float *out, Py_ssize_t d)
+                         float *out, Py_ssize_t d, int prefetch)
     void qops_eb_quantize_row(const float *x, Py_ssize_t d, float qmax, float eps, uint8_t *q,
                               float *scale, float *zero_point)
 
 DEF GRAIN = 16384       # looked-up values per thread below which one thread is faster
+# Tables past this size (about a Zen 3 core's L2) have the rows of later entries prefetched;
+# smaller ones stay in cache, where the prefetches only cost issue slots.
+DEF PREFETCH_BYTES = 1 << 20
 
 cdef float EPS32 = np.finfo(np.float32).eps
 
@@ -44,16 +47,17 @@ def quantize_rows(weight, qmax):
 
 cdef void _bags_q(int bits, const uint8_t *table, Py_ssize_t row_bytes, const int64_t *idx,
                   const int64_t *off, Py_ssize_t n_bags, Py_ssize_t n_idx, const float *psw,
-                  int mode, int64_t pad, float *out, Py_ssize_t d, int nt) noexcept nogil:
+                  int mode, int64_t pad, float *out, Py_ssize_t d, int pf,
+                  int nt) noexcept nogil:
     cdef Py_ssize_t b
     if nt == 1:
         for b in range(n_bags):
             qops_eb_bag_q(bits, table, row_bytes, idx, off[b], off[b + 1], n_idx, psw, mode, pad,
-                          out + b * d, d)
+                          out + b * d, d, pf)
         return
     for b in prange(n_bags, schedule="static", num_threads=nt):
         qops_eb_bag_q(bits, table, row_bytes, idx, off[b], off[b + 1], n_idx, psw, mode, pad,
-                      out + b * d, d)
+                      out + b * d, d, pf)
 
 
 def _lookup_q(int bits, weight, indices, offsets, per_sample_weights, int mode,
@@ -77,8 +81,10 @@ def _lookup_q(int bits, weight, indices, offsets, per_sample_weights, int mode,
     cdef const int64_t *op = <const int64_t *>qops_ptr(of)
     cdef float *o = <float *>qops_ptr(out, True)
     cdef int nt = qops_threads_for(max(n_idx, n_bags) * d, GRAIN)
+    cdef int pf = tab.nbytes > PREFETCH_BYTES
     with nogil:
-        _bags_q(bits, tp, row_bytes, ip, op, n_bags, n_idx, psw, mode, padding_idx, o, d, nt)
+        _bags_q(bits, tp, row_bytes, ip, op, n_bags, n_idx, psw, mode, padding_idx, o, d, pf,
+                nt)
     return out
 
 
@@ -94,14 +100,16 @@ def embedding_bag_4bit(weight, indices, offsets, per_sample_weights, mode, paddi
 
 cdef void _bags_f32(const float *table, const int64_t *idx, const int64_t *off,
                     Py_ssize_t n_bags, Py_ssize_t n_idx, const float *psw, int mode, int64_t pad,
-                    float *out, Py_ssize_t d, int nt) noexcept nogil:
+                    float *out, Py_ssize_t d, int pf, int nt) noexcept nogil:
     cdef Py_ssize_t b
     if nt == 1:
         for b in range(n_bags):
-            qops_eb_bag_f32(table, idx, off[b], off[b + 1], n_idx, psw, mode, pad, out + b * d, d)
+            qops_eb_bag_f32(table, idx, off[b], off[b + 1], n_idx, psw, mode, pad, out + b * d, d,
+                            pf)
         return
     for b in prange(n_bags, schedule="static", num_threads=nt):
-        qops_eb_bag_f32(table, idx, off[b], off[b + 1], n_idx, psw, mode, pad, out + b * d, d)
+        qops_eb_bag_f32(table, idx, off[b], off[b + 1], n_idx, psw, mode, pad, out + b * d, d,
+                        pf)
 
 
 def embedding_bag_f32(weight, indices, offsets, per_sample_weights, mode, padding_idx):
@@ -125,6 +133,7 @@ def embedding_bag_f32(weight, indices, offsets, per_sample_weights, mode, paddin
     cdef int nt = qops_threads_for(max(n_idx, n_bags) * d, GRAIN)
     cdef int m = mode
     cdef int64_t pad = padding_idx
+    cdef int pf = tab.nbytes > PREFETCH_BYTES
     with nogil:
-        _bags_f32(tp, ip, op, n_bags, n_idx, psw, m, pad, o, d, nt)
+        _bags_f32(tp, ip, op, n_bags, n_idx, psw, m, pad, o, d, pf, nt)
     return out

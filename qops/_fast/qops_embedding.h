@@ -19,10 +19,14 @@
 #define QOPS_EB_SUM 0
 #define QOPS_EB_MEAN 1
 #define QOPS_EB_MAX 2
+#ifndef QOPS_EB_PREFETCH
 #define QOPS_EB_PREFETCH 16     /* entries ahead, as fbgemm's lookups */
+#endif
 
-/* Every cache line of the row of `nbytes` bytes at p. */
-static inline void qops_eb_prefetch(const void *p, ptrdiff_t nbytes) {
+/* Every cache line of the row of `nbytes` bytes at p. Always inlined: as a call it would
+ * cost the callers' accumulators, which no ymm register keeps across a call. */
+static inline __attribute__((always_inline)) void qops_eb_prefetch(const void *p,
+                                                                   ptrdiff_t nbytes) {
     const char *c = (const char *)p;
     for (ptrdiff_t o = 0; o < nbytes; o += 64)
         __builtin_prefetch(c + o);
@@ -88,34 +92,47 @@ static inline void qops_eb_max_u4(float *acc, const uint8_t *q, ptrdiff_t d, flo
 }
 
 #if defined(__AVX2__)
-/* 64 values of an 8-bit row (64 bytes) or a 4-bit row (32 bytes) as 8 vectors of 8 floats. */
-static inline __attribute__((always_inline)) void qops_eb_load64(int bits, const uint8_t *p, __m256 v[8]) {
+/* nv vectors of 8 values from p: bytes of an 8-bit row, or nibbles of a 4-bit row. */
+static inline __attribute__((always_inline)) void qops_eb_loadv(int bits, int nv,
+                                                                const uint8_t *p, __m256 *v) {
     if (bits == 8) {
-        for (int k = 0; k < 8; k++)
-            v[k] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * k))));
-    } else {
-        for (int k = 0; k < 4; k++)
-            qops_eb_nibbles16(p + 8 * k, &v[2 * k], &v[2 * k + 1]);
+        for (int k = 0; k < nv; k++)
+            v[k] = _mm256_cvtepi32_ps(
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * k))));
+        return;
+    }
+    int k = 0;
+    for (; k + 2 <= nv; k += 2)
+        qops_eb_nibbles16(p + 4 * k, &v[k], &v[k + 1]);
+    if (k < nv) {               /* 8 nibbles: 4 bytes, no read past the row's values */
+        int32_t w;
+        memcpy(&w, p + 4 * k, sizeof w);
+        __m128i b = _mm_cvtsi32_si128(w), m = _mm_set1_epi8(15);
+        __m128i e = _mm_unpacklo_epi8(_mm_and_si128(b, m),
+                                      _mm_and_si128(_mm_srli_epi16(b, 4), m));
+        v[k] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(e));
     }
 }
 
-/* 64 columns from c0 of the sum (or weighted sum) of one bag, held in eight registers over
- * all the bag's entries, so the accumulators never go through memory. Same operations, in
- * the same order per column, as the row loops. Returns the entry count. */
-static inline __attribute__((always_inline)) ptrdiff_t qops_eb_block64(
-        int bits, const uint8_t *table, ptrdiff_t row_bytes, const int64_t *idx, ptrdiff_t lo,
-        ptrdiff_t hi, ptrdiff_t n_idx, const float *psw, int64_t padding_idx, float *out,
-        ptrdiff_t c0, int prefetch) {
+/* Columns [c0, c0 + 8 nv) of one bag's sum (or weighted sum), the nv accumulators held in
+ * registers over all the bag's entries: the same operations, in the same order per column,
+ * as the row loops. nv, bits and whether there are weights are constants at each call, so
+ * every load has a constant displacement. The mean's division is done before the store.
+ * Returns the entry count. */
+static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols(
+        int bits, int nv, const uint8_t *table, ptrdiff_t row_bytes, const int64_t *idx,
+        ptrdiff_t lo, ptrdiff_t hi, ptrdiff_t n_idx, const float *psw, int64_t padding_idx,
+        int mean, float *out, ptrdiff_t c0, int prefetch) {
     const ptrdiff_t vals = row_bytes - 8;
-    const ptrdiff_t off = bits == 8 ? c0 : c0 / 2;
+    const uint8_t *base = table + (bits == 8 ? c0 : c0 / 2);
     ptrdiff_t count = 0;
-    __m256 acc[8], v[8];
-    for (int k = 0; k < 8; k++)
+    __m256 acc[8], v[2];
+    for (int k = 0; k < nv; k++)
         acc[k] = _mm256_setzero_ps();
     for (ptrdiff_t i = lo; i < hi; i++) {
         if (prefetch && i + QOPS_EB_PREFETCH < n_idx)
             qops_eb_prefetch(table + idx[i + QOPS_EB_PREFETCH] * row_bytes, row_bytes);
-        int64_t r = idx[i];
+        const int64_t r = idx[i];
         if (r == padding_idx)
             continue;
         const uint8_t *q = table + r * row_bytes;
@@ -127,30 +144,56 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_block64(
             bias = bias * psw[i];
         }
         const __m256 vs = _mm256_set1_ps(scale), vc = _mm256_set1_ps(bias);
-        qops_eb_load64(bits, q + off, v);
-        for (int k = 0; k < 8; k++)
-            acc[k] = _mm256_fmadd_ps(vs, v[k], _mm256_add_ps(acc[k], vc));
+        const uint8_t *p = base + r * row_bytes;
+        /* two vectors at a time, each used as soon as loaded: eight accumulators and all
+         * the loaded vectors would not fit in the 16 registers and GCC would spill */
+        for (int k = 0; k < nv; k += 2) {
+            qops_eb_loadv(bits, nv - k < 2 ? 1 : 2, p + (bits == 8 ? 8 * k : 4 * k), v);
+            acc[k] = _mm256_fmadd_ps(vs, v[0], _mm256_add_ps(acc[k], vc));
+            if (k + 1 < nv)
+                acc[k + 1] = _mm256_fmadd_ps(vs, v[1], _mm256_add_ps(acc[k + 1], vc));
+        }
         count++;
     }
-    for (int k = 0; k < 8; k++)
+    if (mean && count > 0) {
+        const __m256 n = _mm256_set1_ps((float)count);
+        for (int k = 0; k < nv; k++)
+            acc[k] = _mm256_div_ps(acc[k], n);
+    }
+    for (int k = 0; k < nv; k++)
         _mm256_storeu_ps(out + c0 + 8 * k, acc[k]);
     return count;
 }
 
-/* The bag's sum for D a multiple of 64; D = 64 (one block at a constant offset) gets its own
- * loop so that every load has a constant displacement. */
-static inline __attribute__((always_inline)) ptrdiff_t qops_eb_sum64(
+/* The bag's sum or mean for D a multiple of 8: up to
+ * 64 columns in one pass over the bag, wider rows in passes of 64 columns and a last one of
+ * the rest (the rows are in cache by then). */
+static inline __attribute__((always_inline)) void qops_eb_sum8(
         int bits, const uint8_t *table, ptrdiff_t row_bytes, const int64_t *idx, ptrdiff_t lo,
-        ptrdiff_t hi, ptrdiff_t n_idx, const float *psw, int64_t padding_idx, float *out,
-        ptrdiff_t d) {
-    if (d == 64)
-        return qops_eb_block64(bits, table, row_bytes, idx, lo, hi, n_idx, psw, padding_idx,
-                               out, 0, 1);
-    ptrdiff_t count = 0;
-    for (ptrdiff_t c0 = 0; c0 < d; c0 += 64)
-        count = qops_eb_block64(bits, table, row_bytes, idx, lo, hi, n_idx, psw, padding_idx,
-                                out, c0, c0 == 0);
-    return count;
+        ptrdiff_t hi, ptrdiff_t n_idx, const float *psw, int64_t padding_idx, int mean,
+        float *out, ptrdiff_t d, int prefetch) {
+#define QOPS_EB_COLS(NV, C0, PF) \
+    qops_eb_cols(bits, NV, table, row_bytes, idx, lo, hi, n_idx, psw, padding_idx, mean, out, \
+                 C0, PF)
+    ptrdiff_t c0 = 0;
+    if (d > 64) {
+        for (; c0 + 64 <= d; c0 += 64)
+            QOPS_EB_COLS(8, c0, prefetch && c0 == 0);
+        if (c0 == d)
+            return;
+    }
+    const int pf = prefetch && c0 == 0;
+    switch ((d - c0) / 8) {
+    case 1: QOPS_EB_COLS(1, c0, pf); break;
+    case 2: QOPS_EB_COLS(2, c0, pf); break;
+    case 3: QOPS_EB_COLS(3, c0, pf); break;
+    case 4: QOPS_EB_COLS(4, c0, pf); break;
+    case 5: QOPS_EB_COLS(5, c0, pf); break;
+    case 6: QOPS_EB_COLS(6, c0, pf); break;
+    case 7: QOPS_EB_COLS(7, c0, pf); break;
+    default: QOPS_EB_COLS(8, c0, pf); break;
+    }
+#undef QOPS_EB_COLS
 }
 #endif
 
@@ -160,30 +203,37 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_sum64(
 static inline void qops_eb_bag_q(int bits, const uint8_t *table, ptrdiff_t row_bytes,
                                  const int64_t *idx, ptrdiff_t lo, ptrdiff_t hi,
                                  ptrdiff_t n_idx, const float *psw, int mode,
-                                 int64_t padding_idx, float *out, ptrdiff_t d) {
+                                 int64_t padding_idx, float *out, ptrdiff_t d, int prefetch) {
     const ptrdiff_t vals = row_bytes - 8;
     ptrdiff_t count = 0;
 #if defined(__AVX2__)
-    if (mode != QOPS_EB_MAX && d % 64 == 0 && d > 0) {
-        /* constant bits and weights at each call: four specialized loops */
+    if (mode != QOPS_EB_MAX && d % 8 == 0 && d > 0) {
+        /* constant bits, weights and (without weights, which only sum) mode at each call */
+        const int mean = mode == QOPS_EB_MEAN;
         if (bits == 8 && psw)
-            count = qops_eb_sum64(8, table, row_bytes, idx, lo, hi, n_idx, psw, padding_idx,
-                                  out, d);
+            qops_eb_sum8(8, table, row_bytes, idx, lo, hi, n_idx, psw, padding_idx, mean, out,
+                         d, prefetch);
+        else if (bits == 8 && mean)
+            qops_eb_sum8(8, table, row_bytes, idx, lo, hi, n_idx, NULL, padding_idx, 1, out, d,
+                         prefetch);
         else if (bits == 8)
-            count = qops_eb_sum64(8, table, row_bytes, idx, lo, hi, n_idx, NULL, padding_idx,
-                                  out, d);
+            qops_eb_sum8(8, table, row_bytes, idx, lo, hi, n_idx, NULL, padding_idx, 0, out, d,
+                         prefetch);
         else if (psw)
-            count = qops_eb_sum64(4, table, row_bytes, idx, lo, hi, n_idx, psw, padding_idx,
-                                  out, d);
+            qops_eb_sum8(4, table, row_bytes, idx, lo, hi, n_idx, psw, padding_idx, mean, out,
+                         d, prefetch);
+        else if (mean)
+            qops_eb_sum8(4, table, row_bytes, idx, lo, hi, n_idx, NULL, padding_idx, 1, out, d,
+                         prefetch);
         else
-            count = qops_eb_sum64(4, table, row_bytes, idx, lo, hi, n_idx, NULL, padding_idx,
-                                  out, d);
-        hi = lo;                    /* done: only the mean's division is left */
-    } else
+            qops_eb_sum8(4, table, row_bytes, idx, lo, hi, n_idx, NULL, padding_idx, 0, out, d,
+                         prefetch);
+        return;
+    }
 #endif
     memset(out, 0, (size_t)d * sizeof(float));
     for (ptrdiff_t i = lo; i < hi; i++) {
-        if (i + QOPS_EB_PREFETCH < n_idx) {
+        if (prefetch && i + QOPS_EB_PREFETCH < n_idx) {
             qops_eb_prefetch(table + idx[i + QOPS_EB_PREFETCH] * row_bytes, row_bytes);
         }
         int64_t r = idx[i];
@@ -216,59 +266,103 @@ static inline void qops_eb_bag_q(int bits, const uint8_t *table, ptrdiff_t row_b
 }
 
 #if defined(__AVX2__)
-/* The float sum for D a multiple of 64, accumulated in registers as qops_eb_sum64. */
-static inline ptrdiff_t qops_eb_sum64_f32(const float *table, const int64_t *idx, ptrdiff_t lo,
-                                          ptrdiff_t hi, ptrdiff_t n_idx, const float *psw,
-                                          int64_t padding_idx, float *out, ptrdiff_t d) {
+/* Columns [c0, c0 + 8 nv) of one bag's float sum, accumulated in registers as qops_eb_cols;
+ * `how` is the entry's operation: 0 add, 1 fma with the weight, 2 add of the rounded
+ * product (PyTorch's path with a padding_idx). Returns the entry count. */
+static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols_f32(
+        int nv, int how, const float *table, const int64_t *idx, ptrdiff_t lo, ptrdiff_t hi,
+        ptrdiff_t n_idx, const float *psw, int64_t padding_idx, int mean, float *out,
+        ptrdiff_t d, ptrdiff_t c0, int prefetch) {
     ptrdiff_t count = 0;
-    for (ptrdiff_t c0 = 0; c0 < d; c0 += 64) {
-        __m256 acc[8];
-        for (int k = 0; k < 8; k++)
-            acc[k] = _mm256_setzero_ps();
-        count = 0;
-        for (ptrdiff_t i = lo; i < hi; i++) {
-            if (c0 == 0 && i + QOPS_EB_PREFETCH < n_idx)
-                qops_eb_prefetch(table + idx[i + QOPS_EB_PREFETCH] * d,
-                                 d * (ptrdiff_t)sizeof(float));
-            int64_t r = idx[i];
-            if (r == padding_idx)
-                continue;
-            const float *row = table + r * d + c0;
-            if (!psw) {
-                for (int k = 0; k < 8; k++)
-                    acc[k] = _mm256_add_ps(acc[k], _mm256_loadu_ps(row + 8 * k));
-            } else if (padding_idx < 0) {
-                const __m256 w = _mm256_set1_ps(psw[i]);
-                for (int k = 0; k < 8; k++)
-                    acc[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(row + 8 * k), acc[k]);
-            } else {
-                const __m256 w = _mm256_set1_ps(psw[i]);
-                for (int k = 0; k < 8; k++)
-                    acc[k] = _mm256_add_ps(acc[k], _mm256_mul_ps(w, _mm256_loadu_ps(row + 8 * k)));
-            }
-            count++;
+    __m256 acc[8];
+    for (int k = 0; k < nv; k++)
+        acc[k] = _mm256_setzero_ps();
+    for (ptrdiff_t i = lo; i < hi; i++) {
+        if (prefetch && i + QOPS_EB_PREFETCH < n_idx)
+            qops_eb_prefetch(table + idx[i + QOPS_EB_PREFETCH] * d, d * (ptrdiff_t)sizeof(float));
+        const int64_t r = idx[i];
+        if (r == padding_idx)
+            continue;
+        const float *row = table + r * d + c0;
+        if (how == 0) {
+            for (int k = 0; k < nv; k++)
+                acc[k] = _mm256_add_ps(acc[k], _mm256_loadu_ps(row + 8 * k));
+        } else if (how == 1) {
+            const __m256 w = _mm256_set1_ps(psw[i]);
+            for (int k = 0; k < nv; k++)
+                acc[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(row + 8 * k), acc[k]);
+        } else {
+            const __m256 w = _mm256_set1_ps(psw[i]);
+            for (int k = 0; k < nv; k++)
+                acc[k] = _mm256_add_ps(acc[k], _mm256_mul_ps(w, _mm256_loadu_ps(row + 8 * k)));
         }
-        for (int k = 0; k < 8; k++)
-            _mm256_storeu_ps(out + c0 + 8 * k, acc[k]);
+        count++;
     }
+    if (mean && count > 0) {
+        const __m256 n = _mm256_set1_ps((float)count);
+        for (int k = 0; k < nv; k++)
+            acc[k] = _mm256_div_ps(acc[k], n);
+    }
+    for (int k = 0; k < nv; k++)
+        _mm256_storeu_ps(out + c0 + 8 * k, acc[k]);
     return count;
+}
+
+/* The float sum or mean for D a multiple of 8, in column passes as qops_eb_sum8. */
+static inline __attribute__((always_inline)) void qops_eb_sum8_f32(
+        int how, const float *table, const int64_t *idx, ptrdiff_t lo, ptrdiff_t hi,
+        ptrdiff_t n_idx, const float *psw, int64_t padding_idx, int mean, float *out,
+        ptrdiff_t d, int prefetch) {
+#define QOPS_EB_COLS_F32(NV, C0, PF) \
+    qops_eb_cols_f32(NV, how, table, idx, lo, hi, n_idx, psw, padding_idx, mean, out, d, C0, PF)
+    ptrdiff_t c0 = 0;
+    if (d > 64) {
+        for (; c0 + 64 <= d; c0 += 64)
+            QOPS_EB_COLS_F32(8, c0, prefetch && c0 == 0);
+        if (c0 == d)
+            return;
+    }
+    const int pf = prefetch && c0 == 0;
+    switch ((d - c0) / 8) {
+    case 1: QOPS_EB_COLS_F32(1, c0, pf); break;
+    case 2: QOPS_EB_COLS_F32(2, c0, pf); break;
+    case 3: QOPS_EB_COLS_F32(3, c0, pf); break;
+    case 4: QOPS_EB_COLS_F32(4, c0, pf); break;
+    case 5: QOPS_EB_COLS_F32(5, c0, pf); break;
+    case 6: QOPS_EB_COLS_F32(6, c0, pf); break;
+    case 7: QOPS_EB_COLS_F32(7, c0, pf); break;
+    default: QOPS_EB_COLS_F32(8, c0, pf); break;
+    }
+#undef QOPS_EB_COLS_F32
 }
 #endif
 
 /* One bag of a float32 table (PyTorch's float EmbeddingBag). */
 static inline void qops_eb_bag_f32(const float *table, const int64_t *idx, ptrdiff_t lo,
                                    ptrdiff_t hi, ptrdiff_t n_idx, const float *psw, int mode,
-                                   int64_t padding_idx, float *out, ptrdiff_t d) {
+                                   int64_t padding_idx, float *out, ptrdiff_t d, int prefetch) {
     ptrdiff_t count = 0;
 #if defined(__AVX2__)
-    if (mode != QOPS_EB_MAX && d % 64 == 0 && d > 0) {
-        count = qops_eb_sum64_f32(table, idx, lo, hi, n_idx, psw, padding_idx, out, d);
-        hi = lo;                    /* done: only the mean's division is left */
-    } else
+    if (mode != QOPS_EB_MAX && d % 8 == 0 && d > 0) {
+        const int mean = mode == QOPS_EB_MEAN;
+        if (!psw && mean)
+            qops_eb_sum8_f32(0, table, idx, lo, hi, n_idx, psw, padding_idx, 1, out, d,
+                             prefetch);
+        else if (!psw)
+            qops_eb_sum8_f32(0, table, idx, lo, hi, n_idx, psw, padding_idx, 0, out, d,
+                             prefetch);
+        else if (padding_idx < 0)
+            qops_eb_sum8_f32(1, table, idx, lo, hi, n_idx, psw, padding_idx, mean, out, d,
+                             prefetch);
+        else
+            qops_eb_sum8_f32(2, table, idx, lo, hi, n_idx, psw, padding_idx, mean, out, d,
+                             prefetch);
+        return;
+    }
 #endif
     memset(out, 0, (size_t)d * sizeof(float));
     for (ptrdiff_t i = lo; i < hi; i++) {
-        if (i + QOPS_EB_PREFETCH < n_idx) {
+        if (prefetch && i + QOPS_EB_PREFETCH < n_idx) {
             qops_eb_prefetch(table + idx[i + QOPS_EB_PREFETCH] * d, d * (ptrdiff_t)sizeof(float));
         }
         int64_t r = idx[i];
