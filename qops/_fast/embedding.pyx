@@ -12,6 +12,10 @@ cdef extern from "qops_embedding.h" nogil:
                        const int64_t *idx, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t n_idx,
                        const float *psw, int mode, int64_t padding_idx, float *out,
                        Py_ssize_t d, int prefetch)
+    void qops_eb_bag2_q(int bits, const uint8_t *table, Py_ssize_t row_bytes,
+                        const int64_t *idx, Py_ssize_t lo, Py_ssize_t mid, Py_ssize_t hi,
+                        Py_ssize_t n_idx, const float *psw, int mode, int64_t padding_idx,
+                        float *out0, Py_ssize_t d, int prefetch)
     void qops_eb_bag_f32(const float *table, const int64_t *idx, Py_ssize_t lo, Py_ssize_t hi,
                          Py_ssize_t n_idx, const float *psw, int mode, int64_t padding_idx,
                          float *out, Py_ssize_t d, int prefetch)
@@ -49,15 +53,19 @@ cdef void _bags_q(int bits, const uint8_t *table, Py_ssize_t row_bytes, const in
                   const int64_t *off, Py_ssize_t n_bags, Py_ssize_t n_idx, const float *psw,
                   int mode, int64_t pad, float *out, Py_ssize_t d, int pf,
                   int nt) noexcept nogil:
-    cdef Py_ssize_t b
+    # bags two at a time (the kernel interleaves a pair where that pays), a last odd one alone
+    cdef Py_ssize_t p, n_pairs = n_bags // 2
     if nt == 1:
-        for b in range(n_bags):
-            qops_eb_bag_q(bits, table, row_bytes, idx, off[b], off[b + 1], n_idx, psw, mode, pad,
-                          out + b * d, d, pf)
-        return
-    for b in prange(n_bags, schedule="static", num_threads=nt):
-        qops_eb_bag_q(bits, table, row_bytes, idx, off[b], off[b + 1], n_idx, psw, mode, pad,
-                      out + b * d, d, pf)
+        for p in range(n_pairs):
+            qops_eb_bag2_q(bits, table, row_bytes, idx, off[2 * p], off[2 * p + 1],
+                           off[2 * p + 2], n_idx, psw, mode, pad, out + 2 * p * d, d, pf)
+    else:
+        for p in prange(n_pairs, schedule="static", num_threads=nt):
+            qops_eb_bag2_q(bits, table, row_bytes, idx, off[2 * p], off[2 * p + 1],
+                           off[2 * p + 2], n_idx, psw, mode, pad, out + 2 * p * d, d, pf)
+    if n_bags % 2:
+        qops_eb_bag_q(bits, table, row_bytes, idx, off[n_bags - 1], off[n_bags], n_idx, psw,
+                      mode, pad, out + (n_bags - 1) * d, d, pf)
 
 
 def _lookup_q(int bits, weight, indices, offsets, per_sample_weights, int mode,

@@ -27,10 +27,9 @@
  * cost the callers' accumulators, which no ymm register keeps across a call. */
 static inline __attribute__((always_inline)) void qops_eb_prefetch(const void *p,
                                                                    ptrdiff_t nbytes) {
-    const char *c = (const char *)p;
-    for (ptrdiff_t o = 0; o < nbytes; o += 64)
-        __builtin_prefetch(c + o);
-    __builtin_prefetch(c + nbytes - 1);
+    const uintptr_t a = (uintptr_t)p, end = a + (uintptr_t)nbytes;
+    for (uintptr_t line = a & ~(uintptr_t)63; line < end; line += 64)
+        __builtin_prefetch((const void *)line);
 }
 
 static inline void qops_eb_add_u8(float *acc, const uint8_t *q, ptrdiff_t d, float s, float c) {
@@ -196,6 +195,116 @@ static inline __attribute__((always_inline)) void qops_eb_sum8(
 #undef QOPS_EB_COLS
 }
 #endif
+
+#if defined(__AVX2__)
+/* One entry into nv accumulators, as in qops_eb_cols; 1 if counted (not padding). */
+static inline __attribute__((always_inline)) int qops_eb_entry(
+        int bits, int nv, const uint8_t *table, ptrdiff_t row_bytes, ptrdiff_t c0,
+        const int64_t *idx, ptrdiff_t i, const float *psw, int64_t padding_idx, __m256 *acc) {
+    const int64_t r = idx[i];
+    if (r == padding_idx)
+        return 0;
+    const uint8_t *q = table + r * row_bytes;
+    float scale, bias;
+    memcpy(&scale, q + row_bytes - 8, sizeof(float));
+    memcpy(&bias, q + row_bytes - 4, sizeof(float));
+    if (psw) {
+        scale = scale * psw[i];
+        bias = bias * psw[i];
+    }
+    const __m256 vs = _mm256_set1_ps(scale), vc = _mm256_set1_ps(bias);
+    const uint8_t *p = q + (bits == 8 ? c0 : c0 / 2);
+    __m256 v[2];
+    for (int k = 0; k < nv; k += 2) {
+        qops_eb_loadv(bits, nv - k < 2 ? 1 : 2, p + (bits == 8 ? 8 * k : 4 * k), v);
+        acc[k] = _mm256_fmadd_ps(vs, v[0], _mm256_add_ps(acc[k], vc));
+        if (k + 1 < nv)
+            acc[k + 1] = _mm256_fmadd_ps(vs, v[1], _mm256_add_ps(acc[k + 1], vc));
+    }
+    return 1;
+}
+
+/* Columns [c0, c0 + 8 nv) of two consecutive bags, [lo, mid) into out0 and [mid, hi) into
+ * out0 + d, their entries interleaved: each bag's accumulators form one chain of dependent
+ * add + fma per entry, and two independent chains keep the FMA units busy where one would
+ * wait on its own latency. Each bag still sees its own entries in index order. */
+static inline __attribute__((always_inline)) void qops_eb_cols2(
+        int bits, int nv, const uint8_t *table, ptrdiff_t row_bytes, const int64_t *idx,
+        ptrdiff_t lo, ptrdiff_t mid, ptrdiff_t hi, ptrdiff_t n_idx, const float *psw,
+        int64_t padding_idx, int mean, float *out0, ptrdiff_t d, ptrdiff_t c0, int prefetch) {
+    __m256 a0[4], a1[4];
+    ptrdiff_t n0 = 0, n1 = 0;
+    for (int k = 0; k < nv; k++) {
+        a0[k] = _mm256_setzero_ps();
+        a1[k] = _mm256_setzero_ps();
+    }
+    const ptrdiff_t len0 = mid - lo, len1 = hi - mid;
+    const ptrdiff_t both = len0 < len1 ? len0 : len1;
+    /* two entries a step: prefetch the entries that far ahead, in flat order */
+    ptrdiff_t ahead = lo + 2 * QOPS_EB_PREFETCH;
+    for (ptrdiff_t j = 0; j < both; j++, ahead += 2) {
+        if (prefetch && ahead + 1 < n_idx) {
+            qops_eb_prefetch(table + idx[ahead] * row_bytes, row_bytes);
+            qops_eb_prefetch(table + idx[ahead + 1] * row_bytes, row_bytes);
+        }
+        n0 += qops_eb_entry(bits, nv, table, row_bytes, c0, idx, lo + j, psw, padding_idx, a0);
+        n1 += qops_eb_entry(bits, nv, table, row_bytes, c0, idx, mid + j, psw, padding_idx, a1);
+    }
+    for (ptrdiff_t j = both; j < len0; j++, ahead++) {
+        if (prefetch && ahead < n_idx)
+            qops_eb_prefetch(table + idx[ahead] * row_bytes, row_bytes);
+        n0 += qops_eb_entry(bits, nv, table, row_bytes, c0, idx, lo + j, psw, padding_idx, a0);
+    }
+    for (ptrdiff_t j = both; j < len1; j++, ahead++) {
+        if (prefetch && ahead < n_idx)
+            qops_eb_prefetch(table + idx[ahead] * row_bytes, row_bytes);
+        n1 += qops_eb_entry(bits, nv, table, row_bytes, c0, idx, mid + j, psw, padding_idx, a1);
+    }
+    if (mean && n0 > 0) {
+        const __m256 n = _mm256_set1_ps((float)n0);
+        for (int k = 0; k < nv; k++)
+            a0[k] = _mm256_div_ps(a0[k], n);
+    }
+    if (mean && n1 > 0) {
+        const __m256 n = _mm256_set1_ps((float)n1);
+        for (int k = 0; k < nv; k++)
+            a1[k] = _mm256_div_ps(a1[k], n);
+    }
+    for (int k = 0; k < nv; k++) {
+        _mm256_storeu_ps(out0 + c0 + 8 * k, a0[k]);
+        _mm256_storeu_ps(out0 + d + c0 + 8 * k, a1[k]);
+    }
+}
+
+/* Two bags' sums or means for D a multiple of 8 up to 64, in passes of 32 columns. */
+static inline __attribute__((always_inline)) void qops_eb_sum8x2(
+        int bits, const uint8_t *table, ptrdiff_t row_bytes, const int64_t *idx, ptrdiff_t lo,
+        ptrdiff_t mid, ptrdiff_t hi, ptrdiff_t n_idx, const float *psw, int64_t padding_idx,
+        int mean, float *out0, ptrdiff_t d, int prefetch) {
+#define QOPS_EB_COLS2(NV, C0, PF) \
+    qops_eb_cols2(bits, NV, table, row_bytes, idx, lo, mid, hi, n_idx, psw, padding_idx, mean, \
+                  out0, d, C0, PF)
+    for (ptrdiff_t c0 = 0; c0 < d; c0 += 32) {
+        const int pf = prefetch && c0 == 0;
+        switch ((d - c0) / 8) {
+        case 1: QOPS_EB_COLS2(1, c0, pf); break;
+        case 2: QOPS_EB_COLS2(2, c0, pf); break;
+        case 3: QOPS_EB_COLS2(3, c0, pf); break;
+        default: QOPS_EB_COLS2(4, c0, pf); break;
+        }
+    }
+#undef QOPS_EB_COLS2
+}
+#endif
+
+/* Two consecutive bags, [lo, mid) into out0[0:d] and [mid, hi) into out0[d:2d], interleaved
+ * where that is faster (sum and mean, D a multiple of 8 up to 64, a table small enough to
+ * need no prefetch: there the bag's dependency chain is the limit, not memory); otherwise
+ * one at a time. */
+static inline void qops_eb_bag2_q(int bits, const uint8_t *table, ptrdiff_t row_bytes,
+                                  const int64_t *idx, ptrdiff_t lo, ptrdiff_t mid, ptrdiff_t hi,
+                                  ptrdiff_t n_idx, const float *psw, int mode,
+                                  int64_t padding_idx, float *out0, ptrdiff_t d, int prefetch);
 
 /* One bag of a quantized table of fused rows (values, then float32 scale and bias, as
  * fbgemm's rows keep them: one row is one or two cache lines, scale and bias included):
@@ -413,6 +522,40 @@ static inline void qops_eb_quantize_row(const float *x, ptrdiff_t d, float qmax,
     }
     *scale = s;
     *zero_point = z;
+}
+
+static inline void qops_eb_bag2_q(int bits, const uint8_t *table, ptrdiff_t row_bytes,
+                                  const int64_t *idx, ptrdiff_t lo, ptrdiff_t mid, ptrdiff_t hi,
+                                  ptrdiff_t n_idx, const float *psw, int mode,
+                                  int64_t padding_idx, float *out0, ptrdiff_t d, int prefetch) {
+#if defined(__AVX2__)
+    if (!prefetch && mode != QOPS_EB_MAX && d % 8 == 0 && d > 0 && d <= 64) {
+        const int mean = mode == QOPS_EB_MEAN;
+        if (bits == 8 && psw)
+            qops_eb_sum8x2(8, table, row_bytes, idx, lo, mid, hi, n_idx, psw, padding_idx, mean,
+                           out0, d, prefetch);
+        else if (bits == 8 && mean)
+            qops_eb_sum8x2(8, table, row_bytes, idx, lo, mid, hi, n_idx, NULL, padding_idx, 1,
+                           out0, d, prefetch);
+        else if (bits == 8)
+            qops_eb_sum8x2(8, table, row_bytes, idx, lo, mid, hi, n_idx, NULL, padding_idx, 0,
+                           out0, d, prefetch);
+        else if (psw)
+            qops_eb_sum8x2(4, table, row_bytes, idx, lo, mid, hi, n_idx, psw, padding_idx, mean,
+                           out0, d, prefetch);
+        else if (mean)
+            qops_eb_sum8x2(4, table, row_bytes, idx, lo, mid, hi, n_idx, NULL, padding_idx, 1,
+                           out0, d, prefetch);
+        else
+            qops_eb_sum8x2(4, table, row_bytes, idx, lo, mid, hi, n_idx, NULL, padding_idx, 0,
+                           out0, d, prefetch);
+        return;
+    }
+#endif
+    qops_eb_bag_q(bits, table, row_bytes, idx, lo, mid, n_idx, psw, mode, padding_idx, out0, d,
+                  prefetch);
+    qops_eb_bag_q(bits, table, row_bytes, idx, mid, hi, n_idx, psw, mode, padding_idx, out0 + d,
+                  d, prefetch);
 }
 
 #endif
