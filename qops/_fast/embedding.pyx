@@ -26,6 +26,9 @@ DEF GRAIN = 16384       # looked-up values per thread below which one thread is 
 # Tables past this size (about a Zen 3 core's L2) have the rows of later entries prefetched;
 # smaller ones stay in cache, where the prefetches only cost issue slots.
 DEF PREFETCH_BYTES = 1 << 20
+# Bag pairs a thread takes at a time: dynamic, so that a thread the OS holds back (a busy
+# machine) does not keep the other waiting at the end with half the bags still to do.
+DEF CHUNK = 32
 
 cdef float EPS32 = np.finfo(np.float32).eps
 
@@ -60,7 +63,7 @@ cdef void _bags_q(int bits, const uint8_t *table, Py_ssize_t row_bytes, const in
             qops_eb_bag2_q(bits, table, row_bytes, idx, off[2 * p], off[2 * p + 1],
                            off[2 * p + 2], n_idx, psw, mode, pad, out + 2 * p * d, d, pf)
     else:
-        for p in prange(n_pairs, schedule="static", num_threads=nt):
+        for p in prange(n_pairs, schedule="dynamic", chunksize=CHUNK, num_threads=nt):
             qops_eb_bag2_q(bits, table, row_bytes, idx, off[2 * p], off[2 * p + 1],
                            off[2 * p + 2], n_idx, psw, mode, pad, out + 2 * p * d, d, pf)
     if n_bags % 2:
@@ -115,7 +118,7 @@ cdef void _bags_f32(const float *table, const int64_t *idx, const int64_t *off,
             qops_eb_bag_f32(table, idx, off[b], off[b + 1], n_idx, psw, mode, pad, out + b * d, d,
                             pf)
         return
-    for b in prange(n_bags, schedule="static", num_threads=nt):
+    for b in prange(n_bags, schedule="dynamic", chunksize=2 * CHUNK, num_threads=nt):
         qops_eb_bag_f32(table, idx, off[b], off[b + 1], n_idx, psw, mode, pad, out + b * d, d,
                         pf)
 

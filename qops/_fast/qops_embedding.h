@@ -100,9 +100,14 @@ static inline __attribute__((always_inline)) void qops_eb_loadv(int bits, int nv
                 _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * k))));
         return;
     }
+    /* 16 nibbles from 8 bytes as the even columns, then the odd ones: the accumulators of
+     * a pair hold their 16 columns in that order and qops_eb_store puts them back */
     int k = 0;
-    for (; k + 2 <= nv; k += 2)
-        qops_eb_nibbles16(p + 4 * k, &v[k], &v[k + 1]);
+    for (; k + 2 <= nv; k += 2) {
+        __m256i w = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 4 * k)));
+        v[k] = _mm256_cvtepi32_ps(_mm256_and_si256(w, _mm256_set1_epi32(15)));
+        v[k + 1] = _mm256_cvtepi32_ps(_mm256_srli_epi32(w, 4));
+    }
     if (k < nv) {               /* 8 nibbles: 4 bytes, no read past the row's values */
         int32_t w;
         memcpy(&w, p + 4 * k, sizeof w);
@@ -111,6 +116,22 @@ static inline __attribute__((always_inline)) void qops_eb_loadv(int bits, int nv
                                       _mm_and_si128(_mm_srli_epi16(b, 4), m));
         v[k] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(e));
     }
+}
+
+/* nv accumulators to out[0:8 nv]; 4-bit pairs back from even-then-odd column order. */
+static inline __attribute__((always_inline)) void qops_eb_store(int bits, int nv, float *out,
+                                                                const __m256 *acc) {
+    int k = 0;
+    if (bits == 4) {
+        for (; k + 2 <= nv; k += 2) {
+            __m256 lo = _mm256_unpacklo_ps(acc[k], acc[k + 1]);    /* 0-3 | 8-11 */
+            __m256 hi = _mm256_unpackhi_ps(acc[k], acc[k + 1]);    /* 4-7 | 12-15 */
+            _mm256_storeu_ps(out + 8 * k, _mm256_permute2f128_ps(lo, hi, 0x20));
+            _mm256_storeu_ps(out + 8 * k + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+        }
+    }
+    for (; k < nv; k++)
+        _mm256_storeu_ps(out + 8 * k, acc[k]);
 }
 
 /* Columns [c0, c0 + 8 nv) of one bag's sum (or weighted sum), the nv accumulators held in
@@ -159,8 +180,7 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols(
         for (int k = 0; k < nv; k++)
             acc[k] = _mm256_div_ps(acc[k], n);
     }
-    for (int k = 0; k < nv; k++)
-        _mm256_storeu_ps(out + c0 + 8 * k, acc[k]);
+    qops_eb_store(bits, nv, out + c0, acc);
     return count;
 }
 
@@ -270,10 +290,8 @@ static inline __attribute__((always_inline)) void qops_eb_cols2(
         for (int k = 0; k < nv; k++)
             a1[k] = _mm256_div_ps(a1[k], n);
     }
-    for (int k = 0; k < nv; k++) {
-        _mm256_storeu_ps(out0 + c0 + 8 * k, a0[k]);
-        _mm256_storeu_ps(out0 + d + c0 + 8 * k, a1[k]);
-    }
+    qops_eb_store(bits, nv, out0 + c0, a0);
+    qops_eb_store(bits, nv, out0 + d + c0, a1);
 }
 
 /* Two bags' sums or means for D a multiple of 8 up to 64, in passes of 32 columns. */
