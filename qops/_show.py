@@ -28,7 +28,7 @@ def config_info():
 
 
 # op families whose _fast module has a plan() and _trace_routes() (see qops/_fast/pool.pyx)
-ROUTED_FAMILIES = ("pool", "linear", "quant", "activation", "arith", "norm", "reduce",
+ROUTED_FAMILIES = ("conv", "pool", "linear", "quant", "activation", "arith", "norm", "reduce",
                    "resize", "sort")
 
 

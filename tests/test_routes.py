@@ -248,8 +248,43 @@ SORT = [
 ]
 
 
+# -- conv ---------------------------------------------------------------------------------
+
+def _conv(n, c, o, hw, k, cl, groups=1, stride=1, padding=0, wzp=0):
+    """conv2d arguments: a quint8 input (C order, or channels last: NHWC memory seen as NCHW),
+    a qint8 weight (symmetric unless wzp), a float bias."""
+    def make():
+        if cl:
+            data = RNG.integers(0, 256, size=(n, hw, hw, c)).astype(np.uint8)
+            x = qops.make_per_tensor_quantized_tensor(data, 0.05, 3).permute(0, 3, 1, 2)
+        else:
+            x = _qu8((n, c, hw, hw))
+        w = _qs8((o, c // groups, k, k), -60, 60, zp=wzp)
+        b = RNG.normal(0, 1, o).astype(np.float32)
+        return ((x, w, b), dict(stride=stride, padding=padding, groups=groups,
+                                scale=float(0.02 * np.sqrt(c // groups * k * k)), zero_point=90))
+    return make
+
+
+CONV = [
+    ("conv_cl.dw_vnni", F.conv2d, _conv(1, 64, 64, 14, 3, True, groups=64, padding=1)),
+    ("conv_cl.dw_avx2", F.conv2d, _conv(1, 37, 37, 9, 3, True, groups=37, stride=2, padding=1)),
+    ("conv_cl.dw_planes", F.conv2d, _conv(1, 16, 16, 9, 3, True, groups=16, padding=1)),
+    ("conv_cl.amx_im2col", F.conv2d, _conv(1, 16, 32, 8, 3, True, padding=1)),
+    ("conv_cl.amx_padded", F.conv2d, _conv(1, 64, 32, 8, 3, True, padding=1)),
+    ("conv_cl.gemm_1x1", F.conv2d, _conv(1, 64, 48, 7, 1, True)),
+    ("conv_cl.gemm_im2col", F.conv2d, _conv(1, 32, 40, 9, 3, True, stride=2, padding=1)),
+    ("conv_cl.planes", F.conv2d, _conv(1, 8, 8, 9, 3, True, padding=1)),
+    ("conv.dw_through_nhwc", F.conv2d, _conv(1, 64, 64, 14, 3, False, groups=64, stride=2)),
+    ("conv.dw_rows", F.conv2d, _conv(1, 8, 8, 12, 3, False, groups=8, padding=1)),
+    ("conv.planes.amx", F.conv2d, _conv(1, 32, 16, 9, 3, False, padding=1)),
+    ("conv.planes.simd", F.conv2d, _conv(2, 5, 7, 9, 3, False, padding=1, wzp=2)),
+    ("conv.planes.portable", F.conv2d, _conv(2, 5, 7, 9, 3, False, padding=1)),
+]
+
+
 # family -> its route table
-TABLES = {"linear": LINEAR, "quant": QUANT, "activation": ACTIVATION, "arith": ARITH,
+TABLES = {"conv": CONV, "linear": LINEAR, "quant": QUANT, "activation": ACTIVATION, "arith": ARITH,
           "norm": NORM, "reduce": REDUCE, "resize": RESIZE, "sort": SORT}
 
 
@@ -323,6 +358,24 @@ def test_plan_of_each_family_names_its_route():
                                   (1, 4, 6), (1.0, 0.5, 0.5), False).name == \
         "upsample_nearest.twice"
     assert _module("sort").plan("topk", u8((2, 100), np.uint8), 70).name == "topk.general"
+
+
+def test_conv_portable_planes_equal_ref():
+    """The portable planes kernel, which builds with SIMD only take through _set_mode."""
+    from qops._show import explain
+    conv = _module("conv")
+    args, kwargs = _conv(2, 5, 7, 9, 3, False, padding=1)()
+    prev = conv._set_mode("portable")
+    try:
+        taken = [r.name for r in explain(F.conv2d, *args, **kwargs)]
+        with qops.backend("fast"):
+            got = F.conv2d(*args, **kwargs)
+    finally:
+        conv._set_mode(prev)
+    with qops.backend("ref"):
+        want = F.conv2d(*args, **kwargs)
+    _same(got, want)
+    assert "conv.planes.portable" in taken
 
 
 def test_show_config_names_a_linear_route(capsys):

@@ -3,6 +3,8 @@
 # requantization of docs/semantics.md §8, uint8 output. The input is copied once into padded
 # "planes" (qops_conv.h: output pixels of a row in the vector lanes, 4 input channels per pixel),
 # the micro-kernels (AMX, AVX-512 VNNI or portable C) write the NCDHW output directly.
+from collections import namedtuple
+
 import numpy as np
 from cython.parallel cimport prange, threadid
 from qops._fast._common cimport *
@@ -283,6 +285,97 @@ cdef extern from "qops_conv_im2col.h" nogil:
 _AVX2 = bool(qconv_avx2_build())
 _DWCL = bool(qconv_dwcl_available())
 _DWCL2 = bool(qconv_dwcl2_available())
+
+
+# -- routes -------------------------------------------------------------------------------
+
+cdef class _State:
+    """The conv family's route tracing switch (see qops._show.explain)."""
+    cdef public object trace   # a list collecting the Route of every call, or None
+
+
+cdef _State _S = _State()
+_S.trace = None
+
+
+def _trace_routes(routes):
+    """Append the Route of every following call to list `routes` (None: stop). For
+    qops._show.explain."""
+    _S.trace = routes
+
+
+Route = namedtuple("Route", "name kernel where")
+Route.__doc__ = """The kernel a conv call runs: name "<op>.<route>", the function, its file."""
+
+_PLANES_TIER = {2: "AMX tiles", 1: ("AVX2, exact vpmaddubsw pair sums or int16 widening"
+                                    if _AVX2 else "AVX-512 VNNI"), 0: "portable C"}
+
+# every route of the family; conv_cl's are the names _plan_cl returns, conv's those of
+# _plan_conv ("planes.<tier>": the planes kernel at the tier _MODE and the packing allow)
+ROUTES = {r.name: r for r in [
+    Route("conv_cl.dw_vnni", "qconv_dwcl_rows (AVX-512 VNNI, 64 channels a vector)",
+          "qops_conv_nhwc.h"),
+    Route("conv_cl.dw_avx2", "qconv_dwcl2_rows (AVX2, 32 channels a block)",
+          "qops_conv_dwcl_avx2.h"),
+    Route("conv_cl.dw_planes", "tiled transposes around conv's planes kernel", "conv.pyx"),
+    Route("conv_cl.amx_im2col", "qconv_nhwc_amx_im2col (AMX tiles on im2col rows)",
+          "qops_conv_nhwc.h"),
+    Route("conv_cl.amx_padded", "qconv_nhwc_amx (AMX tiles on a padded copy)",
+          "qops_conv_nhwc.h"),
+    Route("conv_cl.gemm_1x1", "qops_gemm_mt on the pixels as rows", "qops_gemm.h"),
+    Route("conv_cl.gemm_im2col", "qconv_i2c_fill rows, then qops_gemm_mt",
+          "qops_conv_im2col.h"),
+    Route("conv_cl.planes", "conv's planes kernel on the same memory", "conv.pyx"),
+    Route("conv.dw_through_nhwc", "transposes around qconv_dwcl_rows (AVX-512 VNNI)",
+          "qops_conv_nhwc.h"),
+    Route("conv.dw_rows", "qconv_dwr_channel (one channel per work item)", "qops_conv.h"),
+    Route("conv.planes.amx", f"qconv_grouped/qconv_dw ({_PLANES_TIER[2]})", "qops_conv.h"),
+    Route("conv.planes.simd", f"qconv_grouped/qconv_dw ({_PLANES_TIER[1]})", "qops_conv.h"),
+    Route("conv.planes.portable", f"qconv_grouped/qconv_dw ({_PLANES_TIER[0]})",
+          "qops_conv.h"),
+]}
+
+
+def _built_here(name):
+    if name in ("conv_cl.dw_vnni", "conv.dw_through_nhwc"):
+        return _DWCL
+    if name == "conv_cl.dw_avx2":
+        return _DWCL2
+    if name.startswith("conv_cl.amx") or name == "conv.planes.amx":
+        return _AMX
+    if name.startswith("conv_cl.gemm"):
+        return _AVX2
+    if name in ("conv.planes.simd", "conv.dw_rows"):
+        return qconv_best_mode() >= 1
+    if name == "conv.planes.portable":     # SIMD builds take it only when told (_set_mode)
+        return qconv_best_mode() == 0
+    return True
+
+
+BUILT = frozenset(n for n in ROUTES if _built_here(n))     # the routes this build can take
+
+
+def _traced(name):
+    if _S.trace is not None:
+        _S.trace.append(ROUTES[name])
+
+
+def plan(op, x, packed, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1, 1, 1), groups=1,
+         bias_term=None, multiplier=None):
+    """The Route the fast backend's conv op `op` ("conv" on x (N, C, D, H, W) or "conv_cl" on
+    x (N, D, H, W, C)) takes with packed weights `packed` and these conv parameters."""
+    x = np.asarray(x)
+    o = packed["O"]
+    if bias_term is None:
+        bias_term = np.zeros(o, np.float32)
+    if multiplier is None:
+        multiplier = np.ones(o, np.float32)
+    if op == "conv_cl":
+        return ROUTES["conv_cl." + _plan_cl(np.ascontiguousarray(x), packed, groups, stride,
+                                            padding, dilation, bias_term, multiplier)]
+    if op == "conv":
+        return ROUTES["conv." + _plan_conv(x, packed, stride, padding, dilation)[0]]
+    raise ValueError(f"plan: unknown conv op {op!r}")
 
 
 def _out_sizes(sizes, kernel, stride, padding, dilation):
@@ -698,6 +791,8 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     x = np.ascontiguousarray(x)
     n, d, h, wdt, c = x.shape
     route = _plan_cl(x, packed, groups, stride, padding, dilation, bias_term, multiplier)
+    if _S.trace is not None:
+        _traced("conv_cl." + route)
     if route == "gemm_1x1":
         return _conv_cl_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_point,
                              relu)
@@ -801,9 +896,44 @@ cdef void _run(qconv_args *a, bint dw, int mode, Py_ssize_t n, Py_ssize_t rows, 
             qconv_grouped(a, mode, b, od, oh, min(oh + rows, a.OH), ow0, ow1)
 
 
+def _plan_conv(x, packed, stride, padding, dilation):
+    """The route of a conv of x (N, C, D, H, W), by name, with the planes kernel's tier
+    (_MODE: 2 AMX, 1 SIMD, 0 portable) and, for 'dw_rows', its padded output width.
+
+    'dw_through_nhwc': symmetric depthwise with 32+ channels at a stride along W or on small
+    planes, where the VNNI channels-last kernel wins even with the two transposes (at stride
+    1 on large planes the transposes cost more than they save).
+    'dw_rows': other depthwise convs at stride 1 along W with KW <= 4 whose padded rows fit
+    the row buffer: qconv_dwr_channel, one channel per work item.
+    'planes.<tier>': everything else; AMX tiles pay off from 16 input channels per group
+    (fewer go to the SIMD tier).
+    """
+    n, c, d, h, wdt = x.shape
+    kd, kh, kw = packed["kernel"]
+    o = packed["O"]
+    dw = packed["kind"] == "dw"
+    mode = _MODE[0] if not dw else min(_MODE[0], 1)
+    pd, ph, pw = padding
+    sw = stride[2]
+    od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
+    if (dw and _DWCL and mode >= 1 and packed["symmetric"] and c >= 32
+            and (sw > 1 or d * h * wdt <= 1024) and x.flags.c_contiguous
+            and n * od * oh * ow > 0 and kd * kh <= QCONV_DWCL_MAX_ROWS):
+        return "dw_through_nhwc", mode, 0
+    if (dw and mode >= 1 and sw == 1 and kw <= 4 and kd * kh <= qconv_dwr_max_nq()
+            and qconv_dwr_available() and x.size > 0 and n * o * od * oh * ow > 0):
+        owp = (ow + 15) // 16 * 16
+        if (d + 2 * pd) * (h + 2 * ph) * qconv_dwr_rowpix(owp, dilation[2]) * 4 <= (1 << 20):
+            return "dw_rows", mode, owp
+    if mode == 2 and ("wa" not in packed or packed["Kc"] < _AMX_MIN_KC[0]):
+        mode = qconv_best_mode()
+    return {2: "planes.amx", 1: "planes.simd", 0: "planes.portable"}[mode], mode, 0
+
+
 def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
          stride, padding, dilation, groups):
-    """Quantized 3-D convolution with requantized uint8 output (NCDHW)."""
+    """Quantized 3-D convolution with requantized uint8 output (NCDHW), by the route
+    `_plan_conv` names."""
     cdef qconv_fill_args f
     cdef qconv_args a
     x = np.asarray(x)
@@ -811,27 +941,20 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
     kd, kh, kw = packed["kernel"]
     o = packed["O"]
     dw = packed["kind"] == "dw"
-    mode = _MODE[0] if not dw else min(_MODE[0], 1)
     pd, ph, pw = padding
     sd, sh, sw = stride
     dd, dh, dwl = dilation
     dp, hp, wp_ = d + 2 * pd, h + 2 * ph, wdt + 2 * pw
     od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
-    # Symmetric depthwise convs with 32+ channels at a stride along W, or on small planes,
-    # run faster through the channels-last kernel, transposes included (1 thread: 96ch
-    # 112x112/2 462 -> 291 us, 144ch 56x56/2 267 -> 99, 384ch 14x14 79 -> 45, 960ch 7x7
-    # 115 -> 36); at stride 1 on large planes the transposes cost more than they save
-    if (dw and _DWCL and mode >= 1 and packed["symmetric"] and c >= 32
-            and (sw > 1 or d * h * wdt <= 1024) and x.flags.c_contiguous
-            and n * od * oh * ow > 0 and kd * kh <= QCONV_DWCL_MAX_ROWS):
+    route, mode, owp = _plan_conv(x, packed, stride, padding, dilation)
+    if _S.trace is not None:
+        _traced("conv." + route)
+    if route == "dw_through_nhwc":
         return _dw_through_nhwc(x, packed, x_zero_point, bias_term, multiplier, out_zero_point,
                                 relu, stride, padding, dilation)
-    if (dw and mode >= 1 and sw == 1 and kw <= 4 and kd * kh <= qconv_dwr_max_nq()
-            and qconv_dwr_available() and x.size > 0 and n * o * od * oh * ow > 0):
-        owp = (ow + 15) // 16 * 16
-        if dp * hp * qconv_dwr_rowpix(owp, dwl) * 4 <= (1 << 20):
-            return _conv_dwr(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
-                             (kd, kh, kw), (sd, sh), (pd, ph, pw), (dd, dh, dwl), (od, oh, ow), owp)
+    if route == "dw_rows":
+        return _conv_dwr(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
+                         (kd, kh, kw), (sd, sh), (pd, ph, pw), (dd, dh, dwl), (od, oh, ow), owp)
     # The layout below splits each padded row into `sw` phases of wq pixels, sw * wq >= wp_.
     # A stride past the padded width leaves output column 0 alone, whose taps do not depend
     # on it: clamped, a stride of 10**12 no longer asks for terabytes.
@@ -904,16 +1027,12 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
             a.wvh = <const int32_t*>qops_ptr(packed["wvh"])
             # no vpmaddubsw pair sum leaves int16 when the largest input (padding holds the
             # zero point) times pairmax fits: always for pairmax <= 128, else the input decides
-            xmax = (255 if packed["pairmax"] <= 128 or mode != 1 or x.size == 0
+            xmax = (255 if packed["pairmax"] <= 128 or mode != 1 or not _AVX2 or x.size == 0
                     else max(int(x.max()), x_zero_point))
             a.pairsafe = xmax * packed["pairmax"] <= 32767
         a.Kc, a.nch, a.nob = packed["Kc"], packed["nch"], packed["nob"]
         if mode == 2:
-            # AMX tiles pay off from 16 input channels per group; fewer go to VNNI
-            if "wa" not in packed or packed["Kc"] < _AMX_MIN_KC[0]:
-                mode = qconv_best_mode()
-            else:
-                a.wa = <const int8_t*>qops_ptr(packed["wa"])
+            a.wa = <const int8_t*>qops_ptr(packed["wa"])
     cdef Py_ssize_t macs = n * od * oh * ow * o * packed["Cg"] * len(taps)
     nthreads = qops_threads_for(macs, GRAIN)
     rows_per_item = 1
