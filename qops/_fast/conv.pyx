@@ -166,8 +166,8 @@ def pack_weight(w, w_zero_points, groups):
         blk[:, :og] = wpad.reshape(groups, og, ntaps, cg4)
         wa = blk.reshape(groups, nob, 16, ntaps, nch, kc).transpose(0, 1, 3, 4, 2, 5)
         # 64-byte aligned: every row of a weight tile is then one cache line; tiles split
-        # across lines cost the AMX kernel a fifth of its time (3x3 64->64 on 56x56: 187 ->
-        # 145 us, by where the allocator happened to put the pack)
+        # across lines cost the AMX kernel a fifth of its time, by where the allocator
+        # happened to put the pack
         packed["wa"] = qops_aligned(np, wa)
     # what the channels-last AMX kernel needs of the weights, known once
     packed["symmetric"] = not packed["gany"].any()
@@ -539,7 +539,7 @@ def _conv_dw_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, 
     cdef float *cp = <float*>qops_ptr(cst, True)
     cdef Py_ssize_t rows = n * od * oh, i
     # a quarter of GRAIN: a depthwise multiply-add costs this kernel about four times what
-    # one costs the dense kernels (192 channels on 28x28, 1.35M of them: 48 us on one thread)
+    # one costs the dense kernels
     cdef int nthreads = qops_threads_for(rows * ow * c * kd * kh * kw, GRAIN // 4)
     with nogil:
         qconv_dwcl_consts(&a, cp)

@@ -140,8 +140,8 @@ static void qconv_fill_rows(const qconv_fill_args *f, int tid, ptrdiff_t r0, ptr
     /* the fast path interleaves four source rows straight into place */
     const int direct = f->ilv == 4 && f->sw == 1 && f->sw_x == 1;
     /* channels-last input (NHWC memory): a pixel's quad of channels already lies as the
-     * planes want it, so each one is a 4-byte copy (8x64x56x56 would otherwise be transposed
-     * whole first, ~200 us against the ~60 of this fill) */
+     * planes want it, so each one is a 4-byte copy (otherwise the input would be transposed
+     * whole first, at several times the cost of this fill) */
     const int cl = f->ilv == 4 && f->sw == 1 && f->sc == 1 && f->sw_x >= 4;
     for (ptrdiff_t r = r0; r < r1; r++) {
         ptrdiff_t n = r / per_img, rem = r - n * per_img;
@@ -1034,8 +1034,7 @@ qconv_grouped_amx(const qconv_args *a, ptrdiff_t n, ptrdiff_t od, ptrdiff_t oh0,
             for (int k = 0; k < a->nch; k++) {
                 const uint8_t *xk = xt + (ptrdiff_t)k * 16 * pstride;
                 /* each load just before its first product (tiles are not
-                 * renamed): 3x3 64->64 on 56x56 152 -> 145 us against three loads
-                 * ahead of the products */
+                 * renamed): measured faster than three loads ahead of the products */
                 _tile_loadd(4, w0, a->Kc);
                 _tile_loadd(6, xk, pstride);
                 _tile_dpbsud(0, 4, 6);

@@ -54,8 +54,7 @@
  *       pair sum is then at most 2*15*128 = 3840 in magnitude, so 8 of them (32 values of k)
  *       add up in int16 (<= 30720) before one vpmaddwd by 1 (xl) or 16 (xh) widens them:
  *       2.25 multiply uops per 32 products (pairsafe: 2). The former path, weights widened to
- *       int16 and vpmaddwd + vpaddd per 16 products, ran 1.3x slower than this one on Zen 3
- *       (128 x 768 x 3072, one thread: 5.8 ms against 4.5 ms; pairsafe: 3.2 ms).
+ *       int16 and vpmaddwd + vpaddd per 16 products, was slower on Zen 3.
  * A is repacked per call (zero padded to whole 32-value chunks, and nibble-split when a panel
  * needs it), in row blocks of bounded size. The kernels are inline asm: GCC spills the 12-16
  * accumulators of the intrinsics versions.
