@@ -16,6 +16,8 @@ Small inputs keep the suite fast; the rounding paths do not depend on the image 
 """
 import copy
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -328,10 +330,26 @@ def test_torchvision_prepare_qat_fx_matches_torch(name):
     # zero points by one); qops against PyTorch, measured: resnet18 2.4% (six zero points
     # by one), mobilenet_v2 1.6% (none); outputs 2-7% bit-exact, at most 3 steps apart.
     # Top-1 is not compared: the randomly initialised classifier's outputs lie within a few
-    # steps of each other, so the chaos above flips it (mobilenet_v2: 168 against 475, once,
-    # in a full-suite run; alone the test agreed). The small models of
-    # tests/test_quantize_fx.py agree to ulps.
+    # steps of each other. The small models of tests/test_quantize_fx.py agree to ulps.
+    #
+    # The comparison runs in a fresh interpreter: after the rest of the suite the same
+    # comparison came out differently (mobilenet_v2: zero points 2 apart, scales 3.1%, top-1
+    # 168 against 475), alone it gives the figures above every time. Some process state left
+    # by earlier tests (not isolated yet; not torch's thread count, engine or RNG seeds, which
+    # the test fixes or which were ruled out) tips the chaos; a fresh process makes the test
+    # a reproducible measurement.
     torch = torch_or_skip()
+    if os.environ.get("QOPS_QAT_PARITY_CHILD") != "1":
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p",
+             "no:warnings", f"{__file__}::test_torchvision_prepare_qat_fx_matches_torch[{name}]"],
+            env=dict(os.environ, QOPS_QAT_PARITY_CHILD="1"), capture_output=True, text=True,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), timeout=900)
+        if "1 skipped" in done.stdout:
+            pytest.skip("the child process skipped: " + done.stdout[-300:])
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+        assert "1 passed" in done.stdout, done.stdout[-2000:]
+        return
     rel, zpd, exact, steps = _graph_mode_diffs(torch, *_graph_mode_both(torch, name, True),
                                                top1=False)
     assert rel <= 0.05 and zpd <= 1 and steps <= 6
