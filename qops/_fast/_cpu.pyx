@@ -1,35 +1,5 @@
 # Run-time CPU features and OpenMP control, compiled like every family (all ISAs).
-cdef extern from *:
-    """
-    static int qops_cpu_supports(int which) {
-    #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-        __builtin_cpu_init();
-        switch (which) {
-        case 1: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-        case 2: return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
-                    && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")
-                    && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512vnni")
-                    && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-        }
-    #endif
-        return which == 0;
-    }
-    #ifdef QOPS_DEBUG
-    static const int qops_debug_build = 1;
-    #else
-    static const int qops_debug_build = 0;
-    #endif
-    #ifdef _OPENMP
-    #include <omp.h>
-    static const int qops_have_openmp = 1;
-    static void qops_set_threads(int n) { omp_set_num_threads(n); }
-    static int qops_max_threads(void) { return omp_get_max_threads(); }
-    #else
-    static const int qops_have_openmp = 0;
-    static void qops_set_threads(int n) { (void)n; }
-    static int qops_max_threads(void) { return 1; }
-    #endif
-    """
+cdef extern from "qops_cpu.h":
     int qops_cpu_supports(int which) nogil
     const int qops_have_openmp
     const int qops_debug_build
