@@ -210,8 +210,8 @@ static void qops_dequantize_tab8(const uint8_t *q, float *out, ptrdiff_t n, cons
 
 #if QOPS_QUANT_AVX2
 /* D_sc then Q_fma of 32 bytes, for |zp| <= 2**22: f32(q - zp) exactly from
- * qops_bytes_to_f32x4 (one subtraction instead of a sub and a convert; this loop is bound
- * by instruction throughput, 68 us against 81 for 64x112x112), whose lane order the
+ * qops_bytes_to_f32x4 (one subtraction instead of a sub and a convert, which counts: this
+ * loop is bound by instruction throughput), whose lane order the
  * in-lane packs at the end undo. Without `clamp` the min is left out, which is exact when
  * no value can be NaN or beyond +-2**30: the saturating packs then do both clamps. */
 static inline __attribute__((always_inline)) __m256i qops_requant32_avx2(

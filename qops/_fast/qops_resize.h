@@ -65,7 +65,7 @@ static inline void qops_bl2_hrow(const uint8_t *x, ptrdiff_t W, int sgn, uint8_t
     for (; j < W; j += 32) {
         /* x[j-1 .. j+32] straight from the row: masked loads, the edge lanes repeated from
          * the centre vector (a padded copy of the row cost a store-forwarding stall on
-         * every load: ~17 ns a row) */
+         * every load) */
         const ptrdiff_t nc = W - j < 32 ? W - j : 32, nr = W - j - 1 < 32 ? W - j - 1 : 32;
         const __mmask32 mc = _bzhi_u32(~0u, (unsigned)nc);
         __m256i c8 = _mm256_maskz_loadu_epi8(mc, x + j);

@@ -98,9 +98,9 @@ static void qops_fill_runs(uint8_t* vals, const int64_t* cnt, const int64_t* sta
  * line would wait for its read for ownership; prefetching one line ahead of each store
  * keeps those reads in flight there. Where the output still fits in cache the prefetches
  * cost more than they save, so only long ranges prefetch, from a length that depends on the
- * core: on Zen 3 (the avx2 build) they cost 15-30% up to 8 MB of output, whose L3 answers
+ * core: on Zen 3 (the avx2 build) they cost time up to 8 MB of output, whose L3 answers
  * fast; on an AVX-512 Xeon with 2 MB of L2 per core and a slower L3 they gain from 2 MB
- * on (2^18 indices: 214 -> 186 us; a 1e6 row 1.25 -> 1.05 ms) and cost 40% below. */
+ * (2^18 indices) on and cost time below. */
 #if defined(__AVX512F__)
 #define QOPS_SCATTER_PF_MIN ((ptrdiff_t)1 << 18)
 #else
@@ -298,8 +298,8 @@ static inline int qops_topk_given(const uint8_t* x, ptrdiff_t n, ptrdiff_t k, ui
 /* qops_topk_given with VBMI2, chosen at run time (qops_topk_use_vbmi): each block's
  * candidates are compressed into the key and index lists at once, so no branch depends
  * on how many a block holds. Those branches mispredict on data the predictor has not
- * seen: in a C harness, batches of fresh 1000-byte rows with k = 10 took 179 -> 81 ns a
- * row; on the same rows over and over (as a benchmark repeats its input) 54 -> 60. */
+ * seen, so fresh rows gain much more than a benchmark that repeats its input (which the
+ * branchy version, having learnt the rows, runs slightly faster). */
 static const uint8_t qops_iota64[64] = {
      0,  1,  2,  3,  4,  5,  6,  7,  8,  9, 10, 11, 12, 13, 14, 15,
     16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
@@ -436,8 +436,7 @@ static int qops_cpu_vbmi2(void) { return 0; }
 /* The bounds L of QOPS_TOPK_BATCH rows from their lane maxima: the largest L with
  * count(lane max >= L) >= k (k lanes hold distinct keys >= L, so the k-th largest key is
  * >= L), bit by bit from the top. Each step is a chain of compare, popcount and select;
- * the rows' chains interleave, so a batch costs about what one row's search alone did
- * (8 rows of 1000 bytes, k = 10: 71 -> 55 ns a row in a C harness). */
+ * the rows' chains interleave, so a batch costs about what one row's search alone did. */
 static inline void qops_topk_bounds(const qops_lanes* lm, ptrdiff_t k, unsigned* lo) {
     for (int i = 0; i < QOPS_TOPK_BATCH; i++) lo[i] = 0;
     for (int bit = 7; bit >= 0; bit--)
