@@ -3,14 +3,21 @@
 Names and arguments follow torch.ao.nn.quantized.functional. Every call runs as a 3-D
 convolution (conv1d and conv2d get unit leading spatial dimensions).
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
+
 import numpy as np
 
 from qops import _config
 from qops import _qparams as qp
-from qops._dtypes import as_qdtype, qint8, quint8
+from qops._dtypes import QDtypeLike, as_qdtype, qint8, quint8
 from qops._layout import channels_last_order, inverse, is_channels_last
 from qops._ops import _check
 from qops._qtensor import QTensor
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv1d_relu", "conv2d_relu", "conv3d_relu",
            "prepack_conv1d", "prepack_conv2d", "prepack_conv3d", "PackedConv"]
@@ -20,6 +27,9 @@ PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 _NP_PAD = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
 INT32_MAX = 2**31 - 1
 
+#: an int for every spatial dimension, or one int for all of them
+IntOrTuple = Union[int, Sequence[int]]
+
 
 class PackedConv:
     """A conv weight with its bias and parameters, packed once per backend for repeated calls.
@@ -28,7 +38,9 @@ class PackedConv:
     (1, 2 or 3 spatial dims); `weight()` and `bias()` return what was packed.
     """
 
-    def __init__(self, ndim, weight, bias, stride, padding, dilation, groups, padding_mode):
+    def __init__(self, ndim: int, weight: QTensor, bias: Optional[npt.ArrayLike],
+                 stride: IntOrTuple, padding: IntOrTuple, dilation: IntOrTuple, groups: int,
+                 padding_mode: str) -> None:
         name = f"prepack_conv{ndim}d"
         _check.qtensor(weight, "weight", dtypes=[qint8], per_tensor=False, ndims=(ndim + 2,))
         if weight._axis is not None and weight._axis != 0:
@@ -48,14 +60,15 @@ class PackedConv:
                              f"got shape {weight.shape}")
         if o % self.groups:
             raise ValueError(f"groups={self.groups} must divide the weight's output channels ({o})")
+        b: Optional[npt.NDArray[np.float32]] = None
         if bias is not None:
-            bias = _check.float_array(bias, "bias")
-            if bias.shape != (o,):
+            b = _check.float_array(bias, "bias")
+            if b.shape != (o,):
                 raise ValueError(f"bias must have shape ({o},) (the weight's output channels); "
-                                 f"got {bias.shape}")
-            bias = bias.copy()
+                                 f"got {b.shape}")
+            b = b.copy()
         self._weight = weight
-        self._bias = bias
+        self._bias = b
         w5 = np.ascontiguousarray(weight._int).reshape((o, cg) + (1,) * (3 - ndim)
                                                        + weight.shape[2:])
         self._w5 = w5
@@ -63,32 +76,33 @@ class PackedConv:
             self._w_zps = np.full(o, weight._zero_point, dtype=np.int32)
         else:
             self._w_zps = weight._zero_points.astype(np.int32)
-        self._packs = {}
-        self._requant_cache = None
-        self._geometry = {}        # _conv's checked geometry per input shape/strides/zero point
+        self._packs: dict[int, tuple[Any, Any]] = {}
+        self._requant_cache: Optional[tuple[Any, Any]] = None
+        # _conv's checked geometry per input shape/strides/zero point
+        self._geometry: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         # accumulator bound: K * max|x - x_zp| * max|w - w_zp|, the x part known per call
         wz = self._w_zps.astype(np.int64)
         self._k = int(np.prod(w5.shape[1:], dtype=np.int64))
         self._wmax = int(max(np.max(wz + 128), np.max(127 - wz)))
 
     @property
-    def in_channels(self):
+    def in_channels(self) -> int:
         return self._weight.shape[1] * self.groups
 
     @property
-    def out_channels(self):
+    def out_channels(self) -> int:
         return self._weight.shape[0]
 
     @property
-    def depthwise(self):
+    def depthwise(self) -> bool:
         """One input and one output channel per group."""
         return self._weight.shape[1] == 1 and self.groups == self._weight.shape[0]
 
-    def weight(self):
+    def weight(self) -> QTensor:
         """A copy of the quantized weight this pack was made from."""
         return self._weight.clone()
 
-    def bias(self):
+    def bias(self) -> Optional[npt.NDArray[np.float32]]:
         """The float32 bias (or None)."""
         return None if self._bias is None else self._bias.copy()
 
@@ -137,7 +151,7 @@ class PackedConv:
             mult = (atws / F32(out_scale)).astype(F32)
         return bterm, mult
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"PackedConv(conv{self.ndim}d, weight={tuple(self._weight.shape)}, "
                 f"bias={self._bias is not None}, stride={self.stride}, padding={self.padding}, "
                 f"dilation={self.dilation}, groups={self.groups}, "
@@ -152,8 +166,9 @@ def _prepack(ndim, weight, bias, stride, padding, dilation, groups, padding_mode
     return PackedConv(ndim, weight, bias, stride, padding, dilation, groups, padding_mode)
 
 
-def prepack_conv1d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
-                   padding_mode="zeros"):
+def prepack_conv1d(weight: QTensor, bias: Optional[npt.ArrayLike] = None,
+                   stride: IntOrTuple = 1, padding: IntOrTuple = 0, dilation: IntOrTuple = 1,
+                   groups: int = 1, padding_mode: str = "zeros") -> PackedConv:
     """Pack a conv1d weight (and bias and parameters) once for repeated `conv1d` calls.
 
     Parameters
@@ -167,8 +182,9 @@ def prepack_conv1d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     return _prepack(1, weight, bias, stride, padding, dilation, groups, padding_mode)
 
 
-def prepack_conv2d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
-                   padding_mode="zeros"):
+def prepack_conv2d(weight: QTensor, bias: Optional[npt.ArrayLike] = None,
+                   stride: IntOrTuple = 1, padding: IntOrTuple = 0, dilation: IntOrTuple = 1,
+                   groups: int = 1, padding_mode: str = "zeros") -> PackedConv:
     """Pack a conv2d weight (and bias and parameters) once for repeated `conv2d` calls.
 
     Parameters
@@ -182,8 +198,9 @@ def prepack_conv2d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     return _prepack(2, weight, bias, stride, padding, dilation, groups, padding_mode)
 
 
-def prepack_conv3d(weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
-                   padding_mode="zeros"):
+def prepack_conv3d(weight: QTensor, bias: Optional[npt.ArrayLike] = None,
+                   stride: IntOrTuple = 1, padding: IntOrTuple = 0, dilation: IntOrTuple = 1,
+                   groups: int = 1, padding_mode: str = "zeros") -> PackedConv:
     """Pack a conv3d weight (and bias and parameters) once for repeated `conv3d` calls.
 
     Parameters
@@ -391,18 +408,67 @@ _DOC = """Quantized {n}-D convolution{relu} of a quint8 input with a qint8 weigh
     """
 
 
-def _make(ndim, relu):
-    def op(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
-           padding_mode="zeros", scale=1.0, zero_point=0, dtype=quint8):
-        return _conv(ndim, relu, input, weight, bias, stride, padding, dilation, groups,
-                     padding_mode, scale, zero_point, dtype)
+def _doc(ndim, relu):
     dims = ", ".join("DHW"[3 - ndim:])
-    op.__name__ = op.__qualname__ = f"conv{ndim}d" + ("_relu" if relu else "")
-    op.__doc__ = _DOC.format(n=ndim, relu=" fused with relu" if relu else "",
-                             dims=", " + dims,
-                             kdims=", " + ", ".join("K" + d for d in dims.split(", ")))
-    return op
+    return _DOC.format(n=ndim, relu=" fused with relu" if relu else "", dims=", " + dims,
+                       kdims=", " + ", ".join("K" + d for d in dims.split(", ")))
 
 
-conv1d, conv2d, conv3d = _make(1, False), _make(2, False), _make(3, False)
-conv1d_relu, conv2d_relu, conv3d_relu = _make(1, True), _make(2, True), _make(3, True)
+def conv1d(input: QTensor, weight: Union[QTensor, PackedConv],
+           bias: Optional[npt.ArrayLike] = None, stride: IntOrTuple = 1,
+           padding: IntOrTuple = 0, dilation: IntOrTuple = 1, groups: int = 1,
+           padding_mode: str = "zeros", scale: float = 1.0, zero_point: int = 0,
+           dtype: QDtypeLike = quint8) -> QTensor:
+    return _conv(1, False, input, weight, bias, stride, padding, dilation, groups,
+                 padding_mode, scale, zero_point, dtype)
+
+
+def conv1d_relu(input: QTensor, weight: Union[QTensor, PackedConv],
+                bias: Optional[npt.ArrayLike] = None, stride: IntOrTuple = 1,
+                padding: IntOrTuple = 0, dilation: IntOrTuple = 1, groups: int = 1,
+                padding_mode: str = "zeros", scale: float = 1.0, zero_point: int = 0,
+                dtype: QDtypeLike = quint8) -> QTensor:
+    return _conv(1, True, input, weight, bias, stride, padding, dilation, groups,
+                 padding_mode, scale, zero_point, dtype)
+
+
+def conv2d(input: QTensor, weight: Union[QTensor, PackedConv],
+           bias: Optional[npt.ArrayLike] = None, stride: IntOrTuple = 1,
+           padding: IntOrTuple = 0, dilation: IntOrTuple = 1, groups: int = 1,
+           padding_mode: str = "zeros", scale: float = 1.0, zero_point: int = 0,
+           dtype: QDtypeLike = quint8) -> QTensor:
+    return _conv(2, False, input, weight, bias, stride, padding, dilation, groups,
+                 padding_mode, scale, zero_point, dtype)
+
+
+def conv2d_relu(input: QTensor, weight: Union[QTensor, PackedConv],
+                bias: Optional[npt.ArrayLike] = None, stride: IntOrTuple = 1,
+                padding: IntOrTuple = 0, dilation: IntOrTuple = 1, groups: int = 1,
+                padding_mode: str = "zeros", scale: float = 1.0, zero_point: int = 0,
+                dtype: QDtypeLike = quint8) -> QTensor:
+    return _conv(2, True, input, weight, bias, stride, padding, dilation, groups,
+                 padding_mode, scale, zero_point, dtype)
+
+
+def conv3d(input: QTensor, weight: Union[QTensor, PackedConv],
+           bias: Optional[npt.ArrayLike] = None, stride: IntOrTuple = 1,
+           padding: IntOrTuple = 0, dilation: IntOrTuple = 1, groups: int = 1,
+           padding_mode: str = "zeros", scale: float = 1.0, zero_point: int = 0,
+           dtype: QDtypeLike = quint8) -> QTensor:
+    return _conv(3, False, input, weight, bias, stride, padding, dilation, groups,
+                 padding_mode, scale, zero_point, dtype)
+
+
+def conv3d_relu(input: QTensor, weight: Union[QTensor, PackedConv],
+                bias: Optional[npt.ArrayLike] = None, stride: IntOrTuple = 1,
+                padding: IntOrTuple = 0, dilation: IntOrTuple = 1, groups: int = 1,
+                padding_mode: str = "zeros", scale: float = 1.0, zero_point: int = 0,
+                dtype: QDtypeLike = quint8) -> QTensor:
+    return _conv(3, True, input, weight, bias, stride, padding, dilation, groups,
+                 padding_mode, scale, zero_point, dtype)
+
+
+for _op, _n, _relu in ((conv1d, 1, False), (conv2d, 2, False), (conv3d, 3, False),
+                       (conv1d_relu, 1, True), (conv2d_relu, 2, True), (conv3d_relu, 3, True)):
+    _op.__doc__ = _doc(_n, _relu)
+del _op, _n, _relu

@@ -3,6 +3,9 @@
 Output qparams are the input's. Every pool runs on (N, C, D, H, W) raw values: 1-d and 2-d
 pools add unit leading spatial dims, and unbatched inputs (no N) get N = 1, as in PyTorch.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal, Optional, Sequence, Union, overload
 
 import numpy as np
 
@@ -12,6 +15,9 @@ from qops._layout import channels_last_order, inverse, is_channels_last
 from qops._ops import _check
 from qops._qtensor import QTensor
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
 __all__ = ["max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
            "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
            "adaptive_max_pool1d", "adaptive_max_pool2d"]
@@ -19,6 +25,13 @@ __all__ = ["max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d",
 _ALL = (quint8, qint8, qint32)
 _8BIT = (quint8, qint8)
 _MAX_WINDOW = 1 << 23     # 8-bit window sums stay exact in int32 (and in float32 up to 2**24)
+
+#: an int for every spatial dimension, or one int for all of them
+IntOrTuple = Union[int, Sequence[int]]
+#: an adaptive pool's output size: one int, or one per spatial dim (None keeps the input's)
+OutputSize = Union[int, Sequence[Optional[int]]]
+#: a max pool with return_indices=True: the pooled QTensor and int64 argmax indices
+WithIndices = tuple[QTensor, "npt.NDArray[np.int64]"]
 
 
 def _as5d(input, nsp, dtypes):
@@ -81,7 +94,7 @@ def _plain(v):
     return False
 
 
-_ARGS = {}                # memo of _pool_args for plain arguments: a model repeats a few shapes
+_ARGS: dict = {}          # memo of _pool_args for plain arguments: a model repeats a few shapes
 
 
 def _pool_args(nsp, kernel_size, stride, padding, dilation, spatial, ceil_mode):
@@ -183,8 +196,23 @@ def _max_pool(nsp, input, kernel_size, stride, padding, dilation, ceil_mode, ret
     return _wrap(input, back(res))
 
 
-def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
-               return_indices=False):
+@overload
+def max_pool1d(input: QTensor, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None,
+               padding: IntOrTuple = 0, dilation: IntOrTuple = 1, ceil_mode: bool = False,
+               return_indices: Literal[False] = False) -> QTensor: ...
+@overload
+def max_pool1d(input: QTensor, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None,
+               padding: IntOrTuple = 0, dilation: IntOrTuple = 1, ceil_mode: bool = False, *,
+               return_indices: Literal[True]) -> WithIndices: ...
+@overload
+def max_pool1d(input: QTensor, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None,
+               padding: IntOrTuple = 0, dilation: IntOrTuple = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> Union[QTensor, WithIndices]: ...
+
+
+def max_pool1d(input: QTensor, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None,
+               padding: IntOrTuple = 0, dilation: IntOrTuple = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> Union[QTensor, WithIndices]:
     """1-d max pool over raw values; output qparams = input's.
 
     Unlike PyTorch's quantized max pool, ``return_indices=True`` works: it returns
@@ -201,8 +229,23 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return _max_pool(1, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
-def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
-               return_indices=False):
+@overload
+def max_pool2d(input: QTensor, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None,
+               padding: IntOrTuple = 0, dilation: IntOrTuple = 1, ceil_mode: bool = False,
+               return_indices: Literal[False] = False) -> QTensor: ...
+@overload
+def max_pool2d(input: QTensor, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None,
+               padding: IntOrTuple = 0, dilation: IntOrTuple = 1, ceil_mode: bool = False, *,
+               return_indices: Literal[True]) -> WithIndices: ...
+@overload
+def max_pool2d(input: QTensor, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None,
+               padding: IntOrTuple = 0, dilation: IntOrTuple = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> Union[QTensor, WithIndices]: ...
+
+
+def max_pool2d(input: QTensor, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None,
+               padding: IntOrTuple = 0, dilation: IntOrTuple = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> Union[QTensor, WithIndices]:
     """2-d max pool over raw values; output qparams = input's.
 
     ``return_indices=True`` returns ``(output, indices)`` (int64, flat h*W + w), as PyTorch's
@@ -218,8 +261,23 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
-def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
-               return_indices=False):
+@overload
+def max_pool3d(input: QTensor, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None,
+               padding: IntOrTuple = 0, dilation: IntOrTuple = 1, ceil_mode: bool = False,
+               return_indices: Literal[False] = False) -> QTensor: ...
+@overload
+def max_pool3d(input: QTensor, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None,
+               padding: IntOrTuple = 0, dilation: IntOrTuple = 1, ceil_mode: bool = False, *,
+               return_indices: Literal[True]) -> WithIndices: ...
+@overload
+def max_pool3d(input: QTensor, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None,
+               padding: IntOrTuple = 0, dilation: IntOrTuple = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> Union[QTensor, WithIndices]: ...
+
+
+def max_pool3d(input: QTensor, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None,
+               padding: IntOrTuple = 0, dilation: IntOrTuple = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> Union[QTensor, WithIndices]:
     """3-d max pool over raw values; output qparams = input's.
 
     ``return_indices=True`` returns ``(output, indices)`` (int64, flat (d*H + h)*W + w).
@@ -263,8 +321,9 @@ def _avg_pool(nsp, input, kernel_size, stride, padding, ceil_mode, count_include
     return _wrap(input, back(res))
 
 
-def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
-               count_include_pad=True, divisor_override=None):
+def avg_pool1d(input: QTensor, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None,
+               padding: IntOrTuple = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: Optional[int] = None) -> QTensor:
     """1-d average pool; output qparams = input's (PyTorch's avg_pool2d formula, H = 1).
 
     Parameters
@@ -279,8 +338,9 @@ def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
                      divisor_override)
 
 
-def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
-               count_include_pad=True, divisor_override=None):
+def avg_pool2d(input: QTensor, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None,
+               padding: IntOrTuple = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: Optional[int] = None) -> QTensor:
     """2-d average pool; output qparams = input's, with PyTorch's formula for the layout.
 
     C-order input: bit-exact with PyTorch's NCHW kernel. Channels-last memory: the vector
@@ -300,8 +360,9 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
                      divisor_override)
 
 
-def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False,
-               count_include_pad=True, divisor_override=None):
+def avg_pool3d(input: QTensor, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None,
+               padding: IntOrTuple = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: Optional[int] = None) -> QTensor:
     """3-d average pool; output qparams = input's.
 
     On C-order input, uses the avg_pool2d rounding (zero point added before rounding) for
@@ -384,7 +445,7 @@ def _adaptive(nsp, input, output_size, kind, return_indices=False):
     return _wrap(input, back(res))
 
 
-def adaptive_avg_pool1d(input, output_size):
+def adaptive_avg_pool1d(input: QTensor, output_size: OutputSize) -> QTensor:
     """1-d adaptive average pool; output qparams = input's (PyTorch's 2-d formula, H = 1).
 
     Parameters
@@ -395,7 +456,7 @@ def adaptive_avg_pool1d(input, output_size):
     return _adaptive(1, input, output_size, "avg")
 
 
-def adaptive_avg_pool2d(input, output_size):
+def adaptive_avg_pool2d(input: QTensor, output_size: OutputSize) -> QTensor:
     """2-d adaptive average pool; output qparams = input's, bit-exact with PyTorch.
 
     C-order input: PyTorch's NCHW formula rint(f32(sum * r)) on raw values; channels-last
@@ -424,7 +485,7 @@ def adaptive_avg_pool2d(input, output_size):
     return _adaptive(2, input, output_size, "avg")
 
 
-def adaptive_avg_pool3d(input, output_size):
+def adaptive_avg_pool3d(input: QTensor, output_size: OutputSize) -> QTensor:
     """3-d adaptive average pool; output qparams = input's, with PyTorch's formulas.
 
     Output size 1: PyTorch's mean, rint(f32(f32(sum) / f32(n))) on raw values (PyTorch
@@ -440,7 +501,19 @@ def adaptive_avg_pool3d(input, output_size):
     return _adaptive(3, input, output_size, "avg")
 
 
-def adaptive_max_pool1d(input, output_size, return_indices=False):
+@overload
+def adaptive_max_pool1d(input: QTensor, output_size: OutputSize,
+                        return_indices: Literal[False] = False) -> QTensor: ...
+@overload
+def adaptive_max_pool1d(input: QTensor, output_size: OutputSize, *,
+                        return_indices: Literal[True]) -> WithIndices: ...
+@overload
+def adaptive_max_pool1d(input: QTensor, output_size: OutputSize,
+                        return_indices: bool = False) -> Union[QTensor, WithIndices]: ...
+
+
+def adaptive_max_pool1d(input: QTensor, output_size: OutputSize,
+                        return_indices: bool = False) -> Union[QTensor, WithIndices]:
     """1-d adaptive max pool over raw values; output qparams = input's.
 
     PyTorch has no quantized adaptive max pool; this matches its float one on int_repr().
@@ -454,7 +527,19 @@ def adaptive_max_pool1d(input, output_size, return_indices=False):
     return _adaptive(1, input, output_size, "max", return_indices)
 
 
-def adaptive_max_pool2d(input, output_size, return_indices=False):
+@overload
+def adaptive_max_pool2d(input: QTensor, output_size: OutputSize,
+                        return_indices: Literal[False] = False) -> QTensor: ...
+@overload
+def adaptive_max_pool2d(input: QTensor, output_size: OutputSize, *,
+                        return_indices: Literal[True]) -> WithIndices: ...
+@overload
+def adaptive_max_pool2d(input: QTensor, output_size: OutputSize,
+                        return_indices: bool = False) -> Union[QTensor, WithIndices]: ...
+
+
+def adaptive_max_pool2d(input: QTensor, output_size: OutputSize,
+                        return_indices: bool = False) -> Union[QTensor, WithIndices]:
     """2-d adaptive max pool over raw values; output qparams = input's.
 
     PyTorch has no quantized adaptive max pool; this matches its float one on int_repr().
