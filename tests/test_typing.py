@@ -1,7 +1,7 @@
 """Type hints of the public API (issue 24): every public callable annotated, and mypy clean.
 
 The typed modules are listed here explicitly: the op families whose wrappers are annotated
-(embedding and rnn are not yet) and the modules behind the top-level `qops` names.
+(rnn is not yet) and the modules behind the top-level `qops` names.
 """
 import importlib
 import inspect
@@ -17,8 +17,8 @@ import qops.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 
 #: op families of qops.functional whose public wrappers carry type hints
-TYPED_FAMILIES = ("activation", "arith", "conv", "linear", "norm", "pool", "quant", "reduce",
-                  "resize", "sort")
+TYPED_FAMILIES = ("activation", "arith", "conv", "embedding", "linear", "norm", "pool", "quant",
+                  "reduce", "resize", "sort")
 #: modules behind the top-level qops names that carry type hints
 TYPED_CORE = ("qops._config", "qops._dtypes", "qops._qtensor")
 #: what mypy checks, the [tool.mypy] files of pyproject.toml

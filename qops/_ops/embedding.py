@@ -7,13 +7,22 @@ torch.ops.quantized.embedding_bag_byte / _4bit on a table packed by embedding_ba
 with mean, max and padding_idx added (PyTorch's quantized ops always sum and have no
 padding_idx; these follow the float EmbeddingBag's definitions of them).
 """
+from __future__ import annotations
+
 import numbers
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
 from qops import _config
 from qops._ops import _check
 from qops._qtensor import QTensor
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+#: a table's dtype: "quint8" or "quint4x2", or a dtype object of that name (qops' or torch's)
+TableDtype = Union[str, Any]
 
 __all__ = ["EmbeddingPackedParams", "embedding_bag_prepack", "embedding_bag_byte",
            "embedding_bag_4bit", "quantized_embedding", "quantized_embedding_bag",
@@ -65,7 +74,8 @@ class EmbeddingPackedParams:
     scales, zero_points : float32 ndarrays (N,)
     """
 
-    def __init__(self, data, scales, zero_points, dtype="quint8", embedding_dim=None):
+    def __init__(self, data: npt.ArrayLike, scales: npt.ArrayLike, zero_points: npt.ArrayLike,
+                 dtype: TableDtype = "quint8", embedding_dim: Optional[int] = None) -> None:
         self.dtype = _dtype_name(dtype)
         data = np.asarray(data)
         if data.dtype != np.uint8 or data.ndim != 2:
@@ -103,23 +113,23 @@ class EmbeddingPackedParams:
         self.fused = np.ascontiguousarray(np.concatenate([data, tail.reshape(n, 8)], axis=1))
 
     @property
-    def data(self):
+    def data(self) -> npt.NDArray[np.uint8]:
         """The uint8 values (N, D), or the packed nibbles (N, D / 2) of a quint4x2 table."""
         return self.fused[:, :-8]
 
-    def int_repr(self):
+    def int_repr(self) -> npt.NDArray[np.uint8]:
         """The (N, D) quantized values (4-bit tables unpacked)."""
         if self.dtype == "quint8":
             return self.data
         return unpack_nibbles(self.data, self.embedding_dim)
 
-    def dequantize(self):
+    def dequantize(self) -> npt.NDArray[np.float32]:
         """The float32 table a lookup sees: fma(scale, q, 0 + bias) per value."""
         n = self.num_embeddings
         return quantized_embedding_bag(self, np.arange(n, dtype=np.int64),
                                        np.arange(n, dtype=np.int64))
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if not isinstance(other, EmbeddingPackedParams):
             return NotImplemented
         return (self.dtype == other.dtype and self.embedding_dim == other.embedding_dim
@@ -127,14 +137,15 @@ class EmbeddingPackedParams:
                 and bool((self.fused == other.fused).all())
                 and bool((self.zero_points == other.zero_points).all()))
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # compared by value: unhashable
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"EmbeddingPackedParams(num_embeddings={self.num_embeddings}, "
                 f"embedding_dim={self.embedding_dim}, dtype={self.dtype})")
 
 
-def embedding_bag_prepack(weight, dtype="quint8"):
+def embedding_bag_prepack(weight: npt.ArrayLike,
+                          dtype: TableDtype = "quint8") -> EmbeddingPackedParams:
     """Quantize a float table row by row, as float_qparams_weight_only_qconfig does.
 
     Per row: scale = f32(max - min) / qmax (1 if not above float32 eps), zero_point =
@@ -257,8 +268,11 @@ def _packed(weight, dtype=None):
 
 # -- quantized lookups ------------------------------------------------------------------------
 
-def quantized_embedding_bag(weight, input, offsets=None, mode="sum", per_sample_weights=None,
-                            include_last_offset=False, padding_idx=None):
+def quantized_embedding_bag(weight: EmbeddingPackedParams, input: npt.ArrayLike,
+                            offsets: Optional[npt.ArrayLike] = None, mode: str = "sum",
+                            per_sample_weights: Optional[npt.ArrayLike] = None,
+                            include_last_offset: bool = False,
+                            padding_idx: Optional[int] = None) -> npt.NDArray[np.float32]:
     """Bags of rows of a row-wise quantized table, summed, averaged or maxed (float32).
 
     Each entry adds fma(scale * w, q, acc + bias * w) (bias = -zero_point * scale, w the
@@ -286,8 +300,11 @@ def quantized_embedding_bag(weight, input, offsets=None, mode="sum", per_sample_
     return fn(weight.fused, idx, off, psw, m, pad)
 
 
-def embedding_bag_byte(weight, input, offsets=None, mode="sum", per_sample_weights=None,
-                       include_last_offset=False, padding_idx=None):
+def embedding_bag_byte(weight: EmbeddingPackedParams, input: npt.ArrayLike,
+                       offsets: Optional[npt.ArrayLike] = None, mode: str = "sum",
+                       per_sample_weights: Optional[npt.ArrayLike] = None,
+                       include_last_offset: bool = False,
+                       padding_idx: Optional[int] = None) -> npt.NDArray[np.float32]:
     """quantized_embedding_bag on a quint8 table (torch.ops.quantized.embedding_bag_byte).
 
     Parameters: as quantized_embedding_bag, `weight` a quint8 EmbeddingPackedParams.
@@ -296,8 +313,11 @@ def embedding_bag_byte(weight, input, offsets=None, mode="sum", per_sample_weigh
                                    per_sample_weights, include_last_offset, padding_idx)
 
 
-def embedding_bag_4bit(weight, input, offsets=None, mode="sum", per_sample_weights=None,
-                       include_last_offset=False, padding_idx=None):
+def embedding_bag_4bit(weight: EmbeddingPackedParams, input: npt.ArrayLike,
+                       offsets: Optional[npt.ArrayLike] = None, mode: str = "sum",
+                       per_sample_weights: Optional[npt.ArrayLike] = None,
+                       include_last_offset: bool = False,
+                       padding_idx: Optional[int] = None) -> npt.NDArray[np.float32]:
     """quantized_embedding_bag on a quint4x2 table (torch.ops.quantized.embedding_bag_4bit).
 
     Parameters: as quantized_embedding_bag, `weight` a quint4x2 EmbeddingPackedParams.
@@ -306,7 +326,8 @@ def embedding_bag_4bit(weight, input, offsets=None, mode="sum", per_sample_weigh
                                    per_sample_weights, include_last_offset, padding_idx)
 
 
-def quantized_embedding(weight, input):
+def quantized_embedding(weight: EmbeddingPackedParams,
+                        input: npt.ArrayLike) -> npt.NDArray[np.float32]:
     """Rows of a row-wise quantized table, fma(scale, q, 0 + bias) (float32, input.shape + (D,)).
 
     Parameters
@@ -330,7 +351,8 @@ def _float_table(weight):
     return np.ascontiguousarray(w)
 
 
-def embedding(input, weight, padding_idx=None, max_norm=None):
+def embedding(input: npt.ArrayLike, weight: npt.ArrayLike, padding_idx: Optional[int] = None,
+              max_norm: Optional[float] = None) -> npt.NDArray[np.float32]:
     """Rows of a float table (torch.nn.functional.embedding): weight[input].
 
     Parameters
@@ -349,9 +371,12 @@ def embedding(input, weight, padding_idx=None, max_norm=None):
     return w[idx]
 
 
-def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False,
-                  mode="mean", sparse=False, per_sample_weights=None, include_last_offset=False,
-                  padding_idx=None):
+def embedding_bag(input: npt.ArrayLike, weight: npt.ArrayLike,
+                  offsets: Optional[npt.ArrayLike] = None, max_norm: Optional[float] = None,
+                  norm_type: float = 2, scale_grad_by_freq: bool = False, mode: str = "mean",
+                  sparse: bool = False, per_sample_weights: Optional[npt.ArrayLike] = None,
+                  include_last_offset: bool = False,
+                  padding_idx: Optional[int] = None) -> npt.NDArray[np.float32]:
     """Bags of rows of a float table (torch.nn.functional.embedding_bag), float32.
 
     Sum adds rows in index order (with per-sample weights fma(w, row, acc), or
