@@ -1,7 +1,7 @@
 """Type hints of the public API (issue 24): every public callable annotated, and mypy clean.
 
 The typed modules are listed here explicitly: the op families whose wrappers are annotated
-(rnn is not yet) and the modules behind the top-level `qops` names.
+and the modules behind the top-level `qops` names.
 """
 import importlib
 import inspect
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: op families of qops.functional whose public wrappers carry type hints
 TYPED_FAMILIES = ("activation", "arith", "conv", "embedding", "linear", "norm", "pool", "quant",
-                  "reduce", "resize", "sort")
+                  "reduce", "resize", "rnn", "sort")
 #: modules behind the top-level qops names that carry type hints
 TYPED_CORE = ("qops._config", "qops._dtypes", "qops._qtensor")
 #: what mypy checks, the [tool.mypy] files of pyproject.toml

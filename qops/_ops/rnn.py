@@ -6,10 +6,22 @@ in PyTorch's order (docs/semantics.md §21). `recurrent` runs a stack of
 layers and directions as PyTorch's CPU path does: per layer and direction, the input GEMM over
 the whole sequence at once, then per step the hidden GEMM and the cell.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence, Union
+
 import numpy as np
 
 from qops import _config
 from qops._ops import _check
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    _F32Array = npt.NDArray[np.float32]
+    #: recurrent's result: (output, h_n), or (output, (h_n, c_n)) for an LSTM
+    RecurrentResult = Union[tuple[_F32Array, _F32Array],
+                            tuple[_F32Array, tuple[_F32Array, _F32Array]]]
 
 __all__ = ["lstm_step", "gru_step", "rnn_step", "recurrent"]
 
@@ -34,7 +46,8 @@ def _check_gates(gi, gh, b, width):
     return gi, gh
 
 
-def lstm_step(gi, gh, c):
+def lstm_step(gi: npt.ArrayLike, gh: npt.ArrayLike,
+              c: npt.ArrayLike) -> tuple[_F32Array, _F32Array]:
     """One LSTM cell step from gate pre-activations: returns (h', c').
 
     gates = gh + gi, chunks (i, f, g, o); c' = f*c + i*g; h' = o * tanh(c') (float32).
@@ -49,7 +62,7 @@ def lstm_step(gi, gh, c):
     return _config.impl("rnn").lstm_cell(gi, gh, c)
 
 
-def gru_step(gi, gh, h):
+def gru_step(gi: npt.ArrayLike, gh: npt.ArrayLike, h: npt.ArrayLike) -> _F32Array:
     """One GRU cell step from gate pre-activations: returns h'.
 
     r = sigmoid(gh_r + gi_r), z = sigmoid(gh_z + gi_z), n = tanh(gi_n + gh_n * r),
@@ -65,7 +78,7 @@ def gru_step(gi, gh, h):
     return _config.impl("rnn").gru_cell(gi, gh, h)
 
 
-def rnn_step(gi, gh, nonlinearity="tanh"):
+def rnn_step(gi: npt.ArrayLike, gh: npt.ArrayLike, nonlinearity: str = "tanh") -> _F32Array:
     """One Elman RNN cell step: tanh(gh + gi) or relu(gh + gi).
 
     Parameters
@@ -89,8 +102,9 @@ def _state(v, argname, shape, unbatched):
     return np.ascontiguousarray(a)
 
 
-def recurrent(mode, input, hx, cells, input_size, hidden_size, num_layers=1,
-              bidirectional=False, batch_first=False, proj_size=0):
+def recurrent(mode: str, input: npt.ArrayLike, hx: Any, cells: Sequence[Any], input_size: int,
+              hidden_size: int, num_layers: int = 1, bidirectional: bool = False,
+              batch_first: bool = False, proj_size: int = 0) -> RecurrentResult:
     """Run a stack of recurrent layers over a sequence (PyTorch's RNN/LSTM/GRU forward).
 
     Returns (output, h_n) or, for LSTM, (output, (h_n, c_n)).
