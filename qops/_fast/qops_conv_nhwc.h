@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <string.h>
 #include "qops_common.h"
-#include "qops_conv.h"            /* qconv_store16, QCONV_AMX */
+#include "qops_conv_planes_vnni.h" /* qconv_store16, QCONV_VNNI, QCONV_AMX */
 
 typedef struct {
     const uint8_t *x;                  /* input NDHWC, contiguous */
