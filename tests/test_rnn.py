@@ -184,6 +184,60 @@ def test_dynamic_fast_equals_ref(kind):
         np.testing.assert_array_equal(a, b, strict=True)
 
 
+def _per_step(m, x, hx=None):
+    """The layer run step by step in Python (dynamic linear per step, then the cell step),
+    instead of the fused kernel that runs a layer's whole time loop."""
+    import qops._ops.rnn as ops_rnn
+    fused = ops_rnn._fused_hh
+    ops_rnn._fused_hh = lambda *args: None
+    try:
+        return m(x, hx)
+    finally:
+        ops_rnn._fused_hh = fused
+
+
+# hidden sizes around the vector widths; 1024 at batch 1 splits one row's columns over threads
+FUSED_SHAPES = [(1, 1, 1), (17, 3, 1), (31, 2, 5), (64, 1, 16), (1024, 1, 1)]
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+@pytest.mark.parametrize("hidden,steps,batch", FUSED_SHAPES)
+@pytest.mark.parametrize("state", ["zeros", "given", "tiny", "positive"])
+def test_fused_layer_equals_per_step(kind, hidden, steps, batch, state):
+    """The fused time loop (fast and ref) gives the per-step path's bits, at 1 and 2 threads;
+    the states pick each branch of the dynamic qparams (zero range, tiny range, min 0)."""
+    r = np.random.default_rng(hidden + steps + batch)
+    m = reg._layer(kind, 5, hidden, 2, hidden < 1000, False, 11)
+    dirs = 2 if m.bidirectional else 1
+    x = r.standard_normal((steps, batch, 5)).astype(F32)
+    shape = (2 * dirs, batch, hidden)
+    h = {"zeros": None, "given": r.standard_normal(shape).astype(F32),
+         "tiny": (r.standard_normal(shape) * 1e-7).astype(F32),
+         "positive": r.uniform(0, 3, shape).astype(F32)}[state]
+    hx = None if h is None else ((h, h * F32(0.5)) if kind == "LSTM" else h)
+    want = _flat(_per_step(m, x, hx))
+    for backend, threads in (("ref", 1), ("fast", 1), ("fast", 2)):
+        with qops.backend(backend), qops.threads(threads):
+            got = _flat(m(x, hx))
+        for a, b in zip(want, got):
+            np.testing.assert_array_equal(b, a, strict=True, err_msg=f"{backend} {threads}")
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_fused_layer_refuses_nonfinite_states(kind):
+    m = reg._layer(kind, 4, 6, 1, False, False, 3)
+    x = np.zeros((2, 1, 4), F32)
+    h = np.zeros((1, 1, 6), F32)
+    bad = np.full((1, 1, 6), np.inf, F32)
+    for backend in ("ref", "fast"):
+        with qops.backend(backend):
+            with pytest.raises(ValueError, match="h_0 must be finite"):
+                m(x, (bad, h) if kind == "LSTM" else bad)
+            if kind == "LSTM":
+                with pytest.raises(ValueError, match="c_0 must be finite"):
+                    m(x, (h, bad))
+
+
 def test_quantize_dynamic_default_set():
     """PyTorch's default: Linear, LSTM, GRU and the three cells; RNN stays float."""
     from qops.quantization import quantize_dynamic

@@ -88,12 +88,13 @@ static inline float qops_rnn_tanh(float x) {
     return qops_rnn_keep_nan(x, th);
 }
 
-/* One batch row: gates = gh + gi in chunks (i, f, g, o). */
-static inline void qops_lstm_row(const float* gi, const float* gh, const float* c,
-                                 float* h_out, float* c_out, ptrdiff_t hs) {
+/* `width` columns of one batch row, the gates (i, f, g, o) `hs` apart: gates = gh + gi.
+ * c and c_out may be the same array (each chunk is read before it is written). */
+static inline void qops_lstm_slice(const float* gi, const float* gh, const float* c,
+                                   float* h_out, float* c_out, ptrdiff_t hs, ptrdiff_t width) {
     float cn[QOPS_RNN_CHUNK];
-    for (ptrdiff_t j0 = 0; j0 < hs; j0 += QOPS_RNN_CHUNK) {
-        ptrdiff_t m = hs - j0 < QOPS_RNN_CHUNK ? hs - j0 : QOPS_RNN_CHUNK;
+    for (ptrdiff_t j0 = 0; j0 < width; j0 += QOPS_RNN_CHUNK) {
+        ptrdiff_t m = width - j0 < QOPS_RNN_CHUNK ? width - j0 : QOPS_RNN_CHUNK;
         const float *ai = gi + j0, *af = gi + hs + j0, *ag = gi + 2 * hs + j0,
                     *ao = gi + 3 * hs + j0;
         const float *bi = gh + j0, *bf = gh + hs + j0, *bg = gh + 2 * hs + j0,
@@ -114,10 +115,17 @@ static inline void qops_lstm_row(const float* gi, const float* gh, const float* 
     }
 }
 
-/* Chunks (r, z, n): n = tanh(gi_n + gh_n * r), h' = (h - n) * z + n. */
-static inline void qops_gru_row(const float* gi, const float* gh, const float* h,
-                                float* h_out, ptrdiff_t hs) {
-    for (ptrdiff_t j = 0; j < hs; j++) {
+/* One batch row: gates = gh + gi in chunks (i, f, g, o). */
+static inline void qops_lstm_row(const float* gi, const float* gh, const float* c,
+                                 float* h_out, float* c_out, ptrdiff_t hs) {
+    qops_lstm_slice(gi, gh, c, h_out, c_out, hs, hs);
+}
+
+/* `width` columns of one batch row, chunks (r, z, n) `hs` apart:
+ * n = tanh(gi_n + gh_n * r), h' = (h - n) * z + n. */
+static inline void qops_gru_slice(const float* gi, const float* gh, const float* h,
+                                  float* h_out, ptrdiff_t hs, ptrdiff_t width) {
+    for (ptrdiff_t j = 0; j < width; j++) {
         float r = qops_rnn_sigmoid(gh[j] + gi[j]);
         float z = qops_rnn_sigmoid(gh[hs + j] + gi[hs + j]);
         float hr = gh[2 * hs + j] * r;
@@ -126,6 +134,11 @@ static inline void qops_gru_row(const float* gi, const float* gh, const float* h
         float dz = d * z;
         h_out[j] = dz + n;
     }
+}
+
+static inline void qops_gru_row(const float* gi, const float* gh, const float* h,
+                                float* h_out, ptrdiff_t hs) {
+    qops_gru_slice(gi, gh, h, h_out, hs, hs);
 }
 
 static inline void qops_rnn_row(const float* gi, const float* gh, float* h_out, ptrdiff_t hs,
@@ -139,6 +152,44 @@ static inline void qops_rnn_row(const float* gi, const float* gh, float* h_out, 
         for (ptrdiff_t j = 0; j < hs; j++)
             h_out[j] = qops_rnn_tanh(gh[j] + gi[j]);
     }
+}
+
+
+/* PyTorch's dynamic activation qparams (ChooseQuantizationParams for quint8 [0, qmax], the
+ * mirror of qops._ops.linear.choose_dynamic_qparams, docs/semantics.md §10) from a finite
+ * float32 min and max: the scale in double, rounded to float32 at the end; the small-scale
+ * cut-off in float32; the zero point from the end with the smaller error, half to even. */
+static inline void qops_rnn_dyn_qparams(float xmin, float xmax, int qmax, float *scale,
+                                        int32_t *zp) {
+    const float small = 6.1e-5f;
+    double mn = xmin < 0.0f ? (double)xmin : 0.0;
+    double mx = xmax > 0.0f ? (double)xmax : 0.0;
+    double s = (mx - mn) / (double)qmax;
+    if (!(s >= (double)small)) {
+        float fmn = (float)mn, fmx = (float)mx;
+        if ((float)s == 0.0f || isinf(1.0f / (float)s))
+            s = 0.1;
+        if (s < (double)small) {
+            float org = (float)s;
+            s = (double)small;
+            if (fmn == 0.0f)
+                fmx = small * (float)qmax;
+            else if (fmx == 0.0f)
+                fmn = -small * (float)qmax;
+            else {
+                float amp = small / org;
+                fmn = fmn * amp;
+                fmx = fmx * amp;
+            }
+        }
+        mn = fmn;
+        mx = fmx;
+    }
+    double zmin = 0.0 - mn / s, zmax = (double)qmax - mx / s;
+    double emin = 0.0 - fabs(mn / s), emax = (double)qmax - fabs(mx / s);
+    double init = emin < emax ? zmin : zmax;
+    *zp = init < 0.0 ? 0 : (init > (double)qmax ? qmax : (int32_t)nearbyint(init));
+    *scale = (float)s;
 }
 
 #endif

@@ -68,3 +68,216 @@ def rnn_cell(gi, gh, relu):
         for r in prange(b, schedule="static", num_threads=nt):
             qops_rnn_row(gip + r * hs, ghp + r * hs, hop + r * hs, hs, rl)
     return h_out
+
+
+# -- the dynamic quantized layer: the whole time loop of one layer and direction -----------
+
+cdef extern from "qops_gemm.h" nogil:
+    ctypedef struct qops_gemm_b:
+        const int8_t *data
+        const int32_t *wsum
+        const int32_t *wzp
+        Py_ssize_t N
+        Py_ssize_t K
+    ctypedef struct qops_gemm_out:
+        int kind
+        const float *bias
+        const float *mult
+        int32_t out_zp
+        int relu
+        void *out
+        Py_ssize_t ldc
+    enum:
+        QOPS_GEMM_F32
+    Py_ssize_t qops_gemm_packed_size(Py_ssize_t N, Py_ssize_t K)
+    void qops_gemm_pack(const int8_t *W, Py_ssize_t ldw, Py_ssize_t N, Py_ssize_t K,
+                        int8_t *packed, int32_t *wsum)
+    void qops_gemm_mt(const uint8_t *A, Py_ssize_t lda, Py_ssize_t M, int32_t a_zp,
+                      const qops_gemm_b *B, const qops_gemm_out *out, int nthreads)
+
+cdef extern from "qops_rnn.h" nogil:
+    void qops_lstm_slice(const float* gi, const float* gh, const float* c, float* h_out,
+                         float* c_out, Py_ssize_t hs, Py_ssize_t width)
+    void qops_gru_slice(const float* gi, const float* gh, const float* h, float* h_out,
+                        Py_ssize_t hs, Py_ssize_t width)
+    void qops_rnn_dyn_qparams(float xmin, float xmax, int qmax, float *scale, int32_t *zp)
+
+cdef extern from "<string.h>" nogil:
+    void *memset(void *s, int c, size_t n)
+
+DEF GEMM_GRAIN = 262144   # multiply-adds per thread below which a second thread costs more
+DEF CELL_GRAIN = 4096     # gate values per thread of one step's cell
+# PyTorch's dynamic RNN modules quantize h with reduce_range: [0, 127]
+DEF H_QMAX = 127
+
+
+# Largest K of one exact int32 GEMM (linear.pyx's K_CHUNK): the fused layer's hidden size
+K_MAX = 33025
+
+
+cdef class HiddenWeight:
+    """W_hh (N x K int8) in the GEMM core's layout, packed by this module's own copy of
+    qops_gemm.h: the packing and the kernel that reads it are always compiled together."""
+    cdef readonly Py_ssize_t N, K
+    cdef readonly object data           # packed int8, 64-byte aligned
+    cdef readonly object wsum           # int32 (N,) row sums
+    cdef readonly object wzp            # int32 (N,), or None when every zero point is 0
+
+    def __reduce__(self):
+        raise TypeError("HiddenWeight is a per-process cache; pickle the weight instead")
+
+
+def pack_linear(weight, weight_zero_points):
+    """Pack an int8 W_hh (N x K, K <= K_MAX) for the fused layer kernels."""
+    w = np.ascontiguousarray(weight, dtype=np.int8)
+    cdef HiddenWeight p = HiddenWeight()
+    p.N, p.K = w.shape[0], w.shape[1]
+    if p.K > K_MAX:
+        raise ValueError(f"weight has {p.K} columns; the fused layer takes at most {K_MAX}")
+    p.data = qops_aligned(np, np.empty(qops_gemm_packed_size(p.N, p.K), np.int8))
+    p.wsum = np.zeros(p.N, np.int32)
+    cdef const int8_t *wp = <const int8_t *>qops_ptr(w) if w.size else NULL
+    cdef int8_t *dp = <int8_t *>qops_ptr(p.data, True)
+    cdef int32_t *sp = <int32_t *>qops_ptr(p.wsum, True) if p.N else NULL
+    if p.N > 0 and p.K > 0:
+        with nogil:
+            qops_gemm_pack(wp, p.K, p.N, p.K, dp, sp)
+    wzp = np.ascontiguousarray(weight_zero_points, dtype=np.int32)
+    p.wzp = wzp if np.any(wzp) else None
+    return p
+
+
+cdef struct _Layer:
+    int lstm, reverse, nt_gemm, nt_cell
+    Py_ssize_t T, B, H, G, cw
+    const float *gi
+    const float *h0
+    const float *w_scales
+    const float *bias
+    float *ys
+    float *c
+    uint8_t *hq
+    float *gh
+    float *mult
+    float *tmin
+    float *tmax
+
+
+cdef void _minmax(const float *x, Py_ssize_t n, float *lo, float *hi) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef float mn = x[0], mx = x[0]
+    for i in range(1, n):
+        mn = x[i] if x[i] < mn else mn
+        mx = x[i] if x[i] > mx else mx
+    lo[0] = mn
+    hi[0] = mx
+
+
+cdef void _run_layer(_Layer *L, const qops_gemm_b *wb) noexcept nogil:
+    # Per step: h's qparams from its min and max (the previous step's cell left them per
+    # task), h quantized, the hidden GEMM with b_hh in its float32 store, then the cell by
+    # column slices, each slice's min and max taken while it is in cache.
+    cdef Py_ssize_t T = L.T, B = L.B, H = L.H, G = L.G, cw = L.cw
+    cdef Py_ssize_t per_row = (H + cw - 1) // cw
+    cdef Py_ssize_t ntask = B * per_row, s, t, i, n, task, r, j0, w
+    cdef const float *h = L.h0
+    cdef const float *gt
+    cdef float *hout
+    cdef float mn, mx, scale, inv, zpf
+    cdef int32_t zp
+    cdef qops_gemm_out o
+    memset(&o, 0, sizeof(o))
+    o.kind = QOPS_GEMM_F32
+    o.bias = L.bias
+    o.mult = L.mult
+    o.out_zp = 0
+    o.relu = 0
+    o.out = L.gh
+    o.ldc = G
+    for s in range(T):
+        t = T - 1 - s if L.reverse else s
+        if s == 0:
+            _minmax(h, B * H, &mn, &mx)
+        else:
+            mn, mx = L.tmin[0], L.tmax[0]
+            for i in range(1, ntask):
+                mn = L.tmin[i] if L.tmin[i] < mn else mn
+                mx = L.tmax[i] if L.tmax[i] > mx else mx
+        qops_rnn_dyn_qparams(mn, mx, H_QMAX, &scale, &zp)
+        inv = <float>(1.0 / <double>scale)
+        zpf = <float>zp
+        for i in range(B * H):
+            L.hq[i] = <uint8_t>qops_q_fma(h[i], inv, zpf, 0.0, 255.0)
+        for n in range(G):
+            L.mult[n] = scale * L.w_scales[n]
+        qops_gemm_mt(L.hq, H, B, zp, wb, &o, L.nt_gemm)
+        gt = L.gi + t * B * G
+        hout = L.ys + t * B * H
+        for task in prange(ntask, schedule="static", num_threads=L.nt_cell):
+            r = task // per_row
+            j0 = (task - r * per_row) * cw
+            w = min(cw, H - j0)
+            if L.lstm:
+                qops_lstm_slice(gt + r * G + j0, L.gh + r * G + j0, L.c + r * H + j0,
+                                hout + r * H + j0, L.c + r * H + j0, H, w)
+            else:
+                qops_gru_slice(gt + r * G + j0, L.gh + r * G + j0, h + r * H + j0,
+                               hout + r * H + j0, H, w)
+            _minmax(hout + r * H + j0, w, &L.tmin[task], &L.tmax[task])
+        h = hout
+
+
+cdef object _dynamic_layer(int lstm, gi, h0, c0, packed, w_scales, bias, bint reverse):
+    cdef Py_ssize_t T = gi.shape[0], B = gi.shape[1], H = h0.shape[1]
+    cdef Py_ssize_t G = gi.shape[2]
+    cdef HiddenWeight p = packed
+    ys = np.empty((T, B, H), np.float32)
+    c = np.array(c0, np.float32, copy=True) if lstm else None
+    if T == 0 or B * H == 0:
+        return ys, np.array(h0, np.float32, copy=True), c
+    cdef _Layer L
+    L.lstm, L.reverse = lstm, reverse
+    L.T, L.B, L.H, L.G = T, B, H, G
+    L.nt_gemm = qops_threads_for(B * G * H, GEMM_GRAIN)
+    L.nt_cell = qops_threads_for(B * G, CELL_GRAIN)
+    # whole rows when there are enough for the threads, else column slices (8 wide)
+    L.cw = H if B >= L.nt_cell else ((H + L.nt_cell - 1) // L.nt_cell + 7) // 8 * 8
+    cdef Py_ssize_t ntask = B * ((H + L.cw - 1) // L.cw)
+    hq = np.empty(B * H, np.uint8)
+    gh = np.empty((B, G), np.float32)
+    mult = np.empty(G, np.float32)
+    tmm = np.empty((2, ntask), np.float32)
+    ws = np.ascontiguousarray(w_scales, dtype=np.float32)
+    cdef float[:, ::1] tv = tmm
+    L.gi = <const float *>qops_ptr(gi)
+    L.h0 = <const float *>qops_ptr(h0)
+    L.w_scales = <const float *>qops_ptr(ws)
+    L.bias = <const float *>qops_ptr(bias) if bias is not None else NULL
+    L.ys = <float *>qops_ptr(ys, True)
+    L.c = <float *>qops_ptr(c, True) if lstm else NULL
+    L.hq = <uint8_t *>qops_ptr(hq, True)
+    L.gh = <float *>qops_ptr(gh, True)
+    L.mult = <float *>qops_ptr(mult, True)
+    L.tmin = &tv[0, 0]
+    L.tmax = &tv[1, 0]
+    cdef qops_gemm_b wb
+    memset(&wb, 0, sizeof(wb))
+    wb.data = <const int8_t *>qops_ptr(p.data)
+    wb.wsum = <const int32_t *>qops_ptr(p.wsum)
+    wb.wzp = <const int32_t *>qops_ptr(p.wzp) if p.wzp is not None else NULL
+    wb.N, wb.K = p.N, p.K
+    with nogil:
+        _run_layer(&L, &wb)
+    last = 0 if reverse else T - 1
+    return ys, ys[last].copy(), c
+
+
+def lstm_dynamic_layer(gi, h0, c0, packed, w_scales, bias, reverse):
+    """The time loop of a dynamic quantized LSTM layer; see qops._ref.rnn.lstm_dynamic_layer."""
+    return _dynamic_layer(1, gi, h0, c0, packed, w_scales, bias, reverse)
+
+
+def gru_dynamic_layer(gi, h0, packed, w_scales, bias, reverse):
+    """The time loop of a dynamic quantized GRU layer; see qops._ref.rnn.gru_dynamic_layer."""
+    ys, h_n, _ = _dynamic_layer(0, gi, h0, None, packed, w_scales, bias, reverse)
+    return ys, h_n

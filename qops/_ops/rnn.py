@@ -167,6 +167,14 @@ def recurrent(mode: str, input: npt.ArrayLike, hx: Any, cells: Sequence[Any], in
             gi_all = cell.ih(layer_in.reshape(steps * batch, -1)).reshape(steps, batch, gates)
             h = h0[k]
             c = c0[k] if lstm else None
+            fused = _fused_hh(mode, cell, hidden_size)
+            if fused is not None:
+                ys, h, c = _fused_layer(kern, lstm, gi_all, h, c, fused, d == 1)
+                hn.append(h)
+                if lstm:
+                    cn.append(c)
+                outs.append(ys)
+                continue
             ys = np.empty((steps, batch, out_size), F32)
             for t in (range(steps) if d == 0 else range(steps - 1, -1, -1)):
                 gh = cell.hh(h)
@@ -194,6 +202,35 @@ def recurrent(mode: str, input: npt.ArrayLike, hx: Any, cells: Sequence[Any], in
     elif batch_first:
         out = np.ascontiguousarray(out.transpose(1, 0, 2))
     return (out, (h_n, c_n)) if lstm else (out, h_n)
+
+
+# Largest hidden size of the fused layer: one exact int32 GEMM chunk (linear's K_CHUNK)
+_FUSED_MAX_HIDDEN = 33025
+
+
+def _fused_hh(mode, cell, hidden_size):
+    """The PackedLinear of W_hh when the layer's whole time loop runs in one kernel call
+    (dynamic qint8 LSTM/GRU without projection), else None."""
+    p = getattr(cell, "hh_packed", None)
+    if p is None or mode not in ("LSTM", "GRU") or cell.hr is not None \
+            or hidden_size > _FUSED_MAX_HIDDEN:
+        return None
+    return p
+
+
+def _fused_layer(kern, lstm, gi, h, c, packed, reverse):
+    # The states are quantized from their min and max at the first step, as each step's
+    # input to the hidden GEMM: they must be finite, as dynamic linear's input.
+    for v, name in ((h, "h_0"), (c, "c_0")):
+        if v is not None and not np.isfinite(v).all():
+            raise ValueError(f"{name} must be finite (the dynamic layer quantizes the states "
+                             "from their min and max)")
+    # W_hh packed by the rnn kernels themselves (cached on the PackedLinear per module)
+    args = (packed._packed(kern), packed._w_scales, packed._bias, reverse)
+    if lstm:
+        return kern.lstm_dynamic_layer(gi, h, c, *args)
+    ys, h_n = kern.gru_dynamic_layer(gi, h, *args)
+    return ys, h_n, None
 
 
 def check_cell_input(input, hx, input_size, hidden_size, nstates):

@@ -11,7 +11,8 @@ the C vectorizes):
 """
 import numpy as np
 
-__all__ = ["lstm_cell", "gru_cell", "rnn_cell", "exp_parts", "sigmoid_f32", "tanh_f32"]
+__all__ = ["lstm_cell", "gru_cell", "rnn_cell", "exp_parts", "sigmoid_f32", "tanh_f32",
+           "pack_linear", "lstm_dynamic_layer", "gru_dynamic_layer"]
 
 F32 = np.float32
 F64 = np.float64
@@ -116,3 +117,64 @@ def rnn_cell(gi, gh, relu):
         # max(s, 0) keeping NaN, as torch.relu
         return np.where(s > 0, s, np.where(np.isnan(s), s, F32(0))).astype(F32)
     return tanh_f32(s)
+
+
+# -- dynamic quantized layers: the time loop of one layer and direction -----------------------
+
+def pack_linear(weight, weight_zero_points):
+    """W_hh (N x K int8) prepared for the layer kernels: the reference linear's packing."""
+    from qops._ref import linear
+    return linear.pack_linear(weight, weight_zero_points)
+
+
+def _hidden_gates(h, packed, w_scales, bias):
+    """h W_hh^T + b_hh by the reference dynamic linear, h quantized as PyTorch's dynamic RNN
+    modules do per step: qparams from h's min and max with reduce_range ([0, 127])."""
+    from qops._ops.linear import choose_dynamic_qparams
+    from qops._ref import linear
+    scale, zp = choose_dynamic_qparams(float(h.min()), float(h.max()), True)
+    mult = (F32(scale) * w_scales).astype(F32)
+    return linear.linear_dynamic(h, F32(1.0 / scale), zp, packed, mult, bias, False)
+
+
+def lstm_dynamic_layer(gi, h0, c0, packed, w_scales, bias, reverse):
+    """All steps of one dynamic quantized LSTM layer and direction.
+
+    Per step t (backwards when `reverse`): gh = dynamic linear of h (the reference linear
+    kernels, qparams of h per step), then (h, c) = lstm_cell(gi[t], gh, c).
+
+    Parameters
+    ----------
+    gi : float32 (steps, batch, 4 * hidden), the input GEMM over the sequence (b_ih added)
+    h0, c0 : float32 (batch, hidden), finite initial states
+    packed : W_hh packed by the linear family's pack_linear (this backend's)
+    w_scales : float32 (4 * hidden,), W_hh's scale per output row
+    bias : float32 (4 * hidden,) b_hh, or None
+    reverse : bool, run from the last step to the first
+
+    Returns (ys (steps, batch, hidden), h_n, c_n), all float32.
+    """
+    ys = np.empty((gi.shape[0],) + h0.shape, F32)
+    h, c = h0, c0
+    for t in (range(gi.shape[0] - 1, -1, -1) if reverse else range(gi.shape[0])):
+        h, c = lstm_cell(gi[t], _hidden_gates(h, packed, w_scales, bias), c)
+        ys[t] = h
+    return ys, np.array(h, F32), np.array(c, F32)
+
+
+def gru_dynamic_layer(gi, h0, packed, w_scales, bias, reverse):
+    """All steps of one dynamic quantized GRU layer and direction (as lstm_dynamic_layer).
+
+    Parameters
+    ----------
+    gi : float32 (steps, batch, 3 * hidden); h0 : float32 (batch, hidden), finite
+    packed, w_scales, bias, reverse : as lstm_dynamic_layer (3 * hidden rows)
+
+    Returns (ys (steps, batch, hidden), h_n).
+    """
+    ys = np.empty((gi.shape[0],) + h0.shape, F32)
+    h = h0
+    for t in (range(gi.shape[0] - 1, -1, -1) if reverse else range(gi.shape[0])):
+        h = gru_cell(gi[t], _hidden_gates(h, packed, w_scales, bias), h)
+        ys[t] = h
+    return ys, np.array(h, F32)
