@@ -369,3 +369,46 @@ def test_packed_linear_pickles_without_its_cache():
         assert clone._packs == {}
         np.testing.assert_array_equal(F.linear(x, clone)._int, want)
         np.testing.assert_array_equal(clone.bias(), packed.bias())
+
+
+def _bell_rows(r, n, k):
+    # per-channel symmetric weights of a trained layer: mostly small, each row's largest +-127
+    w = r.normal(0, 1, (n, k))
+    return np.round(w / np.abs(w).max(1, keepdims=True) * 127).astype(np.int8)
+
+
+def test_gemm_paired_panels_exact():
+    # AVX2 packs each 16-column panel with k reordered (blocks of 16) so that no vpmaddubsw
+    # pair can saturate where such an order exists; A's rows follow the same order. Mixed
+    # calls: reordered panels next to panels that keep k in order (a row of one-sign large
+    # weights has no such order), K and N tails, weight zero points, x up to 255.
+    r = u.rng(53)
+    reordered = []
+    for m, k, n in [(1, 16, 16), (3, 17, 5), (7, 64, 33), (13, 100, 40), (6, 147, 64),
+                    (2, 300, 70), (9, 513, 17), (25, 96, 48)]:
+        wq = _bell_rows(r, n, k)
+        if n > 16:
+            wq[16] = 120                                  # panel 1 keeps k in order
+        xq = r.integers(0, 256, (m, k)).astype(np.uint8)
+        xq[0] = 255
+        _check_acc(xq, wq)
+        _check_acc(xq, wq, r.integers(-3, 4, n))
+        for kern in _isa_kernels():
+            if kern.__name__.split(".")[2] == "_avx2" and n > 16:
+                packed = kern.pack_linear(wq, np.zeros(n, np.int32))
+                assert packed.paired < -(-n // 16), (m, k, n, packed.paired)
+                reordered.append(packed.paired)
+    assert not reordered or sum(reordered) >= 5, reordered
+
+
+def test_gemm_pairing_search_reorders():
+    # k values 0 and 1 both 100 in a column: their given pair would saturate at x = 255, but
+    # pairing each with a small weight does not; the search must find such an order.
+    wq = np.full((3, 16), 10, np.int8)
+    wq[:, 0] = wq[:, 1] = 100
+    wq[1, 2] = wq[1, 3] = -100
+    xq = np.full((4, 16), 255, np.uint8)
+    _check_acc(xq, wq)
+    for kern in _isa_kernels():
+        if kern.__name__.split(".")[2] == "_avx2":
+            assert kern.pack_linear(wq, np.zeros(3, np.int32)).paired == 1

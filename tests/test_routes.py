@@ -43,17 +43,38 @@ def _dyn(m, k, n, wlo=-128, whi=128):
                      None), dict(reduce_range=False))
 
 
+def _bell(n, k):
+    # a trained layer's weights: mostly small, each row's largest at +-127 (per-channel
+    # symmetric), so some pairs could saturate but a reordering of k avoids them
+    w = RNG.normal(0, 1, (n, k))
+    data = np.round(w / np.abs(w).max(1, keepdims=True) * 127).astype(np.int8)
+    return qops.make_per_tensor_quantized_tensor(data, 0.01, 0)
+
+
+def _lin_bell(m, k, n):
+    return lambda: ((_qu8((m, k)), _bell(n, k), RNG.normal(0, 1, n).astype(np.float32)),
+                    dict(scale=float(0.05 * np.sqrt(k)), zero_point=100))
+
+
+def _dyn_bell(m, k, n):
+    return lambda: ((RNG.normal(0, 2, (m, k)).astype(np.float32), _bell(n, k), None),
+                    dict(reduce_range=False))
+
+
 # (route, op, make() -> (args, kwargs)); ops whose call runs several routes list the one the
 # case is about, the test asserts it is among them
 LINEAR = [
     ("empty", F.linear, _lin(0, 8, 5)),
-    ("linear.gemm", F.linear, _lin(7, 65, 33)),
+    # weights of one sign past 64 each: no pairing of k can keep pairs in int16
+    ("linear.gemm", F.linear, _lin(7, 65, 33, 100, 128)),
     ("linear.gemm_pairsafe", F.linear, _lin(7, 65, 33, -60, 60)),
+    ("linear.gemm_paired", F.linear, _lin_bell(13, 200, 40)),
     ("linear.amx", F.linear, _lin(40, 128, 20)),
     ("linear.chunked", F.linear, _lin(2, 33100, 3)),
     ("minmax.scan", F.linear_dynamic, _dyn(5, 40, 9)),
-    ("linear_dynamic.gemm", F.linear_dynamic, _dyn(5, 40, 9)),
+    ("linear_dynamic.gemm", F.linear_dynamic, _dyn(5, 40, 9, -128, -100)),
     ("linear_dynamic.gemm_pairsafe", F.linear_dynamic, _dyn(5, 40, 9, -64, 65)),
+    ("linear_dynamic.gemm_paired", F.linear_dynamic, _dyn_bell(5, 300, 20)),
     ("linear_dynamic.amx", F.linear_dynamic, _dyn(33, 64, 9)),
     ("linear_dynamic.chunked", F.linear_dynamic, _dyn(2, 33100, 3)),
 ]

@@ -42,6 +42,7 @@ cdef extern from "qops_gemm.h" nogil:
     Py_ssize_t qops_gemm_packed_size(Py_ssize_t N, Py_ssize_t K)
     void qops_gemm_pack(const int8_t *W, Py_ssize_t ldw, Py_ssize_t N, Py_ssize_t K,
                         int8_t *packed, int32_t *wsum)
+    Py_ssize_t qops_gemm_packed_paired(const int8_t *data, Py_ssize_t N, Py_ssize_t K)
     void qops_gemm_mt(const uint8_t *A, Py_ssize_t lda, Py_ssize_t M, int32_t a_zp,
                       const qops_gemm_b *B, const qops_gemm_out *out, int nthreads)
     int qops_gemm_amx(int on)
@@ -72,6 +73,7 @@ cdef class PackedWeight:
     cdef readonly list chunks          # (k0, k1, packed int8 array, row sums int32 array)
     cdef readonly object wzp           # int32 (N,), or None when every zero point is 0
     cdef readonly int pair_max         # largest per-sign sum of a weight pair (AVX2 routes)
+    cdef readonly Py_ssize_t paired    # panels with k reordered so that no pair can saturate
 
     def __reduce__(self):
         raise TypeError("PackedWeight is a per-process cache; pickle the weight instead")
@@ -98,6 +100,9 @@ def pack_linear(weight, weight_zero_points):
     wzp = np.ascontiguousarray(weight_zero_points, dtype=np.int32)
     p.wzp = wzp if np.any(wzp) else None
     p.pair_max = _pair_max(np.asarray(w)) if QL_TIER == 1 and K <= K_CHUNK else 256
+    p.paired = 0
+    if len(p.chunks) == 1 and N > 0 and K > 0 and p.pair_max > 128:
+        p.paired = qops_gemm_packed_paired(<const int8_t*>qops_ptr(p.chunks[0][2]), N, K)
     return p
 
 
@@ -146,6 +151,9 @@ def _routes():
         out += [Route(f"{op}.gemm", f"qops_gemm_mt ({_TIER})", "qops_gemm.h"),
                 Route(f"{op}.gemm_pairsafe", "qops_gemm_mt (AVX2 pair-safe kernel)",
                       "qops_gemm.h"),
+                Route(f"{op}.gemm_paired", "qops_gemm_mt (AVX2 pair-safe kernel on the panels "
+                      "whose k could be reordered so that no pair can saturate; nibble kernel "
+                      "on the others by the input's max)", "qops_gemm.h"),
                 Route(f"{op}.amx", "qops_gemm_mt (AMX tiles + AVX-512 VNNI)", "qops_gemm.h"),
                 Route(f"{op}.chunked", f"_acc64: qops_gemm_mt per {K_CHUNK} columns ({_TIER}),"
                       " int64 sums", "linear.pyx")]
@@ -153,7 +161,7 @@ def _routes():
 
 
 def _built_here(name):
-    if name.endswith(".gemm_pairsafe"):
+    if name.endswith((".gemm_pairsafe", ".gemm_paired")):
         return QL_TIER == 1
     if name.endswith(".amx"):
         return bool(qops_gemm_amx(-1))
@@ -167,10 +175,12 @@ cdef object R_EMPTY = ROUTES["empty"]
 cdef object R_MINMAX = ROUTES["minmax.scan"]
 cdef object R_GEMM = ROUTES["linear.gemm"]
 cdef object R_SAFE = ROUTES["linear.gemm_pairsafe"]
+cdef object R_PAIRED = ROUTES["linear.gemm_paired"]
 cdef object R_AMX = ROUTES["linear.amx"]
 cdef object R_CHUNK = ROUTES["linear.chunked"]
 cdef object RD_GEMM = ROUTES["linear_dynamic.gemm"]
 cdef object RD_SAFE = ROUTES["linear_dynamic.gemm_pairsafe"]
+cdef object RD_PAIRED = ROUTES["linear_dynamic.gemm_paired"]
 cdef object RD_AMX = ROUTES["linear_dynamic.amx"]
 cdef object RD_CHUNK = ROUTES["linear_dynamic.chunked"]
 
@@ -192,6 +202,8 @@ cdef object _plan(int op, Py_ssize_t M, PackedWeight p):
     elif QL_TIER == 1 and p.pair_max <= 128:
         # 255 * 128 <= 32767: no vpmaddubsw pair sum can saturate, whatever the input
         route = RD_SAFE if op else R_SAFE
+    elif QL_TIER == 1 and p.paired:
+        route = RD_PAIRED if op else R_PAIRED
     else:
         route = RD_GEMM if op else R_GEMM
     if _S.trace is not None:

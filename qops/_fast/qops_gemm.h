@@ -167,7 +167,8 @@ static inline ptrdiff_t qops_gemm_packed_size(ptrdiff_t N, ptrdiff_t K) {
     ptrdiff_t per_panel = qg_groups(K) * QG_KG * QG_NR * QG_ELEM_BYTES;
     ptrdiff_t size = qg_npanels(N) * per_panel;
 #ifdef QG_AVX2
-    size += qg_npanels(N) * (ptrdiff_t)sizeof(int32_t);    /* S of each panel, after the data */
+    /* after the data, per panel: S, the pairing flag, the k order (see "Pairing" below) */
+    size += qg_npanels(N) * (2 * (ptrdiff_t)sizeof(int32_t) + qg_groups(K) * QG_KG);
 #endif
     return size > 0 ? size : 1;
 }
@@ -175,6 +176,86 @@ static inline ptrdiff_t qops_gemm_packed_size(ptrdiff_t N, ptrdiff_t K) {
 static inline const int8_t *qg_panel_ptr(const int8_t *data, ptrdiff_t K, ptrdiff_t p) {
     return data + p * qg_groups(K) * QG_KG * QG_NR * QG_ELEM_BYTES;
 }
+
+#ifdef QG_AVX2
+/* Pairing (AVX2). vpmaddubsw sums the products of k values 2i and 2i+1; that sum can leave
+ * int16 only where a column has two weights of one sign whose magnitudes add up past 128
+ * (255 * 128 <= 32767). Few weights are that large, so for the 16 columns of one panel a
+ * reordering of k that pairs no two such weights usually exists: k is reordered within
+ * blocks of 16 values (one vpshufb lane), each block's pairing found by a small search at
+ * pack time, and the panel's weights are packed in that order. Its S is then <= 128 and the
+ * pairsafe kernel runs for any input, on A rows put in the same order (a vpshufb per 16
+ * bytes) just before the micro-kernel; a panel with no pairing for some block keeps k in
+ * order (and takes the nibble kernel where its S needs it). After the packed data: S per
+ * panel (int32 x P), the flags (int32 x P, 1 = reordered), the orders (Kp bytes a panel:
+ * position k holds k value k - k % 16 + order[k] of W; values past K pick zero padding). */
+
+/* whether k values a and b may share a vpmaddubsw pair: no column's same-sign sum past 128 */
+static int qg_pair_fits(const int8_t *T, ptrdiff_t N, int a, int b) {
+    for (ptrdiff_t n = 0; n < N; n++) {
+        int32_t x = T[n * 16 + a], y = T[n * 16 + b];
+        if ((x > 0 && y > 0 && x + y > 128) || (x < 0 && y < 0 && x + y < -128)) return 0;
+    }
+    return 1;
+}
+
+/* A perfect matching of the 16 nodes of `adj` (bit b of adj[a]: a and b may pair) among the
+ * nodes of `left`, into pairs[]; the node with the fewest choices first. 0 if none is found
+ * within *budget steps. */
+static int qg_match(const uint16_t *adj, unsigned left, uint8_t *pairs, int *budget) {
+    if (!left) return 1;
+    if (--*budget < 0) return 0;
+    int u = -1, best = 99;
+    for (int a = 0; a < 16; a++) {
+        if (!(left >> a & 1)) continue;
+        int c = __builtin_popcount(adj[a] & left & ~(1u << a));
+        if (c < best) { best = c; u = a; }
+    }
+    unsigned cand = adj[u] & left & ~(1u << u);
+    while (cand) {
+        int v = __builtin_ctz(cand);
+        cand &= cand - 1;
+        pairs[0] = (uint8_t)u;
+        pairs[1] = (uint8_t)v;
+        if (qg_match(adj, left & ~(1u << u) & ~(1u << v), pairs + 2, budget)) return 1;
+    }
+    return 0;
+}
+
+/* order[0..Kp): a pairing order of the k values of W's N rows, block by block (identity
+ * where the given pairs already fit). 0 when some block has none. */
+static int qg_pair_order(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_t K,
+                         ptrdiff_t Kp, uint8_t *order) {
+    int8_t *T = (int8_t *)malloc((size_t)(N > 0 ? N : 1) * 16);
+    if (!T) return 0;
+    int ok = 1;
+    for (ptrdiff_t k0 = 0; k0 < Kp && ok; k0 += 16) {
+        /* the block's weights, 16 a column (zero past K) */
+        for (ptrdiff_t n = 0; n < N; n++)
+            for (int a = 0; a < 16; a++)
+                T[n * 16 + a] = k0 + a < K ? W[n * ldw + k0 + a] : 0;
+        uint16_t adj[16] = {0};
+        for (int a = 0; a < 16; a++)
+            for (int b = a + 1; b < 16; b++)
+                if (qg_pair_fits(T, N, a, b)) {
+                    adj[a] |= (uint16_t)(1u << b);
+                    adj[b] |= (uint16_t)(1u << a);
+                }
+        int given = 1;
+        for (int a = 0; a < 16; a += 2) given &= adj[a] >> (a + 1) & 1;
+        uint8_t pairs[16];
+        int budget = 4096;
+        if (given) {
+            for (int a = 0; a < 16; a++) pairs[a] = (uint8_t)a;
+        } else if (!qg_match(adj, 0xffffu, pairs, &budget)) {
+            ok = 0;
+        }
+        for (int a = 0; a < 16; a++) order[k0 + a] = pairs[a];
+    }
+    free(T);
+    return ok;
+}
+#endif
 
 static void qops_gemm_pack(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_t K,
                            int8_t *packed, int32_t *wsum) {
@@ -185,42 +266,92 @@ static void qops_gemm_pack(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_
         for (ptrdiff_t k = 0; k < K; k++) s += W[n * ldw + k];
         wsum[n] = s;
     }
+#ifdef QG_AVX2
+    const ptrdiff_t Kp = G * QG_KG;
+    int32_t *S = (int32_t *)(packed + P * G * QG_KG * QG_NR);
+    int32_t *flag = S + P;
+    uint8_t *orders = (uint8_t *)(flag + P);
+#define QG_SRC(k) ((k) - (k) % 16 + order[k])
+#else
+#define QG_SRC(k) (k)
+#endif
     for (ptrdiff_t p = 0; p < P; p++) {
         ptrdiff_t w = qg_panel_width(N, p);
         int8_t *base = (int8_t *)qg_panel_ptr(packed, K, p);
+#ifdef QG_AVX2
+        /* the panel's k order (see "Pairing"): identity unless a pair in W's own order could
+         * saturate and a reordering avoids every such pair */
+        uint8_t *order = orders + p * Kp;
+        const ptrdiff_t cols = N - p * QG_NR < QG_NR ? N - p * QG_NR : QG_NR;
+        if (qg_pair_order(W + p * QG_NR * ldw, ldw, cols, K, Kp, order)) {
+            flag[p] = 0;
+            for (ptrdiff_t k = 0; k < Kp; k++) flag[p] |= order[k] != k % 16;
+        } else {
+            for (ptrdiff_t k = 0; k < Kp; k++) order[k] = (uint8_t)(k % 16);
+        }
+#endif
         for (ptrdiff_t j = 0; j < w && p * QG_NR + j < N; j++) {
             const int8_t *row = W + (p * QG_NR + j) * ldw;
-            for (ptrdiff_t k = 0; k < K; k++) {
+            for (ptrdiff_t k = 0; k < G * QG_KG; k++) {
+                const ptrdiff_t src = QG_SRC(k);
+                if (src >= K) continue;
                 ptrdiff_t idx = ((k / QG_KG) * w + j) * QG_KG + k % QG_KG;
 #if QG_ELEM_BYTES == 1
-                base[idx] = row[k];
+                base[idx] = row[src];
 #else
-                ((int16_t *)base)[idx] = row[k];
+                ((int16_t *)base)[idx] = row[src];
 #endif
             }
         }
     }
 #ifdef QG_AVX2
-    {
-        /* S per panel: the largest per-sign sum over a pair (k even, k + 1) of one column */
-        int32_t *S = (int32_t *)(packed + P * G * QG_KG * QG_NR);
-        for (ptrdiff_t p = 0; p < P; p++) {
-            int32_t m = 0;
-            for (ptrdiff_t j = 0; j < QG_NR && p * QG_NR + j < N; j++) {
-                const int8_t *row = W + (p * QG_NR + j) * ldw;
-                for (ptrdiff_t k = 0; k < K; k += 2) {
-                    int32_t w0 = row[k], w1 = k + 1 < K ? row[k + 1] : 0;
-                    int32_t pos = (w0 > 0 ? w0 : 0) + (w1 > 0 ? w1 : 0);
-                    int32_t neg = (w0 < 0 ? -w0 : 0) + (w1 < 0 ? -w1 : 0);
-                    m = pos > m ? pos : m;
-                    m = neg > m ? neg : m;
-                }
+    /* S per panel: the largest per-sign sum over a pair (k even, k + 1, in packed order) of
+     * one column */
+    for (ptrdiff_t p = 0; p < P; p++) {
+        const uint8_t *order = orders + p * Kp;
+        int32_t m = 0;
+        for (ptrdiff_t j = 0; j < QG_NR && p * QG_NR + j < N; j++) {
+            const int8_t *row = W + (p * QG_NR + j) * ldw;
+            for (ptrdiff_t k = 0; k < Kp; k += 2) {
+                const ptrdiff_t s0 = QG_SRC(k), s1 = QG_SRC(k + 1);
+                int32_t w0 = s0 < K ? row[s0] : 0, w1 = s1 < K ? row[s1] : 0;
+                int32_t pos = (w0 > 0 ? w0 : 0) + (w1 > 0 ? w1 : 0);
+                int32_t neg = (w0 < 0 ? -w0 : 0) + (w1 < 0 ? -w1 : 0);
+                m = pos > m ? pos : m;
+                m = neg > m ? neg : m;
             }
-            S[p] = m;
         }
+        S[p] = m;
     }
 #endif
+#undef QG_SRC
     (void)G;
+}
+
+#ifdef QG_AVX2
+/* Panel p's k order (Kp bytes, within blocks of 16), or NULL when its k is in order. */
+static inline const uint8_t *qg_order(const qops_gemm_b *B, ptrdiff_t p) {
+    const ptrdiff_t P = qg_npanels(B->N), G = qg_groups(B->K);
+    const int32_t *flag = (const int32_t *)(const void *)(B->data + P * G * QG_KG * QG_NR) + P;
+    return flag[p] ? (const uint8_t *)(flag + P) + p * G * QG_KG : NULL;
+}
+#endif
+
+/* How many column panels of the packed weight have k reordered so that no vpmaddubsw pair
+ * can saturate (AVX2 builds; see "Pairing"; 0 elsewhere). */
+static inline ptrdiff_t qops_gemm_packed_paired(const int8_t *data, ptrdiff_t N, ptrdiff_t K) {
+#ifdef QG_AVX2
+    qops_gemm_b b;
+    ptrdiff_t n = 0;
+    b.data = data;
+    b.N = N;
+    b.K = K;
+    for (ptrdiff_t p = 0; p < qg_npanels(N); p++) n += qg_order(&b, p) != NULL;
+    return n;
+#else
+    (void)data; (void)N; (void)K;
+    return 0;
+#endif
 }
 
 /* ---- micro-kernels: acc[i * QG_NR + j] = sum_k A[i, k] * W[n0 + j, k] (no zero points) ---- */
@@ -355,6 +486,7 @@ typedef struct {
     const uint8_t *raw;     /* rows of Kp bytes, zero padded (pairsafe kernel), or NULL */
     const uint8_t *nib;     /* rows of 2*Kp bytes: per group the 4 low nibbles, then the 4 high */
     ptrdiff_t Kp;           /* 4 * groups */
+    ptrdiff_t lr;           /* row stride of raw: Kp, or A's own where A is used in place */
     int32_t xmax;           /* largest A value of the block */
 } qg_apk;
 
@@ -473,18 +605,41 @@ static void qg_nib(int mr, const uint8_t *a, ptrdiff_t l, const int8_t *b, ptrdi
     else QG_NIB_ASM(QG_NIB_Z0, QG_NIB_STEP1, QG_NIB_W0);
 }
 
+/* mr rows of A (row stride la) into tmp (row stride Kp) in a panel's k order: a vpshufb per
+ * 32 bytes (its two lanes are two blocks of 16). Kept out of line: inlined, the kernel's
+ * register pressure spills its pointers. */
+static __attribute__((noinline)) void qg_reorder(const uint8_t *A, ptrdiff_t la, int mr,
+                                                 ptrdiff_t Kp, const uint8_t *order,
+                                                 uint8_t *tmp) {
+    for (int i = 0; i < mr; i++) {
+        const uint8_t *a = A + i * la;
+        uint8_t *t = tmp + i * Kp;
+        for (ptrdiff_t k = 0; k < Kp; k += 32)
+            _mm256_storeu_si256((__m256i *)(t + k),
+                                _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(a + k)),
+                                                    _mm256_loadu_si256((const __m256i *)(order + k))));
+    }
+}
+
+/* order: the panel's k order (or NULL), tmp: QG_MR * Kp bytes for A's rows in that order */
 static void qg_micro_avx2(int mr, const qg_apk *ap, ptrdiff_t m0, int safe, ptrdiff_t G,
-                          const int8_t *b, int32_t *acc) {
+                          const uint8_t *order, uint8_t *tmp, const int8_t *b, int32_t *acc) {
     const ptrdiff_t Kp = ap->Kp;
     if (safe) {
-        const uint8_t *A = ap->raw + m0 * Kp;
+        const uint8_t *A = ap->raw + m0 * ap->lr;
+        ptrdiff_t la = ap->lr;
+        if (order) {
+            qg_reorder(A, la, mr, Kp, order, tmp);
+            A = tmp;
+            la = Kp;
+        }
         switch (mr) {
-        case 1: qg_safe(1, A, Kp, G, b, acc); break;
-        case 2: qg_safe(2, A, Kp, G, b, acc); break;
-        case 3: qg_safe(3, A, Kp, G, b, acc); break;
-        case 4: qg_safe(4, A, Kp, G, b, acc); break;
-        case 5: qg_safe(5, A, Kp, G, b, acc); break;
-        default: qg_safe(6, A, Kp, G, b, acc); break;
+        case 1: qg_safe(1, A, la, G, b, acc); break;
+        case 2: qg_safe(2, A, la, G, b, acc); break;
+        case 3: qg_safe(3, A, la, G, b, acc); break;
+        case 4: qg_safe(4, A, la, G, b, acc); break;
+        case 5: qg_safe(5, A, la, G, b, acc); break;
+        default: qg_safe(6, A, la, G, b, acc); break;
         }
     } else {
         const uint8_t *A = ap->nib + m0 * 2 * Kp;
@@ -494,14 +649,18 @@ static void qg_micro_avx2(int mr, const qg_apk *ap, ptrdiff_t m0, int safe, ptrd
     }
 }
 
-/* Plain C on the raw A and the packed weights (used only when the A buffer cannot be had). */
+/* Plain C on the raw A and the packed weights (used only when the A buffer cannot be had);
+ * order: the packed k order, or NULL. */
 static void qg_micro_scalar(int mr, const uint8_t *A, ptrdiff_t lda, ptrdiff_t K,
-                            const int8_t *b, int32_t *acc) {
+                            const uint8_t *order, const int8_t *b, int32_t *acc) {
+    const ptrdiff_t Kp = qg_groups(K) * QG_KG;
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < QG_NR; j++) {
             int32_t s = 0;
-            for (ptrdiff_t k = 0; k < K; k++)
-                s += (int32_t)A[i * lda + k] * b[((k / 4) * QG_NR + j) * 4 + k % 4];
+            for (ptrdiff_t k = 0; k < Kp; k++) {
+                const ptrdiff_t src = order ? k - k % 16 + order[k] : k;
+                if (src < K) s += (int32_t)A[i * lda + src] * b[((k / 4) * QG_NR + j) * 4 + k % 4];
+            }
             acc[i * QG_NR + j] = s;
         }
 }
@@ -661,6 +820,10 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
 #ifdef QG_AVX2
     const ptrdiff_t G = qg_groups(K);
     const int32_t *S = (const int32_t *)(const void *)(B->data + qg_npanels(N) * G * QG_KG * QG_NR);
+    /* rows of A in a reordered panel's k order (see "Pairing") */
+    uint8_t *tmp = NULL;
+    for (ptrdiff_t p = p0; p < p1 && ap && !tmp; p++)
+        if (qg_order(B, p)) tmp = (uint8_t *)malloc((size_t)(QG_MR * G * QG_KG));
 #else
     (void)ap;
 #endif
@@ -675,8 +838,12 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
         const int width = (int)qg_panel_width(N, p);
         const int8_t *bp = qg_panel_ptr(B->data, K, p);
 #ifdef QG_AVX2
-        /* every vpmaddubsw pair sum of this panel fits in int16 */
+        /* every vpmaddubsw pair sum of this panel fits in int16 (always, where k was
+         * reordered: S <= 128) */
+        const uint8_t *order = qg_order(B, p);
         const int safe = ap && (int64_t)ap->xmax * S[p] <= 32767;
+        /* a reordered panel without its row buffer takes the plain C kernel */
+        const qg_apk *apk = order && !tmp ? NULL : ap;
         (void)width;
 #endif
         for (ptrdiff_t j = 0; j < w; j++) {
@@ -705,8 +872,8 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
             mr = left > QG_MR && left < QG_MR + 4 ? (left + 1) / 2 : (left < QG_MR ? left : QG_MR);
             const uint8_t *Am = A + m0 * lda;
 #ifdef QG_AVX2
-            if (ap) qg_micro_avx2((int)mr, ap, m0, safe, G, bp, acc);
-            else qg_micro_scalar((int)mr, Am, lda, K, bp, acc);
+            if (apk) qg_micro_avx2((int)mr, apk, m0, safe, G, order, tmp, bp, acc);
+            else qg_micro_scalar((int)mr, Am, lda, K, qg_order(B, p), bp, acc);
 #else
             qg_micro_dispatch((int)mr, width, Am, lda, K, bp, acc);
 #endif
@@ -716,6 +883,9 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
     }
 #ifdef QG_AMX
     if (amx) qg_amx_end();
+#endif
+#ifdef QG_AVX2
+    free(tmp);
 #endif
 }
 
@@ -748,7 +918,7 @@ static void qg_tiles(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
             qg_apk a2;
             if (ap) {
                 a2 = *ap;
-                if (a2.raw) a2.raw += r0 * a2.Kp;
+                if (a2.raw) a2.raw += r0 * a2.lr;
                 if (a2.nib) a2.nib += r0 * 2 * a2.Kp;
             }
             qg_panels(A + r0 * lda, lda, rows, a_zp, B, p, p + 1, &o, ap ? &a2 : NULL);
@@ -814,8 +984,9 @@ static void qg_run(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
     for (ptrdiff_t r0 = 0; r0 < M; r0 += sb) {
         const ptrdiff_t rows = M - r0 < sb ? M - r0 : sb;
         const uint8_t *Ab = A + r0 * lda;
-        uint8_t xmax = 0;
-        for (ptrdiff_t i = 0; i < rows; i++) {
+        /* where every panel is safe for any input (S <= 128), xmax is not needed */
+        uint8_t xmax = smax <= 128 ? 255 : 0;
+        for (ptrdiff_t i = 0; i < rows && smax > 128; i++) {
             const uint8_t *x = Ab + i * lda;
             uint8_t m = 0;
             for (ptrdiff_t k = 0; k < K; k++) m = x[k] > m ? x[k] : m;
@@ -825,9 +996,13 @@ static void qg_run(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
         ap.Kp = Kp;
         ap.xmax = xmax;
         /* which kernels the panels need: pairsafe where xmax * S <= 32767, else nibble */
-        ap.raw = (int32_t)xmax * smin <= 32767 ? buf : NULL;
+        const int need_raw = (int32_t)xmax * smin <= 32767;
         ap.nib = (int32_t)xmax * smax > 32767 ? buf + rows * Kp : NULL;
-        qg_pack_a(Ab, lda, rows, K, Kp, (uint8_t *)ap.raw, (uint8_t *)ap.nib,
+        /* rows already whole groups of 32 values are read in place */
+        const int in_place = K == Kp;
+        ap.raw = need_raw ? (in_place ? Ab : buf) : NULL;
+        ap.lr = in_place ? lda : Kp;
+        qg_pack_a(Ab, lda, rows, K, Kp, need_raw && !in_place ? buf : NULL, (uint8_t *)ap.nib,
                   rows * K >= 65536 ? nthreads : 1);
         qops_gemm_out o = *out;
         o.out = (char *)out->out + (size_t)(r0 * out->ldc) * esize;
