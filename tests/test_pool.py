@@ -399,7 +399,7 @@ def test_plan_names_the_route_of_a_direct_call():
     pool = _pool_module()
     x5 = _raw((1, 2, 1, 6, 8))
     r = pool.plan("max_pool", x5, (1, 3, 3), (1, 3, 3), (0, 0, 0), (1, 1, 1), (1, 2, 2), False)
-    assert r.name == "max_pool.rows" and r.where == "pool.pyx"
+    assert r.name == "max_pool.rows" and r.where == "pool_max.pxi"
     r = pool.plan("adaptive_avg_pool", x5, (1, 1, 1))
     assert r.name == "adaptive_avg_pool.global"
 
@@ -407,7 +407,7 @@ def test_plan_names_the_route_of_a_direct_call():
 def test_show_config_with_an_op_names_its_kernel(capsys):
     qops.show_config(F.max_pool2d, _qt((1, 2, 9, 11)), 3, 2, return_indices=True)
     out = capsys.readouterr().out
-    assert "route max_pool.indices, kernel _max_indices in pool.pyx" in out
+    assert "route max_pool.indices, kernel _max_indices in pool_max.pxi" in out
 
 
 def test_generated_pool_variants_header_is_current():
