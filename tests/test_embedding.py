@@ -216,6 +216,39 @@ def test_out_of_range_indices(table):
             F.quantized_embedding(table, np.array(bad))
 
 
+@pytest.mark.parametrize("kind", ["quint8", "quint4x2", "float"])
+@pytest.mark.parametrize("backend,threads", [("ref", 1), ("fast", 1), ("fast", 2)])
+def test_out_of_range_index_found_by_the_kernel(kind, backend, threads):
+    """The lookup kernels check every bag's indices before reading a row and report the
+    first bad one in index order, whichever thread meets it (huge values do not crash)."""
+    r = np.random.default_rng(5)
+    n, d, bags = 50, 16, 600 if backend == "fast" else 12   # 600: two threads
+    w = random_weight(r, n, d)
+    table = w if kind == "float" else F.embedding_bag_prepack(w, kind)
+    run = (F.embedding_bag if kind == "float" else
+           lambda i, t, o, **kw: F.quantized_embedding_bag(t, i, o, **kw))
+    idx = r.integers(0, n, bags * 5)
+    off = np.arange(bags) * 5
+    for first, later in ((7, bags * 5 - 1), (bags * 5 - 3, bags * 5 - 1), (bags * 2, 3)):
+        bad = idx.copy()
+        bad[later] = -2**62
+        bad[first] = n + 1 + first
+        if later < first:
+            bad[later] = 0
+        for mode in ("sum", "mean", "max"):
+            with qops.backend(backend), qops.threads(threads):
+                with pytest.raises(ValueError, match=rf"input holds index {n + 1 + first},"):
+                    run(bad, table, off, mode=mode)
+    # an entry after the last bag (include_last_offset) is still an index of input
+    bad = idx.copy()
+    bad[-1] = n
+    with qops.backend(backend), qops.threads(threads):
+        with pytest.raises(ValueError, match=f"input holds index {n},"):
+            run(bad, table, np.array([0, 4]), include_last_offset=True)
+        ok = run(idx, table, off, mode="sum")
+    assert ok.shape == (bags, d)
+
+
 def test_bad_offsets(table):
     idx = np.arange(6)
     with pytest.raises(ValueError, match="offsets"):

@@ -32,6 +32,31 @@ static inline __attribute__((always_inline)) void qops_eb_prefetch(const void *p
         __builtin_prefetch((const void *)line);
 }
 
+/* The first position in [lo, hi) whose index is outside [0, n_rows), or -1. Run on a bag's
+ * entries before any of its rows is read: a plain OR of unsigned compares GCC vectorizes, and
+ * the entries it loads are the ones the bag reads next. */
+static inline ptrdiff_t qops_eb_first_bad(const int64_t *idx, ptrdiff_t lo, ptrdiff_t hi,
+                                          int64_t n_rows) {
+    uint64_t any = 0;
+    for (ptrdiff_t i = lo; i < hi; i++)
+        any |= (uint64_t)idx[i] >= (uint64_t)n_rows;
+    if (!any)
+        return -1;
+    for (ptrdiff_t i = lo; i < hi; i++)
+        if ((uint64_t)idx[i] >= (uint64_t)n_rows)
+            return i;
+    return -1;
+}
+
+/* *first = min(*first, pos), from any thread (bags run in any order; the caller reports the
+ * first bad position in index order). */
+static inline void qops_eb_note_bad(int64_t *first, int64_t pos) {
+    int64_t cur = __atomic_load_n(first, __ATOMIC_RELAXED);
+    while (pos < cur && !__atomic_compare_exchange_n(first, &cur, pos, 0, __ATOMIC_RELAXED,
+                                                     __ATOMIC_RELAXED)) {
+    }
+}
+
 static inline void qops_eb_add_u8(float *acc, const uint8_t *q, ptrdiff_t d, float s, float c) {
     for (ptrdiff_t j = 0; j < d; j++)
         acc[j] = fmaf(s, (float)q[j], acc[j] + c);

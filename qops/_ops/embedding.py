@@ -209,6 +209,15 @@ def _check_range(idx, n):
         raise ValueError(f"input holds index {int(bad)}, outside the table's [0, {n})")
 
 
+def _lookup(fn, table, idx, off, psw, m, pad, n):
+    # The kernel checks each bag's indices before it reads a row, and reports the first bad
+    # position: the error is the one _check_range gives.
+    out, bad = fn(table, idx, off, psw, m, pad)
+    if bad >= 0:
+        raise ValueError(f"input holds index {int(idx[bad])}, outside the table's [0, {n})")
+    return out
+
+
 def _bag_args(input, offsets, include_last_offset, per_sample_weights, mode, padding_idx, n):
     """Flat int64 indices, offsets with the end appended (B + 1), weights, mode, padding."""
     idx = _int_array(input, "input")
@@ -243,7 +252,8 @@ def _bag_args(input, offsets, include_last_offset, per_sample_weights, mode, pad
     else:
         raise ValueError(f"input must be 1-D (with offsets) or 2-D; got shape {idx.shape}")
     flat = np.ascontiguousarray(idx.reshape(-1))
-    _check_range(flat, n)
+    # The kernels check the entries of the bags; entries after the last bag are checked here.
+    _check_range(flat[int(full[-1]):], n)
     psw = None
     if per_sample_weights is not None:
         if m != 0:
@@ -297,7 +307,7 @@ def quantized_embedding_bag(weight: EmbeddingPackedParams, input: npt.ArrayLike,
                                       mode, padding_idx, weight.num_embeddings)
     k = _kernels()
     fn = k.embedding_bag_8bit if weight.dtype == "quint8" else k.embedding_bag_4bit
-    return fn(weight.fused, idx, off, psw, m, pad)
+    return _lookup(fn, weight.fused, idx, off, psw, m, pad, weight.num_embeddings)
 
 
 def embedding_bag_byte(weight: EmbeddingPackedParams, input: npt.ArrayLike,
@@ -398,4 +408,4 @@ def embedding_bag(input: npt.ArrayLike, weight: npt.ArrayLike,
         raise TypeError(f"norm_type must be a number; got {norm_type!r}")
     idx, off, psw, m, pad = _bag_args(input, offsets, include_last_offset, per_sample_weights,
                                       mode, padding_idx, w.shape[0])
-    return _kernels().embedding_bag_f32(w, idx, off, psw, m, pad)
+    return _lookup(_kernels().embedding_bag_f32, w, idx, off, psw, m, pad, w.shape[0])

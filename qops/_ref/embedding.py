@@ -6,7 +6,9 @@ first, then the row's float32 scale and bias); results are float32. Each looked-
 fma(scale * w, q, acc + bias * w) to its bag (w the per-sample weight, 1 without), in index
 order, as fbgemm's EmbeddingSpMDM; mean divides the sum by the bag's entry count; max keeps
 the largest fma(scale, q, 0 + bias), the first on ties. Entries equal to padding_idx are
-skipped and not counted; empty bags are zeros.
+skipped and not counted; empty bags are zeros. Each bag's indices are checked against the
+table before any row is read: the lookups return (out, the position of the first index
+outside [0, N) in index order, or -1); out is not defined when there is one.
 """
 import numpy as np
 
@@ -57,6 +59,9 @@ def _bags(rows, scales, biases, indices, offsets, per_sample_weights, mode, padd
     dim = rows.shape[1]
     out = np.zeros((n_bags, dim), dtype=F32)
     for b in range(n_bags):
+        bad = _first_bad(indices, offsets[b], offsets[b + 1], rows.shape[0])
+        if bad >= 0:
+            return out, bad
         acc = np.zeros(dim, dtype=F32)
         count = 0
         for i in range(offsets[b], offsets[b + 1]):
@@ -76,7 +81,15 @@ def _bags(rows, scales, biases, indices, offsets, per_sample_weights, mode, padd
         if mode == MEAN and count > 0:
             acc = (acc / F32(count)).astype(F32)
         out[b] = acc
-    return out
+    return out, -1
+
+
+def _first_bad(indices, lo, hi, n):
+    """The first position in [lo, hi) whose index is outside [0, n), or -1."""
+    for i in range(lo, hi):
+        if not 0 <= indices[i] < n:
+            return i
+    return -1
 
 
 def embedding_bag_8bit(weight, indices, offsets, per_sample_weights, mode, padding_idx):
@@ -86,11 +99,13 @@ def embedding_bag_8bit(weight, indices, offsets, per_sample_weights, mode, paddi
     ----------
     weight : uint8 ndarray (N, D + 8), fused rows: D values, then the float32 scale and
         bias = -zero_point * scale (little endian), as fbgemm's 8-bit rows
-    indices : int64 ndarray (n,), each in [0, N)
+    indices : int64 ndarray (n,); an index outside [0, N) is reported, not read
     offsets : int64 ndarray (B + 1,), non-decreasing, offsets[0] = 0, offsets[B] <= n
     per_sample_weights : float32 ndarray (n,) or None (sum only)
     mode : 0 sum, 1 mean, 2 max
     padding_idx : int, the index to skip, or -1
+
+    Returns (float32 (B, D), the first bad index position or -1).
     """
     scales, biases = _scale_bias(weight)
     return _bags(weight[:, :-8], scales, biases, indices, offsets, per_sample_weights, mode,
@@ -127,6 +142,9 @@ def embedding_bag_f32(weight, indices, offsets, per_sample_weights, mode, paddin
     n_bags = offsets.shape[0] - 1
     out = np.zeros((n_bags, weight.shape[1]), dtype=F32)
     for b in range(n_bags):
+        bad = _first_bad(indices, offsets[b], offsets[b + 1], weight.shape[0])
+        if bad >= 0:
+            return out, bad
         acc = np.zeros(weight.shape[1], dtype=F32)
         count = 0
         for i in range(offsets[b], offsets[b + 1]):
@@ -147,4 +165,4 @@ def embedding_bag_f32(weight, indices, offsets, per_sample_weights, mode, paddin
         if mode == MEAN and count > 0:
             acc = (acc / F32(count)).astype(F32)
         out[b] = acc
-    return out
+    return out, -1
