@@ -1,8 +1,18 @@
 """Float Embedding and EmbeddingBag (torch.nn names, arguments and state_dict key `weight`)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
 import numpy as np
 
 from qops import functional as F
 from qops.nn.module import Module
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    from typing_extensions import Self
+
+    from qops.nn._typing import Array
 
 __all__ = ["Embedding", "EmbeddingBag"]
 
@@ -43,9 +53,10 @@ def _no_max_norm(max_norm):
 class Embedding(Module):
     """Rows of a float table: weight[input], shape input.shape + (embedding_dim,)."""
 
-    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None,
-                 norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None,
-                 _freeze=False, device=None, dtype=None):
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: Optional[int] = None,
+                 max_norm: Optional[float] = None, norm_type: float = 2.0,
+                 scale_grad_by_freq: bool = False, sparse: bool = False, _weight: Any = None,
+                 _freeze: bool = False, device: Any = None, dtype: Any = None) -> None:
         super().__init__()
         _no_max_norm(max_norm)
         self.num_embeddings = int(num_embeddings)
@@ -58,12 +69,14 @@ class Embedding(Module):
         self.register_parameter("weight", _table(num_embeddings, embedding_dim, _weight,
                                                  self.padding_idx))
 
-    def forward(self, input):
+    def forward(self, input: npt.ArrayLike) -> Array:
         return F.embedding(input, self.weight, self.padding_idx)
 
     @classmethod
-    def from_pretrained(cls, embeddings, freeze=True, padding_idx=None, max_norm=None,
-                        norm_type=2.0, scale_grad_by_freq=False, sparse=False):
+    def from_pretrained(cls, embeddings: Any, freeze: bool = True,
+                        padding_idx: Optional[int] = None, max_norm: Optional[float] = None,
+                        norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+                        sparse: bool = False) -> Self:
         """An Embedding holding the 2-D float array `embeddings` (torch's from_pretrained)."""
         w = np.asarray(embeddings, dtype=F32)
         if w.ndim != 2:
@@ -75,7 +88,7 @@ class Embedding(Module):
         # the table is saved as the `weight` parameter, not as a constructor argument
         return {k: v for k, v in super()._config().items() if k not in ("_weight", "_freeze")}
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         s = f"{self.num_embeddings}, {self.embedding_dim}"
         if self.padding_idx is not None:
             s += f", padding_idx={self.padding_idx}"
@@ -85,9 +98,10 @@ class Embedding(Module):
 class EmbeddingBag(Module):
     """Sums, means or maxima of bags of rows of a float table (torch.nn.EmbeddingBag)."""
 
-    def __init__(self, num_embeddings, embedding_dim, max_norm=None, norm_type=2.0,
-                 scale_grad_by_freq=False, mode="mean", sparse=False, _weight=None,
-                 include_last_offset=False, padding_idx=None, device=None, dtype=None):
+    def __init__(self, num_embeddings: int, embedding_dim: int, max_norm: Optional[float] = None,
+                 norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean",
+                 sparse: bool = False, _weight: Any = None, include_last_offset: bool = False,
+                 padding_idx: Optional[int] = None, device: Any = None, dtype: Any = None) -> None:
         super().__init__()
         _no_max_norm(max_norm)
         if mode not in ("sum", "mean", "max"):
@@ -104,16 +118,18 @@ class EmbeddingBag(Module):
         self.register_parameter("weight", _table(num_embeddings, embedding_dim, _weight,
                                                  self.padding_idx))
 
-    def forward(self, input, offsets=None, per_sample_weights=None):
+    def forward(self, input: npt.ArrayLike, offsets: Optional[npt.ArrayLike] = None,
+                per_sample_weights: Optional[npt.ArrayLike] = None) -> Array:
         return F.embedding_bag(input, self.weight, offsets, mode=self.mode,
                                per_sample_weights=per_sample_weights,
                                include_last_offset=self.include_last_offset,
                                padding_idx=self.padding_idx)
 
     @classmethod
-    def from_pretrained(cls, embeddings, freeze=True, max_norm=None, norm_type=2.0,
-                        scale_grad_by_freq=False, mode="mean", sparse=False,
-                        include_last_offset=False, padding_idx=None):
+    def from_pretrained(cls, embeddings: Any, freeze: bool = True, max_norm: Optional[float] = None,
+                        norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+                        mode: str = "mean", sparse: bool = False, include_last_offset: bool = False,
+                        padding_idx: Optional[int] = None) -> Self:
         """An EmbeddingBag holding the 2-D float array `embeddings`."""
         w = np.asarray(embeddings, dtype=F32)
         if w.ndim != 2:
@@ -125,14 +141,14 @@ class EmbeddingBag(Module):
     def _config(self):
         return {k: v for k, v in super()._config().items() if k != "_weight"}
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         s = f"{self.num_embeddings}, {self.embedding_dim}, mode={self.mode!r}"
         if self.padding_idx is not None:
             s += f", padding_idx={self.padding_idx}"
         return s
 
 
-def torch_converters(torch):
+def torch_converters(torch: Any) -> Any:
     """{torch.nn embedding class: build(tm, convert)} for qops.nn.from_torch."""
     def embedding(tm, convert):
         return Embedding(tm.num_embeddings, tm.embedding_dim, tm.padding_idx, tm.max_norm,

@@ -9,7 +9,10 @@ Every function in the table takes the values PyTorch's would (numpy float32 arra
 has float tensors, QTensors where it has quantized ones, Python ints for sizes) and computes what
 PyTorch computes on them: float arithmetic on float arrays, `qops.functional` on QTensors.
 """
+from __future__ import annotations
+
 import operator
+from typing import Any, Iterable, Optional
 
 import numpy as np
 
@@ -481,7 +484,7 @@ METHODS = {
 class GraphSubmodules(Module):
     """A level of the submodule tree of a GraphModule (a torch module the graph went through)."""
 
-    def __init__(self, original_name=""):
+    def __init__(self, original_name: str = "") -> None:
         super().__init__()
         self.original_name = original_name
 
@@ -491,7 +494,7 @@ class GraphSubmodules(Module):
     def _config(self):
         return {"original_name": self.original_name}
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(f"{self._get_name()} was captured into its parent's graph; call the "
                            f"GraphModule, not this level of its submodule tree")
 
@@ -547,7 +550,9 @@ class GraphModule(Module):
 
     _state_attrs = ("nodes", "class_name")
 
-    def __init__(self, nodes=(), modules=None, buffers=None, class_name="GraphModule"):
+    def __init__(self, nodes: Iterable[Node] = (), modules: Optional[dict[str, Module]] = None,
+                 buffers: Optional[dict[str, Any]] = None,
+                 class_name: str = "GraphModule") -> None:
         super().__init__()
         self.__dict__["class_name"] = class_name
         if not nodes:
@@ -678,7 +683,7 @@ class GraphModule(Module):
         d["_plan_checked"] = _Children.changes
         return plan
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         inputs, steps, n, _ = self._plan_now()
         env = [None] * n
         for k, (i, node) in enumerate(inputs):
@@ -719,7 +724,7 @@ class GraphModule(Module):
     def _get_name(self):
         return f"GraphModule[{self.class_name}]"
 
-    def code(self):
+    def code(self) -> str:
         """The graph as text: one line per node, as `print(model)` shows it after the modules."""
         return "\n".join(repr(n) for n in self.nodes)
 

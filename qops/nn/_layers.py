@@ -4,14 +4,20 @@ Forward runs float32 numpy (qops/nn/_float_ops.py). Layers that PyTorch also run
 tensors (relu, hardtanh, relu6, leaky_relu, hardsigmoid, sigmoid, tanh, pooling, upsampling,
 flatten, identity, dropout) accept a QTensor too and then call the qops.functional op.
 """
+from __future__ import annotations
+
 import math
 import numbers
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
 from qops._qtensor import QTensor
 from qops.nn import _float_ops as fo
 from qops.nn.module import Module
+
+if TYPE_CHECKING:
+    from qops.nn._typing import IntOrTuple, OutputSize, Tensor
 
 F32 = np.float32
 
@@ -25,7 +31,7 @@ __all__ = ["Conv1d", "Conv2d", "Conv3d", "Linear", "BatchNorm1d", "BatchNorm2d",
 _rng = np.random.default_rng()
 
 
-def qfunctional(name):
+def qfunctional(name: str) -> Callable[..., Any]:
     """The qops.functional op `name`, or a clear error if this build does not have it yet."""
     from qops import functional
     fn = getattr(functional, name, None)
@@ -54,8 +60,10 @@ def _uniform(shape, bound):
 class _ConvNd(Module):
     _NDIM = 2
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=True, padding_mode="zeros", device=None, dtype=None):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: IntOrTuple,
+                 stride: IntOrTuple = 1, padding: IntOrTuple = 0, dilation: IntOrTuple = 1,
+                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
+                 device: Any = None, dtype: Any = None) -> None:
         super().__init__()
         n = self._NDIM
         if groups <= 0 or in_channels % groups or out_channels % groups:
@@ -84,10 +92,10 @@ class _ConvNd(Module):
         return fo.conv(input, weight, bias, self.stride, self.padding, self.dilation,
                        self.groups, self.padding_mode)
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         return self._conv_forward(input, self.weight, self.bias)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
              f"stride={self.stride}")
         if self.padding != (0,) * self._NDIM:
@@ -127,7 +135,8 @@ class Conv3d(_ConvNd):
 class Linear(Module):
     """y = x W^T + b over the last dimension (float32)."""
 
-    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device: Any = None,
+                 dtype: Any = None) -> None:
         super().__init__()
         self.in_features = int(in_features)
         self.out_features = int(out_features)
@@ -135,10 +144,10 @@ class Linear(Module):
         self.register_parameter("weight", _uniform((out_features, in_features), bound))
         self.register_parameter("bias", _uniform((out_features,), bound) if bias else None)
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         return fo.linear(input, self.weight, self.bias)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}")
 
@@ -151,8 +160,9 @@ class Linear(Module):
 class _NormBase(Module):
     _NDIMS = (3, 4)
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
-                 track_running_stats=True, device=None, dtype=None):
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
+                 affine: bool = True, track_running_stats: bool = True, device: Any = None,
+                 dtype: Any = None) -> None:
         super().__init__()
         self.num_features = int(num_features)
         self.eps = float(eps)
@@ -177,7 +187,7 @@ class _NormBase(Module):
             raise ValueError(f"{type(self).__name__} expects a "
                              f"{' or '.join(map(str, self._NDIMS))}-D input; got {nd}-D")
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
                 f"affine={self.affine}, track_running_stats={self.track_running_stats}")
 
@@ -187,7 +197,7 @@ class _NormBase(Module):
 
 
 class _BatchNorm(_NormBase):
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         self._check_input(input)
         use_batch = self.training or self.running_mean is None
         momentum = self.momentum
@@ -217,11 +227,12 @@ class BatchNorm3d(_BatchNorm):
 
 
 class _InstanceNorm(_NormBase):
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False,
-                 track_running_stats=False, device=None, dtype=None):
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
+                 affine: bool = False, track_running_stats: bool = False, device: Any = None,
+                 dtype: Any = None) -> None:
         super().__init__(num_features, eps, momentum, affine, track_running_stats)
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         self._check_input(input)
         x = fo.as_f32(input)
         unbatched = x.ndim == self._NDIMS[0]
@@ -253,8 +264,9 @@ class InstanceNorm3d(_InstanceNorm):
 class LayerNorm(Module):
     """Layer norm over the trailing `normalized_shape` dims."""
 
-    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True,
-                 device=None, dtype=None):
+    def __init__(self, normalized_shape: IntOrTuple, eps: float = 1e-5,
+                 elementwise_affine: bool = True, bias: bool = True, device: Any = None,
+                 dtype: Any = None) -> None:
         super().__init__()
         if isinstance(normalized_shape, numbers.Integral):
             normalized_shape = (normalized_shape,)
@@ -266,10 +278,10 @@ class LayerNorm(Module):
         self.register_parameter("bias", np.zeros(ns, F32)
                                 if elementwise_affine and bias else None)
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         return fo.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"{self.normalized_shape}, eps={self.eps}, "
                 f"elementwise_affine={self.elementwise_affine}")
 
@@ -281,7 +293,8 @@ class LayerNorm(Module):
 class GroupNorm(Module):
     """Group norm: `num_groups` groups over the channels of (N, C, ...) inputs."""
 
-    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, device=None, dtype=None):
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
+                 device: Any = None, dtype: Any = None) -> None:
         super().__init__()
         if num_channels % num_groups:
             raise ValueError(f"num_channels ({num_channels}) must be divisible by num_groups "
@@ -293,10 +306,10 @@ class GroupNorm(Module):
         self.register_parameter("weight", np.ones(num_channels, F32) if affine else None)
         self.register_parameter("bias", np.zeros(num_channels, F32) if affine else None)
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         return fo.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
 
     def _config(self):
@@ -308,23 +321,23 @@ class GroupNorm(Module):
 class ReLU(Module):
     """max(x, 0); on a QTensor, qops.functional.relu (output qparams = input's)."""
 
-    def __init__(self, inplace=False):
+    def __init__(self, inplace: bool = False) -> None:
         super().__init__()
         self.inplace = inplace
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         if isinstance(input, QTensor):
             return qfunctional("relu")(input)
         return fo.relu(input)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
 
 
 class Hardtanh(Module):
     """clamp(x, min_val, max_val); on a QTensor, qops.functional.hardtanh."""
 
-    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False):
+    def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> None:
         super().__init__()
         if max_val <= min_val:
             raise ValueError(f"Hardtanh: max_val ({max_val}) must be greater than min_val "
@@ -333,27 +346,27 @@ class Hardtanh(Module):
         self.max_val = float(max_val)
         self.inplace = inplace
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         if isinstance(input, QTensor):
             return qfunctional("hardtanh")(input, self.min_val, self.max_val)
         return fo.hardtanh(input, self.min_val, self.max_val)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"min_val={self.min_val}, max_val={self.max_val}"
 
 
 class ReLU6(Hardtanh):
     """clamp(x, 0, 6); on a QTensor, qops.functional.relu6."""
 
-    def __init__(self, inplace=False):
+    def __init__(self, inplace: bool = False) -> None:
         super().__init__(0.0, 6.0, inplace)
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         if isinstance(input, QTensor):
             return qfunctional("relu6")(input)
         return fo.hardtanh(input, 0.0, 6.0)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
 
     def _config(self):
@@ -363,43 +376,43 @@ class ReLU6(Hardtanh):
 class ELU(Module):
     """x if x > 0 else alpha * (exp(x) - 1) (float only, as torch.nn.ELU)."""
 
-    def __init__(self, alpha=1.0, inplace=False):
+    def __init__(self, alpha: float = 1.0, inplace: bool = False) -> None:
         super().__init__()
         self.alpha = float(alpha)
         self.inplace = inplace
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         return fo.elu(input, self.alpha)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"alpha={self.alpha}"
 
 
 class LeakyReLU(Module):
     """x if x > 0 else negative_slope * x; on a QTensor, qops.functional.leaky_relu."""
 
-    def __init__(self, negative_slope=0.01, inplace=False):
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False) -> None:
         super().__init__()
         self.negative_slope = float(negative_slope)
         self.inplace = inplace
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         if isinstance(input, QTensor):
             return qfunctional("leaky_relu")(input, self.negative_slope)
         return fo.leaky_relu(input, self.negative_slope)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"negative_slope={self.negative_slope}"
 
 
 class Hardsigmoid(Module):
     """clamp(x + 3, 0, 6) / 6; on a QTensor, qops.functional.hardsigmoid (fixed qparams)."""
 
-    def __init__(self, inplace=False):
+    def __init__(self, inplace: bool = False) -> None:
         super().__init__()
         self.inplace = inplace
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         if isinstance(input, QTensor):
             return qfunctional("hardsigmoid")(input)
         return fo.hardsigmoid(input)
@@ -408,18 +421,18 @@ class Hardsigmoid(Module):
 class Hardswish(Module):
     """x * clamp(x + 3, 0, 6) / 6 (float only; quantized: qops.nn.quantized.Hardswish)."""
 
-    def __init__(self, inplace=False):
+    def __init__(self, inplace: bool = False) -> None:
         super().__init__()
         self.inplace = inplace
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         return fo.hardswish(input)
 
 
 class Sigmoid(Module):
     """1 / (1 + exp(-x)); on a QTensor, qops.functional.sigmoid (fixed qparams)."""
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         if isinstance(input, QTensor):
             return qfunctional("sigmoid")(input)
         return fo.sigmoid(input)
@@ -428,7 +441,7 @@ class Sigmoid(Module):
 class Tanh(Module):
     """tanh(x); on a QTensor, qops.functional.tanh (fixed qparams)."""
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         if isinstance(input, QTensor):
             return qfunctional("tanh")(input)
         return fo.tanh(input)
@@ -438,8 +451,9 @@ class Tanh(Module):
 class _MaxPoolNd(Module):
     _NDIM = 2
 
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
-                 ceil_mode=False):
+    def __init__(self, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None,
+                 padding: IntOrTuple = 0, dilation: IntOrTuple = 1, return_indices: bool = False,
+                 ceil_mode: bool = False) -> None:
         super().__init__()
         if return_indices:
             raise NotImplementedError("return_indices=True is not supported by qops pooling "
@@ -451,7 +465,7 @@ class _MaxPoolNd(Module):
         self.return_indices = False
         self.ceil_mode = bool(ceil_mode)
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         if isinstance(input, QTensor):
             return qfunctional(f"max_pool{self._NDIM}d")(
                 input, self.kernel_size, self.stride, self.padding, self.dilation,
@@ -459,7 +473,7 @@ class _MaxPoolNd(Module):
         return fo.max_pool(input, self._NDIM, self.kernel_size, self.stride, self.padding,
                            self.dilation, self.ceil_mode)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
                 f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
 
@@ -486,8 +500,9 @@ class MaxPool3d(_MaxPoolNd):
 class _AvgPoolNd(Module):
     _NDIM = 2
 
-    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
-                 count_include_pad=True, divisor_override=None):
+    def __init__(self, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None,
+                 padding: IntOrTuple = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+                 divisor_override: Optional[int] = None) -> None:
         super().__init__()
         self.kernel_size = kernel_size
         self.stride = stride if stride is not None else kernel_size
@@ -496,7 +511,7 @@ class _AvgPoolNd(Module):
         self.count_include_pad = bool(count_include_pad)
         self.divisor_override = divisor_override
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         if isinstance(input, QTensor):
             fn = qfunctional(f"avg_pool{self._NDIM}d")
             if self._NDIM == 1:
@@ -507,7 +522,7 @@ class _AvgPoolNd(Module):
         return fo.avg_pool(input, self._NDIM, self.kernel_size, self.stride, self.padding,
                            self.ceil_mode, self.count_include_pad, self.divisor_override)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
     def _config(self):
@@ -522,8 +537,9 @@ class AvgPool1d(_AvgPoolNd):
     """1-D average pooling (float or QTensor input)."""
     _NDIM = 1
 
-    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
-                 count_include_pad=True):
+    def __init__(self, kernel_size: IntOrTuple, stride: Optional[IntOrTuple] = None,
+                 padding: IntOrTuple = 0, ceil_mode: bool = False,
+                 count_include_pad: bool = True) -> None:
         super().__init__(kernel_size, stride, padding, ceil_mode, count_include_pad)
 
 
@@ -540,16 +556,16 @@ class AvgPool3d(_AvgPoolNd):
 class _AdaptiveAvgPoolNd(Module):
     _NDIM = 2
 
-    def __init__(self, output_size):
+    def __init__(self, output_size: OutputSize) -> None:
         super().__init__()
         self.output_size = output_size
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         if isinstance(input, QTensor):
             return qfunctional(f"adaptive_avg_pool{self._NDIM}d")(input, self.output_size)
         return fo.adaptive_avg_pool(input, self._NDIM, self.output_size)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
 
 
@@ -572,8 +588,10 @@ class AdaptiveAvgPool3d(_AdaptiveAvgPoolNd):
 class Upsample(Module):
     """Resize by `size` or `scale_factor` (float or QTensor input; QTensor keeps its qparams)."""
 
-    def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None,
-                 recompute_scale_factor=None):
+    def __init__(self, size: Optional[IntOrTuple] = None,
+                 scale_factor: Optional[Union[float, Sequence[float]]] = None,
+                 mode: str = "nearest", align_corners: Optional[bool] = None,
+                 recompute_scale_factor: Optional[bool] = None) -> None:
         super().__init__()
         if (size is None) == (scale_factor is None):
             raise ValueError("Upsample: give exactly one of size and scale_factor")
@@ -584,14 +602,14 @@ class Upsample(Module):
         self.align_corners = align_corners
         self.recompute_scale_factor = recompute_scale_factor
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         if isinstance(input, QTensor):
             return qfunctional("interpolate")(input, self.size, self.scale_factor, self.mode,
                                               self.align_corners)
         return fo.interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
                               self.recompute_scale_factor)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         if self.scale_factor is not None:
             info = f"scale_factor={self.scale_factor!r}"
         else:
@@ -607,7 +625,8 @@ class Upsample(Module):
 class UpsamplingNearest2d(Upsample):
     """Nearest 2-D upsampling (Upsample with mode='nearest')."""
 
-    def __init__(self, size=None, scale_factor=None):
+    def __init__(self, size: Optional[IntOrTuple] = None,
+                 scale_factor: Optional[Union[float, Sequence[float]]] = None) -> None:
         super().__init__(size, scale_factor, mode="nearest")
 
     def _config(self):
@@ -617,7 +636,8 @@ class UpsamplingNearest2d(Upsample):
 class UpsamplingBilinear2d(Upsample):
     """Bilinear 2-D upsampling with align_corners=True."""
 
-    def __init__(self, size=None, scale_factor=None):
+    def __init__(self, size: Optional[IntOrTuple] = None,
+                 scale_factor: Optional[Union[float, Sequence[float]]] = None) -> None:
         super().__init__(size, scale_factor, mode="bilinear", align_corners=True)
 
     def _config(self):

@@ -5,8 +5,11 @@ are PyTorch's; the forward is `qops.functional.recurrent` with float32 GEMMs (nu
 rnn family's cell steps. Dropout between layers applies in training only, which qops does not
 do: it is stored and ignored.
 """
+from __future__ import annotations
+
 import math
 import numbers
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -14,6 +17,9 @@ import qops.functional as F
 from qops.nn import _float_ops as fo
 from qops.nn._layers import _uniform
 from qops.nn.module import Module
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
 
@@ -70,9 +76,10 @@ class RNNBase(Module):
     proj_size : int, LSTM output projection (weight_hr_l*), 0 for none
     """
 
-    def __init__(self, mode, input_size, hidden_size, num_layers=1, bias=True,
-                 batch_first=False, dropout=0.0, bidirectional=False, proj_size=0,
-                 device=None, dtype=None):
+    def __init__(self, mode: str, input_size: int, hidden_size: int, num_layers: int = 1,
+                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
+                 bidirectional: bool = False, proj_size: int = 0, device: Any = None,
+                 dtype: Any = None) -> None:
         super().__init__()
         owner = type(self).__name__
         if mode not in _GATES:
@@ -124,12 +131,12 @@ class RNNBase(Module):
                                         p.get("weight_hr" + sfx)))
         return cells
 
-    def forward(self, input, hx=None):
+    def forward(self, input: npt.ArrayLike, hx: Any = None) -> Any:
         return F.recurrent(self.mode, input, hx, self._cells(), self.input_size,
                            self.hidden_size, self.num_layers, self.bidirectional,
                            self.batch_first, self.proj_size)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
         if self.proj_size:
             s += f", proj_size={self.proj_size}"
@@ -163,8 +170,10 @@ class RNN(RNNBase):
     nonlinearity : "tanh" or "relu"
     """
 
-    def __init__(self, input_size, hidden_size, num_layers=1, nonlinearity="tanh", bias=True,
-                 batch_first=False, dropout=0.0, bidirectional=False, device=None, dtype=None):
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
+                 nonlinearity: str = "tanh", bias: bool = True, batch_first: bool = False,
+                 dropout: float = 0.0, bidirectional: bool = False, device: Any = None,
+                 dtype: Any = None) -> None:
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"RNN: nonlinearity must be 'tanh' or 'relu'; got "
                              f"{nonlinearity!r}")
@@ -185,8 +194,9 @@ class LSTM(RNNBase):
     proj_size : int, 0 for none
     """
 
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
-                 dropout=0.0, bidirectional=False, proj_size=0, device=None, dtype=None):
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 proj_size: int = 0, device: Any = None, dtype: Any = None) -> None:
         super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first,
                          dropout, bidirectional, proj_size)
 
@@ -202,8 +212,9 @@ class GRU(RNNBase):
     input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional : as RNNBase
     """
 
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
-                 dropout=0.0, bidirectional=False, device=None, dtype=None):
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 device: Any = None, dtype: Any = None) -> None:
         super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first,
                          dropout, bidirectional)
 
@@ -239,7 +250,8 @@ class RNNCellBase(Module):
 
     _MODE = "RNN_TANH"
 
-    def __init__(self, input_size, hidden_size, bias, num_chunks, device=None, dtype=None):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool, num_chunks: int,
+                 device: Any = None, dtype: Any = None) -> None:
         super().__init__()
         _check_sizes(type(self).__name__, input_size, hidden_size)
         self.input_size = int(input_size)
@@ -255,11 +267,11 @@ class RNNCellBase(Module):
     def _mode(self):
         return self._MODE
 
-    def forward(self, input, hx=None):
+    def forward(self, input: npt.ArrayLike, hx: Any = None) -> Any:
         cell = _FloatCell(self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
         return _cell_step(self._mode(), cell, input, hx, self.input_size, self.hidden_size)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
         if not self.bias:
             s += ", bias=False"
@@ -282,8 +294,8 @@ class RNNCell(RNNCellBase):
     nonlinearity : "tanh" or "relu"
     """
 
-    def __init__(self, input_size, hidden_size, bias=True, nonlinearity="tanh", device=None,
-                 dtype=None):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
+                 nonlinearity: str = "tanh", device: Any = None, dtype: Any = None) -> None:
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"RNNCell: nonlinearity must be 'tanh' or 'relu'; got "
                              f"{nonlinearity!r}")
@@ -308,7 +320,8 @@ class LSTMCell(RNNCellBase):
 
     _MODE = "LSTM"
 
-    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None,
+                 dtype: Any = None) -> None:
         super().__init__(input_size, hidden_size, bias, 4)
 
 
@@ -323,11 +336,12 @@ class GRUCell(RNNCellBase):
 
     _MODE = "GRU"
 
-    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None,
+                 dtype: Any = None) -> None:
         super().__init__(input_size, hidden_size, bias, 3)
 
 
-def torch_converters(torch):
+def torch_converters(torch: Any) -> Any:
     """{torch.nn recurrent class: build(tm, convert)} for qops.nn.from_torch."""
     import inspect
     table = {}

@@ -5,12 +5,19 @@ torch class maps to a qops class; constructor arguments are read from the torch 
 attributes (same names), and values from its state_dict (or, for quantized layers, from the
 unpacked weight, bias and qparams).
 """
+from __future__ import annotations
+
 import inspect
+from typing import TYPE_CHECKING, Any, Iterable, Optional
+
+if TYPE_CHECKING:
+    from qops._qtensor import QTensor
+    from qops.nn.module import Module
 
 __all__ = ["from_torch", "from_torch_quantized", "qtensor_from_torch"]
 
 
-def qtensor_from_torch(t):
+def qtensor_from_torch(t: Any) -> QTensor:
     """A QTensor with the integer values and qparams of a quantized torch tensor."""
     from qops import _qparams as qp
     from qops._dtypes import (
@@ -289,7 +296,8 @@ def _convert_or_capture(module, table, what, leaf_modules):
     return capture(module, table, what, leaf_modules=leaf_modules)
 
 
-def from_torch(module, target=None, leaf_modules=()):
+def from_torch(module: Any, target: Optional[Module] = None,
+               leaf_modules: Iterable[str] = ()) -> Module:
     """The qops float model equivalent to torch float model `module`, with the same weights.
 
     A container of known layers converts layer by layer; any other model (a class with its
@@ -312,7 +320,8 @@ def from_torch(module, target=None, leaf_modules=()):
     return _convert_or_capture(module, table, "qops.nn.from_torch", tuple(leaf_modules))
 
 
-def from_torch_quantized(module, target=None, leaf_modules=()):
+def from_torch_quantized(module: Any, target: Optional[Module] = None,
+                         leaf_modules: Iterable[str] = ()) -> Module:
     """The qops quantized model equivalent to a model converted by torch.ao.quantization.
 
     Parameters

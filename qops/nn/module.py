@@ -5,15 +5,23 @@ Python scalars (a quantized module's `scale` and `zero_point`). Submodules assig
 are registered as children, so `named_modules()`, `state_dict()` and child swapping by name work
 as in PyTorch.
 """
+from __future__ import annotations
+
 import functools
 import inspect
 import itertools
 import numbers
 from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 
 import numpy as np
 
 from qops._qtensor import QTensor
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from qops.nn._typing import Array, Tensor
 
 __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Flatten", "Dropout",
            "RemovableHandle", "register_module_type", "module_type_table"]
@@ -23,7 +31,7 @@ __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Flat
 _TYPES = {}
 
 
-def register_module_type(cls, name=None):
+def register_module_type(cls: type[Module], name: Optional[str] = None) -> type[Module]:
     """Add a Module subclass to the table of types `qops.save` and `qops.load` accept.
 
     Parameters
@@ -43,7 +51,7 @@ def register_module_type(cls, name=None):
     return cls
 
 
-def module_type_table():
+def module_type_table() -> dict[str, type[Module]]:
     """A copy of the table {type name: class} of module types qops can save and load."""
     return dict(_TYPES)
 
@@ -61,17 +69,17 @@ class RemovableHandle:
 
     _ids = itertools.count()
 
-    def __init__(self, hooks):
+    def __init__(self, hooks: Any) -> None:
         self._hooks = hooks
         self.id = next(RemovableHandle._ids)
 
-    def remove(self):
+    def remove(self) -> None:
         self._hooks.pop(self.id, None)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.remove()
 
 
@@ -141,7 +149,7 @@ class Module:
         if cls.__module__.startswith("qops.nn") and not cls.__name__.startswith("_"):
             register_module_type(cls, f"{_public_module_name(cls.__module__)}.{cls.__qualname__}")
 
-    def __init__(self):
+    def __init__(self) -> None:
         d = self.__dict__
         d["training"] = True
         d["_parameters"] = OrderedDict()
@@ -197,13 +205,13 @@ class Module:
         return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers)
                       | set(self._modules))
 
-    def register_parameter(self, name, value):
+    def register_parameter(self, name: str, value: Any) -> None:
         """Register a float32 parameter (or None) under `name`."""
         self._check_new_name(name, "_parameters")
         self.__dict__.pop(name, None)
         self._parameters[name] = None if value is None else _as_parameter(value, name)
 
-    def register_buffer(self, name, value, persistent=True):
+    def register_buffer(self, name: str, value: Any, persistent: bool = True) -> None:
         """Register a buffer (array, QTensor, scalar or None) under `name`.
 
         Parameters
@@ -220,7 +228,7 @@ class Module:
         else:
             self._non_persistent.add(name)
 
-    def add_module(self, name, module):
+    def add_module(self, name: str, module: Optional[Module]) -> None:
         """Register `module` (a Module or None) as the child called `name`."""
         if module is not None and not isinstance(module, Module):
             raise TypeError(f"add_module: {type(module).__name__} is not a qops.nn.Module")
@@ -242,7 +250,7 @@ class Module:
             if other != store and name in self.__dict__[other]:
                 raise KeyError(f"'{name}' is already registered in {other[1:]}")
 
-    def get_submodule(self, target):
+    def get_submodule(self, target: str) -> Module:
         """The submodule at dotted path `target` ("" is this module)."""
         mod = self
         if target == "":
@@ -255,7 +263,7 @@ class Module:
             mod = children[part]
         return mod
 
-    def set_submodule(self, target, module):
+    def set_submodule(self, target: str, module: Module) -> None:
         """Replace the submodule at dotted path `target` with `module`."""
         if not target:
             raise ValueError("set_submodule needs a non-empty target")
@@ -266,7 +274,7 @@ class Module:
         owner.add_module(name, module)
 
     # -- traversal ------------------------------------------------------------------------
-    def named_children(self):
+    def named_children(self) -> Iterator[tuple[str, Module]]:
         """Yield (name, child) for each direct child."""
         seen = set()
         for name, m in self._modules.items():
@@ -274,11 +282,12 @@ class Module:
                 seen.add(id(m))
                 yield name, m
 
-    def children(self):
+    def children(self) -> Iterator[Module]:
         for _, m in self.named_children():
             yield m
 
-    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+    def named_modules(self, memo: Optional[set[Any]] = None, prefix: str = "",
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, Module]]:
         """Yield (dotted name, module) for this module and every descendant, depth first."""
         if memo is None:
             memo = set()
@@ -293,7 +302,7 @@ class Module:
             yield from m.named_modules(memo, f"{prefix}.{name}" if prefix else name,
                                        remove_duplicate)
 
-    def modules(self):
+    def modules(self) -> Iterator[Module]:
         for _, m in self.named_modules():
             yield m
 
@@ -307,23 +316,24 @@ class Module:
                 seen.add(id(v))
                 yield (f"{mprefix}.{name}" if mprefix else name), v
 
-    def named_parameters(self, prefix="", recurse=True):
+    def named_parameters(self, prefix: str = "",
+                         recurse: bool = True) -> Iterator[tuple[str, Array]]:
         """Yield (dotted name, float32 array) for every parameter."""
         yield from self._named_members("_parameters", prefix, recurse)
 
-    def parameters(self, recurse=True):
+    def parameters(self, recurse: bool = True) -> Iterator[Array]:
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
-    def named_buffers(self, prefix="", recurse=True):
+    def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Array]]:
         """Yield (dotted name, value) for every buffer."""
         yield from self._named_members("_buffers", prefix, recurse)
 
-    def buffers(self, recurse=True):
+    def buffers(self, recurse: bool = True) -> Iterator[Array]:
         for _, b in self.named_buffers(recurse=recurse):
             yield b
 
-    def apply(self, fn):
+    def apply(self, fn: Callable[..., Any]) -> Self:
         """Call `fn(module)` on every child (recursively) then on this module; return self."""
         for m in self.children():
             m.apply(fn)
@@ -331,7 +341,7 @@ class Module:
         return self
 
     # -- modes ----------------------------------------------------------------------------
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> Self:
         """Set training mode on this module and its descendants; return self."""
         if not isinstance(mode, bool):
             raise TypeError(f"train(mode): mode must be a bool; got {mode!r}")
@@ -340,26 +350,27 @@ class Module:
             m.train(mode)
         return self
 
-    def eval(self):
+    def eval(self) -> Self:
         """Set evaluation mode (same as `train(False)`); return self."""
         return self.train(False)
 
-    def to(self, *args, **kwargs):
+    def to(self, *args: Any, **kwargs: Any) -> Self:
         # Everything lives in host memory as numpy; accepted so torch-style code runs.
         return self
 
-    def cpu(self):
+    def cpu(self) -> Self:
         return self
 
-    def requires_grad_(self, requires_grad=True):
+    def requires_grad_(self, requires_grad: bool = True) -> Self:
         # qops has no autograd; accepted so code written for torch keeps working.
         return self
 
-    def zero_grad(self, set_to_none=True):
+    def zero_grad(self, set_to_none: bool = True) -> None:
         return None
 
     # -- hooks and call -------------------------------------------------------------------
-    def register_forward_pre_hook(self, hook, *, prepend=False):
+    def register_forward_pre_hook(self, hook: Callable[..., Any], *,
+                                  prepend: bool = False) -> RemovableHandle:
         """Call `hook(module, args)` before forward; a non-None result replaces the args.
 
         Parameters
@@ -369,7 +380,8 @@ class Module:
         """
         return _add_hook(self._forward_pre_hooks, hook, prepend)
 
-    def register_forward_hook(self, hook, *, prepend=False):
+    def register_forward_hook(self, hook: Callable[..., Any], *,
+                              prepend: bool = False) -> RemovableHandle:
         """Call `hook(module, args, output)` after forward; a non-None result replaces output.
 
         Parameters
@@ -380,7 +392,7 @@ class Module:
         """
         return _add_hook(self._forward_hooks, hook, prepend)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         d = self.__dict__
         if not d["_forward_hooks"] and not d["_forward_pre_hooks"]:
             return self.forward(*args, **kwargs)
@@ -395,7 +407,7 @@ class Module:
                 out = r
         return out
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
 
     # -- state ----------------------------------------------------------------------------
@@ -407,7 +419,8 @@ class Module:
             if b is not None and name not in self._non_persistent:
                 destination[prefix + name] = b
 
-    def state_dict(self, destination=None, prefix="", keep_vars=False):
+    def state_dict(self, destination: Optional[dict[Any, Any]] = None, prefix: str = "",
+                   keep_vars: bool = False) -> dict[str, Any]:
         """An ordered {dotted name: value} of parameters and persistent buffers (copies)."""
         if destination is None:
             destination = OrderedDict()
@@ -471,7 +484,7 @@ class Module:
                 return
             store[name] = type(current)(value) if isinstance(current, numbers.Number) else value
 
-    def load_state_dict(self, state_dict, strict=True):
+    def load_state_dict(self, state_dict: dict[Any, Any], strict: bool = True) -> Any:
         """Copy values from `state_dict` into this module and its descendants.
 
         Parameters
@@ -508,13 +521,13 @@ class Module:
         """Rebuild derived state (packed weights) after new values were loaded."""
 
     # -- description ----------------------------------------------------------------------
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return ""
 
     def _get_name(self):
         return type(self).__name__
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         lines = []
         extra = self.extra_repr()
         if extra:
@@ -593,7 +606,7 @@ def _as_parameter(value, name):
 class Sequential(Module):
     """Run children in order; `Sequential(a, b)` or `Sequential(OrderedDict(...))`."""
 
-    def __init__(self, *args):
+    def __init__(self, *args: Any) -> None:
         super().__init__()
         if len(args) == 1 and isinstance(args[0], (dict, OrderedDict)):
             for name, m in args[0].items():
@@ -605,31 +618,31 @@ class Sequential(Module):
     def _config(self):
         return {}
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._modules)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return iter(self._modules.values())
 
-    def __getitem__(self, idx):
+    def __getitem__(self, idx: int) -> Any:
         keys = list(self._modules)
         if isinstance(idx, slice):
             return Sequential(OrderedDict((k, self._modules[k]) for k in keys[idx]))
         return self._modules[keys[_index(idx, len(keys))]]
 
-    def __setitem__(self, idx, module):
+    def __setitem__(self, idx: int, module: Module) -> None:
         keys = list(self._modules)
         self.add_module(keys[_index(idx, len(keys))], module)
 
-    def __delitem__(self, idx):
+    def __delitem__(self, idx: int) -> None:
         keys = list(self._modules)
         del self._modules[keys[_index(idx, len(keys))]]
 
-    def append(self, module):
+    def append(self, module: Module) -> Self:
         self.add_module(str(len(self)), module)
         return self
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Any:
         for m in self._modules.values():
             input = m(input)
         return input
@@ -646,7 +659,7 @@ def _index(idx, n):
 class ModuleList(Module):
     """A list of modules registered as children "0", "1", ..."""
 
-    def __init__(self, modules=None):
+    def __init__(self, modules: Any = None) -> None:
         super().__init__()
         for m in modules or ():
             self.append(m)
@@ -654,25 +667,25 @@ class ModuleList(Module):
     def _config(self):
         return {}
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._modules)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return iter(self._modules.values())
 
-    def __getitem__(self, idx):
+    def __getitem__(self, idx: int) -> Any:
         if isinstance(idx, slice):
             return ModuleList(list(self._modules.values())[idx])
         return self._modules[str(_index(idx, len(self)))]
 
-    def __setitem__(self, idx, module):
+    def __setitem__(self, idx: int, module: Module) -> None:
         self.add_module(str(_index(idx, len(self))), module)
 
-    def append(self, module):
+    def append(self, module: Module) -> Self:
         self.add_module(str(len(self)), module)
         return self
 
-    def extend(self, modules):
+    def extend(self, modules: Any) -> Self:
         for m in modules:
             self.append(m)
         return self
@@ -681,7 +694,7 @@ class ModuleList(Module):
 class ModuleDict(Module):
     """A dict of modules registered as children under their keys."""
 
-    def __init__(self, modules=None):
+    def __init__(self, modules: Any = None) -> None:
         super().__init__()
         for k, m in (modules or {}).items():
             self.add_module(k, m)
@@ -689,51 +702,51 @@ class ModuleDict(Module):
     def _config(self):
         return {}
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: str) -> Any:
         return self._modules[key]
 
-    def __setitem__(self, key, module):
+    def __setitem__(self, key: str, module: Module) -> None:
         self.add_module(key, module)
 
     def __contains__(self, key):
         return key in self._modules
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._modules)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return iter(self._modules)
 
-    def keys(self):
+    def keys(self) -> Iterable[str]:
         return self._modules.keys()
 
-    def items(self):
+    def items(self) -> Iterable[tuple[str, Module]]:
         return self._modules.items()
 
-    def values(self):
+    def values(self) -> Iterable[Module]:
         return self._modules.values()
 
 
 class Identity(Module):
     """Return the input unchanged (float or quantized)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__()
         self.__dict__["_init_config"] = {}
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         return input
 
 
 class Flatten(Module):
     """Flatten dimensions start_dim..end_dim (float arrays and QTensors)."""
 
-    def __init__(self, start_dim=1, end_dim=-1):
+    def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None:
         super().__init__()
         self.start_dim = start_dim
         self.end_dim = end_dim
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         if isinstance(input, QTensor):
             return input.flatten(self.start_dim, self.end_dim)
         x = np.asarray(input)
@@ -741,14 +754,14 @@ class Flatten(Module):
         s, e = self.start_dim % nd, self.end_dim % nd
         return x.reshape(x.shape[:s] + (-1,) + x.shape[e + 1:]) if nd else x.reshape(1)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
 
 class Dropout(Module):
     """Dropout: identity in eval mode; in training mode zeroes elements with probability p."""
 
-    def __init__(self, p=0.5, inplace=False):
+    def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
         super().__init__()
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"dropout probability p must be in [0, 1]; got {p}")
@@ -756,7 +769,7 @@ class Dropout(Module):
         self.inplace = inplace
         self._rng = np.random.default_rng()
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         if not self.training or self.p == 0.0 or isinstance(input, QTensor):
             return input
         x = np.asarray(input, dtype=np.float32)
@@ -765,5 +778,5 @@ class Dropout(Module):
         keep = self._rng.random(x.shape) >= self.p
         return (x * keep * np.float32(1.0 / (1.0 - self.p))).astype(np.float32)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"

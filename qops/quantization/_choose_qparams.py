@@ -7,12 +7,18 @@ Two formulas exist in PyTorch and both are kept, bit for bit:
   small-scale threshold), used by dynamic linear and by the fused QAT fake-quant.
 These are pure functions of (min, max, range, scheme); they could move to `qops/_qparams.py`.
 """
+from __future__ import annotations
+
 import math
 import warnings
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from qops._dtypes import QDtype, as_qscheme, per_channel_affine_float_qparams
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 F32 = np.float32
 EPS = float(np.finfo(np.float32).eps)
@@ -30,7 +36,7 @@ def _dtype_name(dtype):
     return str(dtype).replace("torch.", "").replace("qops.", "")
 
 
-def validate_qmin_qmax(quant_min, quant_max):
+def validate_qmin_qmax(quant_min: int, quant_max: int) -> Any:
     """Check a user quantization range: it includes 0 and quant_min < quant_max."""
     if not quant_min <= 0 <= quant_max:
         raise ValueError(f"quant_min={quant_min}, quant_max={quant_max}: a user-specified "
@@ -40,7 +46,8 @@ def validate_qmin_qmax(quant_min, quant_max):
                          f"quant_max={quant_max}")
 
 
-def calculate_qmin_qmax(quant_min, quant_max, has_customized_qrange, dtype, reduce_range):
+def calculate_qmin_qmax(quant_min: int, quant_max: int, has_customized_qrange: bool, dtype: Any,
+                        reduce_range: bool) -> Any:
     """The (qmin, qmax) an observer uses: dtype range, custom range, reduce_range halving.
 
     Parameters
@@ -75,7 +82,7 @@ def calculate_qmin_qmax(quant_min, quant_max, has_customized_qrange, dtype, redu
     return 0, 15
 
 
-def check_min_max_valid(min_val, max_val):
+def check_min_max_valid(min_val: float, max_val: float) -> Any:
     """False (with a warning) when the statistics are uninitialised; error if min > max."""
     min_val = np.asarray(min_val)
     max_val = np.asarray(max_val)
@@ -95,8 +102,9 @@ def check_min_max_valid(min_val, max_val):
     return True
 
 
-def calculate_qparams(min_val, max_val, quant_min, quant_max, qscheme, dtype,
-                      eps=EPS, has_customized_qrange=False):
+def calculate_qparams(min_val: npt.ArrayLike, max_val: npt.ArrayLike, quant_min: int,
+                      quant_max: int, qscheme: Any, dtype: Any, eps: float = EPS,
+                      has_customized_qrange: bool = False) -> tuple[Any, Any]:
     """Scale and zero point from observed min/max: PyTorch's observer formula
     (docs/semantics.md §14).
 
@@ -158,8 +166,8 @@ def calculate_qparams(min_val, max_val, quant_min, quant_max, qscheme, dtype,
     return np.atleast_1d(scale).astype(F32), np.atleast_1d(zero_point)
 
 
-def choose_quantization_params(min, max, qmin, qmax, preserve_sparsity=False,
-                               reduce_range=False):
+def choose_quantization_params(min: float, max: float, qmin: int, qmax: int,
+                               preserve_sparsity: bool = False, reduce_range: bool = False) -> Any:
     """fbgemm's ChooseQuantizationParams (docs/semantics.md §10): (scale as float, zero point
     as int).
 

@@ -6,6 +6,10 @@ and return `f32((clamp(q, qmin, qmax) - zp) * s)`; the `_with_mask` variants als
 straight-through-estimator mask `qmin <= q <= qmax` (the gradient passes where it is True).
 Modules follow `torch.ao.quantization.fake_quantize`.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional, Union
+
 import numpy as np
 
 from qops._dtypes import (
@@ -28,6 +32,11 @@ from qops.quantization.observer import (
     default_fixed_qparams_range_neg1to1_observer,
 )
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from qops.nn._typing import Array
+
 F32 = np.float32
 
 __all__ = ["fake_quantize_per_tensor_affine", "fake_quantize_per_channel_affine",
@@ -49,7 +58,9 @@ def _check_range(quant_min, quant_max):
         raise ValueError(f"quant_min={quant_min} must be <= quant_max={quant_max}")
 
 
-def fake_quantize_per_tensor_affine_with_mask(input, scale, zero_point, quant_min, quant_max):
+def fake_quantize_per_tensor_affine_with_mask(input: Any, scale: Union[float, Array],
+                                              zero_point: Union[int, Array], quant_min: int,
+                                              quant_max: int) -> tuple[Array, Array]:
     """Fake-quantize `input` with one (scale, zero_point); also return the STE mask.
 
     Parameters
@@ -82,7 +93,9 @@ def fake_quantize_per_tensor_affine_with_mask(input, scale, zero_point, quant_mi
     return q, mask
 
 
-def fake_quantize_per_tensor_affine(input, scale, zero_point, quant_min, quant_max):
+def fake_quantize_per_tensor_affine(input: Any, scale: Union[float, Array],
+                                    zero_point: Union[int, Array], quant_min: int,
+                                    quant_max: int) -> Array:
     """Fake-quantize `input` with one (scale, zero_point): torch.fake_quantize_per_tensor_affine.
 
     Parameters
@@ -96,8 +109,9 @@ def fake_quantize_per_tensor_affine(input, scale, zero_point, quant_min, quant_m
                                                      quant_max)[0]
 
 
-def fake_quantize_per_channel_affine_with_mask(input, scale, zero_point, axis, quant_min,
-                                               quant_max):
+def fake_quantize_per_channel_affine_with_mask(input: Any, scale: npt.ArrayLike,
+                                               zero_point: npt.ArrayLike, axis: int, quant_min: int,
+                                               quant_max: int) -> tuple[Array, Array]:
     """Fake-quantize `input` with per-channel qparams along `axis`; also return the STE mask.
 
     Parameters
@@ -139,7 +153,8 @@ def fake_quantize_per_channel_affine_with_mask(input, scale, zero_point, axis, q
     return out, mask
 
 
-def fake_quantize_per_channel_affine(input, scale, zero_point, axis, quant_min, quant_max):
+def fake_quantize_per_channel_affine(input: Any, scale: npt.ArrayLike, zero_point: npt.ArrayLike,
+                                     axis: int, quant_min: int, quant_max: int) -> Array:
     """Fake-quantize `input` per channel: torch.fake_quantize_per_channel_affine.
 
     Parameters
@@ -157,29 +172,29 @@ def fake_quantize_per_channel_affine(input, scale, zero_point, axis, quant_min, 
 class FakeQuantizeBase(Module):
     """Base of fake-quant modules: observer and fake-quant enable switches."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.register_buffer("fake_quant_enabled", np.array([1], dtype=np.uint8))
         self.register_buffer("observer_enabled", np.array([1], dtype=np.uint8))
 
-    def forward(self, x):
+    def forward(self, x: npt.ArrayLike) -> Array:
         raise NotImplementedError
 
-    def calculate_qparams(self, **kwargs):
+    def calculate_qparams(self, **kwargs: Any) -> tuple[Any, Any]:
         raise NotImplementedError
 
-    def enable_fake_quant(self, enabled=True):
+    def enable_fake_quant(self, enabled: bool = True) -> None:
         """Turn fake quantization on (or off with enabled=False)."""
         self.fake_quant_enabled[0] = 1 if enabled else 0
 
-    def disable_fake_quant(self):
+    def disable_fake_quant(self) -> None:
         self.enable_fake_quant(False)
 
-    def enable_observer(self, enabled=True):
+    def enable_observer(self, enabled: bool = True) -> None:
         """Turn statistics collection on (or off with enabled=False)."""
         self.observer_enabled[0] = 1 if enabled else 0
 
-    def disable_observer(self):
+    def disable_observer(self) -> None:
         self.enable_observer(False)
 
     with_args = classmethod(_with_args)
@@ -198,8 +213,9 @@ class FakeQuantize(FakeQuantizeBase):
     `last_mask` holds the straight-through mask of the last forward (None when disabled).
     """
 
-    def __init__(self, observer=MovingAverageMinMaxObserver, quant_min=None, quant_max=None,
-                 is_dynamic=False, **observer_kwargs):
+    def __init__(self, observer: Any = MovingAverageMinMaxObserver, quant_min: Optional[int] = None,
+                 quant_max: Optional[int] = None, is_dynamic: bool = False,
+                 **observer_kwargs: Any) -> None:
         super().__init__()
         if quant_min is not None and quant_max is not None:
             _check_range(quant_min, quant_max)
@@ -225,11 +241,11 @@ class FakeQuantize(FakeQuantizeBase):
         self.is_per_channel = self.qscheme.per_channel
         self.last_mask = None
 
-    def calculate_qparams(self):
+    def calculate_qparams(self) -> tuple[Any, Any]:
         """The observer's (scale, zero_point)."""
         return self.activation_post_process.calculate_qparams()
 
-    def forward(self, X):
+    def forward(self, X: npt.ArrayLike) -> Array:
         """Observe `X` (if enabled), update qparams, return its fake-quantized copy (if enabled)."""
         if self.observer_enabled[0] == 1:
             self.activation_post_process(X)
@@ -248,7 +264,7 @@ class FakeQuantize(FakeQuantizeBase):
             self.last_mask = None
         return X
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"fake_quant_enabled={self.fake_quant_enabled}, "
                 f"observer_enabled={self.observer_enabled}, quant_min={self.quant_min}, "
                 f"quant_max={self.quant_max}, dtype={self.dtype}, qscheme={self.qscheme}, "
@@ -265,14 +281,14 @@ class FakeQuantize(FakeQuantizeBase):
 class FixedQParamsFakeQuantize(FakeQuantize):
     """Fake quantization with fixed qparams (from a FixedQParamsObserver)."""
 
-    def __init__(self, observer):
+    def __init__(self, observer: Any) -> None:
         super().__init__(observer=observer)
         if type(self.activation_post_process) is not FixedQParamsObserver:
             raise TypeError(f"{type(self).__name__}'s observer must be a FixedQParamsObserver")
         self.scale = self.activation_post_process.scale
         self.zero_point = self.activation_post_process.zero_point
 
-    def calculate_qparams(self):
+    def calculate_qparams(self) -> tuple[Any, Any]:
         return self.scale, self.zero_point
 
 
@@ -286,8 +302,8 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
     symmetric per-channel weights (docs/semantics.md §15, §17.10), as in PyTorch.
     """
 
-    def __init__(self, observer=MovingAverageMinMaxObserver, quant_min=0, quant_max=255,
-                 **observer_kwargs):
+    def __init__(self, observer: Any = MovingAverageMinMaxObserver, quant_min: int = 0,
+                 quant_max: int = 255, **observer_kwargs: Any) -> None:
         super().__init__(observer, quant_min, quant_max, **observer_kwargs)
         if not isinstance(self.activation_post_process,
                           (MovingAverageMinMaxObserver, MovingAveragePerChannelMinMaxObserver)):
@@ -329,7 +345,7 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
             app.min_val = np.array(new_min[0], dtype=F32)
             app.max_val = np.array(new_max[0], dtype=F32)
 
-    def forward(self, X):
+    def forward(self, X: npt.ArrayLike) -> Array:
         """Update the running min/max, set qparams (fbgemm formula), fake-quantize."""
         x = np.asarray(X, dtype=F32)
         app = self.activation_post_process
@@ -353,7 +369,7 @@ class FusedMovingAvgObsFakeQuantize(FakeQuantize):
 
 
 def _apply_to_fake_quant(method):
-    def fn(mod):
+    def fn(mod: Module) -> None:
         if isinstance(mod, FakeQuantizeBase):
             getattr(mod, method)()
     fn.__name__ = method

@@ -7,12 +7,18 @@ into `qops.nn.intrinsic` fused modules without folding. The fuser-method table
 (`get_fuser_method`) is PyTorch's and can be extended through
 `fuse_custom_config_dict["additional_fuser_method_mapping"]`.
 """
+from __future__ import annotations
+
 import copy
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from qops.nn import _layers as fl
 from qops.nn import intrinsic as nni
 from qops.nn.module import Identity
 from qops.nn.utils import fusion as _fusion
+
+if TYPE_CHECKING:
+    from qops.nn.module import Module
 
 __all__ = ["fuse_modules", "fuse_modules_qat", "fuse_known_modules", "get_fuser_method",
            "fuse_conv_bn", "fuse_conv_bn_relu", "fuse_linear_bn", "DEFAULT_OP_LIST_TO_FUSER_METHOD"]
@@ -24,7 +30,7 @@ def _same_mode(a, b):
                          "mode (train or eval)")
 
 
-def fuse_conv_bn(is_qat, conv, bn):
+def fuse_conv_bn(is_qat: bool, conv: Module, bn: Module) -> Module:
     """Conv + BatchNorm: folded conv (eval) or nni.ConvBn{1,2,3}d (QAT).
 
     Parameters
@@ -45,7 +51,7 @@ def fuse_conv_bn(is_qat, conv, bn):
     return _fusion.fuse_conv_bn_eval(conv, bn)
 
 
-def fuse_conv_bn_relu(is_qat, conv, bn, relu):
+def fuse_conv_bn_relu(is_qat: bool, conv: Module, bn: Module, relu: bool) -> Module:
     """Conv + BatchNorm + ReLU: nni.ConvReLU of the folded conv (eval) or nni.ConvBnReLU (QAT).
 
     Parameters
@@ -68,7 +74,7 @@ def fuse_conv_bn_relu(is_qat, conv, bn, relu):
     return cls(_fusion.fuse_conv_bn_eval(conv, bn), relu)
 
 
-def fuse_linear_bn(is_qat, linear, bn):
+def fuse_linear_bn(is_qat: bool, linear: Module, bn: Module) -> Module:
     """Linear + BatchNorm1d: folded linear (eval) or nni.LinearBn1d (QAT).
 
     Parameters
@@ -112,7 +118,8 @@ DEFAULT_OP_LIST_TO_FUSER_METHOD = {
 }
 
 
-def get_fuser_method(op_list, additional_fuser_method_mapping=None):
+def get_fuser_method(op_list: Any, additional_fuser_method_mapping: Optional[dict[Any, Any]] = None
+                     ) -> Optional[Callable[..., Any]]:
     """The fuser method for a tuple of module types, or None.
 
     Parameters
@@ -125,7 +132,10 @@ def get_fuser_method(op_list, additional_fuser_method_mapping=None):
     return table.get(tuple(op_list))
 
 
-def fuse_known_modules(mod_list, is_qat, additional_fuser_method_mapping=None):
+def fuse_known_modules(
+        mod_list: Any,
+        is_qat: bool,
+        additional_fuser_method_mapping: Optional[dict[Any, Any]] = None) -> list[Module]:
     """Fuse a list of modules; return the new list (fused module, then Identity for the rest).
 
     Parameters
@@ -193,8 +203,9 @@ def _fuse_modules(model, modules_to_fuse, is_qat, inplace=False, fuser_func=fuse
     return model
 
 
-def fuse_modules(model, modules_to_fuse, inplace=False, fuser_func=fuse_known_modules,
-                 fuse_custom_config_dict=None):
+def fuse_modules(model: Module, modules_to_fuse: Any, inplace: bool = False,
+                 fuser_func: Callable[..., Any] = fuse_known_modules,
+                 fuse_custom_config_dict: Optional[dict[Any, Any]] = None) -> Module:
     """Fuse groups of modules of an eval-mode model (batch norm folded into the weights).
 
     Parameters
@@ -213,8 +224,9 @@ def fuse_modules(model, modules_to_fuse, inplace=False, fuser_func=fuse_known_mo
                          fuse_custom_config_dict)
 
 
-def fuse_modules_qat(model, modules_to_fuse, inplace=False, fuser_func=fuse_known_modules,
-                     fuse_custom_config_dict=None):
+def fuse_modules_qat(model: Module, modules_to_fuse: Any, inplace: bool = False,
+                     fuser_func: Callable[..., Any] = fuse_known_modules,
+                     fuse_custom_config_dict: Optional[dict[Any, Any]] = None) -> Module:
     """Fuse groups of modules for QAT (train mode): fused modules, batch norm kept.
 
     Parameters

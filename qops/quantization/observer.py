@@ -8,9 +8,12 @@ tensor or one per channel. Every uniform observer hands its final (min, max) to
 `qops.quantization._choose_qparams.calculate_qparams`, the one shared formula.
 Beyond PyTorch: `PercentileObserver` and `EntropyObserver` (ONNX Runtime's calibrators).
 """
+from __future__ import annotations
+
 import functools
 import math
 import warnings
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
@@ -29,6 +32,11 @@ from qops._dtypes import (
 from qops.nn.module import Module
 from qops.quantization import _choose_qparams as cq
 from qops.quantization._torch_sum import torch_sum
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from qops.nn._typing import ArrayT
 
 F32 = np.float32
 _EPS = cq.EPS
@@ -53,33 +61,33 @@ __all__ = [
 class _PartialWrapper:
     """A constructor with bound keyword arguments; each call builds a new instance."""
 
-    def __init__(self, p):
+    def __init__(self, p: Callable[..., Any]) -> None:
         self.p = p
         self.callable_args = {}
 
-    def __call__(self, *args, **keywords):
+    def __call__(self, *args: Any, **keywords: Any) -> Any:
         for name, fn in self.callable_args.items():
             if name not in keywords:
                 keywords = {**keywords, name: fn()}
         return self.p(*args, **keywords)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return repr(self.p) + repr(self.callable_args)
 
-    def with_args(self, **kwargs):
+    def with_args(self, **kwargs: Any) -> _PartialWrapper:
         return _with_args(self, **kwargs)
 
-    def with_callable_args(self, **kwargs):
+    def with_callable_args(self, **kwargs: Any) -> _PartialWrapper:
         r = _PartialWrapper(self.p)
         r.callable_args = {**self.callable_args, **kwargs}
         return r
 
 
-def _with_args(cls_or_self, **kwargs):
+def _with_args(cls_or_self: Any, **kwargs: Any) -> Any:
     return _PartialWrapper(functools.partial(cls_or_self, **kwargs))
 
 
-def _with_callable_args(cls_or_self, **kwargs):
+def _with_callable_args(cls_or_self: Any, **kwargs: Any) -> Any:
     return _PartialWrapper(functools.partial(cls_or_self)).with_callable_args(**kwargs)
 
 
@@ -127,15 +135,15 @@ class ObserverBase(Module):
     is_dynamic : bool, a placeholder for dynamic quantization
     """
 
-    def __init__(self, dtype, is_dynamic=False):
+    def __init__(self, dtype: Any, is_dynamic: bool = False) -> None:
         super().__init__()
         self.dtype = _as_obs_dtype(dtype)
         self.is_dynamic = is_dynamic
 
-    def forward(self, x):
+    def forward(self, x: ArrayT) -> ArrayT:
         raise NotImplementedError
 
-    def calculate_qparams(self, **kwargs):
+    def calculate_qparams(self, **kwargs: Any) -> tuple[Any, Any]:
         raise NotImplementedError
 
     with_args = classmethod(_with_args)
@@ -158,9 +166,10 @@ class UniformQuantizationObserverBase(ObserverBase):
 
     _version = 3
 
-    def __init__(self, dtype=quint8, qscheme=per_tensor_affine, reduce_range=False,
-                 quant_min=None, quant_max=None, factory_kwargs=None, eps=_EPS,
-                 is_dynamic=False, **kwargs):
+    def __init__(self, dtype: Any = quint8, qscheme: Any = per_tensor_affine,
+                 reduce_range: bool = False, quant_min: Optional[int] = None,
+                 quant_max: Optional[int] = None, factory_kwargs: Optional[dict[Any, Any]] = None,
+                 eps: float = _EPS, is_dynamic: bool = False, **kwargs: Any) -> None:
         super().__init__(dtype=dtype, is_dynamic=is_dynamic)
         self.qscheme = as_qscheme(qscheme)
         self.reduce_range = bool(reduce_range)
@@ -180,7 +189,7 @@ class UniformQuantizationObserverBase(ObserverBase):
                                     self.qscheme, self.dtype, float(self.eps[0]),
                                     self.has_customized_qrange)
 
-    def reset_min_max_vals(self):
+    def reset_min_max_vals(self) -> None:
         raise NotImplementedError("Cannot reset min/max values in the given observer.")
 
     def _check_no_symmetric_reduce_quint8(self):
@@ -197,9 +206,10 @@ class MinMaxObserver(UniformQuantizationObserverBase):
         as `UniformQuantizationObserverBase`
     """
 
-    def __init__(self, dtype=quint8, qscheme=per_tensor_affine, reduce_range=False,
-                 quant_min=None, quant_max=None, factory_kwargs=None, eps=_EPS,
-                 is_dynamic=False, **kwargs):
+    def __init__(self, dtype: Any = quint8, qscheme: Any = per_tensor_affine,
+                 reduce_range: bool = False, quant_min: Optional[int] = None,
+                 quant_max: Optional[int] = None, factory_kwargs: Optional[dict[Any, Any]] = None,
+                 eps: float = _EPS, is_dynamic: bool = False, **kwargs: Any) -> None:
         if as_qscheme(qscheme).per_channel:
             raise NotImplementedError("MinMaxObserver's qscheme only supports "
                                       "per_tensor_symmetric and per_tensor_affine")
@@ -210,7 +220,7 @@ class MinMaxObserver(UniformQuantizationObserverBase):
         self.register_buffer("max_val", np.array(-np.inf, dtype=F32))
         self._check_no_symmetric_reduce_quint8()
 
-    def forward(self, x_orig):
+    def forward(self, x_orig: ArrayT) -> ArrayT:
         """Record the running min/max of `x_orig`; return it unchanged."""
         x = _as_f32(x_orig, type(self).__name__)
         if x.size == 0:
@@ -219,14 +229,14 @@ class MinMaxObserver(UniformQuantizationObserverBase):
         self.max_val = np.asarray(np.maximum(np.max(x), self.max_val), dtype=F32)
         return x_orig
 
-    def calculate_qparams(self):
+    def calculate_qparams(self) -> tuple[Any, Any]:
         """(scale, zero_point) from the running min/max."""
         return self._calculate_qparams(self.min_val, self.max_val)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"min_val={float(self.min_val)}, max_val={float(self.max_val)}"
 
-    def reset_min_max_vals(self):
+    def reset_min_max_vals(self) -> None:
         """Forget the statistics."""
         self.min_val = np.array(np.inf, dtype=F32)
         self.max_val = np.array(-np.inf, dtype=F32)
@@ -241,9 +251,10 @@ class MovingAverageMinMaxObserver(MinMaxObserver):
     dtype, qscheme, reduce_range, quant_min, quant_max, eps, is_dynamic : as MinMaxObserver
     """
 
-    def __init__(self, averaging_constant=0.01, dtype=quint8, qscheme=per_tensor_affine,
-                 reduce_range=False, quant_min=None, quant_max=None, eps=_EPS,
-                 is_dynamic=False, **kwargs):
+    def __init__(self, averaging_constant: float = 0.01, dtype: Any = quint8,
+                 qscheme: Any = per_tensor_affine, reduce_range: bool = False,
+                 quant_min: Optional[int] = None, quant_max: Optional[int] = None,
+                 eps: float = _EPS, is_dynamic: bool = False, **kwargs: Any) -> None:
         if as_qscheme(qscheme).per_channel:
             raise NotImplementedError("MovingAverageMinMaxObserver's qscheme only supports "
                                       f"per_tensor_symmetric and per_tensor_affine; got {qscheme}")
@@ -255,7 +266,7 @@ class MovingAverageMinMaxObserver(MinMaxObserver):
                          is_dynamic=is_dynamic, **kwargs)
         self.averaging_constant = averaging_constant
 
-    def forward(self, x_orig):
+    def forward(self, x_orig: ArrayT) -> ArrayT:
         """Update the moving-average min/max with `x_orig`; return it unchanged."""
         x = _as_f32(x_orig, type(self).__name__)
         if x.size == 0:
@@ -291,9 +302,10 @@ class PerChannelMinMaxObserver(UniformQuantizationObserverBase):
         as `UniformQuantizationObserverBase`
     """
 
-    def __init__(self, ch_axis=0, dtype=quint8, qscheme=per_channel_affine, reduce_range=False,
-                 quant_min=None, quant_max=None, factory_kwargs=None, eps=_EPS,
-                 is_dynamic=False, **kwargs):
+    def __init__(self, ch_axis: int = 0, dtype: Any = quint8, qscheme: Any = per_channel_affine,
+                 reduce_range: bool = False, quant_min: Optional[int] = None,
+                 quant_max: Optional[int] = None, factory_kwargs: Optional[dict[Any, Any]] = None,
+                 eps: float = _EPS, is_dynamic: bool = False, **kwargs: Any) -> None:
         if not as_qscheme(qscheme).per_channel:
             raise NotImplementedError("PerChannelMinMaxObserver's qscheme only supports "
                                       "per_channel_symmetric, per_channel_affine and "
@@ -313,7 +325,7 @@ class PerChannelMinMaxObserver(UniformQuantizationObserverBase):
         y = _rows(_as_f32(x_orig, type(self).__name__), self.ch_axis)
         return y.min(axis=1), y.max(axis=1)
 
-    def forward(self, x_orig):
+    def forward(self, x_orig: ArrayT) -> ArrayT:
         """Record running per-channel min/max of `x_orig`; return it unchanged."""
         if np.asarray(x_orig).size == 0:
             return x_orig
@@ -331,14 +343,14 @@ class PerChannelMinMaxObserver(UniformQuantizationObserverBase):
             raise ValueError(f"{type(self).__name__}: input has {cur.shape[0]} channels on axis "
                              f"{self.ch_axis}, earlier inputs had {self.min_val.shape[0]}")
 
-    def calculate_qparams(self):
+    def calculate_qparams(self) -> tuple[Any, Any]:
         """Per-channel (scale, zero_point) from the running min/max."""
         return self._calculate_qparams(self.min_val, self.max_val)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"min_val={self.min_val}, max_val={self.max_val}"
 
-    def reset_min_max_vals(self):
+    def reset_min_max_vals(self) -> None:
         """Forget the statistics."""
         self.min_val = np.zeros(0, dtype=F32)
         self.max_val = np.zeros(0, dtype=F32)
@@ -361,15 +373,16 @@ class MovingAveragePerChannelMinMaxObserver(PerChannelMinMaxObserver):
         PerChannelMinMaxObserver
     """
 
-    def __init__(self, averaging_constant=0.01, ch_axis=0, dtype=quint8,
-                 qscheme=per_channel_affine, reduce_range=False, quant_min=None, quant_max=None,
-                 eps=_EPS, is_dynamic=False, **kwargs):
+    def __init__(self, averaging_constant: float = 0.01, ch_axis: int = 0, dtype: Any = quint8,
+                 qscheme: Any = per_channel_affine, reduce_range: bool = False,
+                 quant_min: Optional[int] = None, quant_max: Optional[int] = None,
+                 eps: float = _EPS, is_dynamic: bool = False, **kwargs: Any) -> None:
         super().__init__(ch_axis=ch_axis, dtype=dtype, qscheme=qscheme,
                          reduce_range=reduce_range, quant_min=quant_min, quant_max=quant_max,
                          eps=eps, is_dynamic=is_dynamic, **kwargs)
         self.averaging_constant = averaging_constant
 
-    def forward(self, x_orig):
+    def forward(self, x_orig: ArrayT) -> ArrayT:
         """Update the per-channel moving averages with `x_orig`; return it unchanged."""
         if np.asarray(x_orig).size == 0:
             return x_orig
@@ -467,9 +480,10 @@ class HistogramObserver(UniformQuantizationObserverBase):
         as `UniformQuantizationObserverBase`
     """
 
-    def __init__(self, bins=2048, dtype=quint8, qscheme=per_tensor_affine, reduce_range=False,
-                 quant_min=None, quant_max=None, factory_kwargs=None, eps=_EPS,
-                 is_dynamic=False, **kwargs):
+    def __init__(self, bins: int = 2048, dtype: Any = quint8, qscheme: Any = per_tensor_affine,
+                 reduce_range: bool = False, quant_min: Optional[int] = None,
+                 quant_max: Optional[int] = None, factory_kwargs: Optional[dict[Any, Any]] = None,
+                 eps: float = _EPS, is_dynamic: bool = False, **kwargs: Any) -> None:
         if as_qscheme(qscheme).per_channel:
             raise NotImplementedError(f"{type(self).__name__}'s qscheme only supports "
                                       "per_tensor_symmetric and per_tensor_affine")
@@ -515,13 +529,13 @@ class HistogramObserver(UniformQuantizationObserverBase):
         moved = self._upscale_histogram(orig_hist, orig_min, orig_max, update_min, update_max)
         return (update_hist + moved).astype(F32)
 
-    def reset_histogram(self, x, min_val, max_val):
+    def reset_histogram(self, x: npt.ArrayLike, min_val: float, max_val: float) -> None:
         """Start the histogram over [min_val, max_val] with the values of `x`."""
         self.min_val = np.array(min_val, dtype=F32)
         self.max_val = np.array(max_val, dtype=F32)
         self.histogram = _histc(x, self.bins, min_val, max_val)
 
-    def forward(self, x_orig):
+    def forward(self, x_orig: ArrayT) -> ArrayT:
         """Add `x_orig` to the histogram (infinite values dropped); return it unchanged."""
         x = _as_f32(x_orig, type(self).__name__).reshape(-1)
         if x.size == 0:
@@ -679,7 +693,7 @@ class HistogramObserver(UniformQuantizationObserverBase):
     def _search_range(self):
         return self._non_linear_param_search()
 
-    def calculate_qparams(self):
+    def calculate_qparams(self) -> tuple[Any, Any]:
         """(scale, zero_point) of the range the search picks; (1.0, 0) with a warning if empty."""
         if self.min_val == np.inf and self.max_val == -np.inf:
             warnings.warn("must run observer before calling calculate_qparams. Returning "
@@ -691,10 +705,10 @@ class HistogramObserver(UniformQuantizationObserverBase):
         new_min, new_max = self._search_range()
         return self._calculate_qparams(new_min, new_max)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"min_val={float(self.min_val)}, max_val={float(self.max_val)}"
 
-    def reset_min_max_vals(self):
+    def reset_min_max_vals(self) -> None:
         """Forget the statistics."""
         self.min_val = np.array(np.inf, dtype=F32)
         self.max_val = np.array(-np.inf, dtype=F32)
@@ -714,8 +728,10 @@ class PercentileObserver(HistogramObserver):
     bins, dtype, qscheme, reduce_range, quant_min, quant_max, eps : as HistogramObserver
     """
 
-    def __init__(self, percentile=99.999, bins=2048, dtype=quint8, qscheme=per_tensor_affine,
-                 reduce_range=False, quant_min=None, quant_max=None, eps=_EPS, **kwargs):
+    def __init__(self, percentile: float = 99.999, bins: int = 2048, dtype: Any = quint8,
+                 qscheme: Any = per_tensor_affine, reduce_range: bool = False,
+                 quant_min: Optional[int] = None, quant_max: Optional[int] = None,
+                 eps: float = _EPS, **kwargs: Any) -> None:
         if not 0.0 < float(percentile) <= 100.0:
             raise ValueError(f"percentile must be in (0, 100]; got {percentile!r}")
         super().__init__(bins=bins, dtype=dtype, qscheme=qscheme, reduce_range=reduce_range,
@@ -763,9 +779,10 @@ class EntropyObserver(HistogramObserver):
     dtype, qscheme, reduce_range, quant_min, quant_max, eps : as HistogramObserver
     """
 
-    def __init__(self, bins=2048, num_quantized_bins=128, dtype=quint8,
-                 qscheme=per_tensor_affine, reduce_range=False, quant_min=None,
-                 quant_max=None, eps=_EPS, **kwargs):
+    def __init__(self, bins: int = 2048, num_quantized_bins: int = 128, dtype: Any = quint8,
+                 qscheme: Any = per_tensor_affine, reduce_range: bool = False,
+                 quant_min: Optional[int] = None, quant_max: Optional[int] = None,
+                 eps: float = _EPS, **kwargs: Any) -> None:
         if not 1 < num_quantized_bins <= bins:
             raise ValueError(f"num_quantized_bins must be in (1, bins={bins}]; got "
                              f"{num_quantized_bins!r}")
@@ -840,8 +857,9 @@ class FixedQParamsObserver(ObserverBase):
     dtype, qscheme, quant_min, quant_max : the quantization they are for
     """
 
-    def __init__(self, scale, zero_point, dtype=quint8, qscheme=per_tensor_affine, quant_min=0,
-                 quant_max=255, is_dynamic=False, **kwargs):
+    def __init__(self, scale: float, zero_point: int, dtype: Any = quint8,
+                 qscheme: Any = per_tensor_affine, quant_min: int = 0, quant_max: int = 255,
+                 is_dynamic: bool = False, **kwargs: Any) -> None:
         if is_dynamic:
             raise NotImplementedError("FixedQParamsObserver doesn't support dynamic quantization")
         super().__init__(dtype=dtype, is_dynamic=is_dynamic)
@@ -851,10 +869,10 @@ class FixedQParamsObserver(ObserverBase):
         self.register_buffer("zero_point", np.array([zero_point], dtype=np.int64))
         self.qscheme = as_qscheme(qscheme)
 
-    def forward(self, X):
+    def forward(self, X: ArrayT) -> ArrayT:
         return X
 
-    def calculate_qparams(self):
+    def calculate_qparams(self) -> tuple[Any, Any]:
         """The fixed (scale, zero_point)."""
         return self.scale.copy(), self.zero_point.copy()
 
@@ -871,8 +889,10 @@ class PlaceholderObserver(ObserverBase):
     is_dynamic : bool
     """
 
-    def __init__(self, dtype=np.float32, custom_op_name="", compute_dtype=None,
-                 quant_min=None, quant_max=None, qscheme=None, eps=None, is_dynamic=False):
+    def __init__(self, dtype: Any = np.float32, custom_op_name: str = "", compute_dtype: Any = None,
+                 quant_min: Optional[int] = None, quant_max: Optional[int] = None,
+                 qscheme: Any = None, eps: Optional[float] = None,
+                 is_dynamic: bool = False) -> None:
         super().__init__(dtype=dtype, is_dynamic=is_dynamic or compute_dtype is not None)
         self.qscheme = per_tensor_affine if qscheme is None else as_qscheme(qscheme)
         self.eps = _EPS if eps is None else eps
@@ -880,13 +900,13 @@ class PlaceholderObserver(ObserverBase):
         self.quant_max = quant_max
         self.custom_op = custom_op_name
 
-    def forward(self, x):
+    def forward(self, x: ArrayT) -> ArrayT:
         return x
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"dtype={self.dtype}, is_dynamic={self.is_dynamic}"
 
-    def calculate_qparams(self):
+    def calculate_qparams(self) -> tuple[Any, Any]:
         raise RuntimeError("calculate_qparams should not be called for PlaceholderObserver")
 
 
@@ -898,18 +918,18 @@ class RecordingObserver(ObserverBase):
     dtype : the quantized dtype it stands for
     """
 
-    def __init__(self, dtype=quint8):
+    def __init__(self, dtype: Any = quint8) -> None:
         super().__init__(dtype=dtype, is_dynamic=False)
         self.tensor_val = []
 
-    def forward(self, x):
+    def forward(self, x: ArrayT) -> ArrayT:
         self.tensor_val.append(np.array(x, copy=True))
         return x
 
-    def calculate_qparams(self):
+    def calculate_qparams(self) -> tuple[Any, Any]:
         raise RuntimeError("calculate_qparams should not be called for RecordingObserver")
 
-    def get_tensor_value(self):
+    def get_tensor_value(self) -> Any:
         """The recorded arrays, in call order."""
         return self.tensor_val
 
@@ -923,27 +943,27 @@ class NoopObserver(ObserverBase):
     custom_op_name : str
     """
 
-    def __init__(self, dtype=np.float16, custom_op_name=""):
+    def __init__(self, dtype: Any = np.float16, custom_op_name: str = "") -> None:
         super().__init__(dtype=dtype, is_dynamic=False)
         self.custom_op = custom_op_name
 
-    def forward(self, x):
+    def forward(self, x: ArrayT) -> ArrayT:
         return x
 
-    def calculate_qparams(self):
+    def calculate_qparams(self) -> tuple[Any, Any]:
         raise RuntimeError("calculate_qparams should not be called for NoopObserver")
 
 
 class ReuseInputObserver(ObserverBase):
     """Reuse the input's observer (kept for PyTorch API parity; eager mode treats it as a no-op)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(quint8, is_dynamic=False)
 
-    def forward(self, x):
+    def forward(self, x: ArrayT) -> ArrayT:
         return x
 
-    def calculate_qparams(self):
+    def calculate_qparams(self) -> tuple[Any, Any]:
         raise RuntimeError("calculate_qparams should not be called for ReuseInputObserver")
 
 
@@ -952,7 +972,7 @@ def _is_activation_post_process(module):
     return isinstance(module, (ObserverBase, FakeQuantizeBase))
 
 
-def get_observer_state_dict(mod):
+def get_observer_state_dict(mod: Module) -> dict[str, Any]:
     """The state_dict entries of every observer / fake-quant inside `mod`."""
     out = {}
     for k, v in mod.state_dict().items():
@@ -961,7 +981,7 @@ def get_observer_state_dict(mod):
     return out
 
 
-def load_observer_state_dict(mod, obs_dict):
+def load_observer_state_dict(mod: Module, obs_dict: dict[Any, Any]) -> None:
     """Load observer statistics saved by `get_observer_state_dict` into `mod`'s observers."""
     missing = []
     for name, m in mod.named_modules():

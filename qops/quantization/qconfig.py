@@ -3,8 +3,11 @@
 Names and defaults follow `torch.ao.quantization.qconfig` (PyTorch 2.13, x86 backend).
 A QConfig holds observer *factories* (classes or `with_args` partials), never instances.
 """
+from __future__ import annotations
+
 import warnings
 from collections import namedtuple
+from typing import Any
 
 import numpy as np
 
@@ -118,7 +121,7 @@ def _check_backend(backend):
                          f"{list(_BACKENDS)}")
 
 
-def get_default_qconfig(backend="x86", version=0):
+def get_default_qconfig(backend: str = "x86", version: int = 0) -> QConfig:
     """The default post-training qconfig of a backend (x86: histogram activations, reduce_range,
     per-channel symmetric qint8 weights).
 
@@ -140,7 +143,7 @@ def get_default_qconfig(backend="x86", version=0):
                    weight=default_per_channel_weight_observer)
 
 
-def get_default_qat_qconfig(backend="x86", version=1):
+def get_default_qat_qconfig(backend: str = "x86", version: int = 1) -> QConfig:
     """The default QAT qconfig of a backend (version 1: fused moving-average fake quant).
 
     Parameters
@@ -175,7 +178,7 @@ def _partial_equals(a, b):
     return a == b
 
 
-def qconfig_equals(q1, q2):
+def qconfig_equals(q1: Any, q2: Any) -> bool:
     """True if two qconfigs build the same observers (compares the factories' arguments)."""
     if q1 is None or q2 is None:
         return q1 is q2

@@ -4,7 +4,10 @@ The tables are PyTorch's (`torch/ao/quantization/quantization_mappings.py`) rest
 module types qops has; they are built on first use so that a class missing from `qops.nn` is
 simply absent from the table.
 """
+from __future__ import annotations
+
 import importlib
+from typing import Any, Callable, Optional
 
 __all__ = ["get_default_static_quant_module_mappings", "get_default_qat_module_mappings",
            "get_default_dynamic_quant_module_mappings", "get_default_qconfig_propagation_list",
@@ -123,32 +126,32 @@ def _table(pairs):
     return out
 
 
-def get_default_static_quant_module_mappings():
+def get_default_static_quant_module_mappings() -> Any:
     """{float / fused / QAT module type: quantized module type} for post-training quantization."""
     return _table(_STATIC)
 
 
-def get_default_static_sparse_quant_module_mappings():
+def get_default_static_sparse_quant_module_mappings() -> Any:
     """qops has no sparse modules: an empty table (kept for API parity)."""
     return {}
 
 
-def get_default_qat_module_mappings():
+def get_default_qat_module_mappings() -> Any:
     """{float / fused module type: QAT module type} for prepare_qat."""
     return _table(_QAT)
 
 
-def get_default_dynamic_quant_module_mappings():
+def get_default_dynamic_quant_module_mappings() -> Any:
     """{float module type: dynamic quantized module type} for quantize_dynamic."""
     return _table(_DYNAMIC)
 
 
-def get_default_float_to_quantized_operator_mappings():
+def get_default_float_to_quantized_operator_mappings() -> Any:
     """{float function: quantized function}."""
     return _table(_OPERATORS)
 
 
-def get_quantized_operator(float_op):
+def get_quantized_operator(float_op: Callable[..., Any]) -> Any:
     """The quantized function for a float function, or a ValueError naming it."""
     q = get_default_float_to_quantized_operator_mappings().get(float_op)
     if q is None:
@@ -167,7 +170,7 @@ def _module_to_fixed_qparams_act():
     return out
 
 
-def get_default_qconfig_propagation_list():
+def get_default_qconfig_propagation_list() -> Any:
     """Module types that get a qconfig and an output observer in prepare (PyTorch's list)."""
     from qops.nn.module import Sequential
     return (set(get_default_static_quant_module_mappings())
@@ -175,7 +178,7 @@ def get_default_qconfig_propagation_list():
             | set(get_default_dynamic_quant_module_mappings()) | {Sequential})
 
 
-def get_default_compare_output_module_list():
+def get_default_compare_output_module_list() -> Any:
     """Module types whose outputs the numeric-suite style comparisons look at."""
     return (set(get_default_static_quant_module_mappings().values())
             | set(get_default_qat_module_mappings().values())
@@ -185,13 +188,14 @@ def get_default_compare_output_module_list():
             | set(get_default_dynamic_quant_module_mappings()))
 
 
-def no_observer_set():
+def no_observer_set() -> Any:
     """Module types that need no output observer (the dynamic ones handle their own)."""
     return set()
 
 
-def get_static_quant_module_class(float_module_class, additional_static_quant_mapping=None,
-                                  is_reference=False):
+def get_static_quant_module_class(float_module_class: Any,
+                                  additional_static_quant_mapping: Optional[dict[Any, Any]] = None,
+                                  is_reference: bool = False) -> Any:
     """The quantized class for a float module class, or a ValueError naming it."""
     if is_reference:
         raise NotImplementedError("qops has no reference (float-simulated) quantized modules")
@@ -204,7 +208,9 @@ def get_static_quant_module_class(float_module_class, additional_static_quant_ma
     return q
 
 
-def get_dynamic_quant_module_class(float_module_class, additional_dynamic_quant_mapping=None):
+def get_dynamic_quant_module_class(
+        float_module_class: Any,
+        additional_dynamic_quant_mapping: Optional[dict[Any, Any]] = None) -> Any:
     """The dynamic quantized class for a float module class, or a ValueError naming it."""
     table = get_default_dynamic_quant_module_mappings()
     table.update(additional_dynamic_quant_mapping or {})

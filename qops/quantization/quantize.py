@@ -6,10 +6,13 @@ The same steps and rules as `torch.ao.quantization.quantize` (PyTorch 2.13), on 
 the class the mapping table names, built by that class's `from_float(observed_module)`.
 Fused modules are swapped as one unit. Errors name the module (its dotted path).
 """
+from __future__ import annotations
+
 import copy
 import inspect
 import itertools
 import warnings
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -38,7 +41,7 @@ __all__ = ["propagate_qconfig_", "add_observer_", "add_quant_dequant", "get_obse
            "quantize_qat", "default_eval_fn", "get_default_custom_config_dict"]
 
 
-def get_default_custom_config_dict():
+def get_default_custom_config_dict() -> dict[str, Any]:
     """The default custom-module config: qops has no custom (LSTM / attention) modules."""
     return {"float_to_observed_custom_module_class": {},
             "observed_to_quantized_custom_module_class": {}}
@@ -83,7 +86,8 @@ def _propagate_qconfig_helper(module, qconfig_dict, qconfig_parent=None, prefix=
                                   prepare_custom_config_dict)
 
 
-def propagate_qconfig_(module, qconfig_dict=None, prepare_custom_config_dict=None):
+def propagate_qconfig_(module: Module, qconfig_dict: Optional[dict[Any, Any]] = None,
+                       prepare_custom_config_dict: Optional[dict[Any, Any]] = None) -> None:
     """Give every submodule a `qconfig`: its own, else the dict's (by name, then type), else
     its parent's.
 
@@ -128,7 +132,10 @@ def _register_activation_post_process_hook(module, pre_hook=False):
         module.register_forward_hook(_observer_forward_hook)
 
 
-def get_activation_post_process(qconfig, device=None, special_act_post_process=None):
+def get_activation_post_process(
+        qconfig: Any,
+        device: Any = None,
+        special_act_post_process: Optional[dict[Any, Any]] = None) -> Module:
     """A new output observer from `qconfig.activation` (or the special factory)."""
     factory = qconfig.activation if special_act_post_process is None \
         else special_act_post_process
@@ -200,8 +207,9 @@ def _add_observer_(module, qconfig_propagation_list=None, non_leaf_module_list=N
         insert(module)
 
 
-def add_observer_(module, qconfig_propagation_list=None, non_leaf_module_list=None,
-                  device=None, custom_module_class_mapping=None):
+def add_observer_(module: Module, qconfig_propagation_list: Any = None,
+                  non_leaf_module_list: Any = None, device: Any = None,
+                  custom_module_class_mapping: Optional[dict[Any, Any]] = None) -> None:
     """Attach an output observer (and its forward hook) to every leaf module with a qconfig.
 
     Parameters
@@ -216,7 +224,7 @@ def add_observer_(module, qconfig_propagation_list=None, non_leaf_module_list=No
                    custom_module_class_mapping)
 
 
-def add_quant_dequant(module):
+def add_quant_dequant(module: Module) -> Module:
     """Wrap every leaf module that has a qconfig in a QuantWrapper (quantize in, dequantize out).
 
     Parameters
@@ -230,7 +238,7 @@ def add_quant_dequant(module):
     return module
 
 
-def get_observer_dict(mod, target_dict, prefix=""):
+def get_observer_dict(mod: Module, target_dict: dict[Any, Any], prefix: str = "") -> None:
     """Fill `target_dict` with {"<path>.activation_post_process": observer} for the whole tree.
 
     Parameters
@@ -272,8 +280,9 @@ def _check_model(model, fn):
         raise TypeError(f"{fn}: model must be a qops.nn.Module; got {type(model).__name__}")
 
 
-def prepare(model, inplace=False, allow_list=None, observer_non_leaf_module_list=None,
-            prepare_custom_config_dict=None):
+def prepare(model: Module, inplace: bool = False, allow_list: Any = None,
+            observer_non_leaf_module_list: Any = None,
+            prepare_custom_config_dict: Optional[dict[Any, Any]] = None) -> Module:
     """Attach observers to a float model so that running data through it calibrates them.
 
     Parameters
@@ -319,8 +328,9 @@ def _from_float(qcls, mod, name, use_precomputed_fake_quant):
                          f"{e} (was prepare() run and the model calibrated?)") from e
 
 
-def swap_module(mod, mapping, custom_module_class_mapping=None, use_precomputed_fake_quant=False,
-                _name=""):
+def swap_module(mod: Module, mapping: dict[Any, Any],
+                custom_module_class_mapping: Optional[dict[Any, Any]] = None,
+                use_precomputed_fake_quant: bool = False, _name: Any = "") -> Module:
     """The module that replaces `mod` in convert: `mapping[type(mod)].from_float(mod)` if `mod`
     has a qconfig and its type is mapped, else `mod` itself.
 
@@ -387,8 +397,10 @@ def _convert(module, mapping=None, inplace=False, is_reference=False,
     return module
 
 
-def convert(module, mapping=None, inplace=False, remove_qconfig=True, is_reference=False,
-            convert_custom_config_dict=None, use_precomputed_fake_quant=False):
+def convert(module: Module, mapping: Optional[dict[Any, Any]] = None, inplace: bool = False,
+            remove_qconfig: bool = True, is_reference: bool = False,
+            convert_custom_config_dict: Optional[dict[Any, Any]] = None,
+            use_precomputed_fake_quant: bool = False) -> Module:
     """Swap every observed module for its quantized twin (from the mapping table).
 
     Parameters
@@ -425,7 +437,8 @@ def convert(module, mapping=None, inplace=False, remove_qconfig=True, is_referen
     return module
 
 
-def quantize(model, run_fn, run_args, mapping=None, inplace=False):
+def quantize(model: Module, run_fn: Callable[..., Any], run_args: Any,
+             mapping: Optional[dict[Any, Any]] = None, inplace: bool = False) -> Module:
     """Post-training static quantization: prepare, `run_fn(model, *run_args)`, convert.
 
     Parameters
@@ -455,7 +468,8 @@ def _dtype_key(dtype):
     return {"half": "float16", "float": "float32"}.get(name, name)
 
 
-def quantize_dynamic(model, qconfig_spec=None, dtype=None, mapping=None, inplace=False):
+def quantize_dynamic(model: Module, qconfig_spec: Any = None, dtype: Any = None,
+                     mapping: Optional[dict[Any, Any]] = None, inplace: bool = False) -> Module:
     """Dynamic quantization: int8 (or float16) weights, activations quantized per call.
 
     Parameters
@@ -499,7 +513,8 @@ def quantize_dynamic(model, qconfig_spec=None, dtype=None, mapping=None, inplace
     return model
 
 
-def prepare_qat(model, mapping=None, inplace=False):
+def prepare_qat(model: Module, mapping: Optional[dict[Any, Any]] = None,
+                inplace: bool = False) -> Module:
     """Prepare a float model (train mode, qconfig set) for quantization-aware training.
 
     Parameters
@@ -524,7 +539,8 @@ def prepare_qat(model, mapping=None, inplace=False):
     return model
 
 
-def quantize_qat(model, run_fn, run_args, inplace=False):
+def quantize_qat(model: Module, run_fn: Callable[..., Any], run_args: Any,
+                 inplace: bool = False) -> Module:
     """Quantization-aware training: prepare_qat, `run_fn(model, *run_args)`, convert.
 
     Parameters
@@ -543,7 +559,7 @@ def quantize_qat(model, run_fn, run_args, inplace=False):
     return model
 
 
-def default_eval_fn(model, calib_data):
+def default_eval_fn(model: Module, calib_data: Any) -> None:
     """Run `model` on every input of `calib_data` (arrays, or (input, target) pairs).
 
     Parameters

@@ -24,14 +24,22 @@ PyTorch's x86 backend configuration (docs/semantics.md §16.1):
 - fixed qparams: sigmoid and hardsigmoid (1/256, 0), tanh (2/256, 128);
 - anything else runs in float between a dequantize and a quantize.
 """
+from __future__ import annotations
+
 import copy
 import re
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
 from qops._qtensor import QTensor
 from qops.nn import _layers as fl
 from qops.nn._graph import GraphModule, Node, Ref, _walk
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from qops.nn.module import Module
 
 __all__ = ["QConfigMapping", "get_default_qconfig_mapping", "get_default_qat_qconfig_mapping",
            "fuse_fx", "prepare_fx", "prepare_qat_fx", "convert_fx", "quantize_jit",
@@ -47,29 +55,29 @@ class QConfigMapping:
     A qconfig of None leaves that part in float.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.global_qconfig = None
         self.object_type_qconfigs = {}
         self.module_name_regex_qconfigs = {}
         self.module_name_qconfigs = {}
 
-    def set_global(self, global_qconfig):
+    def set_global(self, global_qconfig: Any) -> Self:
         self.global_qconfig = global_qconfig
         return self
 
-    def set_object_type(self, object_type, qconfig):
+    def set_object_type(self, object_type: Any, qconfig: Any) -> Self:
         self.object_type_qconfigs[object_type] = qconfig
         return self
 
-    def set_module_name_regex(self, module_name_regex, qconfig):
+    def set_module_name_regex(self, module_name_regex: str, qconfig: Any) -> Self:
         self.module_name_regex_qconfigs[module_name_regex] = qconfig
         return self
 
-    def set_module_name(self, module_name, qconfig):
+    def set_module_name(self, module_name: str, qconfig: Any) -> Self:
         self.module_name_qconfigs[module_name] = qconfig
         return self
 
-    def qconfig_for(self, path, kind):
+    def qconfig_for(self, path: Any, kind: str) -> Any:
         """The qconfig of a node: `path` its module path (or None), `kind` its type or name."""
         if path is not None:
             for name, qc in self.module_name_qconfigs.items():
@@ -82,7 +90,7 @@ class QConfigMapping:
             return self.object_type_qconfigs[kind]
         return self.global_qconfig
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"QConfigMapping(global={self.global_qconfig!r}, "
                 f"object_types={len(self.object_type_qconfigs)}, "
                 f"module_names={len(self.module_name_qconfigs)})")
@@ -111,13 +119,13 @@ def _default_mapping(qconfig, is_qat):
     return m
 
 
-def get_default_qconfig_mapping(backend="x86", version=0):
+def get_default_qconfig_mapping(backend: str = "x86", version: int = 0) -> QConfigMapping:
     """PyTorch's default mapping: the backend's qconfig, fixed qparams for sigmoid/tanh."""
     from qops.quantization.qconfig import get_default_qconfig
     return _default_mapping(get_default_qconfig(backend, version), False)
 
 
-def get_default_qat_qconfig_mapping(backend="x86", version=1):
+def get_default_qat_qconfig_mapping(backend: str = "x86", version: int = 1) -> QConfigMapping:
     """PyTorch's default QAT mapping: the backend's QAT qconfig, fixed-qparams fake quants."""
     from qops.quantization.qconfig import get_default_qat_qconfig
     return _default_mapping(get_default_qat_qconfig(backend, version), True)
@@ -249,7 +257,8 @@ def _lower_float_functional(model, nodes):
     return out
 
 
-def fuse_fx(model, fuse_custom_config=None, backend_config=None):
+def fuse_fx(model: Module, fuse_custom_config: Optional[dict[Any, Any]] = None,
+            backend_config: Optional[dict[Any, Any]] = None) -> Module:
     """Fold conv/linear + batch norm (+ relu), and fuse batch norm + relu, found in the graph.
 
     Parameters
@@ -425,8 +434,10 @@ def _kind(node, model):
 
 
 # -- prepare ----------------------------------------------------------------------------------
-def prepare_fx(model, qconfig_mapping, example_inputs=(), prepare_custom_config=None,
-               _equalization_config=None, backend_config=None):
+def prepare_fx(model: Module, qconfig_mapping: Any, example_inputs: Any = (),
+               prepare_custom_config: Optional[dict[Any, Any]] = None,
+               _equalization_config: Optional[dict[Any, Any]] = None,
+               backend_config: Optional[dict[Any, Any]] = None) -> Module:
     """Fuse, then attach observers where the quantized model will need qparams.
 
     Parameters
@@ -626,8 +637,9 @@ def _observe_value(model, ref, qconfig, new_nodes, observed, qparams_of, count):
     qparams_of[ref] = path
 
 
-def prepare_qat_fx(model, qconfig_mapping, example_inputs=(), prepare_custom_config=None,
-                   backend_config=None):
+def prepare_qat_fx(model: Module, qconfig_mapping: Any, example_inputs: Any = (),
+                   prepare_custom_config: Optional[dict[Any, Any]] = None,
+                   backend_config: Optional[dict[Any, Any]] = None) -> Module:
     """Prepare a float model in training mode for quantization-aware training, in graph mode.
 
     As prepare_fx, with the QAT side of each step (torch's prepare_qat_fx): conv/linear + batch
@@ -656,8 +668,9 @@ def _qparams(model, path):
     return float(np.asarray(scale).ravel()[0]), int(np.asarray(zp).ravel()[0])
 
 
-def convert_fx(graph_module, convert_custom_config=None, _remove_qconfig=True,
-               qconfig_mapping=None, backend_config=None):
+def convert_fx(graph_module: Module, convert_custom_config: Optional[dict[Any, Any]] = None,
+               _remove_qconfig: bool = True, qconfig_mapping: Any = None,
+               backend_config: Optional[dict[Any, Any]] = None) -> Module:
     """Swap observed modules and ops for quantized ones; quantize inputs, dequantize outputs.
 
     Parameters
@@ -796,7 +809,8 @@ def _fuse_add_relu(model, nodes):
 
 
 # -- the names of PyTorch's documentation -----------------------------------------------------
-def quantize_jit(model, qconfig_dict, run_fn, run_args, inplace=False, debug=False):
+def quantize_jit(model: Module, qconfig_dict: dict[Any, Any], run_fn: Callable[..., Any],
+                 run_args: Any, inplace: bool = False, debug: bool = False) -> Module:
     """Static quantization of a captured model: prepare_fx, ``run_fn(model, *run_args)``, convert.
 
     Parameters
@@ -812,7 +826,8 @@ def quantize_jit(model, qconfig_dict, run_fn, run_args, inplace=False, debug=Fal
     return convert_fx(prepared)
 
 
-def quantize_dynamic_jit(model, qconfig_dict=None, inplace=False, debug=False):
+def quantize_dynamic_jit(model: Module, qconfig_dict: Optional[dict[Any, Any]] = None,
+                         inplace: bool = False, debug: bool = False) -> Module:
     """Dynamic quantization (weights int8, activations per call) of a captured model's layers."""
     from qops.quantization.quantize import quantize_dynamic
     _check_graph(model, "quantize_dynamic_jit")

@@ -10,11 +10,17 @@ layer of the quantized model
 Errors are end to end (each layer sees the quantized model's own inputs), so a drop in SQNR
 from one row to the next shows the layer that hurts.
 """
+from __future__ import annotations
+
 import math
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
 from qops._qtensor import QTensor
+
+if TYPE_CHECKING:
+    from qops.nn.module import Module
 
 __all__ = ["LayerReport", "compare_layers", "format_report", "plot_report"]
 
@@ -25,8 +31,9 @@ class LayerReport:
     __slots__ = ("name", "kind", "sqnr_db", "max_abs_error", "saturated_fraction", "scale",
                  "zero_point", "numel")
 
-    def __init__(self, name, kind, sqnr_db, max_abs_error, saturated_fraction, scale, zero_point,
-                 numel):
+    def __init__(self, name: str, kind: str, sqnr_db: Optional[float],
+                 max_abs_error: Optional[float], saturated_fraction: float, scale: Optional[float],
+                 zero_point: Optional[int], numel: int) -> None:
         self.name = name
         self.kind = kind
         self.sqnr_db = sqnr_db
@@ -36,10 +43,10 @@ class LayerReport:
         self.zero_point = zero_point
         self.numel = numel
 
-    def as_dict(self):
+    def as_dict(self) -> Any:
         return {k: getattr(self, k) for k in self.__slots__}
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"LayerReport({self.name!r}, {self.kind}, sqnr={self.sqnr_db:.2f} dB, "
                 f"max_abs_error={self.max_abs_error:.4g}, "
                 f"saturated={self.saturated_fraction:.4f})")
@@ -62,7 +69,7 @@ def _as_float(out):
     return np.asarray(out, dtype=np.float32)
 
 
-def sqnr(reference, test):
+def sqnr(reference: Any, test: Any) -> Any:
     """Signal-to-quantization-noise ratio in dB (inf when equal)."""
     ref = np.asarray(reference, dtype=np.float64)
     noise = ref - np.asarray(test, dtype=np.float64)
@@ -75,7 +82,7 @@ def sqnr(reference, test):
     return 10.0 * math.log10(p_sig / p_noise)
 
 
-def compare_layers(float_model, quantized_model, inputs):
+def compare_layers(float_model: Module, quantized_model: Module, inputs: Any) -> Any:
     """Run both models on `inputs` and measure each quantized layer's error against the float one.
 
     Parameters
@@ -131,7 +138,7 @@ def compare_layers(float_model, quantized_model, inputs):
     return rows
 
 
-def format_report(rows):
+def format_report(rows: Any) -> Any:
     """The report as a text table, with the worst layer (lowest SQNR) marked."""
     if not rows:
         return "(no layers compared)"
@@ -156,7 +163,7 @@ def format_report(rows):
     return "\n".join(lines)
 
 
-def plot_report(rows, path):
+def plot_report(rows: Any, path: Any) -> Any:
     """Save a bar chart of per-layer SQNR to `path`; return the path, or None without matplotlib.
 
     Parameters

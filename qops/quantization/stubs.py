@@ -3,7 +3,14 @@
 Before `convert` the stubs are identities (QuantStub carries an observer after `prepare`);
 `convert` swaps them for `qops.nn.quantized.Quantize` / `DeQuantize`.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from qops.nn.module import Module, register_module_type
+
+if TYPE_CHECKING:
+    from qops.nn._typing import Tensor
 
 __all__ = ["QuantStub", "DeQuantStub", "QuantWrapper"]
 
@@ -16,12 +23,12 @@ class QuantStub(Module):
     qconfig : QConfig or None, the qconfig of this stub (else propagated from its parent)
     """
 
-    def __init__(self, qconfig=None):
+    def __init__(self, qconfig: Any = None) -> None:
         super().__init__()
         if qconfig:
             self.qconfig = qconfig
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return x
 
 
@@ -33,12 +40,12 @@ class DeQuantStub(Module):
     qconfig : QConfig or None
     """
 
-    def __init__(self, qconfig=None):
+    def __init__(self, qconfig: Any = None) -> None:
         super().__init__()
         if qconfig:
             self.qconfig = qconfig
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return x
 
 
@@ -55,7 +62,7 @@ class QuantWrapper(Module):
     module : the float module to wrap (its `qconfig`, if any, is copied to the stubs)
     """
 
-    def __init__(self, module):
+    def __init__(self, module: Module) -> None:
         super().__init__()
         qconfig = getattr(module, "qconfig", None)
         self.add_module("quant", QuantStub(qconfig))
@@ -63,7 +70,7 @@ class QuantWrapper(Module):
         self.add_module("module", module)
         self.train(module.training)
 
-    def forward(self, X):
+    def forward(self, X: Any) -> Tensor:
         X = self.quant(X)
         X = self.module(X)
         return self.dequant(X)

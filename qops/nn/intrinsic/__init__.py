@@ -3,6 +3,10 @@
 `fuse_modules` (qops.quantization) builds them; prepare/convert map them to the fused QAT and
 quantized layers of `qops.nn.intrinsic.qat` and `qops.nn.intrinsic.quantized`.
 """
+from __future__ import annotations
+
+from typing import Any
+
 from qops.nn import _layers as fl
 from qops.nn.module import Sequential
 
@@ -17,7 +21,7 @@ class _FusedModule(Sequential):
     _PARTS = ()
     _HAS_RELU = False
 
-    def __init__(self, *mods):
+    def __init__(self, *mods: Any) -> None:
         owner = type(self).__name__
         if len(mods) != len(self._PARTS):
             raise TypeError(f"{owner} takes {len(self._PARTS)} modules "

@@ -3,7 +3,17 @@
 `weight_fake_quant = qconfig.weight()` is built at construction and applied to the weight in
 every forward; the activation fake quantizer is attached by `prepare_qat`.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from qops.nn import _layers as fl
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from qops.nn._typing import IntOrTuple, Tensor
+    from qops.nn.module import Module
 
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "Linear"]
 
@@ -25,12 +35,12 @@ class _QATConvMixin:
         self.qconfig = _need_qconfig(qconfig, type(self).__name__)
         self.weight_fake_quant = qconfig.weight()
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         return self._conv_forward(input, _fake_quant(self.weight_fake_quant, self.weight),
                                   self.bias)
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """A QAT conv from a float conv (or fused ConvReLU) carrying `qconfig`."""
         from qops.nn import intrinsic as nni
         owner = cls.__name__
@@ -61,7 +71,7 @@ class _QATConvMixin:
             c.bias = self.bias.copy()
         return c
 
-    def to_float(self):
+    def to_float(self) -> Module:
         """The float conv with this module's weights."""
         return self._float_conv()
 
@@ -73,9 +83,10 @@ class _QATConvMixin:
 class Conv1d(_QATConvMixin, fl.Conv1d):
     """Conv1d with a fake-quantized weight."""
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=True, padding_mode="zeros", qconfig=None, device=None,
-                 dtype=None):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: IntOrTuple,
+                 stride: IntOrTuple = 1, padding: IntOrTuple = 0, dilation: IntOrTuple = 1,
+                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
+                 qconfig: Any = None, device: Any = None, dtype: Any = None) -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
                          groups, bias, padding_mode)
         self._init_qat(qconfig)
@@ -84,9 +95,10 @@ class Conv1d(_QATConvMixin, fl.Conv1d):
 class Conv2d(_QATConvMixin, fl.Conv2d):
     """Conv2d with a fake-quantized weight."""
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=True, padding_mode="zeros", qconfig=None, device=None,
-                 dtype=None):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: IntOrTuple,
+                 stride: IntOrTuple = 1, padding: IntOrTuple = 0, dilation: IntOrTuple = 1,
+                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
+                 qconfig: Any = None, device: Any = None, dtype: Any = None) -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
                          groups, bias, padding_mode)
         self._init_qat(qconfig)
@@ -95,9 +107,10 @@ class Conv2d(_QATConvMixin, fl.Conv2d):
 class Conv3d(_QATConvMixin, fl.Conv3d):
     """Conv3d with a fake-quantized weight."""
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=True, padding_mode="zeros", qconfig=None, device=None,
-                 dtype=None):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: IntOrTuple,
+                 stride: IntOrTuple = 1, padding: IntOrTuple = 0, dilation: IntOrTuple = 1,
+                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
+                 qconfig: Any = None, device: Any = None, dtype: Any = None) -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
                          groups, bias, padding_mode)
         self._init_qat(qconfig)
@@ -106,18 +119,18 @@ class Conv3d(_QATConvMixin, fl.Conv3d):
 class Linear(fl.Linear):
     """Linear with a fake-quantized weight."""
 
-    def __init__(self, in_features, out_features, bias=True, qconfig=None, device=None,
-                 dtype=None):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, qconfig: Any = None,
+                 device: Any = None, dtype: Any = None) -> None:
         super().__init__(in_features, out_features, bias)
         self.qconfig = _need_qconfig(qconfig, type(self).__name__)
         self.weight_fake_quant = qconfig.weight()
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         from qops.nn import _float_ops as fo
         return fo.linear(input, _fake_quant(self.weight_fake_quant, self.weight), self.bias)
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """A QAT linear from a float Linear (or fused LinearReLU) carrying `qconfig`."""
         from qops.nn import intrinsic as nni
         owner = cls.__name__
@@ -136,7 +149,7 @@ class Linear(fl.Linear):
             q.bias = lin.bias
         return q
 
-    def to_float(self):
+    def to_float(self) -> Module:
         """The float Linear with this module's weights."""
         lin = fl.Linear(self.in_features, self.out_features, self.bias is not None)
         lin.weight = self.weight.copy()

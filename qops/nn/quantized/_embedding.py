@@ -1,11 +1,21 @@
 """Quantized Embedding and EmbeddingBag (torch.ao.nn.quantized names): weight-only, quint8 or
 quint4x2 rows with a float scale and zero point each, float32 output."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
 import numpy as np
 
 from qops import functional as F
 from qops._dtypes import per_channel_affine_float_qparams
 from qops._ops.embedding import EmbeddingPackedParams, _dtype_name, pack_nibbles
 from qops.nn.module import Module
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    from typing_extensions import Self
+
+    from qops.nn._typing import Array
 
 __all__ = ["Embedding", "EmbeddingBag"]
 
@@ -35,9 +45,10 @@ def _weight_dtype(mod):
 class Embedding(Module):
     """Quantized embedding: rows dequantized as fma(scale, q, -zero_point * scale)."""
 
-    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None,
-                 norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None,
-                 dtype="quint8"):
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: Optional[int] = None,
+                 max_norm: Optional[float] = None, norm_type: float = 2.0,
+                 scale_grad_by_freq: bool = False, sparse: bool = False, _weight: Any = None,
+                 dtype: Any = "quint8") -> None:
         super().__init__()
         self.num_embeddings = int(num_embeddings)
         self.embedding_dim = int(embedding_dim)
@@ -50,7 +61,7 @@ class Embedding(Module):
         if _weight is not None:
             self.set_weight(_weight)
 
-    def set_weight(self, w):
+    def set_weight(self, w: Any) -> None:
         """Set the table: an EmbeddingPackedParams of this module's shape and dtype."""
         if not isinstance(w, EmbeddingPackedParams):
             raise TypeError("weight must be an EmbeddingPackedParams (qops.functional."
@@ -62,15 +73,15 @@ class Embedding(Module):
             raise TypeError(f"weight is {w.dtype}; the module is {self.dtype}")
         self.__dict__["_packed_params"] = w
 
-    def weight(self):
+    def weight(self) -> Any:
         """The table (EmbeddingPackedParams)."""
         return self._packed_params
 
-    def forward(self, indices):
+    def forward(self, indices: npt.ArrayLike) -> Array:
         return F.quantized_embedding(self._packed_params, indices)
 
     @classmethod
-    def from_float(cls, mod, use_precomputed_fake_quant=False):
+    def from_float(cls, mod: Module, use_precomputed_fake_quant: bool = False) -> Self:
         """The quantized module of a float Embedding (float_qparams_weight_only_qconfig)."""
         from qops.nn import Embedding as FloatEmbedding
         if type(mod) is not FloatEmbedding:
@@ -120,7 +131,7 @@ class Embedding(Module):
     def _config(self):
         return {k: v for k, v in super()._config().items() if k != "_weight"}
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"num_embeddings={self.num_embeddings}, embedding_dim={self.embedding_dim}, "
                 f"dtype={self.dtype}, qscheme=per_channel_affine_float_qparams")
 
@@ -136,9 +147,10 @@ class EmbeddingBag(Embedding):
     extension (PyTorch's quantized module has none).
     """
 
-    def __init__(self, num_embeddings, embedding_dim, max_norm=None, norm_type=2.0,
-                 scale_grad_by_freq=False, mode="sum", sparse=False, _weight=None,
-                 include_last_offset=False, dtype="quint8", padding_idx=None):
+    def __init__(self, num_embeddings: int, embedding_dim: int, max_norm: Optional[float] = None,
+                 norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "sum",
+                 sparse: bool = False, _weight: Any = None, include_last_offset: bool = False,
+                 dtype: Any = "quint8", padding_idx: Optional[int] = None) -> None:
         super().__init__(num_embeddings, embedding_dim, _weight=_weight, dtype=dtype)
         if mode not in ("sum", "mean", "max"):
             raise ValueError(f"mode must be 'sum', 'mean' or 'max'; got {mode!r}")
@@ -146,8 +158,9 @@ class EmbeddingBag(Embedding):
         self.include_last_offset = bool(include_last_offset)
         self.padding_idx = padding_idx
 
-    def forward(self, indices, offsets=None, per_sample_weights=None,
-                compressed_indices_mapping=None):
+    def forward(self, indices: npt.ArrayLike, offsets: Optional[npt.ArrayLike] = None,
+                per_sample_weights: Optional[npt.ArrayLike] = None,
+                compressed_indices_mapping: Optional[dict[Any, Any]] = None) -> Array:
         if compressed_indices_mapping is not None:
             raise ValueError("compressed_indices_mapping (pruned tables) is not supported")
         return F.quantized_embedding_bag(self._packed_params, indices, offsets, self.mode,
@@ -155,7 +168,7 @@ class EmbeddingBag(Embedding):
                                          self.padding_idx)
 
     @classmethod
-    def from_float(cls, mod, use_precomputed_fake_quant=False):
+    def from_float(cls, mod: Module, use_precomputed_fake_quant: bool = False) -> Self:
         """The quantized module of a float EmbeddingBag (float_qparams_weight_only_qconfig)."""
         from qops.nn import EmbeddingBag as FloatEmbeddingBag
         if type(mod) is not FloatEmbeddingBag:
@@ -167,14 +180,14 @@ class EmbeddingBag(Embedding):
                    include_last_offset=mod.include_last_offset, dtype=dtype,
                    padding_idx=mod.padding_idx)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return super().extra_repr() + f", mode={self.mode!r}"
 
     def _get_name(self):
         return "QuantizedEmbeddingBag"
 
 
-def torch_converters(torch):
+def torch_converters(torch: Any) -> Any:
     """{torch.ao.nn.quantized embedding class: build(tm, convert)} for from_torch."""
     def table(tm):
         w = tm.weight()

@@ -5,7 +5,10 @@ Weights are qint8 QTensors prepacked once (at construction, `set_weight_bias` or
 (`weight`, `bias`, `scale`, `zero_point`). `from_float(observed)` builds a layer from a float
 layer carrying `qconfig` and an `activation_post_process` observer.
 """
+from __future__ import annotations
+
 import numbers
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
@@ -25,6 +28,12 @@ from qops.nn import _layers as fl
 from qops.nn.module import Dropout as _FloatDropout
 from qops.nn.module import Module, _to_numpy
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    from typing_extensions import Self
+
+    from qops.nn._typing import Array, IntOrTuple, Tensor
+
 __all__ = ["Quantize", "DeQuantize", "FloatFunctional", "QFunctional", "Conv1d", "Conv2d",
            "Conv3d", "Linear", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d",
            "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "ReLU6",
@@ -36,7 +45,7 @@ F32 = np.float32
 
 
 # -- helpers shared with the fused, dynamic and QAT layers -----------------------------------
-def dtype_name(dtype):
+def dtype_name(dtype: Any) -> str:
     """'qint8', 'quint8', 'qint32', 'float16', 'float32' for a qops, torch or numpy dtype."""
     try:
         return as_qdtype(dtype).name
@@ -62,7 +71,7 @@ def _one(value, what, owner):
 
 
 
-def pop_linear_weight_bias(state, prefix, errors):
+def pop_linear_weight_bias(state: dict[Any, Any], prefix: str, errors: Any) -> Any:
     """Take (weight, bias) of a linear layer out of `state`, from qops' keys or PyTorch's packed
     "_packed_params._packed_params"; record missing keys in `errors` and return None then."""
     packed_key = prefix + "_packed_params._packed_params"
@@ -77,7 +86,7 @@ def pop_linear_weight_bias(state, prefix, errors):
         return None
     return _to_numpy(state.pop(w_key)), _to_numpy(state.pop(b_key))
 
-def activation_qparams(mod, owner):
+def activation_qparams(mod: Module, owner: Any) -> tuple[float, int]:
     """(scale, zero_point) from `mod.activation_post_process`, with a clear error if absent."""
     obs = getattr(mod, "activation_post_process", None)
     if obs is None:
@@ -101,7 +110,8 @@ def _needs_qconfig(mod, owner):
         raise ValueError(f"{owner}.from_float: the {type(mod).__name__} module has no qconfig")
 
 
-def quantize_weight(weight, observer, owner="quantize_weight"):
+def quantize_weight(weight: npt.ArrayLike, observer: Any,
+                    owner: Any = "quantize_weight") -> QTensor:
     """Quantize a float weight with the qparams of `observer` (already run on it), as PyTorch.
 
     Parameters
@@ -188,7 +198,8 @@ class _QParamsMixin:
 class Quantize(Module):
     """Quantize a float array per tensor with fixed `scale`, `zero_point` and `dtype`."""
 
-    def __init__(self, scale, zero_point, dtype, factory_kwargs=None):
+    def __init__(self, scale: float, zero_point: int, dtype: Any,
+                 factory_kwargs: Optional[dict[Any, Any]] = None) -> None:
         super().__init__()
         from qops import _qparams as qp
         self.dtype = as_qdtype(dtype)
@@ -220,17 +231,17 @@ class Quantize(Module):
     def _after_load(self):
         self._cache()
 
-    def forward(self, X):
+    def forward(self, X: npt.ArrayLike) -> QTensor:
         return quantize_per_tensor(X, self._s, self._z, self.dtype)
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """This layer for an observed float one (its activation_post_process gives the qparams)."""
         scale, zp = activation_qparams(mod, cls.__name__)
         dtype = getattr(mod.activation_post_process, "dtype", quint8)
         return cls(scale, zp, dtype)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"scale={self.scale.reshape(1)!r}, zero_point={self.zero_point.reshape(1)!r}, " \
                f"dtype={self.dtype!r}"
 
@@ -241,11 +252,11 @@ class Quantize(Module):
 class DeQuantize(Module):
     """The float32 values of a QTensor."""
 
-    def forward(self, Xq):
+    def forward(self, Xq: QTensor) -> Array:
         return Xq.dequantize()
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """This layer for an observed float one (its activation_post_process gives the qparams)."""
         return cls()
 
@@ -254,42 +265,42 @@ class DeQuantize(Module):
 class FloatFunctional(Module):
     """Float add/mul/cat as modules, so an observer (`activation_post_process`) can see them."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.activation_post_process = fl_identity()
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         raise RuntimeError("FloatFunctional is not meant to be called; use its add, mul, cat, "
                            "... methods")
 
-    def add(self, x, y):
+    def add(self, x: Tensor, y: Tensor) -> Tensor:
         return self.activation_post_process(np.add(x, y, dtype=F32))
 
-    def add_scalar(self, x, y):
+    def add_scalar(self, x: Tensor, y: float) -> Tensor:
         # Not observed: the quantized op derives its output qparams (PyTorch does the same).
         return np.add(x, F32(y), dtype=F32)
 
-    def mul(self, x, y):
+    def mul(self, x: Tensor, y: Tensor) -> Tensor:
         return self.activation_post_process(np.multiply(x, y, dtype=F32))
 
-    def mul_scalar(self, x, y):
+    def mul_scalar(self, x: Tensor, y: float) -> Tensor:
         return np.multiply(x, F32(y), dtype=F32)
 
-    def cat(self, x, dim=0):
+    def cat(self, x: Union[list[Tensor], tuple[Tensor, ...]], dim: int = 0) -> Tensor:
         return self.activation_post_process(np.concatenate([np.asarray(t, F32) for t in x],
                                                            axis=dim))
 
-    def add_relu(self, x, y):
+    def add_relu(self, x: Tensor, y: Tensor) -> Tensor:
         return self.activation_post_process(np.maximum(np.add(x, y, dtype=F32), F32(0)))
 
-    def mul_relu(self, x, y):
+    def mul_relu(self, x: Tensor, y: Tensor) -> Tensor:
         return self.activation_post_process(np.maximum(np.multiply(x, y, dtype=F32), F32(0)))
 
-    def matmul(self, x, y):
+    def matmul(self, x: Tensor, y: Tensor) -> Tensor:
         return self.activation_post_process(np.matmul(np.asarray(x, F32), np.asarray(y, F32)))
 
 
-def fl_identity():
+def fl_identity() -> Any:
     from qops.nn.module import Identity
     return Identity()
 
@@ -297,39 +308,39 @@ def fl_identity():
 class QFunctional(_QParamsMixin, Module):
     """Quantized add/mul/cat with the output `scale` / `zero_point` found by calibration."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.scale = 1.0
         self.zero_point = 0
         self.activation_post_process = fl_identity()
 
-    def forward(self, x):
+    def forward(self, x: QTensor) -> QTensor:
         raise RuntimeError("QFunctional is not meant to be called; use its add, mul, cat, "
                            "... methods")
 
-    def add(self, x, y):
+    def add(self, x: QTensor, y: QTensor) -> QTensor:
         return self.activation_post_process(F.add(x, y, scale=self.scale,
                                                   zero_point=self.zero_point))
 
-    def add_scalar(self, x, y):
+    def add_scalar(self, x: QTensor, y: float) -> QTensor:
         return self.activation_post_process(F.add_scalar(x, y))
 
-    def mul(self, x, y):
+    def mul(self, x: QTensor, y: QTensor) -> QTensor:
         return self.activation_post_process(F.mul(x, y, scale=self.scale,
                                                   zero_point=self.zero_point))
 
-    def mul_scalar(self, x, y):
+    def mul_scalar(self, x: QTensor, y: float) -> QTensor:
         return self.activation_post_process(F.mul_scalar(x, y))
 
-    def cat(self, x, dim=0):
+    def cat(self, x: Union[list[QTensor], tuple[QTensor, ...]], dim: int = 0) -> QTensor:
         return self.activation_post_process(F.cat(x, dim=dim, scale=self.scale,
                                                   zero_point=self.zero_point))
 
-    def add_relu(self, x, y):
+    def add_relu(self, x: QTensor, y: QTensor) -> QTensor:
         return self.activation_post_process(F.add_relu(x, y, scale=self.scale,
                                                        zero_point=self.zero_point))
 
-    def mul_relu(self, x, y):
+    def mul_relu(self, x: QTensor, y: QTensor) -> QTensor:
         return self.activation_post_process(F.mul_relu(x, y, scale=self.scale,
                                                        zero_point=self.zero_point))
 
@@ -342,11 +353,11 @@ class QFunctional(_QParamsMixin, Module):
     def _load_from_state_dict(self, state, prefix, errors):
         self._load_qparams(state, prefix, errors)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"scale={self.scale}, zero_point={self.zero_point}"
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """This layer for an observed float one (its activation_post_process gives the qparams)."""
         scale, zp = activation_qparams(mod, cls.__name__)
         new = cls()
@@ -360,8 +371,10 @@ class _ConvNd(_QParamsMixin, Module):
     _RELU = False
     _ZP_RANGE = (0, 255)
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=True, padding_mode="zeros", device=None, dtype=None):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: IntOrTuple,
+                 stride: IntOrTuple = 1, padding: IntOrTuple = 0, dilation: IntOrTuple = 1,
+                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
+                 device: Any = None, dtype: Any = None) -> None:
         super().__init__()
         n = self._NDIM
         owner = type(self).__name__
@@ -391,23 +404,23 @@ class _ConvNd(_QParamsMixin, Module):
         name = f"conv{n}d" + ("_relu" if self._RELU else "")
         self.__dict__["_op"] = getattr(F, name)
 
-    def set_weight_bias(self, w, b):
+    def set_weight_bias(self, w: Any, b: Optional[npt.ArrayLike]) -> None:
         """Set and prepack the qint8 weight `w` (QTensor) and float bias `b` (or None)."""
         b = None if b is None else np.asarray(_to_numpy(b), dtype=F32)
         pack = getattr(F, f"prepack_conv{self._NDIM}d")
         self.__dict__["_packed_params"] = pack(_to_numpy(w), b, self.stride, self.padding,
                                                self.dilation, self.groups, self.padding_mode)
 
-    def weight(self):
+    def weight(self) -> QTensor:
         return self._packed_params.weight()
 
-    def bias(self):
+    def bias(self) -> Optional[Array]:
         return self._packed_params.bias()
 
     def _weight_bias(self):
         return self.weight(), self.bias()
 
-    def forward(self, input):
+    def forward(self, input: QTensor) -> QTensor:
         return self._op(input, self._packed_params, scale=self.scale, zero_point=self.zero_point)
 
     def _save_to_state_dict(self, destination, prefix):
@@ -440,7 +453,7 @@ class _ConvNd(_QParamsMixin, Module):
                 self.set_weight_bias(w, b)
         self._load_qparams(state, prefix, errors)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
              f"stride={self.stride}, scale={self.scale}, zero_point={self.zero_point}")
         if self.padding != (0,) * self._NDIM:
@@ -488,7 +501,7 @@ class _ConvNd(_QParamsMixin, Module):
         return mod, conv, conv.weight, conv.bias, mod.qconfig.weight()
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """A quantized conv from an observed float conv (or fused conv, or QAT conv)."""
         owner = cls.__name__
         holder, conv, w, b, wobs = cls._float_conv(mod)
@@ -502,7 +515,7 @@ class _ConvNd(_QParamsMixin, Module):
         return q
 
     @classmethod
-    def from_reference(cls, ref_qconv, output_scale, output_zero_point):
+    def from_reference(cls, ref_qconv: Module, output_scale: float, output_zero_point: int) -> Self:
         raise NotImplementedError("reference modules are not part of qops")
 
 
@@ -528,7 +541,8 @@ class Linear(_QParamsMixin, Module):
     _RELU = False
     _ZP_RANGE = (0, 255)
 
-    def __init__(self, in_features, out_features, bias_=True, dtype=qint8):
+    def __init__(self, in_features: int, out_features: int, bias_: bool = True,
+                 dtype: Any = qint8) -> None:
         super().__init__()
         if dtype_name(dtype) != "qint8":
             raise TypeError(f"{type(self).__name__}: dtype must be qint8; got {dtype!r}")
@@ -540,7 +554,7 @@ class Linear(_QParamsMixin, Module):
         self.zero_point = 0
         self.__dict__["_op"] = getattr(F, "linear_relu" if self._RELU else "linear", None)
 
-    def set_weight_bias(self, w, b):
+    def set_weight_bias(self, w: Any, b: Optional[npt.ArrayLike]) -> None:
         """Set and prepack the qint8 weight `w` and float bias `b` (or None)."""
         w = _to_numpy(w)
         b = None if b is None else np.asarray(_to_numpy(b), dtype=F32)
@@ -552,16 +566,16 @@ class Linear(_QParamsMixin, Module):
         else:
             self.__dict__["_packed_params"] = prepack(w, b)
 
-    def weight(self):
+    def weight(self) -> QTensor:
         return self._packed_params.weight()
 
-    def bias(self):
+    def bias(self) -> Optional[Array]:
         return self._packed_params.bias()
 
     def _weight_bias(self):
         return self.weight(), self.bias()
 
-    def forward(self, x):
+    def forward(self, x: QTensor) -> QTensor:
         op = self._op
         if op is None:
             op = self.__dict__["_op"] = getattr(F, "linear_relu" if self._RELU else "linear")
@@ -595,7 +609,7 @@ class Linear(_QParamsMixin, Module):
                 self.set_weight_bias(w, b)
         self._load_qparams(state, prefix, errors)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"scale={self.scale}, zero_point={self.zero_point}, qscheme="
                 f"{self.weight().qscheme()!r}")
@@ -626,7 +640,7 @@ class Linear(_QParamsMixin, Module):
         return mod, lin.weight, lin.bias, mod.qconfig.weight()
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """A quantized linear from an observed float Linear (or LinearReLU, or QAT Linear)."""
         owner = cls.__name__
         holder, w, b, wobs = cls._float_linear(mod)
@@ -659,7 +673,7 @@ def _same_config_from_float(cls, mod):
 
 class _FromFloatSame:
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """This layer for an observed float one (its activation_post_process gives the qparams)."""
         return _same_config_from_float(cls, mod)
 
@@ -710,7 +724,7 @@ class Dropout(_FromFloatSame, _FloatDropout):
     def _get_name(self):
         return "QuantizedDropout"
 
-    def forward(self, input):
+    def forward(self, input: QTensor) -> QTensor:
         return input
 
 
@@ -721,15 +735,15 @@ class ReLU6(Module):
     def _get_name(self):
         return "QuantizedReLU6"
 
-    def __init__(self, inplace=False):
+    def __init__(self, inplace: bool = False) -> None:
         super().__init__()
         self.inplace = inplace
 
-    def forward(self, input):
+    def forward(self, input: QTensor) -> QTensor:
         return F.relu6(input)
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """This layer for an observed float one (its activation_post_process gives the qparams)."""
         return cls(getattr(mod, "inplace", False))
 
@@ -750,22 +764,23 @@ class _OutQParamsActivation(_QParamsMixin, Module):
 class Hardswish(_OutQParamsActivation):
     """Quantized hardswish with output `scale` and `zero_point`."""
 
-    def __init__(self, scale, zero_point, device=None, dtype=None):
+    def __init__(self, scale: float, zero_point: int, device: Any = None,
+                 dtype: Any = None) -> None:
         super().__init__()
         self.scale = _float_arg(scale, "scale", "Hardswish")
         self.zero_point = int(zero_point)
 
-    def forward(self, input):
+    def forward(self, input: QTensor) -> QTensor:
         return F.hardswish(input, self.scale, self.zero_point)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"scale={self.scale}, zero_point={self.zero_point}"
 
     def _config(self):
         return dict(scale=self.scale, zero_point=self.zero_point)
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """This layer for an observed float one (its activation_post_process gives the qparams)."""
         return cls(*activation_qparams(mod, cls.__name__))
 
@@ -773,23 +788,23 @@ class Hardswish(_OutQParamsActivation):
 class ELU(_OutQParamsActivation):
     """Quantized ELU with output `scale` and `zero_point`."""
 
-    def __init__(self, scale, zero_point, alpha=1.0):
+    def __init__(self, scale: float, zero_point: int, alpha: float = 1.0) -> None:
         super().__init__()
         self.scale = _float_arg(scale, "scale", "ELU")
         self.zero_point = int(zero_point)
         self.alpha = float(alpha)
 
-    def forward(self, input):
+    def forward(self, input: QTensor) -> QTensor:
         return F.elu(input, self.scale, self.zero_point, self.alpha)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"alpha={self.alpha}, scale={self.scale}, zero_point={self.zero_point}"
 
     def _config(self):
         return dict(scale=self.scale, zero_point=self.zero_point, alpha=self.alpha)
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """This layer for an observed float one (its activation_post_process gives the qparams)."""
         scale, zp = activation_qparams(mod, cls.__name__)
         return cls(scale, zp, mod.alpha)
@@ -798,18 +813,18 @@ class ELU(_OutQParamsActivation):
 class LeakyReLU(_OutQParamsActivation):
     """Quantized leaky relu with output `scale` and `zero_point`."""
 
-    def __init__(self, scale, zero_point, negative_slope=0.01, inplace=False, device=None,
-                 dtype=None):
+    def __init__(self, scale: float, zero_point: int, negative_slope: float = 0.01,
+                 inplace: bool = False, device: Any = None, dtype: Any = None) -> None:
         super().__init__()
         self.scale = _float_arg(scale, "scale", "LeakyReLU")
         self.zero_point = int(zero_point)
         self.negative_slope = float(negative_slope)
         self.inplace = inplace
 
-    def forward(self, input):
+    def forward(self, input: QTensor) -> QTensor:
         return F.leaky_relu(input, self.negative_slope, False, self.scale, self.zero_point)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"negative_slope={self.negative_slope}, scale={self.scale}, "
                 f"zero_point={self.zero_point}")
 
@@ -818,7 +833,7 @@ class LeakyReLU(_OutQParamsActivation):
                     negative_slope=self.negative_slope)
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """This layer for an observed float one (its activation_post_process gives the qparams)."""
         scale, zp = activation_qparams(mod, cls.__name__)
         return cls(scale, zp, mod.negative_slope)
@@ -830,25 +845,25 @@ class Sigmoid(_OutQParamsActivation):
     Other output qparams requantize the fixed-qparams result (two roundings).
     """
 
-    def __init__(self, output_scale=1.0 / 256.0, output_zero_point=0):
+    def __init__(self, output_scale: float = 1.0 / 256.0, output_zero_point: int = 0) -> None:
         super().__init__()
         self.scale = _float_arg(output_scale, "output_scale", "Sigmoid")
         self.zero_point = int(output_zero_point)
 
-    def forward(self, input):
+    def forward(self, input: QTensor) -> QTensor:
         out = F.sigmoid(input)
         if out.q_scale() != self.scale or out.q_zero_point() != self.zero_point:
             out = F.requantize(out, self.scale, self.zero_point)
         return out
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"output_scale={self.scale}, output_zero_point={self.zero_point}"
 
     def _config(self):
         return dict(output_scale=self.scale, output_zero_point=self.zero_point)
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """This layer for an observed float one (its activation_post_process gives the qparams)."""
         return cls(*activation_qparams(mod, cls.__name__))
 
@@ -856,11 +871,11 @@ class Sigmoid(_OutQParamsActivation):
 class Tanh(Module):
     """Quantized tanh with PyTorch's fixed output qparams (2/256, zp 128 for quint8)."""
 
-    def forward(self, input):
+    def forward(self, input: QTensor) -> QTensor:
         return F.tanh(input)
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """This layer for an observed float one (its activation_post_process gives the qparams)."""
         return cls()
 
@@ -904,7 +919,8 @@ class _BatchNorm(_QNorm):
     _NDIM = 4
     _RELU = False
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, device=None, dtype=None):
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
+                 device: Any = None, dtype: Any = None) -> None:
         super().__init__()
         c = int(num_features)
         self.num_features = c
@@ -919,21 +935,21 @@ class _BatchNorm(_QNorm):
         self.zero_point = 0
         self.__dict__["_op"] = F.batch_norm_relu if self._RELU else F.batch_norm
 
-    def forward(self, input):
+    def forward(self, input: QTensor) -> QTensor:
         if input.ndim != self._NDIM:
             raise ValueError(f"{type(self).__name__} expects a {self._NDIM}-D input; got shape "
                              f"{input.shape}")
         return self._op(input, self.running_mean, self.running_var, self.weight, self.bias,
                         self.eps, self.scale, self.zero_point)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
 
     def _config(self):
         return dict(num_features=self.num_features, eps=self.eps, momentum=self.momentum)
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """This layer for an observed float one (its activation_post_process gives the qparams)."""
         owner = cls.__name__
         _check_relu(cls, mod)
@@ -964,8 +980,10 @@ class BatchNorm3d(_BatchNorm):
 class LayerNorm(_QNorm):
     """Quantized layer norm with output `scale` / `zero_point`."""
 
-    def __init__(self, normalized_shape, weight=None, bias=None, scale=1.0, zero_point=0,
-                 eps=1e-5, elementwise_affine=True, device=None, dtype=None):
+    def __init__(self, normalized_shape: IntOrTuple, weight: Optional[npt.ArrayLike] = None,
+                 bias: Optional[bool] = None, scale: float = 1.0, zero_point: int = 0,
+                 eps: float = 1e-5, elementwise_affine: bool = True, device: Any = None,
+                 dtype: Any = None) -> None:
         super().__init__()
         if isinstance(normalized_shape, numbers.Integral):
             normalized_shape = (normalized_shape,)
@@ -980,11 +998,11 @@ class LayerNorm(_QNorm):
         self.scale = float(scale)
         self.zero_point = int(zero_point)
 
-    def forward(self, input):
+    def forward(self, input: QTensor) -> QTensor:
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps,
                             self.scale, self.zero_point)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"{self.normalized_shape}, eps={self.eps}, "
                 f"elementwise_affine={self.elementwise_affine}")
 
@@ -993,7 +1011,7 @@ class LayerNorm(_QNorm):
                     elementwise_affine=self.elementwise_affine)
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """This layer for an observed float one (its activation_post_process gives the qparams)."""
         scale, zp = activation_qparams(mod, cls.__name__)
         return cls(mod.normalized_shape, mod.weight, mod.bias, scale, zp, mod.eps,
@@ -1003,8 +1021,10 @@ class LayerNorm(_QNorm):
 class GroupNorm(_QNorm):
     """Quantized group norm with output `scale` / `zero_point`."""
 
-    def __init__(self, num_groups, num_channels, weight=None, bias=None, scale=1.0,
-                 zero_point=0, eps=1e-5, affine=True, device=None, dtype=None):
+    def __init__(self, num_groups: int, num_channels: int, weight: Optional[npt.ArrayLike] = None,
+                 bias: Optional[bool] = None, scale: float = 1.0, zero_point: int = 0,
+                 eps: float = 1e-5, affine: bool = True, device: Any = None,
+                 dtype: Any = None) -> None:
         super().__init__()
         if num_channels % num_groups:
             raise ValueError(f"GroupNorm: num_channels ({num_channels}) must be divisible by "
@@ -1019,11 +1039,11 @@ class GroupNorm(_QNorm):
         self.scale = float(scale)
         self.zero_point = int(zero_point)
 
-    def forward(self, input):
+    def forward(self, input: QTensor) -> QTensor:
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps,
                             self.scale, self.zero_point)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
 
     def _config(self):
@@ -1031,7 +1051,7 @@ class GroupNorm(_QNorm):
                     affine=self.affine)
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """This layer for an observed float one (its activation_post_process gives the qparams)."""
         scale, zp = activation_qparams(mod, cls.__name__)
         return cls(mod.num_groups, mod.num_channels, mod.weight, mod.bias, scale, zp, mod.eps,
@@ -1041,8 +1061,10 @@ class GroupNorm(_QNorm):
 class _InstanceNorm(_QNorm):
     _NDIMS = (3, 4)
 
-    def __init__(self, num_features, weight=None, bias=None, scale=1.0, zero_point=0, eps=1e-5,
-                 momentum=0.1, affine=False, track_running_stats=False, device=None, dtype=None):
+    def __init__(self, num_features: int, weight: Optional[npt.ArrayLike] = None,
+                 bias: Optional[bool] = None, scale: float = 1.0, zero_point: int = 0,
+                 eps: float = 1e-5, momentum: float = 0.1, affine: bool = False,
+                 track_running_stats: bool = False, device: Any = None, dtype: Any = None) -> None:
         super().__init__()
         c = int(num_features)
         self.num_features = c
@@ -1059,7 +1081,7 @@ class _InstanceNorm(_QNorm):
         self.scale = float(scale)
         self.zero_point = int(zero_point)
 
-    def forward(self, input):
+    def forward(self, input: QTensor) -> QTensor:
         if input.ndim not in self._NDIMS:
             raise ValueError(f"{type(self).__name__} expects a "
                              f"{' or '.join(map(str, self._NDIMS))}-D input; got shape "
@@ -1070,7 +1092,7 @@ class _InstanceNorm(_QNorm):
         return F.instance_norm(input, self.weight, self.bias, self.eps, self.scale,
                                self.zero_point)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
                 f"affine={self.affine}, track_running_stats={self.track_running_stats}")
 
@@ -1079,7 +1101,7 @@ class _InstanceNorm(_QNorm):
                     affine=self.affine, track_running_stats=self.track_running_stats)
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """This layer for an observed float one (its activation_post_process gives the qparams)."""
         scale, zp = activation_qparams(mod, cls.__name__)
         return cls(mod.num_features, mod.weight, mod.bias, scale, zp, mod.eps, mod.momentum,

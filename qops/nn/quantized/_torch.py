@@ -1,10 +1,18 @@
 """PyTorch interop for quantized models (implementation in qops/nn/_torch.py)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, Optional
+
 from qops.nn._torch import from_torch_quantized, qtensor_from_torch
+
+if TYPE_CHECKING:
+    from qops.nn.module import Module
 
 __all__ = ["from_torch", "qtensor_from_torch"]
 
 
-def from_torch(module, target=None, leaf_modules=()):
+def from_torch(module: Any, target: Optional[Module] = None,
+               leaf_modules: Iterable[str] = ()) -> Module:
     """The qops quantized model equivalent to a model quantized by torch.ao.quantization.
 
     Parameters

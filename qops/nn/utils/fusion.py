@@ -1,7 +1,16 @@
 """Folding batch norm into the preceding conv or linear (torch.nn.utils.fusion, float32)."""
+from __future__ import annotations
+
 import copy
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from qops.nn._typing import Array
+    from qops.nn.module import Module
 
 F32 = np.float32
 
@@ -14,7 +23,9 @@ def _rsqrt(v):
     return (F32(1) / np.sqrt(np.asarray(v, F32))).astype(F32)
 
 
-def fuse_conv_bn_weights(conv_w, conv_b, bn_rm, bn_rv, bn_eps, bn_w, bn_b, transpose=False):
+def fuse_conv_bn_weights(conv_w: npt.ArrayLike, conv_b: npt.ArrayLike, bn_rm: npt.ArrayLike,
+                         bn_rv: npt.ArrayLike, bn_eps: float, bn_w: npt.ArrayLike,
+                         bn_b: npt.ArrayLike, transpose: bool = False) -> tuple[Array, Array]:
     """Folded (weight, bias) of conv followed by eval-mode batch norm, in float32.
 
     Parameters
@@ -40,7 +51,9 @@ def fuse_conv_bn_weights(conv_w, conv_b, bn_rm, bn_rv, bn_eps, bn_w, bn_b, trans
     return w, b
 
 
-def fuse_linear_bn_weights(linear_w, linear_b, bn_rm, bn_rv, bn_eps, bn_w, bn_b):
+def fuse_linear_bn_weights(linear_w: npt.ArrayLike, linear_b: npt.ArrayLike, bn_rm: npt.ArrayLike,
+                           bn_rv: npt.ArrayLike, bn_eps: float, bn_w: npt.ArrayLike,
+                           bn_b: npt.ArrayLike) -> tuple[Array, Array]:
     """Folded (weight, bias) of linear followed by eval-mode BatchNorm1d, in float32."""
     linear_w = np.asarray(linear_w, F32)
     o = linear_w.shape[0]
@@ -60,7 +73,7 @@ def _check_eval(*mods):
                              f"call .eval() first")
 
 
-def fuse_conv_bn_eval(conv, bn, transpose=False):
+def fuse_conv_bn_eval(conv: Module, bn: Module, transpose: bool = False) -> Module:
     """A copy of `conv` with eval-mode `bn` folded into its weight and bias."""
     _check_eval(conv, bn)
     if bn.running_mean is None:
@@ -77,7 +90,7 @@ def fuse_conv_bn_eval(conv, bn, transpose=False):
     return fused
 
 
-def fuse_linear_bn_eval(linear, bn):
+def fuse_linear_bn_eval(linear: Module, bn: Module) -> Module:
     """A copy of `linear` with eval-mode BatchNorm1d `bn` folded into it."""
     _check_eval(linear, bn)
     if linear.out_features != bn.num_features:

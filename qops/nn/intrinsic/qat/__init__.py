@@ -4,12 +4,22 @@ ConvBn layers simulate the folded conv as PyTorch does: the weight is scaled by
 gamma / sqrt(running_var + eps) before fake quantization, the conv output is scaled back and
 passed through the (training-mode) batch norm, so running statistics keep updating.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
 import numpy as np
 
 from qops.nn import _layers as fl
 from qops.nn import intrinsic as nni
 from qops.nn import qat as nnqat
 from qops.nn.utils.fusion import fuse_conv_bn_weights
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from qops.nn._typing import IntOrTuple, Tensor
+    from qops.nn.module import Module
 
 __all__ = ["ConvBn1d", "ConvBn2d", "ConvBn3d", "ConvBnReLU1d", "ConvBnReLU2d", "ConvBnReLU3d",
            "ConvReLU1d", "ConvReLU2d", "ConvReLU3d", "LinearReLU", "LinearBn1d"]
@@ -20,10 +30,10 @@ F32 = np.float32
 class _ConvReLUMixin:
     _HAS_RELU = True
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         return fl.fo.relu(super().forward(input))
 
-    def to_float(self):
+    def to_float(self) -> Module:
         conv = self._float_conv()
         return getattr(nni, f"ConvReLU{self._NDIM}d")(conv, fl.ReLU())
 
@@ -44,10 +54,10 @@ class LinearReLU(nnqat.Linear):
     """QAT Linear fused with ReLU."""
     _HAS_RELU = True
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         return fl.fo.relu(super().forward(input))
 
-    def to_float(self):
+    def to_float(self) -> Module:
         return nni.LinearReLU(super().to_float(), fl.ReLU())
 
 
@@ -67,18 +77,18 @@ class _ConvBnMixin:
         if freeze_bn:
             self.bn.train(False)
 
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> Self:
         super().train(mode)
         if self.freeze_bn:
             self.bn.train(False)
         return self
 
-    def freeze_bn_stats(self):
+    def freeze_bn_stats(self) -> Self:
         self.freeze_bn = True
         self.bn.train(False)
         return self
 
-    def update_bn_stats(self):
+    def update_bn_stats(self) -> Self:
         self.freeze_bn = False
         self.bn.train(self.training)
         return self
@@ -89,7 +99,7 @@ class _ConvBnMixin:
         w = bn.weight if bn.weight is not None else np.ones(self.out_channels, F32)
         return (w / std).astype(F32)
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         sf = self._scale_factor()
         wshape = (-1,) + (1,) * (self.weight.ndim - 1)
         bshape = (1, -1) + (1,) * (self.weight.ndim - 2)
@@ -109,7 +119,7 @@ class _ConvBnMixin:
                                     bn.eps, bn.weight, bn.bias)
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """A QAT ConvBn(ReLU) from the float fused ConvBn(ReLU) carrying `qconfig`."""
         owner = cls.__name__
         qconfig = getattr(mod, "qconfig", None)
@@ -131,7 +141,7 @@ class _ConvBnMixin:
         q.bn.num_batches_tracked = bn.num_batches_tracked.copy()
         return q
 
-    def to_float(self):
+    def to_float(self) -> Module:
         """The float conv with the batch norm folded in (followed by ReLU if fused)."""
         conv = self._float_conv()
         w, b = self._folded_weight_bias()
@@ -143,9 +153,11 @@ class _ConvBnMixin:
 
 
 def _convbn(name, base, ndim, relu):
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=None, padding_mode="zeros", eps=1e-05, momentum=0.1,
-                 freeze_bn=False, qconfig=None):
+    def __init__(self: Any, in_channels: int, out_channels: int, kernel_size: IntOrTuple,
+                 stride: IntOrTuple = 1, padding: IntOrTuple = 0, dilation: IntOrTuple = 1,
+                 groups: int = 1, bias: Optional[bool] = None, padding_mode: str = "zeros",
+                 eps: float = 1e-05, momentum: float = 0.1, freeze_bn: bool = False,
+                 qconfig: Any = None) -> None:
         base.__init__(self, in_channels, out_channels, kernel_size, stride, padding, dilation,
                       groups, True, padding_mode, qconfig=qconfig)
         self._init_bn(bool(bias), eps, momentum, freeze_bn)
@@ -168,15 +180,15 @@ class LinearBn1d(nnqat.Linear):
 
     _HAS_RELU = False
 
-    def __init__(self, in_features, out_features, bias=True, eps=1e-05, momentum=0.1,
-                 freeze_bn=False, qconfig=None):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, eps: float = 1e-05,
+                 momentum: float = 0.1, freeze_bn: bool = False, qconfig: Any = None) -> None:
         super().__init__(in_features, out_features, bias, qconfig=qconfig)
         self.bn = fl.BatchNorm1d(out_features, eps, momentum, True, True)
         self.freeze_bn = bool(freeze_bn)
         if freeze_bn:
             self.bn.train(False)
 
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> Self:
         super().train(mode)
         if self.freeze_bn:
             self.bn.train(False)
@@ -185,7 +197,7 @@ class LinearBn1d(nnqat.Linear):
     freeze_bn_stats = _ConvBnMixin.freeze_bn_stats
     update_bn_stats = _ConvBnMixin.update_bn_stats
 
-    def forward(self, input):
+    def forward(self, input: Tensor) -> Tensor:
         bn = self.bn
         std = np.sqrt(bn.running_var + F32(bn.eps)).astype(F32)
         sf = (bn.weight / std).astype(F32)
@@ -205,7 +217,7 @@ class LinearBn1d(nnqat.Linear):
                                       bn.eps, bn.weight, bn.bias)
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """A QAT LinearBn1d from the float fused LinearBn1d carrying `qconfig`."""
         owner = cls.__name__
         qconfig = getattr(mod, "qconfig", None)
@@ -224,7 +236,7 @@ class LinearBn1d(nnqat.Linear):
         q.bn.num_batches_tracked = bn.num_batches_tracked.copy()
         return q
 
-    def to_float(self):
+    def to_float(self) -> Module:
         """The float Linear with the batch norm folded in."""
         lin = fl.Linear(self.in_features, self.out_features, True)
         lin.weight, lin.bias = self._folded_weight_bias()

@@ -3,6 +3,10 @@
 The weight is quantized once (qint8, or rounded to float16); activations are quantized on
 every call from their own min and max.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
 import numpy as np
 
 import qops.functional as F
@@ -11,6 +15,12 @@ from qops._qtensor import QTensor, quantize_per_tensor
 from qops.nn import _layers as fl
 from qops.nn.module import Module, _to_numpy
 from qops.nn.quantized import _modules as nnq
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    from typing_extensions import Self
+
+    from qops.nn._typing import Array
 
 __all__ = ["Linear", "LSTM", "GRU", "LSTMCell", "GRUCell", "RNNCell"]
 
@@ -31,7 +41,8 @@ class Linear(Module):
     _RELU = False
     _version = 4
 
-    def __init__(self, in_features, out_features, bias_=True, dtype=qint8):
+    def __init__(self, in_features: int, out_features: int, bias_: bool = True,
+                 dtype: Any = qint8) -> None:
         super().__init__()
         name = nnq.dtype_name(dtype)
         if name not in ("qint8", "float16"):
@@ -52,7 +63,7 @@ class Linear(Module):
     def _get_name(self):
         return "DynamicQuantized" + type(self).__name__
 
-    def set_weight_bias(self, w, b):
+    def set_weight_bias(self, w: Any, b: Optional[npt.ArrayLike]) -> None:
         """Set the weight (qint8 QTensor, or float array for float16) and float bias."""
         w = _to_numpy(w)
         b = None if b is None else np.asarray(_to_numpy(b), dtype=F32)
@@ -71,16 +82,16 @@ class Linear(Module):
             self.__dict__["_packed_params"] = nnq._UnpackedLinear(
                 w.astype(np.float16).astype(F32), b)
 
-    def weight(self):
+    def weight(self) -> QTensor:
         return self._packed_params.weight()
 
-    def bias(self):
+    def bias(self) -> Optional[Array]:
         return self._packed_params.bias()
 
     def _weight_bias(self):
         return self.weight(), self.bias()
 
-    def forward(self, x):
+    def forward(self, x: npt.ArrayLike) -> Array:
         if self.dtype is qint8:
             op = self._op
             if op is None:
@@ -114,7 +125,7 @@ class Linear(Module):
             else:
                 self.set_weight_bias(w, b)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         s = f"in_features={self.in_features}, out_features={self.out_features}, dtype={self.dtype}"
         if self.dtype is qint8:
             s += f", qscheme={self.weight().qscheme()!r}"
@@ -125,7 +136,7 @@ class Linear(Module):
                     bias_=self.bias() is not None, dtype=self.dtype)
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """A dynamic quantized linear from a float Linear (or LinearReLU) with a qconfig.
 
         Without a qconfig the default dynamic qconfig of qops.quantization is used, as in

@@ -7,7 +7,10 @@ sequence), the hidden state once per step, both with reduce_range (PyTorch's dyn
 modules, version 2, and its dynamic cells). The cell nonlinearities run in float32 as the
 rnn family's step kernels compute them (docs/semantics.md §21).
 """
+from __future__ import annotations
+
 import numbers
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +21,10 @@ from qops.nn import _float_ops as fo
 from qops.nn import _rnn as frnn
 from qops.nn.module import Module, _to_numpy
 from qops.nn.quantized import _modules as nnq
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    from typing_extensions import Self
 
 __all__ = ["RNNBase", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
 
@@ -95,7 +102,7 @@ class _WeightsMixin:
     def _shapes(self, sfx):
         raise NotImplementedError
 
-    def set_weight_bias(self, weights):
+    def set_weight_bias(self, weights: dict[str, Any]) -> None:
         """Set weights and biases from a dict {name: value} with the float module's names.
 
         Parameters
@@ -131,7 +138,7 @@ class _WeightsMixin:
             cells.append(_DynamicCell(w_ih, w_hh, bs[0], bs[1], self.dtype is qint8))
         self.__dict__["_cells"] = cells
 
-    def get_weight(self):
+    def get_weight(self) -> dict[str, Any]:
         """{name: weight} (QTensors for qint8, float16-valued float32 arrays otherwise)."""
         out = {}
         for sfx, cell in zip(self._names(), self._cells):
@@ -139,7 +146,7 @@ class _WeightsMixin:
             out["weight_hh" + sfx] = cell.w_hh if self.dtype is qint8 else cell._hh
         return out
 
-    def get_bias(self):
+    def get_bias(self) -> dict[str, Any]:
         """{name: float32 bias or None}."""
         out = {}
         for sfx, cell in zip(self._names(), self._cells):
@@ -192,8 +199,9 @@ class RNNBase(_WeightsMixin, Module):
 
     _version = 2
 
-    def __init__(self, mode, input_size, hidden_size, num_layers=1, bias=True,
-                 batch_first=False, dropout=0.0, bidirectional=False, dtype=qint8):
+    def __init__(self, mode: str, input_size: int, hidden_size: int, num_layers: int = 1,
+                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
+                 bidirectional: bool = False, dtype: Any = qint8) -> None:
         super().__init__()
         owner = type(self).__name__
         if mode not in ("LSTM", "GRU"):
@@ -229,12 +237,12 @@ class RNNBase(_WeightsMixin, Module):
         first = sfx.startswith("_l0")
         return (g, self.input_size if first else self.hidden_size * dirs), (g, self.hidden_size)
 
-    def forward(self, input, hx=None):
+    def forward(self, input: npt.ArrayLike, hx: Any = None) -> Any:
         return F.recurrent(self.mode, input, hx, self._cells, self.input_size,
                            self.hidden_size, self.num_layers, self.bidirectional,
                            self.batch_first)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
         if self.num_layers != 1:
             s += f", num_layers={self.num_layers}"
@@ -257,7 +265,7 @@ class RNNBase(_WeightsMixin, Module):
         return cfg
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """A dynamic quantized LSTM/GRU from a float one (weights observed per tensor).
 
         Without a qconfig the default dynamic qconfig is used, as in PyTorch.
@@ -295,8 +303,9 @@ class LSTM(RNNBase):
         as RNNBase
     """
 
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
-                 dropout=0.0, bidirectional=False, dtype=qint8):
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 dtype: Any = qint8) -> None:
         super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first,
                          dropout, bidirectional, dtype)
 
@@ -310,8 +319,9 @@ class GRU(RNNBase):
         as RNNBase
     """
 
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
-                 dropout=0.0, bidirectional=False, dtype=qint8):
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 dtype: Any = qint8) -> None:
         super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first,
                          dropout, bidirectional, dtype)
 
@@ -330,7 +340,8 @@ class RNNCellBase(_WeightsMixin, Module):
     _MODE = "RNN_TANH"
     _FLOAT = None
 
-    def __init__(self, input_size, hidden_size, bias=True, num_chunks=4, dtype=qint8):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, num_chunks: int = 4,
+                 dtype: Any = qint8) -> None:
         super().__init__()
         owner = type(self).__name__
         frnn._check_sizes(owner, input_size, hidden_size)
@@ -359,11 +370,11 @@ class RNNCellBase(_WeightsMixin, Module):
     def _mode(self):
         return self._MODE
 
-    def forward(self, input, hx=None):
+    def forward(self, input: npt.ArrayLike, hx: Any = None) -> Any:
         return frnn._cell_step(self._mode(), self._cells[0], input, hx, self.input_size,
                                self.hidden_size)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, dtype={self.dtype}"
 
     def _config(self):
@@ -374,7 +385,7 @@ class RNNCellBase(_WeightsMixin, Module):
         return cfg
 
     @classmethod
-    def from_float(cls, mod):
+    def from_float(cls, mod: Module) -> Self:
         """A dynamic quantized cell from the float cell of the same kind."""
         owner = cls.__name__
         if not isinstance(mod, cls._FLOAT):
@@ -404,7 +415,8 @@ class LSTMCell(RNNCellBase):
     _MODE = "LSTM"
     _FLOAT = frnn.LSTMCell
 
-    def __init__(self, input_size, hidden_size, bias=True, dtype=qint8):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
+                 dtype: Any = qint8) -> None:
         super().__init__(input_size, hidden_size, bias, 4, dtype)
 
 
@@ -421,7 +433,8 @@ class GRUCell(RNNCellBase):
     _MODE = "GRU"
     _FLOAT = frnn.GRUCell
 
-    def __init__(self, input_size, hidden_size, bias=True, dtype=qint8):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
+                 dtype: Any = qint8) -> None:
         super().__init__(input_size, hidden_size, bias, 3, dtype)
 
 
@@ -438,7 +451,8 @@ class RNNCell(RNNCellBase):
 
     _FLOAT = frnn.RNNCell
 
-    def __init__(self, input_size, hidden_size, bias=True, nonlinearity="tanh", dtype=qint8):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
+                 nonlinearity: str = "tanh", dtype: Any = qint8) -> None:
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"RNNCell: nonlinearity must be 'tanh' or 'relu'; got "
                              f"{nonlinearity!r}")
@@ -464,7 +478,7 @@ def _np_bias(t):
     return None if t is None else t.detach().float().cpu().numpy().copy()
 
 
-def torch_converters(torch):
+def torch_converters(torch: Any) -> Any:
     """{torch dynamic quantized rnn class: build(tm, convert)} for qops.nn.from_torch_quantized."""
     tqd = torch.ao.nn.quantized.dynamic
     table = {}
