@@ -89,28 +89,34 @@ static inline float qops_rnn_tanh(float x) {
 }
 
 /* `width` columns of one batch row, the gates (i, f, g, o) `hs` apart: gates = gh + gi.
- * c and c_out may be the same array (each chunk is read before it is written). */
+ * c and c_out may be the same array (each chunk is read before it is written). One
+ * nonlinearity per loop: the float64 polynomial's constants then stay in registers (three
+ * in one loop body spill them), and each loop is still plain and vectorized. */
 static inline void qops_lstm_slice(const float* gi, const float* gh, const float* c,
                                    float* h_out, float* c_out, ptrdiff_t hs, ptrdiff_t width) {
-    float cn[QOPS_RNN_CHUNK];
+    float ti[QOPS_RNN_CHUNK], tf[QOPS_RNN_CHUNK], tg[QOPS_RNN_CHUNK];
     for (ptrdiff_t j0 = 0; j0 < width; j0 += QOPS_RNN_CHUNK) {
         ptrdiff_t m = width - j0 < QOPS_RNN_CHUNK ? width - j0 : QOPS_RNN_CHUNK;
         const float *ai = gi + j0, *af = gi + hs + j0, *ag = gi + 2 * hs + j0,
                     *ao = gi + 3 * hs + j0;
         const float *bi = gh + j0, *bf = gh + hs + j0, *bg = gh + 2 * hs + j0,
                     *bo = gh + 3 * hs + j0;
+        for (ptrdiff_t j = 0; j < m; j++)
+            ti[j] = qops_rnn_sigmoid(bi[j] + ai[j]);
+        for (ptrdiff_t j = 0; j < m; j++)
+            tf[j] = qops_rnn_sigmoid(bf[j] + af[j]);
+        for (ptrdiff_t j = 0; j < m; j++)
+            tg[j] = qops_rnn_tanh(bg[j] + ag[j]);
         for (ptrdiff_t j = 0; j < m; j++) {
-            float i = qops_rnn_sigmoid(bi[j] + ai[j]);
-            float f = qops_rnn_sigmoid(bf[j] + af[j]);
-            float g = qops_rnn_tanh(bg[j] + ag[j]);
-            float fc = f * c[j0 + j];
-            float ig = i * g;
-            cn[j] = fc + ig;
+            float fc = tf[j] * c[j0 + j];
+            float ig = ti[j] * tg[j];
+            ti[j] = fc + ig;                            /* c' */
         }
+        for (ptrdiff_t j = 0; j < m; j++)
+            tf[j] = qops_rnn_sigmoid(bo[j] + ao[j]);    /* o */
         for (ptrdiff_t j = 0; j < m; j++) {
-            float o = qops_rnn_sigmoid(bo[j] + ao[j]);
-            c_out[j0 + j] = cn[j];
-            h_out[j0 + j] = o * qops_rnn_tanh(cn[j]);
+            c_out[j0 + j] = ti[j];
+            h_out[j0 + j] = tf[j] * qops_rnn_tanh(ti[j]);
         }
     }
 }
