@@ -55,6 +55,30 @@ def _check_sizes(owner, input_size, hidden_size, num_layers=1):
             raise ValueError(f"{owner}: {name} must be an integer >= {lo}; got {v!r}")
 
 
+def layer_suffixes(num_layers, bidirectional):
+    """[(layer, suffix)] per layer and direction, layer-major, with PyTorch's parameter
+    suffixes ("_l0", "_l0_reverse", "_l1", ...): the order the cells run in."""
+    dirs = ("", "_reverse") if bidirectional else ("",)
+    return [(layer, f"_l{layer}{d}") for layer in range(num_layers) for d in dirs]
+
+
+def layer_repr(m, extra=""):
+    """PyTorch's extra_repr of a recurrent layer: sizes, then `extra` (e.g. proj_size),
+    then the arguments that differ from their defaults."""
+    s = f"{m.input_size}, {m.hidden_size}" + extra
+    if m.num_layers != 1:
+        s += f", num_layers={m.num_layers}"
+    if not m.bias:
+        s += ", bias=False"
+    if m.batch_first:
+        s += ", batch_first=True"
+    if m.dropout:
+        s += f", dropout={m.dropout}"
+    if m.bidirectional:
+        s += ", bidirectional=True"
+    return s
+
+
 def _check_dropout(owner, dropout):
     if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real) \
             or not 0 <= dropout <= 1:
@@ -106,30 +130,22 @@ class RNNBase(Module):
         gate = _GATES[mode] * hidden_size
         real_h = proj_size or hidden_size
         bound = 1.0 / math.sqrt(hidden_size)
-        for layer in range(num_layers):
-            for d in range(dirs):
-                sfx = f"_l{layer}" + ("_reverse" if d else "")
-                in_size = input_size if layer == 0 else real_h * dirs
-                self.register_parameter("weight_ih" + sfx, _uniform((gate, in_size), bound))
-                self.register_parameter("weight_hh" + sfx, _uniform((gate, real_h), bound))
-                if bias:
-                    self.register_parameter("bias_ih" + sfx, _uniform((gate,), bound))
-                    self.register_parameter("bias_hh" + sfx, _uniform((gate,), bound))
-                if proj_size:
-                    self.register_parameter("weight_hr" + sfx,
-                                            _uniform((proj_size, hidden_size), bound))
+        for layer, sfx in layer_suffixes(num_layers, bidirectional):
+            in_size = input_size if layer == 0 else real_h * dirs
+            self.register_parameter("weight_ih" + sfx, _uniform((gate, in_size), bound))
+            self.register_parameter("weight_hh" + sfx, _uniform((gate, real_h), bound))
+            if bias:
+                self.register_parameter("bias_ih" + sfx, _uniform((gate,), bound))
+                self.register_parameter("bias_hh" + sfx, _uniform((gate,), bound))
+            if proj_size:
+                self.register_parameter("weight_hr" + sfx,
+                                        _uniform((proj_size, hidden_size), bound))
 
     def _cells(self):
-        dirs = 2 if self.bidirectional else 1
-        cells = []
-        for layer in range(self.num_layers):
-            for d in range(dirs):
-                sfx = f"_l{layer}" + ("_reverse" if d else "")
-                p = self._parameters
-                cells.append(_FloatCell(p["weight_ih" + sfx], p["weight_hh" + sfx],
-                                        p.get("bias_ih" + sfx), p.get("bias_hh" + sfx),
-                                        p.get("weight_hr" + sfx)))
-        return cells
+        p = self._parameters
+        return [_FloatCell(p["weight_ih" + sfx], p["weight_hh" + sfx], p.get("bias_ih" + sfx),
+                           p.get("bias_hh" + sfx), p.get("weight_hr" + sfx))
+                for _, sfx in layer_suffixes(self.num_layers, self.bidirectional)]
 
     def forward(self, input: npt.ArrayLike, hx: Any = None) -> Any:
         return F.recurrent(self.mode, input, hx, self._cells(), self.input_size,
@@ -137,20 +153,7 @@ class RNNBase(Module):
                            self.batch_first, self.proj_size)
 
     def extra_repr(self) -> str:
-        s = f"{self.input_size}, {self.hidden_size}"
-        if self.proj_size:
-            s += f", proj_size={self.proj_size}"
-        if self.num_layers != 1:
-            s += f", num_layers={self.num_layers}"
-        if not self.bias:
-            s += ", bias=False"
-        if self.batch_first:
-            s += ", batch_first=True"
-        if self.dropout:
-            s += f", dropout={self.dropout}"
-        if self.bidirectional:
-            s += ", bidirectional=True"
-        return s
+        return layer_repr(self, f", proj_size={self.proj_size}" if self.proj_size else "")
 
     def _config(self):
         cfg = dict(input_size=self.input_size, hidden_size=self.hidden_size,

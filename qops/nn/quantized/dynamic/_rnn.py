@@ -227,9 +227,7 @@ class RNNBase(_WeightsMixin, Module):
         self.set_weight_bias(w)
 
     def _names(self):
-        dirs = 2 if self.bidirectional else 1
-        return [f"_l{layer}" + ("_reverse" if d else "")
-                for layer in range(self.num_layers) for d in range(dirs)]
+        return [sfx for _, sfx in frnn.layer_suffixes(self.num_layers, self.bidirectional)]
 
     def _shapes(self, sfx):
         dirs = 2 if self.bidirectional else 1
@@ -243,18 +241,7 @@ class RNNBase(_WeightsMixin, Module):
                            self.batch_first)
 
     def extra_repr(self) -> str:
-        s = f"{self.input_size}, {self.hidden_size}"
-        if self.num_layers != 1:
-            s += f", num_layers={self.num_layers}"
-        if not self.bias:
-            s += ", bias=False"
-        if self.batch_first:
-            s += ", batch_first=True"
-        if self.dropout:
-            s += f", dropout={self.dropout}"
-        if self.bidirectional:
-            s += ", bidirectional=True"
-        return s + f", dtype={self.dtype}"
+        return frnn.layer_repr(self) + f", dtype={self.dtype}"
 
     def _config(self):
         cfg = dict(input_size=self.input_size, hidden_size=self.hidden_size,
