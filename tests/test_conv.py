@@ -520,3 +520,43 @@ def test_c_order_depthwise_through_channels_last_equals_ref(tier, c, nd, k, stri
     want, got = _ref_and_tier(tier, fn, x, w, b, **args)
     np.testing.assert_array_equal(got, want)
     assert np.std(want) > 5 and (got.strides[1] == 1 or got.shape[1] == 1)
+
+
+@pytest.mark.parametrize("n,c,o,k,stride,padding,size,wzp,bell", [
+    (2, 3, 64, 7, 2, 3, (45, 38), 0, True),      # a ResNet/GoogLeNet stem, trained-like
+    (1, 3, 20, 7, 2, 3, (31, 31), 0, False),     # full-range weights: the nibble kernel
+    (3, 4, 17, 5, 1, 2, (12, 13), 3, True),      # asymmetric weights, K tail
+    (1, 1, 9, 9, 3, 0, (40, 40), 0, False),      # one channel, K = 81
+    (5, 3, 16, 7, 2, 3, (224, 224), 0, True),    # rows past _IM2COL_MAX_BYTES: image chunks
+])
+def test_few_channel_gemm_route_equals_ref(monkeypatch, n, c, o, k, stride, padding, size, wzp,
+                                           bell):
+    # AVX2's route for C-order convs on at most 4 channels (im2col rows and the GEMM core,
+    # channels-last result): bit-exact with ref, inputs at 0 and 255, both clamps
+    from qops import _fast
+    kernels = _fast.load("conv")
+    routes = []
+    real = kernels._plan_conv
+    monkeypatch.setattr(kernels, "_plan_conv",
+                        lambda *a: routes.append(real(*a)[0]) or real(*a))
+    r = u.rng(32)
+    raw = r.integers(0, 256, size=(n, c) + size).astype(np.uint8)
+    raw[0, :, :3] = 255
+    raw[-1, :, -3:] = 0
+    x = qops.make_per_tensor_quantized_tensor(raw, 0.03, 77)
+    if bell:
+        wf = r.normal(0, 1, (o, c, k, k))
+        wq = np.round(wf / np.abs(wf).reshape(o, -1).max(1)[:, None, None, None] * 127)
+        w = qops.make_per_channel_quantized_tensor(wq.astype(np.int8), r.uniform(0.005, 0.01, o),
+                                                   np.full(o, wzp), 0)
+    else:
+        w = _w((o, c, k, k), zp=wzp, seed=9, per_channel=True)
+    b = r.normal(0, 3, o).astype(np.float32)
+    args = dict(stride=stride, padding=padding,
+                scale=float(np.sqrt(c * k * k)) * 0.05, zero_point=120)
+    for f in (F.conv2d, F.conv2d_relu):
+        want, got = _ref_and_tier("vnni", f, x, w, b, **args)
+        np.testing.assert_array_equal(got, want)
+        assert len(np.unique(want)) > 20
+    if _fast.ISA == "avx2":
+        assert routes == ["gemm_im2col", "gemm_im2col"]

@@ -264,6 +264,7 @@ cdef extern from "qops_gemm.h" nogil:
     enum:
         QOPS_GEMM_U8
     Py_ssize_t qops_gemm_packed_size(Py_ssize_t N, Py_ssize_t K)
+    Py_ssize_t qops_gemm_kpad(Py_ssize_t K)
     void qops_gemm_pack(const int8_t *W, Py_ssize_t ldw, Py_ssize_t N, Py_ssize_t K,
                         int8_t *packed, int32_t *wsum)
     void qops_gemm_mt(const uint8_t *A, Py_ssize_t lda, Py_ssize_t M, int32_t a_zp,
@@ -279,6 +280,7 @@ cdef extern from "qops_conv_im2col.h" nogil:
         Py_ssize_t sd, sh, sw, pd, ph, pw, dd, dh, dw
         uint8_t xz
         uint8_t *rows
+        Py_ssize_t ldr
     void qconv_i2c_fill(const qconv_i2c_args *f, Py_ssize_t p0, Py_ssize_t p1)
 
 
@@ -329,6 +331,8 @@ ROUTES = {r.name: r for r in [
     Route("conv.dw_through_nhwc", "transposes around qconv_dwcl_rows (AVX-512 VNNI)",
           "qops_conv_nhwc.h"),
     Route("conv.dw_rows", "qconv_dwr_channel (one channel per work item)", "qops_conv.h"),
+    Route("conv.gemm_im2col", "a channels-last copy, qconv_i2c_fill rows, qops_gemm_mt",
+          "qops_conv_im2col.h"),
     Route("conv.planes.amx", f"qconv_grouped/qconv_dw ({_PLANES_TIER[2]})", "qops_conv.h"),
     Route("conv.planes.simd", f"qconv_grouped/qconv_dw ({_PLANES_TIER[1]})", "qops_conv.h"),
     Route("conv.planes.portable", f"qconv_grouped/qconv_dw ({_PLANES_TIER[0]})",
@@ -343,7 +347,7 @@ def _built_here(name):
         return _DWCL2
     if name.startswith("conv_cl.amx") or name == "conv.planes.amx":
         return _AMX
-    if name.startswith("conv_cl.gemm"):
+    if name.startswith("conv_cl.gemm") or name == "conv.gemm_im2col":
         return _AVX2
     if name in ("conv.planes.simd", "conv.dw_rows"):
         return qconv_best_mode() >= 1
@@ -374,7 +378,8 @@ def plan(op, x, packed, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1, 1, 1),
         return ROUTES["conv_cl." + _plan_cl(np.ascontiguousarray(x), packed, groups, stride,
                                             padding, dilation, bias_term, multiplier)]
     if op == "conv":
-        return ROUTES["conv." + _plan_conv(x, packed, stride, padding, dilation)[0]]
+        return ROUTES["conv." + _plan_conv(x, packed, stride, padding, dilation, groups,
+                                           bias_term, multiplier)[0]]
     raise ValueError(f"plan: unknown conv op {op!r}")
 
 
@@ -616,42 +621,53 @@ _GEMM_MIN_C = 32          # below, the GEMM's per-row costs outweigh its faster 
 _GEMM_GRAIN = 262144      # multiply-adds per thread (as the linear family's)
 _IM2COL_MAX_BYTES = 8 << 20
 # output pixels per image up to which im2col rows and the GEMM beat the planes kernel (1
-# thread, Zen 3: 3x3 512->512 on 7x7 1.5x, 128->128 on 28x28 1.27x, 64->64 on 56x56 0.92x)
+# thread, Zen 3: measured on ResNet's 3x3 layers at 7x7 to 56x56 grids)
 _IM2COL_MAX_PIXELS = 1600
+# few-channel convs (NCHW input, C <= 4) from this depth on run as im2col rows and the GEMM
+# (1 thread, Zen 3: 7x7 on RGB gains, 3x3 on RGB loses; from 8 channels the planes win)
+_FEW_C_MIN_K = 64
 
 
-def _gemm_weights(packed):
-    """The weights as the GEMM core takes them: (O, taps x C) in (tap, channel) order packed
-    by qops_gemm_pack, the row sums, the zero points (None when all 0); built on first use
-    and kept."""
-    g = packed.get("gemm")
+def _gemm_weights(packed, Py_ssize_t kp=0):
+    """The weights as the GEMM core takes them: (O, taps x C) in (tap, channel) order, with
+    zero columns up to depth kp when kp is given, packed by qops_gemm_pack; the row sums;
+    the zero points (None when all 0). Built on first use and kept."""
+    key = ("gemm", kp)
+    g = packed.get(key)
     if g is None:
         o, ntaps, q4 = packed["wv"].shape
         k = ntaps * packed["Cg"]
         w = np.ascontiguousarray(
             packed["wv"].view(np.int8).reshape(o, ntaps, q4 * 4)[:, :, :packed["Cg"]]
         ).reshape(o, k)
+        if kp > k:
+            w = np.concatenate([w, np.zeros((o, kp - k), np.int8)], axis=1)
+            k = kp
         data = qops_aligned(np, np.empty(qops_gemm_packed_size(o, k), np.int8))
         wsum = np.zeros(o, np.int32)
         if o > 0 and k > 0:
             qops_gemm_pack(<const int8_t*>qops_ptr(w), k, o, k, <int8_t*>qops_ptr(data, True),
                            <int32_t*>qops_ptr(wsum, True))
         wz = packed["wz"]
-        g = packed["gemm"] = (data, wsum, wz if wz.any() else None)
+        g = packed[key] = (data, wsum, wz if wz.any() else None)
     return g
 
 
 def _conv_cl_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
-                  osize=None):
+                  osize=None, out=None):
     """Ungrouped conv of channels-last data by the GEMM core (qops_gemm.h, the linear
     family's): x (M, K) rows, one per output pixel (a 1x1 conv's input as it lies, or im2col
     rows), times the (O, K) weight; the output (N, OD, OH, OW, O), osize = (N, OD, OH, OW)
-    (x's own leading sizes when None)."""
+    (x's own leading sizes when None), written into `out` when given."""
     cdef qops_gemm_b b
     cdef qops_gemm_out o
-    data, wsum, wzp = _gemm_weights(packed)
+    cdef Py_ssize_t k = x.shape[x.ndim - 1]
+    # x's rows are the weights' depth, or padded past it (im2col rows of qops_gemm_kpad)
+    kd, kh, kw = packed["kernel"]
+    data, wsum, wzp = _gemm_weights(packed, k if k > kd * kh * kw * packed["Cg"] else 0)
     oc = packed["O"]
-    out = qops_empty(np, tuple(osize or x.shape[:4]) + (oc,), np.uint8)
+    if out is None:
+        out = qops_empty(np, tuple(osize or x.shape[:4]) + (oc,), np.uint8)
     if out.size == 0:
         return out
     bt = np.ascontiguousarray(bias_term, np.float32)
@@ -666,7 +682,7 @@ def _conv_cl_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_point
     o.relu = 1 if relu else 0
     o.out = <void*>qops_ptr(out, True)
     o.ldc = oc
-    cdef Py_ssize_t m = out.size // max(oc, 1), k = x.shape[x.ndim - 1]
+    cdef Py_ssize_t m = out.size // max(oc, 1)
     b.N, b.K = oc, k
     cdef int nt = qops_threads_for(m * oc * k, _GEMM_GRAIN)
     cdef const uint8_t *xp = <const uint8_t*>qops_ptr(x)
@@ -680,28 +696,40 @@ def _conv_cl_im2col_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zer
                          stride, padding, dilation):
     """Ungrouped conv of contiguous channels-last x (N, D, H, W, C): each output pixel's
     window gathered into an im2col row (qconv_i2c_fill), the rows multiplied by the GEMM
-    core (_conv_cl_gemm)."""
+    core (_conv_cl_gemm), a few images at a time so that the rows stay within
+    _IM2COL_MAX_BYTES."""
     cdef qconv_i2c_args f
     n, d, h, wdt, c = x.shape
     kd, kh, kw = packed["kernel"]
     (pd, ph, pw), (sd, sh, sw), (dd, dh, dwl) = padding, stride, dilation
     od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
-    cdef Py_ssize_t m = n * od * oh * ow, k = kd * kh * kw * c, i
-    rows = qops_empty(np, (m, k), np.uint8)
-    f.x = <const uint8_t*>qops_ptr(x)
-    f.N, f.D, f.H, f.W, f.C = n, d, h, wdt, c
+    cdef Py_ssize_t pix = od * oh * ow, k = kd * kh * kw * c, i, m
+    # rows as long as the GEMM's padded depth: it reads them in place
+    cdef Py_ssize_t kp = qops_gemm_kpad(k)
+    cdef Py_ssize_t per = max(1, min(n, _IM2COL_MAX_BYTES // max(pix * kp, 1)))
+    out = qops_empty(np, (n, od, oh, ow, packed["O"]), np.uint8)
+    rows = qops_empty(np, (per * pix, kp), np.uint8)
+    f.N, f.D, f.H, f.W, f.C = per, d, h, wdt, c
     f.OD, f.OH, f.OW = od, oh, ow
     f.KD, f.KH, f.KW = kd, kh, kw
     f.sd, f.sh, f.sw, f.pd, f.ph, f.pw = sd, sh, sw, pd, ph, pw
     f.dd, f.dh, f.dw = dd, dh, dwl
     f.xz = x_zero_point
     f.rows = <uint8_t*>qops_ptr(rows, True)
-    cdef int nt = qops_threads_for(m * k, 1 << 16)
-    with nogil:
-        for i in prange(nt, schedule="static", num_threads=nt):
-            qconv_i2c_fill(&f, m * i // nt, m * (i + 1) // nt)
-    return _conv_cl_gemm(rows, packed, x_zero_point, bias_term, multiplier, out_zero_point,
-                         relu, (n, od, oh, ow))
+    f.ldr = kp
+    cdef int nt
+    for b0 in range(0, n, per):
+        b1 = min(b0 + per, n)
+        xb = x[b0:b1]
+        f.x = <const uint8_t*>qops_ptr(xb)
+        m = (b1 - b0) * pix
+        nt = qops_threads_for(m * k, 1 << 16)
+        with nogil:
+            for i in prange(nt, schedule="static", num_threads=nt):
+                qconv_i2c_fill(&f, m * i // nt, m * (i + 1) // nt)
+        _conv_cl_gemm(rows[:m], packed, x_zero_point, bias_term, multiplier, out_zero_point,
+                      relu, None, out[b0:b1])
+    return out
 
 
 def _transposed(x, shape):
@@ -772,7 +800,7 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
     if c >= 16 and 128 <= k <= _GEMM_MAX_K:
         n, d, h, w = x.shape[:4]
         od, oh, ow = _out_sizes((d, h, w), packed["kernel"], stride, padding, dilation)
-        if od * oh * ow <= _IM2COL_MAX_PIXELS and n * od * oh * ow * k <= _IM2COL_MAX_BYTES:
+        if od * oh * ow <= _IM2COL_MAX_PIXELS and od * oh * ow * k <= _IM2COL_MAX_BYTES:
             return "gemm_im2col"
     return "planes"
 
@@ -896,10 +924,15 @@ cdef void _run(qconv_args *a, bint dw, int mode, Py_ssize_t n, Py_ssize_t rows, 
             qconv_grouped(a, mode, b, od, oh, min(oh + rows, a.OH), ow0, ow1)
 
 
-def _plan_conv(x, packed, stride, padding, dilation):
+def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
+               multiplier=None):
     """The route of a conv of x (N, C, D, H, W), by name, with the planes kernel's tier
     (_MODE: 2 AMX, 1 SIMD, 0 portable) and, for 'dw_rows', its padded output width.
 
+    'gemm_im2col': ungrouped, AVX2, at most 4 input channels (the planes kernel's quads of
+    channels are mostly padding) and K = taps x C >= _FEW_C_MIN_K (the stems: 7x7 on RGB):
+    transposed to channels last, then conv_cl's im2col rows and GEMM core, the result
+    channels last as PyTorch's.
     'dw_through_nhwc': symmetric depthwise with 32+ channels at a stride along W or on small
     planes, where the VNNI channels-last kernel wins even with the two transposes (at stride
     1 on large planes the transposes cost more than they save).
@@ -916,6 +949,13 @@ def _plan_conv(x, packed, stride, padding, dilation):
     pd, ph, pw = padding
     sw = stride[2]
     od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
+    k = kd * kh * kw * c
+    if (not dw and _MODE[0] == 1 and _AVX2 and groups == 1 and packed["kind"] == "grouped"
+            and c <= 4 and _FEW_C_MIN_K <= k <= _GEMM_MAX_K and n * od * oh * ow > 0
+            and od * oh * ow * qops_gemm_kpad(k) <= _IM2COL_MAX_BYTES
+            and bias_term is not None and np.isfinite(bias_term).all()
+            and np.isfinite(multiplier).all()):
+        return "gemm_im2col", mode, 0
     if (dw and _DWCL and mode >= 1 and packed["symmetric"] and c >= 32
             and (sw > 1 or d * h * wdt <= 1024) and x.flags.c_contiguous
             and n * od * oh * ow > 0 and kd * kh <= QCONV_DWCL_MAX_ROWS):
@@ -946,9 +986,15 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
     dd, dh, dwl = dilation
     dp, hp, wp_ = d + 2 * pd, h + 2 * ph, wdt + 2 * pw
     od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
-    route, mode, owp = _plan_conv(x, packed, stride, padding, dilation)
+    route, mode, owp = _plan_conv(x, packed, stride, padding, dilation, groups, bias_term,
+                                  multiplier)
     if _S.trace is not None:
         _traced("conv." + route)
+    if route == "gemm_im2col":
+        xc = _transposed(np.ascontiguousarray(x).reshape(n, c, -1), (n, d, h, wdt, c))
+        y = _conv_cl_im2col_gemm(xc, packed, x_zero_point, bias_term, multiplier,
+                                 out_zero_point, relu, stride, padding, dilation)
+        return y.transpose(0, 4, 1, 2, 3)
     if route == "dw_through_nhwc":
         return _dw_through_nhwc(x, packed, x_zero_point, bias_term, multiplier, out_zero_point,
                                 relu, stride, padding, dilation)

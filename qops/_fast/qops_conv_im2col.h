@@ -5,6 +5,9 @@
  * (conv.pyx). Taps outside the input hold the input zero point, so (x - xz) is 0 there and
  * the GEMM's exact sum Sum (x - xz)(w - wz) is the conv's (docs/semantics.md §8). A kernel
  * row whose KW taps lie inside the input at unit dilation is one copy of KW * C bytes.
+ * Rows are ldr >= K bytes apart, the bytes past K holding the zero point too: with ldr the
+ * GEMM's padded depth (qops_gemm_kpad) it reads the rows in place, and those bytes add
+ * (xz - xz)(0 - wz) = 0 against the zero-padded weight rows.
  */
 #ifndef QOPS_CONV_IM2COL_H
 #define QOPS_CONV_IM2COL_H
@@ -19,8 +22,26 @@ typedef struct {
     ptrdiff_t KD, KH, KW;
     ptrdiff_t sd, sh, sw, pd, ph, pw, dd, dh, dw;
     uint8_t xz;
-    uint8_t *rows;                     /* (N * OD * OH * OW, K) */
+    uint8_t *rows;                     /* N * OD * OH * OW rows, ldr bytes apart */
+    ptrdiff_t ldr;                     /* >= K */
 } qconv_i2c_args;
+
+/* n bytes, by at most two overlapping fixed-size copies for the short runs of few-channel
+ * inputs (a libc call costs more than the copy there). */
+static inline void qconv_i2c_copy(uint8_t *d, const uint8_t *s, ptrdiff_t n) {
+    if (n >= 16 && n <= 32) {
+        memcpy(d, s, 16);
+        memcpy(d + n - 16, s + n - 16, 16);
+    } else if (n >= 8 && n < 16) {
+        memcpy(d, s, 8);
+        memcpy(d + n - 8, s + n - 8, 8);
+    } else if (n >= 4 && n < 8) {
+        memcpy(d, s, 4);
+        memcpy(d + n - 4, s + n - 4, 4);
+    } else {
+        memcpy(d, s, (size_t)n);
+    }
+}
 
 /* Rows [p0, p1). */
 static void qconv_i2c_fill(const qconv_i2c_args *f, ptrdiff_t p0, ptrdiff_t p1) {
@@ -30,7 +51,8 @@ static void qconv_i2c_fill(const qconv_i2c_args *f, ptrdiff_t p0, ptrdiff_t p1) 
         const ptrdiff_t ow = p % f->OW, r = p / f->OW;
         const ptrdiff_t oh = r % f->OH, od = (r / f->OH) % f->OD, n = r / (f->OH * f->OD);
         const ptrdiff_t iw0 = ow * f->sw - f->pw;
-        uint8_t *dst = f->rows + p * K;
+        uint8_t *dst = f->rows + p * f->ldr;
+        if (f->ldr > K) memset(dst + K, f->xz, (size_t)(f->ldr - K));
         for (ptrdiff_t kd = 0; kd < f->KD; kd++)
             for (ptrdiff_t kh = 0; kh < f->KH; kh++) {
                 const ptrdiff_t id = od * f->sd - f->pd + kd * f->dd;
@@ -42,13 +64,13 @@ static void qconv_i2c_fill(const qconv_i2c_args *f, ptrdiff_t p0, ptrdiff_t p1) 
                 }
                 const uint8_t *src = f->x + ((n * f->D + id) * f->H + ih) * W * C;
                 if (f->dw == 1 && iw0 >= 0 && iw0 + KW <= W) {
-                    memcpy(dst, src + iw0 * C, (size_t)(KW * C));
+                    qconv_i2c_copy(dst, src + iw0 * C, KW * C);
                     dst += KW * C;
                     continue;
                 }
                 for (ptrdiff_t kw = 0; kw < KW; kw++, dst += C) {
                     const ptrdiff_t iw = iw0 + kw * f->dw;
-                    if (iw >= 0 && iw < W) memcpy(dst, src + iw * C, (size_t)C);
+                    if (iw >= 0 && iw < W) qconv_i2c_copy(dst, src + iw * C, C);
                     else memset(dst, f->xz, (size_t)C);
                 }
             }

@@ -328,6 +328,10 @@ static void qops_gemm_pack(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_
     (void)G;
 }
 
+/* The depth the packed weight is padded to (with zero weights): A rows this long, whose
+ * bytes past K hold a_zp, are read in place (AVX2: no repacking copy) and add nothing. */
+static inline ptrdiff_t qops_gemm_kpad(ptrdiff_t K) { return qg_groups(K) * QG_KG; }
+
 #ifdef QG_AVX2
 /* Panel p's k order (Kp bytes, within blocks of 16), or NULL when its k is in order. */
 static inline const uint8_t *qg_order(const qops_gemm_b *B, ptrdiff_t p) {
