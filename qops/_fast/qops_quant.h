@@ -85,10 +85,10 @@ static void qops_quantize_fma(const float *x, uint8_t *out, ptrdiff_t n, float i
         _mm_mask_storeu_epi8(out + i, m, _mm512_cvtepi32_epi8(r));
     }
 #elif defined(__AVX2__)
-    /* GCC's loop of the scalar formula ran 20% behind PyTorch on Zen 3 */
+    /* GCC's loop of the scalar formula ran behind PyTorch's kernel on Zen 3 */
     const __m256 vi = _mm256_set1_ps(inv), vz = _mm256_set1_ps(zpf), hi = _mm256_set1_ps(qmax);
     const int sgn = qmin < 0;
-    /* the input streams in from L3: a prefetch 1 KB ahead gains 5%, and 8% with numpy's
+    /* the input streams in from L3: a prefetch 1 KB ahead pays, more so with numpy's
      * 16-byte aligned arrays, whose loads cross cache lines (peeling to aligned loads
      * only moved the crossing to the stores) */
     for (; i + 32 <= n; i += 32) {
@@ -107,7 +107,7 @@ static void qops_quantize_fma(const float *x, uint8_t *out, ptrdiff_t n, float i
 /* D_pc of n 8-bit values (int8 when sgn) with a double scale, for |zp| <= 2**23: then
  * f32(q) - f32(zp) is the exact integer q - zp, so the AVX-512 body subtracts in int32,
  * multiplies in double and rounds to float once, as the scalar formula does. GCC's own
- * vectorization of that formula ran 10% behind PyTorch's kernel. */
+ * vectorization of that formula ran behind PyTorch's kernel. */
 static void qops_dequantize_pc8(const uint8_t *q, float *out, ptrdiff_t n, double s,
                                 int32_t zp, int sgn) {
     ptrdiff_t i = 0;
@@ -166,7 +166,7 @@ static void qops_dequantize_sc8(const uint8_t *q, float *out, ptrdiff_t n, float
     }
 #elif QOPS_QUANT_AVX2
     /* bound by the 4-byte-per-element stores: prefetching the output lines 2 KB ahead
-     * gains 10% */
+     * pays */
     const __m256 vs = _mm256_set1_ps(s);
     const __m256i vz = _mm256_set1_epi32(zp);
     for (; i + 32 <= n; i += 32) {
@@ -186,7 +186,7 @@ static void qops_dequantize_sc8(const uint8_t *q, float *out, ptrdiff_t n, float
 
 /* D_sc of n 8-bit values with a scale and zero point per element, from position tables
  * (per-channel dequantize with short channel runs). GCC's loop of the formula uses
- * 256-bit vectors and ran 25% behind the per-tensor kernel; this is that kernel with two
+ * 256-bit vectors and ran behind the per-tensor kernel; this is that kernel with two
  * more loads. */
 static void qops_dequantize_tab8(const uint8_t *q, float *out, ptrdiff_t n, const float *s,
                                  const int32_t *zp, int sgn) {

@@ -36,7 +36,8 @@ static inline __attribute__((always_inline)) void qops_double_k(
             dst[c * stride + 2 * i] = dst[c * stride + 2 * i + 1] = src[i];
 }
 /* The usual run lengths (2: an exact 2x along H too; 1) with the count and the prefetch
- * flag constant, so the store loop unrolls: a runtime count cost ~50% on 56-wide rows. */
+ * flag constant, so the store loop unrolls: with a runtime count it does not, which
+ * costs most on short rows. */
 static inline void qops_double_bytes(const uint8_t *src, uint8_t *dst, ptrdiff_t n,
                                      int copies, ptrdiff_t stride, int pf) {
     if (copies == 2 && !pf) qops_double_k(src, dst, n, 2, stride, 0);
