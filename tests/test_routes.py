@@ -338,6 +338,26 @@ def test_every_route_of_every_routed_family_is_in_a_table():
         assert {r for r, *_ in TABLES[family]} == set(_module(family).ROUTES), family
 
 
+def test_every_routed_family_shares_the_route_protocol():
+    """Route, the trace and the ISA name come from qops/_fast/_routes.py, not per family."""
+    from qops._fast import _routes
+    from qops._show import ROUTED_FAMILIES
+    for family in ROUTED_FAMILIES:
+        mod = _module(family)
+        if family == "conv" and mod._trace_routes is not _routes.trace_routes:
+            continue                      # until conv.pyx takes the shared protocol too
+        assert mod._trace_routes is _routes.trace_routes, family
+        assert all(type(r) is _routes.Route for r in mod.ROUTES.values()), family
+        assert not hasattr(mod, "namedtuple"), family
+
+
+def test_module_isa_names_the_package_a_module_was_built_into():
+    from qops._fast._routes import module_isa
+    assert module_isa("qops._fast._avx2.reduce") == "avx2"
+    assert module_isa("qops._fast._avx512.sort") == "avx512"
+    assert module_isa("reduce") == "baseline"
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("family,route,fn,make", list(_cases()))
 def test_route(family, route, fn, make, threads):

@@ -9,7 +9,7 @@
 # VBMI on the CPU, else the build's tier (qops_lut.h); clamp_raw runs the AVX-512 shifted-line
 # kernel for 256+ bytes whose source and output lie a multiple of 4 bytes apart, else a loop
 # GCC vectorizes (qops_clamp.h).
-from collections import namedtuple
+from qops._fast._routes import Route, TRACE, trace_routes as _trace_routes
 
 import numpy as np
 from cython.parallel cimport prange
@@ -30,24 +30,7 @@ LUT_VECTORIZED = bool(qops_lut_vectorized())   # also initialises the CPU check 
 
 # -- routes -------------------------------------------------------------------------------
 
-cdef class _State:
-    """The activation family's run-time switches, in one object."""
-    cdef public object trace   # a list collecting the Route of every call, or None
-
-
-cdef _State _S = _State()
-_S.trace = None
-
-
-def _trace_routes(routes):
-    """Append the Route of every following call to list `routes` (None: stop). For
-    qops._show.explain."""
-    _S.trace = routes
-
-
-Route = namedtuple("Route", "name kernel where")
-Route.__doc__ = """The kernel an activation call runs: name "<op>.<route>", the function, its
-file."""
+cdef list _TRACE = TRACE      # the trace of qops/_fast/_routes.py
 
 _LUT_TIER = ("qops_lut_avx2 (AVX2: 16 vpshufb, blends)" if QOPS_LUT_TIER >= 1
              else "qops_lut_scalar (C)")
@@ -92,8 +75,8 @@ cdef object _plan(bint clamp, Py_ssize_t n, Py_ssize_t off):
                  else R_CLAMP)
     else:
         route = R_LUT_VBMI if _VBMI else R_LUT
-    if _S.trace is not None:
-        _S.trace.append(route)
+    if _TRACE:
+        _TRACE[0].append(route)
     return route
 
 

@@ -9,7 +9,7 @@
 # Which kernel runs is decided in one place, _plan() below: it returns a named Route from
 # ROUTES (<op>.<route>), every entry point calls it, and qops.show_config(op, *args) reports
 # it (qops/_show.py).
-from collections import namedtuple
+from qops._fast._routes import Route, TRACE, trace_routes as _trace_routes
 
 import numpy as np
 from cython.parallel cimport prange
@@ -58,23 +58,7 @@ DEF SHORT_COLS = 256      # cat inputs' rows at most this long take the row-bloc
 
 # -- routes -------------------------------------------------------------------------------
 
-cdef class _State:
-    """The arith family's run-time switches, in one object."""
-    cdef public object trace   # a list collecting the Route of every call, or None
-
-
-cdef _State _S = _State()
-_S.trace = None
-
-
-def _trace_routes(routes):
-    """Append the Route of every following call to list `routes` (None: stop). For
-    qops._show.explain."""
-    _S.trace = routes
-
-
-Route = namedtuple("Route", "name kernel where")
-Route.__doc__ = """The kernel an arith call runs: name "<op>.<route>", the function, its file."""
+cdef list _TRACE = TRACE      # the trace of qops/_fast/_routes.py
 
 # (the AVX2 bodies fall back to the C loop for zero points outside the dtype's range, which
 # the ops never pass)
@@ -149,8 +133,8 @@ cdef object _plan(int op, Py_ssize_t n, bint is_signed=False, int64_t base=0, in
         route = R_REFLECT
     else:
         route = R_CAT_SHORT if widest <= SHORT_COLS and rows > 1 else R_CAT_PARTS
-    if _S.trace is not None:
-        _S.trace.append(route)
+    if _TRACE:
+        _TRACE[0].append(route)
     return route
 
 

@@ -14,7 +14,7 @@
 #   chunked       K above K_CHUNK: exact int32 products per chunk of columns, summed in int64,
 #                 then the output stage here (_finish_u8/_finish_f32).
 # and minmax.scan, the min/max of dynamic linear's float input.
-from collections import namedtuple
+from qops._fast._routes import Route, TRACE, trace_routes as _trace_routes
 
 import numpy as np
 from cython.parallel cimport prange
@@ -120,23 +120,7 @@ def _pair_max(w):
 
 # -- routes -------------------------------------------------------------------------------
 
-cdef class _State:
-    """The linear family's run-time switches, in one object."""
-    cdef public object trace   # a list collecting the Route of every call, or None
-
-
-cdef _State _S = _State()
-_S.trace = None
-
-
-def _trace_routes(routes):
-    """Append the Route of every following call to list `routes` (None: stop). For
-    qops._show.explain."""
-    _S.trace = routes
-
-
-Route = namedtuple("Route", "name kernel where")
-Route.__doc__ = """The kernel a linear call runs: name "<op>.<route>", the function, its file."""
+cdef list _TRACE = TRACE      # the trace of qops/_fast/_routes.py
 
 _TIER = ("AVX-512 VNNI" if QL_TIER == 2 else
          "AVX2: pair-safe or nibble kernel per panel by the input's max" if QL_TIER == 1
@@ -206,8 +190,8 @@ cdef object _plan(int op, Py_ssize_t M, PackedWeight p):
         route = RD_PAIRED if op else R_PAIRED
     else:
         route = RD_GEMM if op else R_GEMM
-    if _S.trace is not None:
-        _S.trace.append(route)
+    if _TRACE:
+        _TRACE[0].append(route)
     return route
 
 
@@ -354,7 +338,7 @@ def minmax(x):
     cdef int nan[MAXBLOCKS]
     cdef float mn, mx
     cdef int bad = 0
-    if _S.trace is not None:
+    if _TRACE:
         _plan(2, n, None)
     nb = min(nt * 4, MAXBLOCKS) if nt > 1 else 1
     step = (n + nb - 1) // nb

@@ -7,7 +7,7 @@
 # it (qops/_show.py). Rows of at least LUT_MIN elements go through 256-entry tables where the
 # lookup is vectorized (VBMI); the row kernels pick their vector body inside qops_norm.h when
 # the weights bound the float range (qops_norm_vec_ok), else a C loop: same bits.
-from collections import namedtuple
+from qops._fast._routes import Route, TRACE, trace_routes as _trace_routes
 
 import numpy as np
 from cython.parallel cimport prange
@@ -54,23 +54,7 @@ cdef inline bint _use_lut(Py_ssize_t length) noexcept nogil:
 
 # -- routes -------------------------------------------------------------------------------
 
-cdef class _State:
-    """The norm family's run-time switches, in one object."""
-    cdef public object trace   # a list collecting the Route of every call, or None
-
-
-cdef _State _S = _State()
-_S.trace = None
-
-
-def _trace_routes(routes):
-    """Append the Route of every following call to list `routes` (None: stop). For
-    qops._show.explain."""
-    _S.trace = routes
-
-
-Route = namedtuple("Route", "name kernel where")
-Route.__doc__ = """The kernel a norm call runs: name "<op>.<route>", the function, its file."""
+cdef list _TRACE = TRACE      # the trace of qops/_fast/_routes.py
 
 _TIER = ("AVX-512", "AVX2", "C")[2 - QOPS_NORM_TIER]
 
@@ -125,8 +109,8 @@ cdef object _plan(int op, Py_ssize_t size, Py_ssize_t nb, Py_ssize_t length):
         route = R_BN_CL
     else:
         route = R_GN_CL
-    if _S.trace is not None:
-        _S.trace.append(route)
+    if _TRACE:
+        _TRACE[0].append(route)
     return route
 
 

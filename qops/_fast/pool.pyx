@@ -38,7 +38,7 @@ ISA. Includes keep one module, `qops._fast._<isa>.pool`, exposing the same funct
 # power-of-two divisors requantize there with integer tables (_int_tables in
 # pool_tables.pxi) checked against the float formula for every reachable sum.
 import numpy as np
-from collections import namedtuple
+from qops._fast._routes import Route, TRACE, trace_routes as _trace_routes
 from cython.parallel cimport prange, parallel, threadid
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy
@@ -54,12 +54,11 @@ DEF GLOBAL_GRAIN = 131072    # bytes summed per thread below which one thread is
 cdef class _State:
     """The pool family's run-time switches, in one object (no module-level globals)."""
     cdef public bint vbmi      # max pools use their VBMI kernel (the tests switch it off)
-    cdef public object trace   # a list collecting the Route of every call, or None
 
 
 cdef _State _S = _State()
 _S.vbmi = QP_SHORT and qp_cpu_vbmi()     # the CPU has VBMI and this build AVX-512 kernels
-_S.trace = None
+cdef list _TRACE = TRACE      # the trace of qops/_fast/_routes.py
 
 
 def _use_vbmi(on=None):
@@ -71,16 +70,7 @@ def _use_vbmi(on=None):
     return was
 
 
-def _trace_routes(routes):
-    """Append the Route of every following call to list `routes` (None: stop). For
-    qops._show.explain."""
-    _S.trace = routes
-
-
 # -- routes -------------------------------------------------------------------------------
-
-Route = namedtuple("Route", "name kernel where")
-Route.__doc__ = """The kernel a pool call runs: name "<op>.<route>", the function, its file."""
 
 _TIER = ("AVX-512 column walks", "qops_pool_avx512_cols.h") if QP_SIMD == 2 else (
     ("AVX2 rows", "qops_pool_avx2.h") if QP_SIMD == 1 else ("none in this build", "-"))
@@ -247,8 +237,8 @@ cdef object _plan(_Op op, x, tuple out_size, tuple k, tuple s, tuple p, tuple d,
         route = R_AVG_CL
     else:
         route = R_AAVG_CL
-    if _S.trace is not None:
-        _S.trace.append(route)
+    if _TRACE:
+        _TRACE[0].append(route)
     return route
 
 

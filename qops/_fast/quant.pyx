@@ -8,7 +8,7 @@
 # scalar primitives; per-channel ops walk one channel's run per row (.channels), or, for runs
 # shorter than PC_Q_RUN_MIN / PC_DQ_RUN_MIN, stream rows through position tables (.tables);
 # dequantize_per_channel computes in float32 where that gives D_pc's bits (_f32).
-from collections import namedtuple
+from qops._fast._routes import Route, TRACE, trace_routes as _trace_routes
 from math import prod
 
 import numpy as np
@@ -336,23 +336,7 @@ cdef void _requant_flat(const q8_t[::1] q, q8_t[::1] out, float s, int32_t zp, f
 
 # -- routes -------------------------------------------------------------------------------
 
-cdef class _State:
-    """The quant family's run-time switches, in one object."""
-    cdef public object trace   # a list collecting the Route of every call, or None
-
-
-cdef _State _S = _State()
-_S.trace = None
-
-
-def _trace_routes(routes):
-    """Append the Route of every following call to list `routes` (None: stop). For
-    qops._show.explain."""
-    _S.trace = routes
-
-
-Route = namedtuple("Route", "name kernel where")
-Route.__doc__ = """The kernel a quant call runs: name "<op>.<route>", the function, its file."""
+cdef list _TRACE = TRACE      # the trace of qops/_fast/_routes.py
 
 _TIER = ("AVX-512", "AVX2", "C")[2 - QOPS_QUANT_TIER]
 # requantize's 256-bit loop has no AVX-512 counterpart: AVX-512 builds run the C loop
@@ -438,8 +422,8 @@ cdef object _plan(int op, a, Py_ssize_t run, extra):
         route = R_RQ_FLOAT if a.dtype != np.dtype(extra) or a.itemsize != 1 else R_RQ_DIRECT
     else:
         route = R_COPY if run else (R_COPY_STRIDED if extra is None else R_COPY_T)
-    if _S.trace is not None:
-        _S.trace.append(route)
+    if _TRACE:
+        _TRACE[0].append(route)
     return route
 
 

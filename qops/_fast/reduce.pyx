@@ -7,7 +7,7 @@
 # Which kernel runs is decided in one place, _plan() below: it returns a named Route from
 # ROUTES (<op>.<route>), every entry point calls it, and qops.show_config(op, *args) reports
 # it (qops/_show.py).
-from collections import namedtuple
+from qops._fast._routes import Route, TRACE, module_isa, trace_routes as _trace_routes
 
 import numpy as np
 from cython.parallel cimport prange
@@ -28,26 +28,9 @@ DEF COL32_MAX = 1 << 23   # rows whose int32 column totals cannot overflow (n * 
 
 # -- routes -------------------------------------------------------------------------------
 
-cdef class _State:
-    """The reduce family's run-time switches, in one object."""
-    cdef public object trace   # a list collecting the Route of every call, or None
+cdef list _TRACE = TRACE      # the trace of qops/_fast/_routes.py
 
-
-cdef _State _S = _State()
-_S.trace = None
-
-
-def _trace_routes(routes):
-    """Append the Route of every following call to list `routes` (None: stop). For
-    qops._show.explain."""
-    _S.trace = routes
-
-
-Route = namedtuple("Route", "name kernel where")
-Route.__doc__ = """The kernel a reduce call runs: name "<op>.<route>", the function, its file."""
-
-# this module's instruction set: the package it was built into (qops._fast._avx2.reduce)
-_ISA = __name__.split(".")[2].lstrip("_") if __name__.count(".") == 3 else "baseline"
+_ISA = module_isa(__name__)
 _TIER = {"avx512": "AVX-512", "avx2": "AVX2"}.get(_ISA, "C")
 
 ROUTES = {r.name: r for r in [
@@ -94,8 +77,8 @@ cdef object _plan(int op, Py_ssize_t n0, Py_ssize_t n, Py_ssize_t n2):
         route = R_ROW_MEANS if n0 >= 8 or n <= CHUNK else R_ROW_SUMS
     else:
         route = R_COL_MEANS if n <= COL32_MAX else R_COL_BLOCKS
-    if _S.trace is not None:
-        _S.trace.append(route)
+    if _TRACE:
+        _TRACE[0].append(route)
     return route
 
 

@@ -12,7 +12,7 @@
 # ROUTES (<op>.<route>), every entry point calls it, and qops.show_config(op, *args) reports
 # it (qops/_show.py).
 import functools
-from collections import namedtuple
+from qops._fast._routes import Route, TRACE, module_isa, trace_routes as _trace_routes
 
 import numpy as np
 from cython.parallel cimport prange, parallel
@@ -46,27 +46,9 @@ def _is_twice(out_len, in_len, ratio, exact):
 
 # -- routes -------------------------------------------------------------------------------
 
-cdef class _State:
-    """The resize family's run-time switches, in one object."""
-    cdef public object trace   # a list collecting the Route of every call, or None
+cdef list _TRACE = TRACE      # the trace of qops/_fast/_routes.py
 
-
-cdef _State _S = _State()
-_S.trace = None
-
-
-def _trace_routes(routes):
-    """Append the Route of every following call to list `routes` (None: stop). For
-    qops._show.explain."""
-    _S.trace = routes
-
-
-Route = namedtuple("Route", "name kernel where")
-Route.__doc__ = """The kernel a resize call runs: name "<op>.<route>", the function, its
-file."""
-
-# this module's instruction set: the package it was built into (qops._fast._avx2.resize)
-_ISA = __name__.split(".")[2].lstrip("_") if __name__.count(".") == 3 else "baseline"
+_ISA = module_isa(__name__)
 _TIER = "AVX-512BW" if _ISA == "avx512" else "C"
 
 ROUTES = {r.name: r for r in [
@@ -112,8 +94,8 @@ cdef object _plan(bint bilinear, x, out, out_size, ratios, bint flag):
         route = R_TWICE_PF if out.nbytes > PF_BYTES else R_TWICE
     else:
         route = R_NEAREST
-    if _S.trace is not None:
-        _S.trace.append(route)
+    if _TRACE:
+        _TRACE[0].append(route)
     return route
 
 

@@ -15,7 +15,7 @@
 # Which kernel runs is decided in one place, _plan() below: it returns a named Route from
 # ROUTES (<op>.<route>), every entry point calls it, and qops.show_config(op, *args) reports
 # it (qops/_show.py).
-from collections import namedtuple
+from qops._fast._routes import Route, TRACE, module_isa, trace_routes as _trace_routes
 
 import numpy as np
 from cython.parallel cimport prange
@@ -58,27 +58,9 @@ DEF TOPK_SMALL = 64      # top-k up to this k bounds its threshold from the 64 l
 
 # -- routes -------------------------------------------------------------------------------
 
-cdef class _State:
-    """The sort family's run-time switches, in one object (the VBMI2 switch is the C flag
-    qops_topk_use_vbmi, which the kernels read)."""
-    cdef public object trace   # a list collecting the Route of every call, or None
+cdef list _TRACE = TRACE      # the trace of qops/_fast/_routes.py
 
-
-cdef _State _S = _State()
-_S.trace = None
-
-
-def _trace_routes(routes):
-    """Append the Route of every following call to list `routes` (None: stop). For
-    qops._show.explain."""
-    _S.trace = routes
-
-
-Route = namedtuple("Route", "name kernel where")
-Route.__doc__ = """The kernel a sort call runs: name "<op>.<route>", the function, its file."""
-
-# this module's instruction set: the package it was built into (qops._fast._avx2.sort)
-_ISA = __name__.split(".")[2].lstrip("_") if __name__.count(".") == 3 else "baseline"
+_ISA = module_isa(__name__)
 _TIER = {"avx512": "AVX-512BW", "avx2": "AVX2"}.get(_ISA, "C")
 cdef bint _VECTOR = _ISA in ("avx512", "avx2")   # the lane-max top-k kernels are built
 
@@ -132,8 +114,8 @@ cdef object _plan(bint topk, Py_ssize_t itemsize, Py_ssize_t m, Py_ssize_t n, Py
         route = R_TOPK_VBMI2 if qops_topk_use_vbmi else R_TOPK_SMALL
     else:
         route = R_TOPK
-    if _S.trace is not None:
-        _S.trace.append(route)
+    if _TRACE:
+        _TRACE[0].append(route)
     return route
 
 
