@@ -1,9 +1,10 @@
 # Quantized convolution kernels (mirror of qops/_ref/conv.py).
 # Contract: uint8 input x int8 weight, exact int32 accumulation, float32 bias term and
 # requantization of docs/semantics.md §8, uint8 output. The input is copied once into padded
-# "planes" (qops_conv.h: output pixels of a row in the vector lanes, 4 input channels per pixel),
-# the micro-kernels (AMX, AVX-512 VNNI or portable C) write the NCDHW output directly.
-from collections import namedtuple
+# "planes" (qops_conv_planes.h: output pixels of a row in the vector lanes, 4 input channels per
+# pixel), the micro-kernels (AMX, AVX-512 VNNI, AVX2 or portable C: qops_conv_planes_*.h, picked
+# by qops_conv.h) write the NCDHW output directly.
+from qops._fast._routes import Route, TRACE, trace_routes as _trace_routes
 
 import numpy as np
 from cython.parallel cimport prange, threadid
@@ -291,26 +292,13 @@ _DWCL2 = bool(qconv_dwcl2_available())
 
 # -- routes -------------------------------------------------------------------------------
 
-cdef class _State:
-    """The conv family's route tracing switch (see qops._show.explain)."""
-    cdef public object trace   # a list collecting the Route of every call, or None
-
-
-cdef _State _S = _State()
-_S.trace = None
-
-
-def _trace_routes(routes):
-    """Append the Route of every following call to list `routes` (None: stop). For
-    qops._show.explain."""
-    _S.trace = routes
-
-
-Route = namedtuple("Route", "name kernel where")
-Route.__doc__ = """The kernel a conv call runs: name "<op>.<route>", the function, its file."""
+cdef list _TRACE = TRACE      # the trace of qops/_fast/_routes.py
 
 _PLANES_TIER = {2: "AMX tiles", 1: ("AVX2, exact vpmaddubsw pair sums or int16 widening"
                                     if _AVX2 else "AVX-512 VNNI"), 0: "portable C"}
+_PLANES_FILE = {2: "qops_conv_planes_amx.h",
+                1: "qops_conv_planes_avx2.h" if _AVX2 else "qops_conv_planes_vnni.h",
+                0: "qops_conv_planes_c.h"}
 
 # every route of the family; conv_cl's are the names _plan_cl returns, conv's those of
 # _plan_conv ("planes.<tier>": the planes kernel at the tier _MODE and the packing allow)
@@ -330,13 +318,14 @@ ROUTES = {r.name: r for r in [
     Route("conv_cl.planes", "conv's planes kernel on the same memory", "conv.pyx"),
     Route("conv.dw_through_nhwc", "transposes around qconv_dwcl_rows (AVX-512 VNNI)",
           "qops_conv_nhwc.h"),
-    Route("conv.dw_rows", "qconv_dwr_channel (one channel per work item)", "qops_conv.h"),
+    Route("conv.dw_rows", "qconv_dwr_channel (one channel per work item)",
+          "qops_conv_dwrows_avx2.h" if _AVX2 else "qops_conv_dwrows_vnni.h"),
     Route("conv.gemm_im2col", "a channels-last copy, qconv_i2c_fill rows, qops_gemm_mt",
           "qops_conv_im2col.h"),
-    Route("conv.planes.amx", f"qconv_grouped/qconv_dw ({_PLANES_TIER[2]})", "qops_conv.h"),
-    Route("conv.planes.simd", f"qconv_grouped/qconv_dw ({_PLANES_TIER[1]})", "qops_conv.h"),
+    Route("conv.planes.amx", f"qconv_grouped/qconv_dw ({_PLANES_TIER[2]})", _PLANES_FILE[2]),
+    Route("conv.planes.simd", f"qconv_grouped/qconv_dw ({_PLANES_TIER[1]})", _PLANES_FILE[1]),
     Route("conv.planes.portable", f"qconv_grouped/qconv_dw ({_PLANES_TIER[0]})",
-          "qops_conv.h"),
+          _PLANES_FILE[0]),
 ]}
 
 
@@ -360,8 +349,8 @@ BUILT = frozenset(n for n in ROUTES if _built_here(n))     # the routes this bui
 
 
 def _traced(name):
-    if _S.trace is not None:
-        _S.trace.append(ROUTES[name])
+    if _TRACE:
+        _TRACE[0].append(ROUTES[name])
 
 
 def plan(op, x, packed, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1, 1, 1), groups=1,
@@ -819,7 +808,7 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     x = np.ascontiguousarray(x)
     n, d, h, wdt, c = x.shape
     route = _plan_cl(x, packed, groups, stride, padding, dilation, bias_term, multiplier)
-    if _S.trace is not None:
+    if _TRACE:
         _traced("conv_cl." + route)
     if route == "gemm_1x1":
         return _conv_cl_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_point,
@@ -988,7 +977,7 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
     od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
     route, mode, owp = _plan_conv(x, packed, stride, padding, dilation, groups, bias_term,
                                   multiplier)
-    if _S.trace is not None:
+    if _TRACE:
         _traced("conv." + route)
     if route == "gemm_im2col":
         xc = _transposed(np.ascontiguousarray(x).reshape(n, c, -1), (n, d, h, wdt, c))

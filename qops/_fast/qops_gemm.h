@@ -760,9 +760,68 @@ static inline int32_t qg_row_sum(const uint8_t *a, ptrdiff_t K) {
 
 /* acc rows of one micro-tile (row stride QG_NR) -> out rows m0.., columns n0..n0+w. corr[j] is
  * the column part of the zero-point correction, wz[j] multiplies the row sums rs[i]. */
+#if defined(__AVX2__)
+/* The U8 and F32 stores of 16 columns (j0, j0 + 16) of row i, with AVX2: the scalar
+ * formulas below, lane for lane (max_ps/min_ps return their second operand for NaN, as the
+ * scalar compares do; cvtps rounds to nearest even as rintf; fmadd rounds once as fmaf). At
+ * small K the store costs as much as the products; GCC vectorizes the scalar loops at half
+ * width only. */
+static inline void qg_store16(const int32_t *ai, const int32_t *corr, const int32_t *wz,
+                              uint32_t r, ptrdiff_t j0, ptrdiff_t row, ptrdiff_t n0,
+                              const qops_gemm_out *o) {
+    __m256 y[2];
+    for (int h = 0; h < 2; h++) {
+        const ptrdiff_t j = j0 + 8 * h;
+        __m256i a = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(ai + j)),
+                                     _mm256_loadu_si256((const __m256i *)(corr + j)));
+        if (r)
+            a = _mm256_sub_epi32(a, _mm256_mullo_epi32(
+                _mm256_loadu_si256((const __m256i *)(wz + j)), _mm256_set1_epi32((int32_t)r)));
+        y[h] = _mm256_cvtepi32_ps(a);
+    }
+    if (o->kind == QOPS_GEMM_U8) {
+        const int32_t zp = o->out_zp;
+        const __m256 lo = _mm256_set1_ps((float)((o->relu ? zp : 0) - zp));
+        const __m256 hi = _mm256_set1_ps((float)(255 - zp));
+        __m256i q[2];
+        for (int h = 0; h < 2; h++) {
+            const ptrdiff_t j = n0 + j0 + 8 * h;
+            __m256 v = y[h];
+            if (o->bias) v = _mm256_add_ps(v, _mm256_loadu_ps(o->bias + j));
+            v = _mm256_mul_ps(v, _mm256_loadu_ps(o->mult + j));
+            v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+            q[h] = _mm256_add_epi32(_mm256_cvtps_epi32(v), _mm256_set1_epi32(zp));
+        }
+        /* 16 int32 in [0, 255] -> bytes in order */
+        __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8);
+        p = _mm256_permute4x64_epi64(_mm256_packus_epi16(p, p), 0x08);
+        _mm_storeu_si128((__m128i *)((uint8_t *)o->out + row * o->ldc + n0 + j0),
+                         _mm256_castsi256_si128(p));
+    } else {
+        float *out = (float *)o->out + row * o->ldc + n0 + j0;
+        for (int h = 0; h < 2; h++) {
+            const ptrdiff_t j = n0 + j0 + 8 * h;
+            __m256 v = _mm256_fmadd_ps(y[h], _mm256_loadu_ps(o->mult + j),
+                                       o->bias ? _mm256_loadu_ps(o->bias + j)
+                                               : _mm256_setzero_ps());
+            if (o->relu) v = _mm256_max_ps(v, _mm256_setzero_ps());
+            _mm256_storeu_ps(out + 8 * h, v);
+        }
+    }
+}
+#endif
+
 static void qg_store(const int32_t *acc, int mr, ptrdiff_t w, ptrdiff_t m0, ptrdiff_t n0,
                      const int32_t *corr, const int32_t *wz, const int32_t *rs,
                      const qops_gemm_out *o) {
+#if defined(__AVX2__)
+    if (o->kind != QOPS_GEMM_I32 && w == QG_NR) {
+        for (int i = 0; i < mr; i++)
+            for (ptrdiff_t j0 = 0; j0 < QG_NR; j0 += 16)
+                qg_store16(acc + i * QG_NR, corr, wz, (uint32_t)rs[i], j0, m0 + i, n0, o);
+        return;
+    }
+#endif
     for (int i = 0; i < mr; i++) {
         int32_t a[QG_NR];
         const int32_t *ai = acc + i * QG_NR;
