@@ -13,7 +13,12 @@ def memory_order(a):
     C-contiguous (nothing to undo)."""
     if a.flags.c_contiguous or a.ndim < 2:
         return None
-    order = sorted(range(a.ndim), key=lambda i: -a.strides[i])
+    # axes of size 1 have no place in memory (numpy gives them any stride, e.g. after a
+    # reshape of a transposed view): the others by stride, each size-1 axis before the first
+    # of them with a larger index, so an image of a batch of 1 is still (N, H, W, C)
+    order = sorted((i for i in range(a.ndim) if a.shape[i] != 1), key=lambda i: -a.strides[i])
+    for i in (i for i in range(a.ndim) if a.shape[i] == 1):
+        order.insert(next((k for k, j in enumerate(order) if j > i), len(order)), i)
     return order if a.transpose(order).flags.c_contiguous else None
 
 

@@ -151,3 +151,14 @@ def test_conv_on_channels_last(backend, nd, c, kw):
         got = conv(x, w, bias, scale=0.3, zero_point=70, **kw)
         want = conv(x.contiguous(), w, bias, scale=0.3, zero_point=70, **kw)
     np.testing.assert_array_equal(got.int_repr(), want.int_repr())
+
+
+def test_memory_order_ignores_strides_of_size_one_axes():
+    # numpy gives a size-1 axis any stride (here a batch of one after a reshape of a
+    # transposed view): the block is still channels last
+    from qops._layout import channels_last_order, is_channels_last, memory_order
+    a = np.zeros((1, 112, 112, 64), np.uint8).transpose(0, 3, 1, 2)
+    odd = np.lib.stride_tricks.as_strided(a, a.shape, (64, 1, 7168, 64))
+    assert memory_order(odd) == channels_last_order(4) and is_channels_last(odd)
+    b = np.zeros((2, 5, 1, 7), np.uint8).transpose(0, 3, 1, 2)
+    assert b.transpose(memory_order(b)).flags.c_contiguous
