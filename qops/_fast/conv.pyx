@@ -247,29 +247,7 @@ cdef extern from "qops_conv_dwcl_avx2.h" nogil:
     void qconv_dwcl2_rows(const qconv_dwcl2_args *a, Py_ssize_t r0, Py_ssize_t r1)
 
 
-cdef extern from "qops_gemm.h" nogil:
-    ctypedef struct qops_gemm_b:
-        const int8_t *data
-        const int32_t *wsum
-        const int32_t *wzp
-        Py_ssize_t N
-        Py_ssize_t K
-    ctypedef struct qops_gemm_out:
-        int kind
-        const float *bias
-        const float *mult
-        int32_t out_zp
-        int relu
-        void *out
-        Py_ssize_t ldc
-    enum:
-        QOPS_GEMM_U8
-    Py_ssize_t qops_gemm_packed_size(Py_ssize_t N, Py_ssize_t K)
-    Py_ssize_t qops_gemm_kpad(Py_ssize_t K)
-    void qops_gemm_pack(const int8_t *W, Py_ssize_t ldw, Py_ssize_t N, Py_ssize_t K,
-                        int8_t *packed, int32_t *wsum)
-    void qops_gemm_mt(const uint8_t *A, Py_ssize_t lda, Py_ssize_t M, int32_t a_zp,
-                      const qops_gemm_b *B, const qops_gemm_out *out, int nthreads)
+from qops._fast._gemm cimport *
 
 
 cdef extern from "qops_conv_im2col.h" nogil:

@@ -20,32 +20,7 @@ import numpy as np
 from cython.parallel cimport prange
 from qops._fast._common cimport *
 
-cdef extern from "qops_gemm.h" nogil:
-    ctypedef struct qops_gemm_b:
-        const int8_t *data
-        const int32_t *wsum
-        const int32_t *wzp
-        Py_ssize_t N
-        Py_ssize_t K
-    ctypedef struct qops_gemm_out:
-        int kind
-        const float *bias
-        const float *mult
-        int32_t out_zp
-        int relu
-        void *out
-        Py_ssize_t ldc
-    enum:
-        QOPS_GEMM_U8
-        QOPS_GEMM_F32
-        QOPS_GEMM_I32
-    Py_ssize_t qops_gemm_packed_size(Py_ssize_t N, Py_ssize_t K)
-    void qops_gemm_pack(const int8_t *W, Py_ssize_t ldw, Py_ssize_t N, Py_ssize_t K,
-                        int8_t *packed, int32_t *wsum)
-    Py_ssize_t qops_gemm_packed_paired(const int8_t *data, Py_ssize_t N, Py_ssize_t K)
-    void qops_gemm_mt(const uint8_t *A, Py_ssize_t lda, Py_ssize_t M, int32_t a_zp,
-                      const qops_gemm_b *B, const qops_gemm_out *out, int nthreads)
-    int qops_gemm_amx(int on)
+from qops._fast._gemm cimport *
 
 # AMX tiles where the CPU has them (the VNNI kernels stay for rows and K it does not cover)
 _AMX = bool(qops_gemm_amx(1))

@@ -43,16 +43,18 @@ static inline void qconv_i2c_copy(uint8_t *d, const uint8_t *s, ptrdiff_t n) {
     }
 }
 
-/* Rows [p0, p1). */
+/* Rows [p0, p1). The pixel's (n, od, oh, ow) advance with p (a division per row would cost
+ * as much as a few-channel row's copies). */
 static void qconv_i2c_fill(const qconv_i2c_args *f, ptrdiff_t p0, ptrdiff_t p1) {
     const ptrdiff_t C = f->C, KW = f->KW, W = f->W;
     const ptrdiff_t K = f->KD * f->KH * KW * C;
+    if (p0 >= p1) return;
+    ptrdiff_t ow = p0 % f->OW, r = p0 / f->OW;
+    ptrdiff_t oh = r % f->OH, od = (r / f->OH) % f->OD, n = r / (f->OH * f->OD);
     for (ptrdiff_t p = p0; p < p1; p++) {
-        const ptrdiff_t ow = p % f->OW, r = p / f->OW;
-        const ptrdiff_t oh = r % f->OH, od = (r / f->OH) % f->OD, n = r / (f->OH * f->OD);
         const ptrdiff_t iw0 = ow * f->sw - f->pw;
         uint8_t *dst = f->rows + p * f->ldr;
-        if (f->ldr > K) memset(dst + K, f->xz, (size_t)(f->ldr - K));
+        for (ptrdiff_t k = K; k < f->ldr; k++) dst[k] = f->xz;
         for (ptrdiff_t kd = 0; kd < f->KD; kd++)
             for (ptrdiff_t kh = 0; kh < f->KH; kh++) {
                 const ptrdiff_t id = od * f->sd - f->pd + kd * f->dd;
@@ -74,6 +76,16 @@ static void qconv_i2c_fill(const qconv_i2c_args *f, ptrdiff_t p0, ptrdiff_t p1) 
                     else memset(dst, f->xz, (size_t)C);
                 }
             }
+        if (++ow == f->OW) {
+            ow = 0;
+            if (++oh == f->OH) {
+                oh = 0;
+                if (++od == f->OD) {
+                    od = 0;
+                    n++;
+                }
+            }
+        }
     }
 }
 

@@ -72,28 +72,7 @@ def rnn_cell(gi, gh, relu):
 
 # -- the dynamic quantized layer: the whole time loop of one layer and direction -----------
 
-cdef extern from "qops_gemm.h" nogil:
-    ctypedef struct qops_gemm_b:
-        const int8_t *data
-        const int32_t *wsum
-        const int32_t *wzp
-        Py_ssize_t N
-        Py_ssize_t K
-    ctypedef struct qops_gemm_out:
-        int kind
-        const float *bias
-        const float *mult
-        int32_t out_zp
-        int relu
-        void *out
-        Py_ssize_t ldc
-    enum:
-        QOPS_GEMM_F32
-    Py_ssize_t qops_gemm_packed_size(Py_ssize_t N, Py_ssize_t K)
-    void qops_gemm_pack(const int8_t *W, Py_ssize_t ldw, Py_ssize_t N, Py_ssize_t K,
-                        int8_t *packed, int32_t *wsum)
-    void qops_gemm_mt(const uint8_t *A, Py_ssize_t lda, Py_ssize_t M, int32_t a_zp,
-                      const qops_gemm_b *B, const qops_gemm_out *out, int nthreads)
+from qops._fast._gemm cimport *
 
 cdef extern from "qops_rnn.h" nogil:
     void qops_lstm_slice(const float* gi, const float* gh, const float* c, float* h_out,
