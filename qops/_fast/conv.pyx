@@ -7,6 +7,7 @@
 from qops._fast._routes import Route, TRACE, trace_routes as _trace_routes
 
 import numpy as np
+from qops._layout import memory_order
 from cython.parallel cimport prange, threadid
 from qops._fast._common cimport *
 
@@ -891,6 +892,14 @@ cdef void _run(qconv_args *a, bint dw, int mode, Py_ssize_t n, Py_ssize_t rows, 
             qconv_grouped(a, mode, b, od, oh, min(oh + rows, a.OH), ow0, ow1)
 
 
+def _max_in_memory_order(x):
+    """x.max(), read in x's memory order where x is a permuted dense block (a channels-last
+    input seen as NCDHW): numpy's strided reduction over such a view is several times slower
+    than the contiguous scan."""
+    order = memory_order(x)
+    return int((x if order is None else x.transpose(order)).max())
+
+
 def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
                multiplier=None):
     """The route of a conv of x (N, C, D, H, W), by name, with the planes kernel's tier
@@ -1041,7 +1050,7 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
             # no vpmaddubsw pair sum leaves int16 when the largest input (padding holds the
             # zero point) times pairmax fits: always for pairmax <= 128, else the input decides
             xmax = (255 if packed["pairmax"] <= 128 or mode != 1 or not _AVX2 or x.size == 0
-                    else max(int(x.max()), x_zero_point))
+                    else max(_max_in_memory_order(x), x_zero_point))
             a.pairsafe = xmax * packed["pairmax"] <= 32767
         a.Kc, a.nch, a.nob = packed["Kc"], packed["nch"], packed["nob"]
         if mode == 2:
