@@ -55,9 +55,10 @@
  *       add up in int16 (<= 30720) before one vpmaddwd by 1 (xl) or 16 (xh) widens them:
  *       2.25 multiply uops per 32 products (pairsafe: 2). The former path, weights widened to
  *       int16 and vpmaddwd + vpaddd per 16 products, was slower on Zen 3.
- * A is repacked per call (zero padded to whole 32-value chunks, and nibble-split when a panel
- * needs it), in row blocks of bounded size. The kernels are inline asm: GCC spills the 12-16
- * accumulators of the intrinsics versions.
+ * A is read in place when K is whole 32-value chunks, else repacked per call (zero padded to
+ * them), and nibble-split when a panel needs it, in row blocks of bounded size; panels packed
+ * with k reordered ("Pairing" below) shuffle the rows of each micro-tile first. The kernels
+ * are inline asm: GCC spills the 12-16 accumulators of the intrinsics versions.
  */
 #ifndef QOPS_GEMM_H
 #define QOPS_GEMM_H
@@ -184,8 +185,8 @@ static inline const int8_t *qg_panel_ptr(const int8_t *data, ptrdiff_t K, ptrdif
  * reordering of k that pairs no two such weights usually exists: k is reordered within
  * blocks of 16 values (one vpshufb lane), each block's pairing found by a small search at
  * pack time, and the panel's weights are packed in that order. Its S is then <= 128 and the
- * pairsafe kernel runs for any input, on A rows put in the same order (a vpshufb per 16
- * bytes) just before the micro-kernel; a panel with no pairing for some block keeps k in
+ * pairsafe kernel runs for any input, on A rows put in the same order (a vpshufb per 32
+ * bytes, two blocks) just before the micro-kernel; a panel with no pairing for some block keeps k in
  * order (and takes the nibble kernel where its S needs it). After the packed data: S per
  * panel (int32 x P), the flags (int32 x P, 1 = reordered), the orders (Kp bytes a panel:
  * position k holds k value k - k % 16 + order[k] of W; values past K pick zero padding). */
