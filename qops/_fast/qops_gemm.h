@@ -492,6 +492,7 @@ typedef struct {
     const uint8_t *nib;     /* rows of 2*Kp bytes: per group the 4 low nibbles, then the 4 high */
     ptrdiff_t Kp;           /* 4 * groups */
     ptrdiff_t lr;           /* row stride of raw: Kp, or A's own where A is used in place */
+    uint8_t *tmp;           /* per thread QG_MR * Kp bytes: a micro-tile's rows reordered */
     int32_t xmax;           /* largest A value of the block */
 } qg_apk;
 
@@ -885,9 +886,12 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
     const ptrdiff_t G = qg_groups(K);
     const int32_t *S = (const int32_t *)(const void *)(B->data + qg_npanels(N) * G * QG_KG * QG_NR);
     /* rows of A in a reordered panel's k order (see "Pairing") */
-    uint8_t *tmp = NULL;
-    for (ptrdiff_t p = p0; p < p1 && ap && !tmp; p++)
-        if (qg_order(B, p)) tmp = (uint8_t *)malloc((size_t)(QG_MR * G * QG_KG));
+    /* this thread's slot (qg_tiles' team numbers its threads from 0) */
+#ifdef _OPENMP
+    uint8_t *tmp = ap ? ap->tmp + (ptrdiff_t)omp_get_thread_num() * QG_MR * G * QG_KG : NULL;
+#else
+    uint8_t *tmp = ap ? ap->tmp : NULL;
+#endif
 #else
     (void)ap;
 #endif
@@ -906,8 +910,6 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
          * reordered: S <= 128) */
         const uint8_t *order = qg_order(B, p);
         const int safe = ap && (int64_t)ap->xmax * S[p] <= 32767;
-        /* a reordered panel without its row buffer takes the plain C kernel */
-        const qg_apk *apk = order && !tmp ? NULL : ap;
         (void)width;
 #endif
         for (ptrdiff_t j = 0; j < w; j++) {
@@ -936,7 +938,7 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
             mr = left > QG_MR && left < QG_MR + 4 ? (left + 1) / 2 : (left < QG_MR ? left : QG_MR);
             const uint8_t *Am = A + m0 * lda;
 #ifdef QG_AVX2
-            if (apk) qg_micro_avx2((int)mr, apk, m0, safe, G, order, tmp, bp, acc);
+            if (ap) qg_micro_avx2((int)mr, ap, m0, safe, G, order, tmp, bp, acc);
             else qg_micro_scalar((int)mr, Am, lda, K, qg_order(B, p), bp, acc);
 #else
             qg_micro_dispatch((int)mr, width, Am, lda, K, bp, acc);
@@ -947,9 +949,6 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
     }
 #ifdef QG_AMX
     if (amx) qg_amx_end();
-#endif
-#ifdef QG_AVX2
-    free(tmp);
 #endif
 }
 
@@ -1040,7 +1039,10 @@ static void qg_run(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
     ptrdiff_t sb = QG_APACK_BYTES / (3 * (Kp > 0 ? Kp : 1));
     sb = sb < QG_MB ? QG_MB : (sb / QG_MB) * QG_MB;
     if (sb > M) sb = M;
-    uint8_t *buf = (uint8_t *)malloc((size_t)(sb * 3 * Kp > 0 ? sb * 3 * Kp : 1));
+    /* the repacked rows, then a reordered micro-tile per thread (see "Pairing") */
+    const ptrdiff_t nt = nthreads < 1 ? 1 : nthreads;
+    const ptrdiff_t bytes = sb * 3 * Kp + nt * QG_MR * Kp;
+    uint8_t *buf = (uint8_t *)malloc((size_t)(bytes > 0 ? bytes : 1));
     if (!buf) {
         qg_tiles(A, lda, M, a_zp, B, out, nthreads, NULL);
         return;
@@ -1065,6 +1067,7 @@ static void qg_run(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
         /* rows already whole groups of 32 values are read in place */
         const int in_place = K == Kp;
         ap.raw = need_raw ? (in_place ? Ab : buf) : NULL;
+        ap.tmp = buf + sb * 3 * Kp;
         ap.lr = in_place ? lda : Kp;
         qg_pack_a(Ab, lda, rows, K, Kp, need_raw && !in_place ? buf : NULL, (uint8_t *)ap.nib,
                   rows * K >= 65536 ? nthreads : 1);
