@@ -522,12 +522,41 @@ def test_c_order_depthwise_through_channels_last_equals_ref(tier, c, nd, k, stri
     assert np.std(want) > 5 and (got.strides[1] == 1 or got.shape[1] == 1)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("block_bytes", [1, 3000])
+@pytest.mark.parametrize("c,layout", [(3, "c"), (24, "cl")])
+def test_im2col_gemm_blocks_across_images_equal_ref(monkeypatch, threads, block_bytes, c,
+                                                    layout):
+    # the im2col route fills and multiplies a block of rows at a time per thread: blocks of
+    # 6 rows (the least) and of a few dozen, starting and ending inside images, with odd
+    # grids, padding and a weight zero point, equal ref at 1 and 2 threads
+    from qops import _fast
+    kernels = _fast.load("conv")
+    if _fast.ISA != "avx2":
+        pytest.skip("the im2col GEMM route is AVX2's")
+    monkeypatch.setattr(kernels, "_IM2COL_BLOCK_BYTES", block_bytes)
+    r = u.rng(37)
+    raw = r.integers(0, 256, size=(3, 11, 13, c)).astype(np.uint8)
+    data = np.moveaxis(raw, -1, 1) if layout == "cl" else np.ascontiguousarray(
+        np.moveaxis(raw, -1, 1))
+    x = qops.make_per_tensor_quantized_tensor(data, 0.03, 77)
+    k = 7 if c == 3 else 3
+    w = _w((19, c, k, k), zp=2, seed=9, per_channel=True)
+    b = r.normal(0, 3, 19).astype(np.float32)
+    args = dict(stride=(2, 1), padding=k // 2, scale=float(np.sqrt(c * k * k)) * 0.05,
+                zero_point=120)
+    with qops.threads(threads):
+        want, got = _ref_and_tier("vnni", F.conv2d, x, w, b, **args)
+    np.testing.assert_array_equal(got, want)
+    assert np.std(want) > 5
+
+
 @pytest.mark.parametrize("n,c,o,k,stride,padding,size,wzp,bell", [
     (2, 3, 64, 7, 2, 3, (45, 38), 0, True),      # a ResNet/GoogLeNet stem, trained-like
     (1, 3, 20, 7, 2, 3, (31, 31), 0, False),     # full-range weights: the nibble kernel
     (3, 4, 17, 5, 1, 2, (12, 13), 3, True),      # asymmetric weights, K tail
     (1, 1, 9, 9, 3, 0, (40, 40), 0, False),      # one channel, K = 81
-    (5, 3, 16, 7, 2, 3, (224, 224), 0, True),    # rows past _IM2COL_MAX_BYTES: image chunks
+    (5, 3, 16, 7, 2, 3, (224, 224), 0, True),    # many fused blocks per thread, across images
 ])
 def test_few_channel_gemm_route_equals_ref(monkeypatch, n, c, o, k, stride, padding, size, wzp,
                                            bell):

@@ -261,7 +261,11 @@ cdef extern from "qops_conv_im2col.h" nogil:
         uint8_t xz
         uint8_t *rows
         Py_ssize_t ldr
+        Py_ssize_t row0
     void qconv_i2c_fill(const qconv_i2c_args *f, Py_ssize_t p0, Py_ssize_t p1)
+    void qconv_i2c_gemm(const qconv_i2c_args *f, Py_ssize_t p0, Py_ssize_t p1,
+                        Py_ssize_t block, uint8_t xmax, const qops_gemm_b *B,
+                        const qops_gemm_out *o, uint8_t *buf)
 
 
 _AVX2 = bool(qconv_avx2_build())
@@ -587,9 +591,10 @@ def _conv_dw_cl_avx2(x, packed, x_zero_point, bias_term, multiplier, out_zero_po
 _GEMM_MAX_K = 33025
 _GEMM_MIN_C = 32          # below, the GEMM's per-row costs outweigh its faster products
 _GEMM_GRAIN = 262144      # multiply-adds per thread (as the linear family's)
-_IM2COL_MAX_BYTES = 8 << 20
-# output pixels per image up to which im2col rows and the GEMM beat the planes kernel (1
-# thread, Zen 3: measured on ResNet's 3x3 layers at 7x7 to 56x56 grids)
+# bytes of im2col rows a thread fills and multiplies at once (kept in L2)
+_IM2COL_BLOCK_BYTES = 64 << 10
+# under 32 channels, output pixels per image up to which im2col rows and the GEMM beat the
+# planes kernel (from 32 channels they do on every grid; 1 thread, Zen 3)
 _IM2COL_MAX_PIXELS = 1600
 # few-channel convs (NCHW input, C <= 4) from this depth on run as im2col rows and the GEMM
 # (1 thread, Zen 3: 7x7 on RGB gains, 3x3 on RGB loses; from 8 channels the planes win)
@@ -621,6 +626,29 @@ def _gemm_weights(packed, Py_ssize_t kp=0):
     return g
 
 
+cdef tuple _gemm_args(qops_gemm_b *b, qops_gemm_out *o, packed, Py_ssize_t k, bias_term,
+                      multiplier, out_zero_point, relu, out):
+    """Fill the GEMM core's weight and output arguments for rows of depth k (the weights'
+    depth, or padded past it: im2col rows of qops_gemm_kpad) writing into `out`; returns the
+    arrays they point into, to be kept alive while the GEMM runs."""
+    kd, kh, kw = packed["kernel"]
+    data, wsum, wzp = _gemm_weights(packed, k if k > kd * kh * kw * packed["Cg"] else 0)
+    bt = np.ascontiguousarray(bias_term, np.float32)
+    mu = np.ascontiguousarray(multiplier, np.float32)
+    b.data = <const int8_t*>qops_ptr(data)
+    b.wsum = <const int32_t*>qops_ptr(wsum)
+    b.wzp = NULL if wzp is None else <const int32_t*>qops_ptr(wzp)
+    b.N, b.K = packed["O"], k
+    o.kind = QOPS_GEMM_U8
+    o.bias = <const float*>qops_ptr(bt)
+    o.mult = <const float*>qops_ptr(mu)
+    o.out_zp = out_zero_point
+    o.relu = 1 if relu else 0
+    o.out = <void*>qops_ptr(out, True)
+    o.ldc = packed["O"]
+    return data, wsum, wzp, bt, mu
+
+
 def _conv_cl_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
                   osize=None, out=None):
     """Ungrouped conv of channels-last data by the GEMM core (qops_gemm.h, the linear
@@ -630,28 +658,13 @@ def _conv_cl_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_point
     cdef qops_gemm_b b
     cdef qops_gemm_out o
     cdef Py_ssize_t k = x.shape[x.ndim - 1]
-    # x's rows are the weights' depth, or padded past it (im2col rows of qops_gemm_kpad)
-    kd, kh, kw = packed["kernel"]
-    data, wsum, wzp = _gemm_weights(packed, k if k > kd * kh * kw * packed["Cg"] else 0)
     oc = packed["O"]
     if out is None:
         out = qops_empty(np, tuple(osize or x.shape[:4]) + (oc,), np.uint8)
     if out.size == 0:
         return out
-    bt = np.ascontiguousarray(bias_term, np.float32)
-    mu = np.ascontiguousarray(multiplier, np.float32)
-    b.data = <const int8_t*>qops_ptr(data)
-    b.wsum = <const int32_t*>qops_ptr(wsum)
-    b.wzp = NULL if wzp is None else <const int32_t*>qops_ptr(wzp)
-    o.kind = QOPS_GEMM_U8
-    o.bias = <const float*>qops_ptr(bt)
-    o.mult = <const float*>qops_ptr(mu)
-    o.out_zp = out_zero_point
-    o.relu = 1 if relu else 0
-    o.out = <void*>qops_ptr(out, True)
-    o.ldc = oc
+    keep = _gemm_args(&b, &o, packed, k, bias_term, multiplier, out_zero_point, relu, out)
     cdef Py_ssize_t m = out.size // max(oc, 1)
-    b.N, b.K = oc, k
     cdef int nt = qops_threads_for(m * oc * k, _GEMM_GRAIN)
     cdef const uint8_t *xp = <const uint8_t*>qops_ptr(x)
     cdef int32_t xz = x_zero_point
@@ -663,40 +676,48 @@ def _conv_cl_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_point
 def _conv_cl_im2col_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
                          stride, padding, dilation):
     """Ungrouped conv of contiguous channels-last x (N, D, H, W, C): each output pixel's
-    window gathered into an im2col row (qconv_i2c_fill), the rows multiplied by the GEMM
-    core (_conv_cl_gemm), a few images at a time so that the rows stay within
-    _IM2COL_MAX_BYTES."""
+    window gathered into an im2col row, the rows multiplied by the GEMM core, fused
+    (qconv_i2c_gemm): each thread fills a block of rows that stays in cache
+    (_IM2COL_BLOCK_BYTES) and multiplies it at once."""
     cdef qconv_i2c_args f
+    cdef qops_gemm_b b
+    cdef qops_gemm_out o
     n, d, h, wdt, c = x.shape
     kd, kh, kw = packed["kernel"]
     (pd, ph, pw), (sd, sh, sw), (dd, dh, dwl) = padding, stride, dilation
     od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
-    cdef Py_ssize_t pix = od * oh * ow, k = kd * kh * kw * c, i, m
+    cdef Py_ssize_t m = n * od * oh * ow, k = kd * kh * kw * c, i
     # rows as long as the GEMM's padded depth: it reads them in place
     cdef Py_ssize_t kp = qops_gemm_kpad(k)
-    cdef Py_ssize_t per = max(1, min(n, _IM2COL_MAX_BYTES // max(pix * kp, 1)))
     out = qops_empty(np, (n, od, oh, ow, packed["O"]), np.uint8)
-    rows = qops_empty(np, (per * pix, kp), np.uint8)
-    f.N, f.D, f.H, f.W, f.C = per, d, h, wdt, c
+    if m == 0:
+        return out
+    keep = _gemm_args(&b, &o, packed, kp, bias_term, multiplier, out_zero_point, relu, out)
+    cdef int nt = qops_threads_for(m * packed["O"] * k, _GEMM_GRAIN)
+    # rows per block: a multiple of the micro-tile's 6, within the block bytes, and no more
+    # than a thread's share
+    cdef Py_ssize_t block = max(6, _IM2COL_BLOCK_BYTES // kp // 6 * 6)
+    block = min(block, (m + nt - 1) // nt)
+    cdef Py_ssize_t per = block * kp + qops_gemm_rows_scratch(block, kp)
+    per = (per + 63) // 64 * 64
+    buf = qops_empty(np, (nt * per,), np.uint8)
+    cdef uint8_t *bufp = <uint8_t*>qops_ptr(buf, True)
+    # the GEMM's pair sums need A's largest value: the input's, or the zero point of padding
+    cdef uint8_t xmax = max(int(x.max()), x_zero_point)
+    f.x = <const uint8_t*>qops_ptr(x)
+    f.N, f.D, f.H, f.W, f.C = n, d, h, wdt, c
     f.OD, f.OH, f.OW = od, oh, ow
     f.KD, f.KH, f.KW = kd, kh, kw
     f.sd, f.sh, f.sw, f.pd, f.ph, f.pw = sd, sh, sw, pd, ph, pw
     f.dd, f.dh, f.dw = dd, dh, dwl
     f.xz = x_zero_point
-    f.rows = <uint8_t*>qops_ptr(rows, True)
+    f.rows = NULL
     f.ldr = kp
-    cdef int nt
-    for b0 in range(0, n, per):
-        b1 = min(b0 + per, n)
-        xb = x[b0:b1]
-        f.x = <const uint8_t*>qops_ptr(xb)
-        m = (b1 - b0) * pix
-        nt = qops_threads_for(m * k, 1 << 16)
-        with nogil:
-            for i in prange(nt, schedule="static", num_threads=nt):
-                qconv_i2c_fill(&f, m * i // nt, m * (i + 1) // nt)
-        _conv_cl_gemm(rows[:m], packed, x_zero_point, bias_term, multiplier, out_zero_point,
-                      relu, None, out[b0:b1])
+    f.row0 = 0
+    with nogil:
+        for i in prange(nt, schedule="static", num_threads=nt):
+            qconv_i2c_gemm(&f, m * i // nt, m * (i + 1) // nt, block, xmax, &b, &o,
+                           bufp + i * per)
     return out
 
 
@@ -739,9 +760,9 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
     'gemm_1x1': ungrouped 1x1, stride 1, no padding, 32+ channels, AVX2: the GEMM core
     on the pixels as rows (finite bias terms and multipliers: the GEMM sends NaN to the low
     bound, the conv kernels to the high one).
-    'gemm_im2col': other ungrouped convs with 16+ channels and K = taps x C >= 128, AVX2,
-    on small grids (_IM2COL_MAX_PIXELS per image) whose im2col rows take at most
-    _IM2COL_MAX_BYTES: gathered, then the GEMM core.
+    'gemm_im2col': other ungrouped convs with K = taps x C >= 128, AVX2, and 32+ channels
+    or 16+ on small grids (_IM2COL_MAX_PIXELS per image): im2col rows gathered and
+    multiplied by the GEMM core a block at a time.
     'planes': everything else, `conv` on the same memory (its C-order result as a view).
     """
     c = x.shape[4]
@@ -768,7 +789,7 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
     if c >= 16 and 128 <= k <= _GEMM_MAX_K:
         n, d, h, w = x.shape[:4]
         od, oh, ow = _out_sizes((d, h, w), packed["kernel"], stride, padding, dilation)
-        if od * oh * ow <= _IM2COL_MAX_PIXELS and od * oh * ow * k <= _IM2COL_MAX_BYTES:
+        if c >= 32 or od * oh * ow <= _IM2COL_MAX_PIXELS:
             return "gemm_im2col"
     return "planes"
 
@@ -928,7 +949,6 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     k = kd * kh * kw * c
     if (not dw and _MODE[0] == 1 and _AVX2 and groups == 1 and packed["kind"] == "grouped"
             and c <= 4 and _FEW_C_MIN_K <= k <= _GEMM_MAX_K and n * od * oh * ow > 0
-            and od * oh * ow * qops_gemm_kpad(k) <= _IM2COL_MAX_BYTES
             and bias_term is not None and np.isfinite(bias_term).all()
             and np.isfinite(multiplier).all()):
         return "gemm_im2col", mode, 0

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <string.h>
+#include "qops_gemm.h"
 
 typedef struct {
     const uint8_t *x;                  /* input (N, D, H, W, C), contiguous */
@@ -22,8 +23,9 @@ typedef struct {
     ptrdiff_t KD, KH, KW;
     ptrdiff_t sd, sh, sw, pd, ph, pw, dd, dh, dw;
     uint8_t xz;
-    uint8_t *rows;                     /* N * OD * OH * OW rows, ldr bytes apart */
+    uint8_t *rows;                     /* rows from row0 on, ldr bytes apart */
     ptrdiff_t ldr;                     /* >= K */
+    ptrdiff_t row0;                    /* the pixel of rows' first row */
 } qconv_i2c_args;
 
 /* n bytes, by at most two overlapping fixed-size copies for the short runs of few-channel
@@ -53,7 +55,7 @@ static void qconv_i2c_fill(const qconv_i2c_args *f, ptrdiff_t p0, ptrdiff_t p1) 
     ptrdiff_t oh = r % f->OH, od = (r / f->OH) % f->OD, n = r / (f->OH * f->OD);
     for (ptrdiff_t p = p0; p < p1; p++) {
         const ptrdiff_t iw0 = ow * f->sw - f->pw;
-        uint8_t *dst = f->rows + p * f->ldr;
+        uint8_t *dst = f->rows + (p - f->row0) * f->ldr;
         for (ptrdiff_t k = K; k < f->ldr; k++) dst[k] = f->xz;
         for (ptrdiff_t kd = 0; kd < f->KD; kd++)
             for (ptrdiff_t kh = 0; kh < f->KH; kh++) {
@@ -86,6 +88,27 @@ static void qconv_i2c_fill(const qconv_i2c_args *f, ptrdiff_t p0, ptrdiff_t p1) 
                 }
             }
         }
+    }
+}
+
+/* Output pixels [p0, p1), fused: rows filled `block` at a time into buf and multiplied by
+ * the GEMM core while they are in cache (written out whole, a large conv's rows would go to
+ * memory and be read back once per weight panel). xmax: the largest value of the input and
+ * its zero point; o->out: the output's first row; buf: block * ldr bytes, then
+ * qops_gemm_rows_scratch(block, ldr). */
+static void qconv_i2c_gemm(const qconv_i2c_args *f, ptrdiff_t p0, ptrdiff_t p1,
+                           ptrdiff_t block, uint8_t xmax, const qops_gemm_b *B,
+                           const qops_gemm_out *o, uint8_t *buf) {
+    const size_t esize = o->kind == QOPS_GEMM_U8 ? 1 : 4;
+    qconv_i2c_args g = *f;
+    g.rows = buf;
+    for (ptrdiff_t r0 = p0; r0 < p1; r0 += block) {
+        const ptrdiff_t r1 = p1 - r0 < block ? p1 : r0 + block;
+        g.row0 = r0;
+        qconv_i2c_fill(&g, r0, r1);
+        qops_gemm_out ob = *o;
+        ob.out = (char *)o->out + (size_t)(r0 * o->ldc) * esize;
+        qops_gemm_rows(buf, f->ldr, r1 - r0, f->xz, xmax, B, &ob, buf + block * f->ldr);
     }
 }
 

@@ -885,13 +885,8 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
 #ifdef QG_AVX2
     const ptrdiff_t G = qg_groups(K);
     const int32_t *S = (const int32_t *)(const void *)(B->data + qg_npanels(N) * G * QG_KG * QG_NR);
-    /* rows of A in a reordered panel's k order (see "Pairing") */
-    /* this thread's slot (qg_tiles' team numbers its threads from 0) */
-#ifdef _OPENMP
-    uint8_t *tmp = ap ? ap->tmp + (ptrdiff_t)omp_get_thread_num() * QG_MR * G * QG_KG : NULL;
-#else
+    /* rows of A in a reordered panel's k order (see "Pairing"): the calling thread's own */
     uint8_t *tmp = ap ? ap->tmp : NULL;
-#endif
 #else
     (void)ap;
 #endif
@@ -983,6 +978,10 @@ static void qg_tiles(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
                 a2 = *ap;
                 if (a2.raw) a2.raw += r0 * a2.lr;
                 if (a2.nib) a2.nib += r0 * 2 * a2.Kp;
+                /* this thread's slot (the team numbers its threads from 0) */
+#ifdef _OPENMP
+                a2.tmp += (ptrdiff_t)omp_get_thread_num() * QG_MR * a2.Kp;
+#endif
             }
             qg_panels(A + r0 * lda, lda, rows, a_zp, B, p, p + 1, &o, ap ? &a2 : NULL);
 #else
@@ -1078,6 +1077,51 @@ static void qg_run(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
     free(buf);
 }
 #endif
+
+/* Scratch bytes qops_gemm_rows needs for up to M rows of depth K. */
+static inline ptrdiff_t qops_gemm_rows_scratch(ptrdiff_t M, ptrdiff_t K) {
+#ifdef QG_AVX2
+    const ptrdiff_t Kp = qg_groups(K) * QG_KG;
+    return 3 * M * Kp + QG_MR * Kp;
+#else
+    (void)M; (void)K;
+    return 0;
+#endif
+}
+
+/* Rows [0, M) of A times all of B on the calling thread, A's values known to be at most
+ * xmax: for a block of rows its caller has just made and keeps in cache (a conv's im2col
+ * rows), multiplied panel by panel while it is there. scratch: qops_gemm_rows_scratch(M, K)
+ * bytes. */
+static void qops_gemm_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
+                           uint8_t xmax, const qops_gemm_b *B, const qops_gemm_out *out,
+                           uint8_t *scratch) {
+    if (M <= 0 || B->N <= 0) return;
+    const ptrdiff_t P = qg_npanels(B->N);
+#ifdef QG_AVX2
+    const ptrdiff_t K = B->K, G = qg_groups(K), Kp = G * QG_KG;
+    const int32_t *S = (const int32_t *)(const void *)(B->data + P * G * QG_KG * QG_NR);
+    int32_t smin = 1 << 30, smax = 0;
+    for (ptrdiff_t p = 0; p < P; p++) {
+        smin = S[p] < smin ? S[p] : smin;
+        smax = S[p] > smax ? S[p] : smax;
+    }
+    qg_apk ap;
+    ap.Kp = Kp;
+    ap.xmax = smax <= 128 ? 255 : xmax;
+    const int need_raw = ap.xmax * smin <= 32767;
+    const int in_place = K == Kp;
+    ap.nib = ap.xmax * smax > 32767 ? scratch + M * Kp : NULL;
+    ap.raw = need_raw ? (in_place ? A : scratch) : NULL;
+    ap.lr = in_place ? lda : Kp;
+    ap.tmp = scratch + 3 * M * Kp;
+    qg_pack_a(A, lda, M, K, Kp, need_raw && !in_place ? scratch : NULL, (uint8_t *)ap.nib, 1);
+    qg_panels(A, lda, M, a_zp, B, 0, P, out, &ap);
+#else
+    (void)xmax; (void)scratch;
+    qg_panels(A, lda, M, a_zp, B, 0, P, out, NULL);
+#endif
+}
 
 static void qops_gemm(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
                       const qops_gemm_b *B, const qops_gemm_out *out) {
