@@ -330,6 +330,32 @@ def test_bad_constructor_arguments():
         nnqd.LSTM.from_float(qnn.LSTM(4, 6, proj_size=2))
 
 
+@pytest.mark.parametrize("hidden", [16, 40])
+def test_step_ops_special_values_fast_equals_ref(hidden):
+    """NaN, infinities, signed zeros and the clamp edges (|x| = 20, 100) through the AVX2
+    16-column body and the scalar tail give the reference's bits."""
+    r = np.random.default_rng(hidden)
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 20.0, -20.0, 100.0, -100.0,
+                        1e-30, -1e-30, 3e38, -3e38, 19.999998, 0.5, -0.5], F32)
+    gi = r.standard_normal((3, 4 * hidden)).astype(F32)
+    gh = np.zeros_like(gi)
+    gi[0, :16] = special
+    gi[1, 2 * hidden:2 * hidden + 16] = special
+    gi[2, -16:] = special
+    c = r.standard_normal((3, hidden)).astype(F32)
+    c[1, :16] = special
+    from qops import functional as F
+    calls = ((F.lstm_step, (gi, gh, c)), (F.gru_step, (gi[:, :3 * hidden], gh[:, :3 * hidden], c)),
+             (F.rnn_step, (gi[:, :hidden], gh[:, :hidden], "tanh")))
+    for op, args in calls:
+        with qops.backend("ref"):
+            want = op(*args)
+        with qops.backend("fast"), qops.threads(1):
+            got = op(*args)
+        for a, b in zip(_flat(want), _flat(got)):
+            np.testing.assert_array_equal(b, a, strict=True, err_msg=op.__name__)
+
+
 def test_step_ops_validate():
     from qops import functional as F
     c = np.zeros((2, 3), F32)

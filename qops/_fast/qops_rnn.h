@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include "qops_common.h"
 
 #define QOPS_RNN_CHUNK 256
 
@@ -88,19 +89,20 @@ static inline float qops_rnn_tanh(float x) {
     return qops_rnn_keep_nan(x, th);
 }
 
-/* `width` columns of one batch row, the gates (i, f, g, o) `hs` apart: gates = gh + gi.
- * c and c_out may be the same array (each chunk is read before it is written). One
- * nonlinearity per loop: the float64 polynomial's constants then stay in registers (three
- * in one loop body spill them), and each loop is still plain and vectorized. */
-static inline void qops_lstm_slice(const float* gi, const float* gh, const float* c,
-                                   float* h_out, float* c_out, ptrdiff_t hs, ptrdiff_t width) {
+/* `width` columns of one batch row, the gates (i, f, g, o) `sgi` apart in gi and `sgh` apart
+ * in gh: gates = gh + gi. c and c_out may be the same array (each chunk is read before it is
+ * written). One nonlinearity per loop: the float64 polynomial's constants then stay in
+ * registers (three in one loop body spill them), and each loop is still plain and vectorized. */
+static inline void qops_lstm_cols_c(const float* gi, ptrdiff_t sgi, const float* gh,
+                                    ptrdiff_t sgh, const float* c, float* h_out, float* c_out,
+                                    ptrdiff_t width) {
     float ti[QOPS_RNN_CHUNK], tf[QOPS_RNN_CHUNK], tg[QOPS_RNN_CHUNK];
     for (ptrdiff_t j0 = 0; j0 < width; j0 += QOPS_RNN_CHUNK) {
         ptrdiff_t m = width - j0 < QOPS_RNN_CHUNK ? width - j0 : QOPS_RNN_CHUNK;
-        const float *ai = gi + j0, *af = gi + hs + j0, *ag = gi + 2 * hs + j0,
-                    *ao = gi + 3 * hs + j0;
-        const float *bi = gh + j0, *bf = gh + hs + j0, *bg = gh + 2 * hs + j0,
-                    *bo = gh + 3 * hs + j0;
+        const float *ai = gi + j0, *af = gi + sgi + j0, *ag = gi + 2 * sgi + j0,
+                    *ao = gi + 3 * sgi + j0;
+        const float *bi = gh + j0, *bf = gh + sgh + j0, *bg = gh + 2 * sgh + j0,
+                    *bo = gh + 3 * sgh + j0;
         for (ptrdiff_t j = 0; j < m; j++)
             ti[j] = qops_rnn_sigmoid(bi[j] + ai[j]);
         for (ptrdiff_t j = 0; j < m; j++)
@@ -121,25 +123,238 @@ static inline void qops_lstm_slice(const float* gi, const float* gh, const float
     }
 }
 
+/* `width` columns of one batch row, chunks (r, z, n) `sgi` apart in gi, `sgh` in gh:
+ * n = tanh(gi_n + gh_n * r), h' = (h - n) * z + n. h and h_out may be the same array. */
+static inline void qops_gru_cols_c(const float* gi, ptrdiff_t sgi, const float* gh,
+                                   ptrdiff_t sgh, const float* h, float* h_out,
+                                   ptrdiff_t width) {
+    for (ptrdiff_t j = 0; j < width; j++) {
+        float r = qops_rnn_sigmoid(gh[j] + gi[j]);
+        float z = qops_rnn_sigmoid(gh[sgh + j] + gi[sgi + j]);
+        float hr = gh[2 * sgh + j] * r;
+        float n = qops_rnn_tanh(gi[2 * sgi + j] + hr);
+        float d = h[j] - n;
+        float dz = d * z;
+        h_out[j] = dz + n;
+    }
+}
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+/* The cells with AVX2 intrinsics: the scalar functions' operations lane for lane (a multiply
+ * and an add are never fused; min_pd(a, lim) is qops_rnn_min_bits for a >= 0 or NaN; round_pd
+ * to nearest is nearbyint), 16 columns at a time as four float64 vectors whose Horner chains
+ * are interleaved. GCC's vectorized scalar loops run two chains, and one chain step's latency
+ * (multiply, then add) leaves the FP pipes idle most of the time. */
+#define QR_U 4                      /* float64 vectors a batch: 16 columns */
+#define QR_INLINE static inline __attribute__((always_inline))
+
+QR_INLINE void qr_widen(__m256 a, __m256 b, __m256d* d) {
+    d[0] = _mm256_cvtps_pd(_mm256_castps256_ps128(a));
+    d[1] = _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1));
+    d[2] = _mm256_cvtps_pd(_mm256_castps256_ps128(b));
+    d[3] = _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1));
+}
+
+/* float32 of the four vectors (as the scalar (float) casts), into two of 8 floats */
+QR_INLINE void qr_narrow(const __m256d* d, __m256* a, __m256* b) {
+    *a = _mm256_set_m128(_mm256_cvtpd_ps(d[1]), _mm256_cvtpd_ps(d[0]));
+    *b = _mm256_set_m128(_mm256_cvtpd_ps(d[3]), _mm256_cvtpd_ps(d[2]));
+}
+
+/* x where x is NaN, else v (qops_rnn_keep_nan) */
+QR_INLINE __m256 qr_keep_nan(__m256 x, __m256 v) {
+    return _mm256_blendv_ps(v, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+/* qops_rnn_exp_parts on QR_U vectors: t = 2^n, pm1 = e^r - 1 */
+QR_INLINE void qr_exp_parts(const __m256d* y, __m256d* t, __m256d* pm1) {
+    static const double coef[10] = {2.755731922398589e-07, 2.7557319223985893e-06,
+                                    2.48015873015873e-05, 0.0001984126984126984,
+                                    0.001388888888888889, 0.008333333333333333,
+                                    0.041666666666666664, 0.16666666666666666, 0.5, 1.0};
+    __m256d n[QR_U], r[QR_U], p[QR_U];
+    for (int u = 0; u < QR_U; u++)
+        n[u] = _mm256_round_pd(_mm256_mul_pd(y[u], _mm256_set1_pd(1.4426950408889634)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    for (int u = 0; u < QR_U; u++)
+        r[u] = _mm256_sub_pd(
+            _mm256_sub_pd(y[u], _mm256_mul_pd(n[u], _mm256_set1_pd(0.6931471803691238))),
+            _mm256_mul_pd(n[u], _mm256_set1_pd(1.90821492927058770002e-10)));
+    for (int u = 0; u < QR_U; u++)
+        p[u] = _mm256_set1_pd(2.505210838544172e-08);
+    for (int k = 0; k < 10; k++)
+        for (int u = 0; u < QR_U; u++)
+            p[u] = _mm256_add_pd(_mm256_mul_pd(p[u], r[u]), _mm256_set1_pd(coef[k]));
+    for (int u = 0; u < QR_U; u++) {
+        pm1[u] = _mm256_mul_pd(p[u], r[u]);
+        __m256d b = _mm256_add_pd(n[u], _mm256_set1_pd(4503599627371519.0));
+        t[u] = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_castpd_si256(b), 52));
+    }
+}
+
+/* qops_rnn_sigmoid of 16 floats (a, b) */
+QR_INLINE void qr_sigmoid16(__m256 a, __m256 b, __m256* sa, __m256* sb) {
+    const __m256d sign = _mm256_set1_pd(-0.0);
+    __m256d y[QR_U], t[QR_U], pm1[QR_U];
+    qr_widen(a, b, y);
+    for (int u = 0; u < QR_U; u++) {
+        __m256d v = _mm256_xor_pd(y[u], sign);                       /* -x */
+        __m256d m = _mm256_min_pd(_mm256_andnot_pd(sign, v), _mm256_set1_pd(100.0));
+        y[u] = _mm256_or_pd(m, _mm256_and_pd(v, sign));               /* copysign */
+    }
+    qr_exp_parts(y, t, pm1);
+    for (int u = 0; u < QR_U; u++)
+        y[u] = _mm256_mul_pd(t[u], _mm256_add_pd(_mm256_set1_pd(1.0), pm1[u]));
+    __m256 ea, eb;
+    qr_narrow(y, &ea, &eb);
+    const __m256 one = _mm256_set1_ps(1.0f);
+    *sa = qr_keep_nan(a, _mm256_div_ps(one, _mm256_add_ps(one, ea)));
+    *sb = qr_keep_nan(b, _mm256_div_ps(one, _mm256_add_ps(one, eb)));
+}
+
+/* qops_rnn_tanh of 16 floats (a, b) */
+QR_INLINE void qr_tanh16(__m256 a, __m256 b, __m256* ta, __m256* tb) {
+    const __m256d sign = _mm256_set1_pd(-0.0);
+    __m256d x[QR_U], y[QR_U], t[QR_U], pm1[QR_U];
+    qr_widen(a, b, x);
+    for (int u = 0; u < QR_U; u++)
+        y[u] = _mm256_mul_pd(_mm256_set1_pd(-2.0),
+                             _mm256_min_pd(_mm256_andnot_pd(sign, x[u]), _mm256_set1_pd(20.0)));
+    qr_exp_parts(y, t, pm1);
+    for (int u = 0; u < QR_U; u++) {
+        __m256d q = _mm256_add_pd(_mm256_mul_pd(t[u], pm1[u]),
+                                  _mm256_sub_pd(t[u], _mm256_set1_pd(1.0)));
+        __m256d v = _mm256_div_pd(_mm256_xor_pd(q, sign), _mm256_add_pd(q, _mm256_set1_pd(2.0)));
+        y[u] = _mm256_or_pd(_mm256_andnot_pd(sign, v), _mm256_and_pd(x[u], sign));
+    }
+    __m256 va, vb;
+    qr_narrow(y, &va, &vb);
+    *ta = qr_keep_nan(a, va);
+    *tb = qr_keep_nan(b, vb);
+}
+
+QR_INLINE __m256 qr_gate(const float* gh, const float* gi) {
+    return _mm256_add_ps(_mm256_loadu_ps(gh), _mm256_loadu_ps(gi));
+}
+#endif
+
+/* qops_lstm_cols_c with the row's min and max of h' folded into *mn, *mx (width >= 1). */
+static inline void qops_lstm_cols(const float* gi, ptrdiff_t sgi, const float* gh,
+                                  ptrdiff_t sgh, const float* c, float* h_out, float* c_out,
+                                  ptrdiff_t width, float* mn, float* mx) {
+    ptrdiff_t j = 0;
+    float lo = *mn, hi = *mx;
+#if defined(__AVX2__)
+    if (width >= 16) {
+        __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+        for (; j + 16 <= width; j += 16) {
+            __m256 i0, i1, f0, f1, g0, g1, o0, o1;
+            qr_sigmoid16(qr_gate(gh + j, gi + j), qr_gate(gh + j + 8, gi + j + 8), &i0, &i1);
+            qr_sigmoid16(qr_gate(gh + sgh + j, gi + sgi + j),
+                         qr_gate(gh + sgh + j + 8, gi + sgi + j + 8), &f0, &f1);
+            qr_tanh16(qr_gate(gh + 2 * sgh + j, gi + 2 * sgi + j),
+                      qr_gate(gh + 2 * sgh + j + 8, gi + 2 * sgi + j + 8), &g0, &g1);
+            __m256 c0 = _mm256_add_ps(_mm256_mul_ps(f0, _mm256_loadu_ps(c + j)),
+                                      _mm256_mul_ps(i0, g0));
+            __m256 c1 = _mm256_add_ps(_mm256_mul_ps(f1, _mm256_loadu_ps(c + j + 8)),
+                                      _mm256_mul_ps(i1, g1));
+            qr_sigmoid16(qr_gate(gh + 3 * sgh + j, gi + 3 * sgi + j),
+                         qr_gate(gh + 3 * sgh + j + 8, gi + 3 * sgi + j + 8), &o0, &o1);
+            _mm256_storeu_ps(c_out + j, c0);
+            _mm256_storeu_ps(c_out + j + 8, c1);
+            qr_tanh16(c0, c1, &g0, &g1);
+            __m256 h0 = _mm256_mul_ps(o0, g0), h1 = _mm256_mul_ps(o1, g1);
+            _mm256_storeu_ps(h_out + j, h0);
+            _mm256_storeu_ps(h_out + j + 8, h1);
+            vlo = _mm256_min_ps(vlo, _mm256_min_ps(h0, h1));
+            vhi = _mm256_max_ps(vhi, _mm256_max_ps(h0, h1));
+        }
+        float a[8], b[8];
+        _mm256_storeu_ps(a, vlo);
+        _mm256_storeu_ps(b, vhi);
+        for (int k = 0; k < 8; k++) {
+            lo = a[k] < lo ? a[k] : lo;
+            hi = b[k] > hi ? b[k] : hi;
+        }
+    }
+#endif
+    if (j < width) {
+        qops_lstm_cols_c(gi + j, sgi, gh + j, sgh, c + j, h_out + j, c_out + j, width - j);
+        for (; j < width; j++) {
+            lo = h_out[j] < lo ? h_out[j] : lo;
+            hi = h_out[j] > hi ? h_out[j] : hi;
+        }
+    }
+    *mn = lo;
+    *mx = hi;
+}
+
+/* `width` columns of one batch row, the gates (i, f, g, o) `hs` apart (see qops_lstm_cols). */
+static inline void qops_lstm_slice(const float* gi, const float* gh, const float* c,
+                                   float* h_out, float* c_out, ptrdiff_t hs, ptrdiff_t width) {
+    float lo = 0.0f, hi = 0.0f;
+    qops_lstm_cols(gi, hs, gh, hs, c, h_out, c_out, width, &lo, &hi);
+}
+
 /* One batch row: gates = gh + gi in chunks (i, f, g, o). */
 static inline void qops_lstm_row(const float* gi, const float* gh, const float* c,
                                  float* h_out, float* c_out, ptrdiff_t hs) {
     qops_lstm_slice(gi, gh, c, h_out, c_out, hs, hs);
 }
 
-/* `width` columns of one batch row, chunks (r, z, n) `hs` apart:
- * n = tanh(gi_n + gh_n * r), h' = (h - n) * z + n. */
+/* qops_gru_cols_c with the row's min and max of h' folded into *mn, *mx (width >= 1). */
+static inline void qops_gru_cols(const float* gi, ptrdiff_t sgi, const float* gh,
+                                 ptrdiff_t sgh, const float* h, float* h_out, ptrdiff_t width,
+                                 float* mn, float* mx) {
+    ptrdiff_t j = 0;
+    float lo = *mn, hi = *mx;
+#if defined(__AVX2__)
+    if (width >= 16) {
+        __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+        for (; j + 16 <= width; j += 16) {
+            __m256 r0, r1, z0, z1, n0, n1;
+            qr_sigmoid16(qr_gate(gh + j, gi + j), qr_gate(gh + j + 8, gi + j + 8), &r0, &r1);
+            qr_sigmoid16(qr_gate(gh + sgh + j, gi + sgi + j),
+                         qr_gate(gh + sgh + j + 8, gi + sgi + j + 8), &z0, &z1);
+            __m256 hr0 = _mm256_mul_ps(_mm256_loadu_ps(gh + 2 * sgh + j), r0);
+            __m256 hr1 = _mm256_mul_ps(_mm256_loadu_ps(gh + 2 * sgh + j + 8), r1);
+            qr_tanh16(_mm256_add_ps(_mm256_loadu_ps(gi + 2 * sgi + j), hr0),
+                      _mm256_add_ps(_mm256_loadu_ps(gi + 2 * sgi + j + 8), hr1), &n0, &n1);
+            __m256 h0 = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(h + j), n0),
+                                                    z0), n0);
+            __m256 h1 = _mm256_add_ps(
+                _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(h + j + 8), n1), z1), n1);
+            _mm256_storeu_ps(h_out + j, h0);
+            _mm256_storeu_ps(h_out + j + 8, h1);
+            vlo = _mm256_min_ps(vlo, _mm256_min_ps(h0, h1));
+            vhi = _mm256_max_ps(vhi, _mm256_max_ps(h0, h1));
+        }
+        float a[8], b[8];
+        _mm256_storeu_ps(a, vlo);
+        _mm256_storeu_ps(b, vhi);
+        for (int k = 0; k < 8; k++) {
+            lo = a[k] < lo ? a[k] : lo;
+            hi = b[k] > hi ? b[k] : hi;
+        }
+    }
+#endif
+    if (j < width) {
+        qops_gru_cols_c(gi + j, sgi, gh + j, sgh, h + j, h_out + j, width - j);
+        for (; j < width; j++) {
+            lo = h_out[j] < lo ? h_out[j] : lo;
+            hi = h_out[j] > hi ? h_out[j] : hi;
+        }
+    }
+    *mn = lo;
+    *mx = hi;
+}
+
+/* `width` columns of one batch row, chunks (r, z, n) `hs` apart (see qops_gru_cols). */
 static inline void qops_gru_slice(const float* gi, const float* gh, const float* h,
                                   float* h_out, ptrdiff_t hs, ptrdiff_t width) {
-    for (ptrdiff_t j = 0; j < width; j++) {
-        float r = qops_rnn_sigmoid(gh[j] + gi[j]);
-        float z = qops_rnn_sigmoid(gh[hs + j] + gi[hs + j]);
-        float hr = gh[2 * hs + j] * r;
-        float n = qops_rnn_tanh(gi[2 * hs + j] + hr);
-        float d = h[j] - n;
-        float dz = d * z;
-        h_out[j] = dz + n;
-    }
+    float lo = 0.0f, hi = 0.0f;
+    qops_gru_cols(gi, hs, gh, hs, h, h_out, width, &lo, &hi);
 }
 
 static inline void qops_gru_row(const float* gi, const float* gh, const float* h,
@@ -160,6 +375,62 @@ static inline void qops_rnn_row(const float* gi, const float* gh, float* h_out, 
     }
 }
 
+
+/* min and max of n >= 1 finite floats (the fused layer's states are finite) */
+static inline void qops_rnn_minmax(const float* x, ptrdiff_t n, float* mn, float* mx) {
+    float lo = x[0], hi = x[0];
+    ptrdiff_t i = 0;
+#if defined(__AVX2__)
+    if (n >= 8) {
+        __m256 vlo = _mm256_loadu_ps(x), vhi = vlo;
+        for (i = 8; i + 8 <= n; i += 8) {
+            __m256 v = _mm256_loadu_ps(x + i);
+            vlo = _mm256_min_ps(vlo, v);
+            vhi = _mm256_max_ps(vhi, v);
+        }
+        float a[8], b[8];
+        _mm256_storeu_ps(a, vlo);
+        _mm256_storeu_ps(b, vhi);
+        for (int k = 0; k < 8; k++) {
+            lo = a[k] < lo ? a[k] : lo;
+            hi = b[k] > hi ? b[k] : hi;
+        }
+    }
+#endif
+    for (; i < n; i++) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+    }
+    *mn = lo;
+    *mx = hi;
+}
+
+/* q[i] = qops_q_fma(x[i], inv, zpf, 0, 255): the dynamic linear's quantization of its input
+ * (fmaf, rint, clamp; AVX2: the same three operations lane for lane, min/max in the clamp's
+ * operand order). */
+static inline void qops_rnn_quantize(const float* x, ptrdiff_t n, float inv, float zpf,
+                                     uint8_t* q) {
+    ptrdiff_t i = 0;
+#if defined(__AVX2__)
+    const __m256 vi = _mm256_set1_ps(inv), vz = _mm256_set1_ps(zpf);
+    const __m256 lo = _mm256_setzero_ps(), hi = _mm256_set1_ps(255.0f);
+    for (; i + 16 <= n; i += 16) {
+        __m256i w[2];
+        for (int h = 0; h < 2; h++) {
+            __m256 v = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * h), vi, vz);
+            v = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            v = _mm256_max_ps(_mm256_min_ps(v, hi), lo);
+            w[h] = _mm256_cvttps_epi32(v);
+        }
+        /* 16 int32 in [0, 255] -> bytes in order */
+        __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(w[0], w[1]), 0xD8);
+        p = _mm256_permute4x64_epi64(_mm256_packus_epi16(p, p), 0x08);
+        _mm_storeu_si128((__m128i*)(q + i), _mm256_castsi256_si128(p));
+    }
+#endif
+    for (; i < n; i++)
+        q[i] = (uint8_t)qops_q_fma(x[i], inv, zpf, 0.0f, 255.0f);
+}
 
 /* PyTorch's dynamic activation qparams (ChooseQuantizationParams for quint8 [0, qmax], the
  * mirror of qops._ops.linear.choose_dynamic_qparams, docs/semantics.md §10) from a finite

@@ -73,12 +73,20 @@ def rnn_cell(gi, gh, relu):
 # -- the dynamic quantized layer: the whole time loop of one layer and direction -----------
 
 from qops._fast._gemm cimport *
+from libc.math cimport INFINITY
 
 cdef extern from "qops_rnn.h" nogil:
     void qops_lstm_slice(const float* gi, const float* gh, const float* c, float* h_out,
                          float* c_out, Py_ssize_t hs, Py_ssize_t width)
     void qops_gru_slice(const float* gi, const float* gh, const float* h, float* h_out,
                         Py_ssize_t hs, Py_ssize_t width)
+    void qops_lstm_cols(const float* gi, Py_ssize_t sgi, const float* gh, Py_ssize_t sgh,
+                        const float* c, float* h_out, float* c_out, Py_ssize_t width,
+                        float* mn, float* mx)
+    void qops_gru_cols(const float* gi, Py_ssize_t sgi, const float* gh, Py_ssize_t sgh,
+                       const float* h, float* h_out, Py_ssize_t width, float* mn, float* mx)
+    void qops_rnn_minmax(const float* x, Py_ssize_t n, float* mn, float* mx)
+    void qops_rnn_quantize(const float* x, Py_ssize_t n, float inv, float zpf, uint8_t* q)
     void qops_rnn_dyn_qparams(float xmin, float xmax, int qmax, float *scale, int32_t *zp)
 
 cdef extern from "<string.h>" nogil:
@@ -142,16 +150,6 @@ cdef struct _Layer:
     float *tmax
 
 
-cdef void _minmax(const float *x, Py_ssize_t n, float *lo, float *hi) noexcept nogil:
-    cdef Py_ssize_t i
-    cdef float mn = x[0], mx = x[0]
-    for i in range(1, n):
-        mn = x[i] if x[i] < mn else mn
-        mx = x[i] if x[i] > mx else mx
-    lo[0] = mn
-    hi[0] = mx
-
-
 cdef void _run_layer(_Layer *L, const qops_gemm_b *wb) noexcept nogil:
     # Per step: h's qparams from its min and max (the previous step's cell left them per
     # task), h quantized, the hidden GEMM with b_hh in its float32 store, then the cell by
@@ -176,7 +174,7 @@ cdef void _run_layer(_Layer *L, const qops_gemm_b *wb) noexcept nogil:
     for s in range(T):
         t = T - 1 - s if L.reverse else s
         if s == 0:
-            _minmax(h, B * H, &mn, &mx)
+            qops_rnn_minmax(h, B * H, &mn, &mx)
         else:
             mn, mx = L.tmin[0], L.tmax[0]
             for i in range(1, ntask):
@@ -185,8 +183,7 @@ cdef void _run_layer(_Layer *L, const qops_gemm_b *wb) noexcept nogil:
         qops_rnn_dyn_qparams(mn, mx, H_QMAX, &scale, &zp)
         inv = <float>(1.0 / <double>scale)
         zpf = <float>zp
-        for i in range(B * H):
-            L.hq[i] = <uint8_t>qops_q_fma(h[i], inv, zpf, 0.0, 255.0)
+        qops_rnn_quantize(h, B * H, inv, zpf, L.hq)
         for n in range(G):
             L.mult[n] = scale * L.w_scales[n]
         qops_gemm_mt(L.hq, H, B, zp, wb, &o, L.nt_gemm)
@@ -196,13 +193,15 @@ cdef void _run_layer(_Layer *L, const qops_gemm_b *wb) noexcept nogil:
             r = task // per_row
             j0 = (task - r * per_row) * cw
             w = min(cw, H - j0)
+            L.tmin[task] = INFINITY
+            L.tmax[task] = -INFINITY
             if L.lstm:
-                qops_lstm_slice(gt + r * G + j0, L.gh + r * G + j0, L.c + r * H + j0,
-                                hout + r * H + j0, L.c + r * H + j0, H, w)
+                qops_lstm_cols(gt + r * G + j0, H, L.gh + r * G + j0, H, L.c + r * H + j0,
+                               hout + r * H + j0, L.c + r * H + j0, w,
+                               &L.tmin[task], &L.tmax[task])
             else:
-                qops_gru_slice(gt + r * G + j0, L.gh + r * G + j0, h + r * H + j0,
-                               hout + r * H + j0, H, w)
-            _minmax(hout + r * H + j0, w, &L.tmin[task], &L.tmax[task])
+                qops_gru_cols(gt + r * G + j0, H, L.gh + r * G + j0, H, h + r * H + j0,
+                              hout + r * H + j0, w, &L.tmin[task], &L.tmax[task])
         h = hout
 
 
