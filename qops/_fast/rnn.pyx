@@ -94,6 +94,7 @@ cdef extern from "<string.h>" nogil:
 
 DEF GEMM_GRAIN = 262144   # multiply-adds per thread below which a second thread costs more
 DEF CELL_GRAIN = 4096     # gate values per thread of one step's cell
+DEF XBLOCK = 65536        # sequence values a task when quantizing the layer's input
 # PyTorch's dynamic RNN modules quantize h with reduce_range: [0, 127]
 DEF H_QMAX = 127
 
@@ -115,7 +116,7 @@ cdef class HiddenWeight:
 
 
 def pack_linear(weight, weight_zero_points):
-    """Pack an int8 W_hh (N x K, K <= K_MAX) for the fused layer kernels."""
+    """Pack an int8 W_ih or W_hh (N x K, K <= K_MAX) for the fused layer kernels."""
     w = np.ascontiguousarray(weight, dtype=np.int8)
     cdef HiddenWeight p = HiddenWeight()
     p.N, p.K = w.shape[0], w.shape[1]
@@ -136,8 +137,10 @@ def pack_linear(weight, weight_zero_points):
 
 cdef struct _Layer:
     int lstm, reverse, nt_gemm, nt_cell
-    Py_ssize_t T, B, H, G, cw
-    const float *gi
+    Py_ssize_t T, B, H, G, I, cw
+    int32_t x_zp
+    const uint8_t *xq
+    float *gi
     const float *h0
     const float *w_scales
     const float *bias
@@ -150,11 +153,15 @@ cdef struct _Layer:
     float *tmax
 
 
-cdef void _run_layer(_Layer *L, const qops_gemm_b *wb) noexcept nogil:
-    # Per step: h's qparams from its min and max (the previous step's cell left them per
-    # task), h quantized, the hidden GEMM with b_hh in its float32 store, then the cell by
-    # column slices, each slice's min and max taken while it is in cache.
-    cdef Py_ssize_t T = L.T, B = L.B, H = L.H, G = L.G, cw = L.cw
+cdef void _run_layer(_Layer *L, const qops_gemm_b *wi, const qops_gemm_out *oi,
+                     const qops_gemm_b *wb) noexcept nogil:
+    # Per step: the input GEMM of this step's rows of the quantized sequence (b_ih in its
+    # float32 store; per step rather than once for the sequence: the gates are then read by
+    # the cell from cache, and a GEMM of B rows runs faster than one of T * B), h's qparams
+    # from its min and max (the previous step's cell left them per task), h quantized, the
+    # hidden GEMM with b_hh, then the cell by column slices, each slice's min and max taken
+    # while it is in cache.
+    cdef Py_ssize_t T = L.T, B = L.B, H = L.H, G = L.G, I = L.I, cw = L.cw
     cdef Py_ssize_t per_row = (H + cw - 1) // cw
     cdef Py_ssize_t ntask = B * per_row, s, t, i, n, task, r, j0, w
     cdef const float *h = L.h0
@@ -186,8 +193,9 @@ cdef void _run_layer(_Layer *L, const qops_gemm_b *wb) noexcept nogil:
         qops_rnn_quantize(h, B * H, inv, zpf, L.hq)
         for n in range(G):
             L.mult[n] = scale * L.w_scales[n]
+        qops_gemm_mt(L.xq + t * B * I, I, B, L.x_zp, wi, oi, L.nt_gemm)
         qops_gemm_mt(L.hq, H, B, zp, wb, &o, L.nt_gemm)
-        gt = L.gi + t * B * G
+        gt = L.gi
         hout = L.ys + t * B * H
         for task in prange(ntask, schedule="static", num_threads=L.nt_cell):
             r = task // per_row
@@ -205,32 +213,67 @@ cdef void _run_layer(_Layer *L, const qops_gemm_b *wb) noexcept nogil:
         h = hout
 
 
-cdef object _dynamic_layer(int lstm, gi, h0, c0, packed, w_scales, bias, bint reverse):
-    cdef Py_ssize_t T = gi.shape[0], B = gi.shape[1], H = h0.shape[1]
-    cdef Py_ssize_t G = gi.shape[2]
-    cdef HiddenWeight p = packed
+cdef int _gemm_b(qops_gemm_b *wb, HiddenWeight p) except -1:
+    memset(wb, 0, sizeof(qops_gemm_b))
+    wb.data = <const int8_t *>qops_ptr(p.data)
+    wb.wsum = <const int32_t *>qops_ptr(p.wsum)
+    wb.wzp = <const int32_t *>qops_ptr(p.wzp) if p.wzp is not None else NULL
+    wb.N, wb.K = p.N, p.K
+    return 0
+
+
+cdef void _quantize_seq(const float *x, Py_ssize_t n, uint8_t *xq, float *scale, int32_t *zp,
+                        int nt) noexcept nogil:
+    # linear_dynamic's quantization of the whole sequence: qparams from its min and max
+    # (reduce_range), then Q_fma in blocks over the threads
+    cdef float mn = 0.0, mx = 0.0, inv
+    cdef Py_ssize_t nb = (n + XBLOCK - 1) // XBLOCK, b
+    if n > 0:
+        qops_rnn_minmax(x, n, &mn, &mx)
+    qops_rnn_dyn_qparams(mn, mx, H_QMAX, scale, zp)
+    inv = <float>(1.0 / <double>scale[0])
+    for b in prange(nb, schedule="static", num_threads=nt):
+        qops_rnn_quantize(x + b * XBLOCK, min(XBLOCK, n - b * XBLOCK), inv, <float>zp[0],
+                          xq + b * XBLOCK)
+
+
+cdef object _dynamic_layer(int lstm, x, h0, c0, ih, hh, bint reverse):
+    cdef Py_ssize_t T = x.shape[0], B = x.shape[1], I = x.shape[2], H = h0.shape[1]
+    ih_packed, ih_scales, ih_bias = ih
+    hh_packed, hh_scales, hh_bias = hh
+    cdef HiddenWeight pi = ih_packed
+    cdef HiddenWeight p = hh_packed
+    cdef Py_ssize_t G = p.N
     ys = np.empty((T, B, H), np.float32)
     c = np.array(c0, np.float32, copy=True) if lstm else None
     if T == 0 or B * H == 0:
         return ys, np.array(h0, np.float32, copy=True), c
     cdef _Layer L
     L.lstm, L.reverse = lstm, reverse
-    L.T, L.B, L.H, L.G = T, B, H, G
+    L.T, L.B, L.H, L.G, L.I = T, B, H, G, I
     L.nt_gemm = qops_threads_for(B * G * H, GEMM_GRAIN)
     L.nt_cell = qops_threads_for(B * G, CELL_GRAIN)
     # whole rows when there are enough for the threads, else column slices (8 wide)
     L.cw = H if B >= L.nt_cell else ((H + L.nt_cell - 1) // L.nt_cell + 7) // 8 * 8
     cdef Py_ssize_t ntask = B * ((H + L.cw - 1) // L.cw)
+    xq = np.empty(T * B * I, np.uint8)
     hq = np.empty(B * H, np.uint8)
+    gi = np.empty((B, G), np.float32)
     gh = np.empty((B, G), np.float32)
     mult = np.empty(G, np.float32)
+    ih_mult = np.empty(G, np.float32)
     tmm = np.empty((2, ntask), np.float32)
-    ws = np.ascontiguousarray(w_scales, dtype=np.float32)
+    ws = np.ascontiguousarray(hh_scales, dtype=np.float32)
+    wsi = np.ascontiguousarray(ih_scales, dtype=np.float32)
     cdef float[:, ::1] tv = tmm
-    L.gi = <const float *>qops_ptr(gi)
+    cdef const float *xp = <const float *>qops_ptr(x)
+    cdef const float *wsip = <const float *>qops_ptr(wsi)
+    cdef float *imp = <float *>qops_ptr(ih_mult, True)
+    L.xq = <const uint8_t *>qops_ptr(xq)
+    L.gi = <float *>qops_ptr(gi, True)
     L.h0 = <const float *>qops_ptr(h0)
     L.w_scales = <const float *>qops_ptr(ws)
-    L.bias = <const float *>qops_ptr(bias) if bias is not None else NULL
+    L.bias = <const float *>qops_ptr(hh_bias) if hh_bias is not None else NULL
     L.ys = <float *>qops_ptr(ys, True)
     L.c = <float *>qops_ptr(c, True) if lstm else NULL
     L.hq = <uint8_t *>qops_ptr(hq, True)
@@ -238,24 +281,36 @@ cdef object _dynamic_layer(int lstm, gi, h0, c0, packed, w_scales, bias, bint re
     L.mult = <float *>qops_ptr(mult, True)
     L.tmin = &tv[0, 0]
     L.tmax = &tv[1, 0]
-    cdef qops_gemm_b wb
-    memset(&wb, 0, sizeof(wb))
-    wb.data = <const int8_t *>qops_ptr(p.data)
-    wb.wsum = <const int32_t *>qops_ptr(p.wsum)
-    wb.wzp = <const int32_t *>qops_ptr(p.wzp) if p.wzp is not None else NULL
-    wb.N, wb.K = p.N, p.K
+    cdef qops_gemm_b wb, wi
+    _gemm_b(&wb, p)
+    _gemm_b(&wi, pi)
+    cdef qops_gemm_out oi
+    memset(&oi, 0, sizeof(oi))
+    oi.kind = QOPS_GEMM_F32
+    oi.bias = <const float *>qops_ptr(ih_bias) if ih_bias is not None else NULL
+    oi.mult = imp
+    oi.out = L.gi
+    oi.ldc = G
+    cdef float xs
+    cdef Py_ssize_t n
     with nogil:
-        _run_layer(&L, &wb)
+        _quantize_seq(xp, T * B * I, <uint8_t *>L.xq, &xs, &L.x_zp,
+                      qops_threads_for(T * B * I, XBLOCK))
+        for n in range(G):
+            imp[n] = xs * wsip[n]
+        _run_layer(&L, &wi, &oi, &wb)
     last = 0 if reverse else T - 1
     return ys, ys[last].copy(), c
 
 
-def lstm_dynamic_layer(gi, h0, c0, packed, w_scales, bias, reverse):
-    """The time loop of a dynamic quantized LSTM layer; see qops._ref.rnn.lstm_dynamic_layer."""
-    return _dynamic_layer(1, gi, h0, c0, packed, w_scales, bias, reverse)
+def lstm_dynamic_layer(x, h0, c0, ih, hh, reverse):
+    """The time loop of a dynamic quantized LSTM layer, input GEMM included; see
+    qops._ref.rnn.lstm_dynamic_layer."""
+    return _dynamic_layer(1, x, h0, c0, ih, hh, reverse)
 
 
-def gru_dynamic_layer(gi, h0, packed, w_scales, bias, reverse):
-    """The time loop of a dynamic quantized GRU layer; see qops._ref.rnn.gru_dynamic_layer."""
-    ys, h_n, _ = _dynamic_layer(0, gi, h0, None, packed, w_scales, bias, reverse)
+def gru_dynamic_layer(x, h0, ih, hh, reverse):
+    """The time loop of a dynamic quantized GRU layer, input GEMM included; see
+    qops._ref.rnn.gru_dynamic_layer."""
+    ys, h_n, _ = _dynamic_layer(0, x, h0, None, ih, hh, reverse)
     return ys, h_n

@@ -164,17 +164,17 @@ def recurrent(mode: str, input: npt.ArrayLike, hx: Any, cells: Sequence[Any], in
         for d in range(dirs):
             k = layer * dirs + d
             cell = cells[k]
-            gi_all = cell.ih(layer_in.reshape(steps * batch, -1)).reshape(steps, batch, gates)
             h = h0[k]
             c = c0[k] if lstm else None
             fused = _fused_hh(mode, cell, hidden_size)
             if fused is not None:
-                ys, h, c = _fused_layer(kern, lstm, gi_all, h, c, fused, d == 1)
+                ys, h, c = _fused_layer(kern, lstm, layer_in, h, c, fused, d == 1)
                 hn.append(h)
                 if lstm:
                     cn.append(c)
                 outs.append(ys)
                 continue
+            gi_all = cell.ih(layer_in.reshape(steps * batch, -1)).reshape(steps, batch, gates)
             ys = np.empty((steps, batch, out_size), F32)
             for t in (range(steps) if d == 0 else range(steps - 1, -1, -1)):
                 gh = cell.hh(h)
@@ -204,32 +204,35 @@ def recurrent(mode: str, input: npt.ArrayLike, hx: Any, cells: Sequence[Any], in
     return (out, (h_n, c_n)) if lstm else (out, h_n)
 
 
-# Largest hidden size of the fused layer: one exact int32 GEMM chunk (linear's K_CHUNK)
-_FUSED_MAX_HIDDEN = 33025
+# Largest hidden and input size of the fused layer: one exact int32 GEMM chunk (linear's
+# K_CHUNK)
+_FUSED_MAX_K = 33025
 
 
 def _fused_hh(mode, cell, hidden_size):
-    """The PackedLinear of W_hh when the layer's whole time loop runs in one kernel call
-    (dynamic qint8 LSTM/GRU without projection), else None."""
-    p = getattr(cell, "hh_packed", None)
-    if p is None or mode not in ("LSTM", "GRU") or cell.hr is not None \
-            or hidden_size > _FUSED_MAX_HIDDEN:
+    """The PackedLinears (W_ih, W_hh) when the layer's whole time loop, input GEMM included,
+    runs in one kernel call (dynamic qint8 LSTM/GRU without projection), else None."""
+    ih = getattr(cell, "ih_packed", None)
+    hh = getattr(cell, "hh_packed", None)
+    if ih is None or hh is None or mode not in ("LSTM", "GRU") or cell.hr is not None \
+            or hidden_size > _FUSED_MAX_K or not 0 < ih.in_features <= _FUSED_MAX_K:
         return None
-    return p
+    return ih, hh
 
 
-def _fused_layer(kern, lstm, gi, h, c, packed, reverse):
+def _fused_layer(kern, lstm, x, h, c, packed, reverse):
     # The states are quantized from their min and max at the first step, as each step's
     # input to the hidden GEMM: they must be finite, as dynamic linear's input.
     for v, name in ((h, "h_0"), (c, "c_0")):
         if v is not None and not np.isfinite(v).all():
             raise ValueError(f"{name} must be finite (the dynamic layer quantizes the states "
                              "from their min and max)")
-    # W_hh packed by the rnn kernels themselves (cached on the PackedLinear per module)
-    args = (packed._packed(kern), packed._w_scales, packed._bias, reverse)
+    # W_ih and W_hh packed by the rnn kernels themselves (cached on the PackedLinears per
+    # kernel module)
+    ih, hh = ((p._packed(kern), p._w_scales, p._bias) for p in packed)
     if lstm:
-        return kern.lstm_dynamic_layer(gi, h, c, *args)
-    ys, h_n = kern.gru_dynamic_layer(gi, h, *args)
+        return kern.lstm_dynamic_layer(x, h, c, ih, hh, reverse)
+    ys, h_n = kern.gru_dynamic_layer(x, h, ih, hh, reverse)
     return ys, h_n, None
 
 

@@ -122,59 +122,69 @@ def rnn_cell(gi, gh, relu):
 # -- dynamic quantized layers: the time loop of one layer and direction -----------------------
 
 def pack_linear(weight, weight_zero_points):
-    """W_hh (N x K int8) prepared for the layer kernels: the reference linear's packing."""
+    """W_ih or W_hh (N x K int8) prepared for the layer kernels: the reference linear's
+    packing."""
     from qops._ref import linear
     return linear.pack_linear(weight, weight_zero_points)
 
 
-def _hidden_gates(h, packed, w_scales, bias):
-    """h W_hh^T + b_hh by the reference dynamic linear, h quantized as PyTorch's dynamic RNN
-    modules do per step: qparams from h's min and max with reduce_range ([0, 127])."""
+def _gates(x, packed, w_scales, bias):
+    """x W^T + b by the reference dynamic linear, x (rows, K) quantized as PyTorch's dynamic
+    RNN modules do: qparams from x's min and max with reduce_range ([0, 127])."""
     from qops._ops.linear import choose_dynamic_qparams
     from qops._ref import linear
-    scale, zp = choose_dynamic_qparams(float(h.min()), float(h.max()), True)
+    scale, zp = choose_dynamic_qparams(float(x.min()), float(x.max()), True)
     mult = (F32(scale) * w_scales).astype(F32)
-    return linear.linear_dynamic(h, F32(1.0 / scale), zp, packed, mult, bias, False)
+    return linear.linear_dynamic(x, F32(1.0 / scale), zp, packed, mult, bias, False)
 
 
-def lstm_dynamic_layer(gi, h0, c0, packed, w_scales, bias, reverse):
+def _input_gates(x, ih):
+    """The input GEMM of the whole sequence x (steps, batch, K) at once, as PyTorch's CPU path
+    computes linear_ih: one set of qparams for the sequence."""
+    g = _gates(x.reshape(-1, x.shape[2]), *ih)
+    return g.reshape(x.shape[0], x.shape[1], g.shape[1])
+
+
+def lstm_dynamic_layer(x, h0, c0, ih, hh, reverse):
     """All steps of one dynamic quantized LSTM layer and direction.
 
-    Per step t (backwards when `reverse`): gh = dynamic linear of h (the reference linear
-    kernels, qparams of h per step), then (h, c) = lstm_cell(gi[t], gh, c).
+    gi = dynamic linear of the whole sequence x (W_ih, b_ih); then per step t (backwards when
+    `reverse`): gh = dynamic linear of h (W_hh, b_hh; qparams of h per step), and
+    (h, c) = lstm_cell(gi[t], gh, c).
 
     Parameters
     ----------
-    gi : float32 (steps, batch, 4 * hidden), the input GEMM over the sequence (b_ih added)
+    x : float32 (steps, batch, input), finite, the layer's input sequence
     h0, c0 : float32 (batch, hidden), finite initial states
-    packed : W_hh packed by the linear family's pack_linear (this backend's)
-    w_scales : float32 (4 * hidden,), W_hh's scale per output row
-    bias : float32 (4 * hidden,) b_hh, or None
+    ih, hh : (packed, w_scales, bias) of W_ih and W_hh: the weight packed by this backend's
+        pack_linear, float32 (4 * hidden,) scales per output row, float32 bias or None
     reverse : bool, run from the last step to the first
 
     Returns (ys (steps, batch, hidden), h_n, c_n), all float32.
     """
+    gi = _input_gates(x, ih)
     ys = np.empty((gi.shape[0],) + h0.shape, F32)
     h, c = h0, c0
     for t in (range(gi.shape[0] - 1, -1, -1) if reverse else range(gi.shape[0])):
-        h, c = lstm_cell(gi[t], _hidden_gates(h, packed, w_scales, bias), c)
+        h, c = lstm_cell(gi[t], _gates(h, *hh), c)
         ys[t] = h
     return ys, np.array(h, F32), np.array(c, F32)
 
 
-def gru_dynamic_layer(gi, h0, packed, w_scales, bias, reverse):
+def gru_dynamic_layer(x, h0, ih, hh, reverse):
     """All steps of one dynamic quantized GRU layer and direction (as lstm_dynamic_layer).
 
     Parameters
     ----------
-    gi : float32 (steps, batch, 3 * hidden); h0 : float32 (batch, hidden), finite
-    packed, w_scales, bias, reverse : as lstm_dynamic_layer (3 * hidden rows)
+    x : float32 (steps, batch, input); h0 : float32 (batch, hidden), finite
+    ih, hh, reverse : as lstm_dynamic_layer (3 * hidden rows)
 
     Returns (ys (steps, batch, hidden), h_n).
     """
+    gi = _input_gates(x, ih)
     ys = np.empty((gi.shape[0],) + h0.shape, F32)
     h = h0
     for t in (range(gi.shape[0] - 1, -1, -1) if reverse else range(gi.shape[0])):
-        h = gru_cell(gi[t], _hidden_gates(h, packed, w_scales, bias), h)
+        h = gru_cell(gi[t], _gates(h, *hh), h)
         ys[t] = h
     return ys, np.array(h, F32)

@@ -35,7 +35,8 @@ _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 class _DynamicCell:
     """The gate GEMMs of one layer and direction: dynamic qint8 linear or float16 weights."""
 
-    __slots__ = ("w_ih", "w_hh", "b_ih", "b_hh", "_ih", "_hh", "hr", "qint8", "hh_packed")
+    __slots__ = ("w_ih", "w_hh", "b_ih", "b_hh", "_ih", "_hh", "hr", "qint8", "ih_packed",
+                 "hh_packed")
 
     def __init__(self, w_ih, w_hh, b_ih, b_hh, is_qint8):
         self.w_ih, self.w_hh, self.b_ih, self.b_hh = w_ih, w_hh, b_ih, b_hh
@@ -44,13 +45,14 @@ class _DynamicCell:
         if is_qint8:
             self._ih = F.prepack_linear(w_ih, b_ih)
             self._hh = F.prepack_linear(w_hh, b_hh)
-            # the layer runs its whole time loop on this packed W_hh (qops._ops.rnn)
+            # the layer runs its whole time loop on these (qops._ops.rnn)
+            self.ih_packed = self._ih
             self.hh_packed = self._hh
         else:
             # fbgemm's fp16 path: half-precision weights, float32 arithmetic
             self._ih = np.asarray(w_ih, F32).astype(np.float16).astype(F32)
             self._hh = np.asarray(w_hh, F32).astype(np.float16).astype(F32)
-            self.hh_packed = None
+            self.ih_packed = self.hh_packed = None
 
     def ih(self, x):
         if self.qint8:
