@@ -4,7 +4,11 @@
  * fbgemm's EmbeddingSpMDM adds it: acc = fmaf(scale * w, q, acc + bias * w). The row loops
  * are plain and stride-1 so GCC turns fmaf into vfmadd231ps on FMA targets (the build has
  * -ffp-contract=off, so nothing else is fused). Rows a few entries ahead are prefetched:
- * tables are far larger than the caches and each entry is a random row. */
+ * tables are far larger than the caches and each entry is a random row.
+ *
+ * The loops over a pass's nv accumulators carry `#pragma GCC unroll 8`: left to itself GCC
+ * did not unroll them at nv = 8 (D = 64), kept acc[] in memory and, per bag, zeroed it with
+ * rep stos and stored it through the stack. */
 #ifndef QOPS_EMBEDDING_H
 #define QOPS_EMBEDDING_H
 
@@ -35,6 +39,12 @@ static inline __attribute__((always_inline)) void qops_eb_prefetch(const void *p
     for (ptrdiff_t o = 0; o < nbytes; o += 64)
         __builtin_prefetch(c + o);
     __builtin_prefetch(c + nbytes - 1);
+}
+
+/* The entry whose row to prefetch while entry i is added: QOPS_EB_PREFETCH on, the last
+ * entry near the end (a select, not a branch, in the hot loops). */
+static inline ptrdiff_t qops_eb_ahead(ptrdiff_t i, ptrdiff_t n_idx) {
+    return i + QOPS_EB_PREFETCH < n_idx ? i + QOPS_EB_PREFETCH : n_idx - 1;
 }
 
 /* The first position in [lo, hi) whose index is outside [0, n_rows), or -1. Run on a bag's
@@ -125,6 +135,7 @@ static inline void qops_eb_max_u4(float *acc, const uint8_t *q, ptrdiff_t d, flo
 static inline __attribute__((always_inline)) void qops_eb_loadv(int bits, int nv,
                                                                 const uint8_t *p, __m256 *v) {
     if (bits == 8) {
+        #pragma GCC unroll 8
         for (int k = 0; k < nv; k++)
             v[k] = _mm256_cvtepi32_ps(
                 _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * k))));
@@ -153,6 +164,7 @@ static inline __attribute__((always_inline)) void qops_eb_store(int bits, int nv
                                                                 const __m256 *acc) {
     int k = 0;
     if (bits == 4) {
+        #pragma GCC unroll 8
         for (; k + 2 <= nv; k += 2) {
             __m256 lo = _mm256_unpacklo_ps(acc[k], acc[k + 1]);    /* 0-3 | 8-11 */
             __m256 hi = _mm256_unpackhi_ps(acc[k], acc[k + 1]);    /* 4-7 | 12-15 */
@@ -160,6 +172,7 @@ static inline __attribute__((always_inline)) void qops_eb_store(int bits, int nv
             _mm256_storeu_ps(out + 8 * k + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
         }
     }
+    #pragma GCC unroll 8
     for (; k < nv; k++)
         _mm256_storeu_ps(out + 8 * k, acc[k]);
 }
@@ -178,11 +191,12 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols(
     const uint8_t *base = table + (bits == 8 ? c0 : c0 / 2);
     ptrdiff_t count = 0;
     __m256 acc[8], v[2];
+    #pragma GCC unroll 8
     for (int k = 0; k < nv; k++)
         acc[k] = _mm256_setzero_ps();
     for (ptrdiff_t i = lo; i < hi; i++) {
-        if (prefetch && i + QOPS_EB_PREFETCH < n_idx)
-            qops_eb_prefetch(table + idx[i + QOPS_EB_PREFETCH] * row_bytes, pf_bytes);
+        if (prefetch)
+            qops_eb_prefetch(table + idx[qops_eb_ahead(i, n_idx)] * row_bytes, pf_bytes);
         const int64_t r = idx[i];
         if (r == padding_idx)
             continue;
@@ -198,6 +212,7 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols(
         const uint8_t *p = base + r * row_bytes;
         /* two vectors at a time, each used as soon as loaded: eight accumulators and all
          * the loaded vectors would not fit in the 16 registers and GCC would spill */
+        #pragma GCC unroll 8
         for (int k = 0; k < nv; k += 2) {
             qops_eb_loadv(bits, nv - k < 2 ? 1 : 2, p + (bits == 8 ? 8 * k : 4 * k), v);
             acc[k] = _mm256_fmadd_ps(vs, v[0], _mm256_add_ps(acc[k], vc));
@@ -208,6 +223,7 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols(
     }
     if (mean && count > 0) {
         const __m256 n = _mm256_set1_ps((float)count);
+        #pragma GCC unroll 8
         for (int k = 0; k < nv; k++)
             acc[k] = _mm256_div_ps(acc[k], n);
     }
@@ -225,17 +241,20 @@ static inline __attribute__((always_inline)) void qops_eb_sum8(
 #define QOPS_EB_COLS(NV, C0, PF, BYTES) \
     qops_eb_cols(bits, NV, table, row_bytes, idx, lo, hi, n_idx, psw, padding_idx, mean, out, \
                  C0, PF, BYTES)
+#define QOPS_EB_COLS1(NV) \
+    qops_eb_cols(bits, NV, table, 8 * NV * bits / 8 + 8, idx, lo, hi, n_idx, psw, padding_idx, \
+                 mean, out, 0, prefetch, 8 * NV * bits / 8 + 8)
     if (d <= 64) {
-        /* one pass: the row's size is a constant in each case */
+        /* one pass: the row's size is a constant in each case (what row_bytes is) */
         switch (d / 8) {
-        case 1: QOPS_EB_COLS(1, 0, prefetch, 8 * bits / 8 + 8); break;
-        case 2: QOPS_EB_COLS(2, 0, prefetch, 16 * bits / 8 + 8); break;
-        case 3: QOPS_EB_COLS(3, 0, prefetch, 24 * bits / 8 + 8); break;
-        case 4: QOPS_EB_COLS(4, 0, prefetch, 32 * bits / 8 + 8); break;
-        case 5: QOPS_EB_COLS(5, 0, prefetch, 40 * bits / 8 + 8); break;
-        case 6: QOPS_EB_COLS(6, 0, prefetch, 48 * bits / 8 + 8); break;
-        case 7: QOPS_EB_COLS(7, 0, prefetch, 56 * bits / 8 + 8); break;
-        default: QOPS_EB_COLS(8, 0, prefetch, 64 * bits / 8 + 8); break;
+        case 1: QOPS_EB_COLS1(1); break;
+        case 2: QOPS_EB_COLS1(2); break;
+        case 3: QOPS_EB_COLS1(3); break;
+        case 4: QOPS_EB_COLS1(4); break;
+        case 5: QOPS_EB_COLS1(5); break;
+        case 6: QOPS_EB_COLS1(6); break;
+        case 7: QOPS_EB_COLS1(7); break;
+        default: QOPS_EB_COLS1(8); break;
         }
         return;
     }
@@ -254,6 +273,7 @@ static inline __attribute__((always_inline)) void qops_eb_sum8(
     default: break;
     }
 #undef QOPS_EB_COLS
+#undef QOPS_EB_COLS1
 }
 #endif
 
@@ -276,6 +296,7 @@ static inline __attribute__((always_inline)) int qops_eb_entry(
     const __m256 vs = _mm256_set1_ps(scale), vc = _mm256_set1_ps(bias);
     const uint8_t *p = q + (bits == 8 ? c0 : c0 / 2);
     __m256 v[2];
+    #pragma GCC unroll 8
     for (int k = 0; k < nv; k += 2) {
         qops_eb_loadv(bits, nv - k < 2 ? 1 : 2, p + (bits == 8 ? 8 * k : 4 * k), v);
         acc[k] = _mm256_fmadd_ps(vs, v[0], _mm256_add_ps(acc[k], vc));
@@ -295,6 +316,7 @@ static inline __attribute__((always_inline)) void qops_eb_cols2(
         int64_t padding_idx, int mean, float *out0, ptrdiff_t d, ptrdiff_t c0, int prefetch) {
     __m256 a0[4], a1[4];
     ptrdiff_t n0 = 0, n1 = 0;
+    #pragma GCC unroll 8
     for (int k = 0; k < nv; k++) {
         a0[k] = _mm256_setzero_ps();
         a1[k] = _mm256_setzero_ps();
@@ -323,11 +345,13 @@ static inline __attribute__((always_inline)) void qops_eb_cols2(
     }
     if (mean && n0 > 0) {
         const __m256 n = _mm256_set1_ps((float)n0);
+        #pragma GCC unroll 8
         for (int k = 0; k < nv; k++)
             a0[k] = _mm256_div_ps(a0[k], n);
     }
     if (mean && n1 > 0) {
         const __m256 n = _mm256_set1_ps((float)n1);
+        #pragma GCC unroll 8
         for (int k = 0; k < nv; k++)
             a1[k] = _mm256_div_ps(a1[k], n);
     }
@@ -444,24 +468,28 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols_f32(
         ptrdiff_t d, ptrdiff_t c0, int prefetch, ptrdiff_t pf_bytes) {
     ptrdiff_t count = 0;
     __m256 acc[8];
+    #pragma GCC unroll 8
     for (int k = 0; k < nv; k++)
         acc[k] = _mm256_setzero_ps();
     for (ptrdiff_t i = lo; i < hi; i++) {
-        if (prefetch && i + QOPS_EB_PREFETCH < n_idx)
-            qops_eb_prefetch(table + idx[i + QOPS_EB_PREFETCH] * d, pf_bytes);
+        if (prefetch)
+            qops_eb_prefetch(table + idx[qops_eb_ahead(i, n_idx)] * d, pf_bytes);
         const int64_t r = idx[i];
         if (r == padding_idx)
             continue;
         const float *row = table + r * d + c0;
         if (how == 0) {
+            #pragma GCC unroll 8
             for (int k = 0; k < nv; k++)
                 acc[k] = _mm256_add_ps(acc[k], _mm256_loadu_ps(row + 8 * k));
         } else if (how == 1) {
             const __m256 w = _mm256_set1_ps(psw[i]);
+            #pragma GCC unroll 8
             for (int k = 0; k < nv; k++)
                 acc[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(row + 8 * k), acc[k]);
         } else {
             const __m256 w = _mm256_set1_ps(psw[i]);
+            #pragma GCC unroll 8
             for (int k = 0; k < nv; k++)
                 acc[k] = _mm256_add_ps(acc[k], _mm256_mul_ps(w, _mm256_loadu_ps(row + 8 * k)));
         }
@@ -469,9 +497,11 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols_f32(
     }
     if (mean && count > 0) {
         const __m256 n = _mm256_set1_ps((float)count);
+        #pragma GCC unroll 8
         for (int k = 0; k < nv; k++)
             acc[k] = _mm256_div_ps(acc[k], n);
     }
+    #pragma GCC unroll 8
     for (int k = 0; k < nv; k++)
         _mm256_storeu_ps(out + c0 + 8 * k, acc[k]);
     return count;
@@ -485,16 +515,20 @@ static inline __attribute__((always_inline)) void qops_eb_sum8_f32(
 #define QOPS_EB_COLS_F32(NV, C0, PF, BYTES) \
     qops_eb_cols_f32(NV, how, table, idx, lo, hi, n_idx, psw, padding_idx, mean, out, d, C0, \
                      PF, BYTES)
+/* one pass: D = 8 NV, a constant row stride and size in each case */
+#define QOPS_EB_COLS1_F32(NV) \
+    qops_eb_cols_f32(NV, how, table, idx, lo, hi, n_idx, psw, padding_idx, mean, out, 8 * NV, \
+                     0, prefetch, 32 * NV)
     if (d <= 64) {
         switch (d / 8) {
-        case 1: QOPS_EB_COLS_F32(1, 0, prefetch, 32); break;
-        case 2: QOPS_EB_COLS_F32(2, 0, prefetch, 64); break;
-        case 3: QOPS_EB_COLS_F32(3, 0, prefetch, 96); break;
-        case 4: QOPS_EB_COLS_F32(4, 0, prefetch, 128); break;
-        case 5: QOPS_EB_COLS_F32(5, 0, prefetch, 160); break;
-        case 6: QOPS_EB_COLS_F32(6, 0, prefetch, 192); break;
-        case 7: QOPS_EB_COLS_F32(7, 0, prefetch, 224); break;
-        default: QOPS_EB_COLS_F32(8, 0, prefetch, 256); break;
+        case 1: QOPS_EB_COLS1_F32(1); break;
+        case 2: QOPS_EB_COLS1_F32(2); break;
+        case 3: QOPS_EB_COLS1_F32(3); break;
+        case 4: QOPS_EB_COLS1_F32(4); break;
+        case 5: QOPS_EB_COLS1_F32(5); break;
+        case 6: QOPS_EB_COLS1_F32(6); break;
+        case 7: QOPS_EB_COLS1_F32(7); break;
+        default: QOPS_EB_COLS1_F32(8); break;
         }
         return;
     }
@@ -512,6 +546,7 @@ static inline __attribute__((always_inline)) void qops_eb_sum8_f32(
     default: break;
     }
 #undef QOPS_EB_COLS_F32
+#undef QOPS_EB_COLS1_F32
 }
 #endif
 
