@@ -340,3 +340,30 @@ def test_large_tables_prefetch_path(kind):
                     got = run(idx, table, off, **kw)
                 np.testing.assert_array_equal(got, want, strict=True,
                                               err_msg=f"{kind} d={d} {kw.get('mode')}")
+
+
+@pytest.mark.parametrize("kind", ["quint8", "quint4x2", "float"])
+def test_large_outputs_streamed(kind):
+    """Outputs above 1 MB are written with non-temporal stores (D a multiple of 8): fast
+    equals ref bit for bit at 1 and 2 threads, an odd bag count leaving one bag to the
+    calling thread, sum, mean with padding, weights."""
+    from qops._registry.embedding import random_packed
+    r = np.random.default_rng(29)
+    for d in (64, 128):
+        n_bags = (1 << 20) // (4 * d) + 1        # odd: a bag pair short
+        table = (r.standard_normal((300, d)).astype(F32) if kind == "float"
+                 else random_packed(r, 300, d, kind))
+        run = (F.embedding_bag if kind == "float" else
+               lambda i, t, o, **kw: F.quantized_embedding_bag(t, i, o, **kw))
+        idx, off = random_bags(r, 300, n_bags, 4)
+        psw = r.uniform(-2, 2, idx.shape[0]).astype(F32)
+        for kw in ({"mode": "sum"}, {"mode": "mean", "padding_idx": 7},
+                   {"mode": "sum", "per_sample_weights": psw}):
+            with qops.backend("ref"):
+                want = run(idx, table, off, **kw)
+            assert want.nbytes > 1 << 20
+            for threads in (1, 2):
+                with qops.backend("fast"), qops.threads(threads):
+                    got = run(idx, table, off, **kw)
+                np.testing.assert_array_equal(got, want, strict=True,
+                                              err_msg=f"{kind} d={d} {kw.get('mode')}")

@@ -6,24 +6,27 @@
 # reference: each entry is added as fmaf(scale * w, q, acc + bias * w) in index order.
 # Bags are independent: prange over bags, one output row each, no shared accumulators.
 import numpy as np
-from cython.parallel cimport prange
+from cython.parallel cimport parallel, prange
 from qops._fast._common cimport *
 
 cdef extern from "qops_embedding.h" nogil:
     void qops_eb_bag_q(int bits, const uint8_t *table, Py_ssize_t row_bytes,
                        const int64_t *idx, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t n_idx,
                        const float *psw, int mode, int64_t padding_idx, float *out,
-                       Py_ssize_t d, int prefetch)
+                       Py_ssize_t d, int flags)
     void qops_eb_bag2_q(int bits, const uint8_t *table, Py_ssize_t row_bytes,
                         const int64_t *idx, Py_ssize_t lo, Py_ssize_t mid, Py_ssize_t hi,
                         Py_ssize_t n_idx, const float *psw, int mode, int64_t padding_idx,
-                        float *out0, Py_ssize_t d, int prefetch)
+                        float *out0, Py_ssize_t d, int flags)
     void qops_eb_bag_f32(const float *table, const int64_t *idx, Py_ssize_t lo, Py_ssize_t hi,
                          Py_ssize_t n_idx, const float *psw, int mode, int64_t padding_idx,
-                         float *out, Py_ssize_t d, int prefetch)
+                         float *out, Py_ssize_t d, int flags)
     Py_ssize_t qops_eb_first_bad(const int64_t *idx, Py_ssize_t lo, Py_ssize_t hi,
                                  int64_t n_rows)
     void qops_eb_note_bad(int64_t *first, int64_t pos)
+    void qops_eb_fence()
+    int QOPS_EB_PF
+    int QOPS_EB_NT
     void qops_eb_quantize_row(const float *x, Py_ssize_t d, float qmax, float eps, uint8_t *q,
                               float *scale, float *zero_point)
 
@@ -34,6 +37,8 @@ DEF GRAIN = 16384       # looked-up values per thread below which one thread is 
 # Tables past this size (about a Zen 3 core's L2) have the rows of later entries prefetched;
 # smaller ones stay in cache, where the prefetches only cost issue slots.
 DEF PREFETCH_BYTES = 1 << 20
+# Outputs past this size (twice a Zen 3 core's L2) are written with non-temporal stores.
+DEF STREAM_BYTES = 1 << 20
 # Bag pairs a thread takes at a time: dynamic, so that a thread the OS holds back (a busy
 # machine) does not keep the other waiting at the end with half the bags still to do.
 DEF CHUNK = 32
@@ -80,13 +85,26 @@ cdef void _bags_q(int bits, const uint8_t *table, Py_ssize_t row_bytes, int64_t 
                 qops_eb_bag2_q(bits, table, row_bytes, idx, off[2 * p], off[2 * p + 1],
                                off[2 * p + 2], n_idx, psw, mode, pad, out + 2 * p * d, d, pf)
     else:
-        for p in prange(n_pairs, schedule="dynamic", chunksize=CHUNK, num_threads=nt):
-            if not _bad(idx, off[2 * p], off[2 * p + 2], n_rows, first):
-                qops_eb_bag2_q(bits, table, row_bytes, idx, off[2 * p], off[2 * p + 1],
-                               off[2 * p + 2], n_idx, psw, mode, pad, out + 2 * p * d, d, pf)
+        with parallel(num_threads=nt):
+            for p in prange(n_pairs, schedule="dynamic", chunksize=CHUNK):
+                if not _bad(idx, off[2 * p], off[2 * p + 2], n_rows, first):
+                    qops_eb_bag2_q(bits, table, row_bytes, idx, off[2 * p], off[2 * p + 1],
+                                   off[2 * p + 2], n_idx, psw, mode, pad, out + 2 * p * d, d,
+                                   pf)
+            qops_eb_fence()             # each thread's streamed stores (QOPS_EB_NT)
     if n_bags % 2 and not _bad(idx, off[n_bags - 1], off[n_bags], n_rows, first):
         qops_eb_bag_q(bits, table, row_bytes, idx, off[n_bags - 1], off[n_bags], n_idx, psw,
                       mode, pad, out + (n_bags - 1) * d, d, pf)
+    qops_eb_fence()
+
+
+cdef int _flags(Py_ssize_t table_bytes, Py_ssize_t out_bytes, const float *out, Py_ssize_t d):
+    """The kernels' QOPS_EB_PF and QOPS_EB_NT flags for these sizes (qops_embedding.h)."""
+    cdef int f = QOPS_EB_PF if table_bytes > PREFETCH_BYTES else 0
+    # streamed rows must start 32-byte aligned: a 32-byte aligned output and D % 8 == 0
+    if out_bytes > STREAM_BYTES and d % 8 == 0 and (<size_t>out) % 32 == 0:
+        f |= QOPS_EB_NT
+    return f
 
 
 cdef object _result(out, int64_t first):
@@ -118,7 +136,7 @@ def _lookup_q(int bits, weight, indices, offsets, per_sample_weights, int mode,
     cdef const int64_t *op = <const int64_t *>qops_ptr(of)
     cdef float *o = <float *>qops_ptr(out, True)
     cdef int nt = qops_threads_for(max(n_idx, n_bags) * d, GRAIN)
-    cdef int pf = tab.nbytes > PREFETCH_BYTES
+    cdef int pf = _flags(tab.nbytes, out.nbytes, o, d)
     cdef int64_t n_rows = tab.shape[0]
     with nogil:
         _bags_q(bits, tp, row_bytes, n_rows, ip, op, n_bags, n_idx, psw, mode, padding_idx, o,
@@ -153,11 +171,14 @@ cdef void _bags_f32(const float *table, int64_t n_rows, const int64_t *idx,
             if not _bad(idx, off[b], off[b + 1], n_rows, first):
                 qops_eb_bag_f32(table, idx, off[b], off[b + 1], n_idx, psw, mode, pad,
                                 out + b * d, d, pf)
+        qops_eb_fence()
         return
-    for b in prange(n_bags, schedule="dynamic", chunksize=2 * CHUNK, num_threads=nt):
-        if not _bad(idx, off[b], off[b + 1], n_rows, first):
-            qops_eb_bag_f32(table, idx, off[b], off[b + 1], n_idx, psw, mode, pad, out + b * d,
-                            d, pf)
+    with parallel(num_threads=nt):
+        for b in prange(n_bags, schedule="dynamic", chunksize=2 * CHUNK):
+            if not _bad(idx, off[b], off[b + 1], n_rows, first):
+                qops_eb_bag_f32(table, idx, off[b], off[b + 1], n_idx, psw, mode, pad,
+                                out + b * d, d, pf)
+        qops_eb_fence()                 # each thread's streamed stores (QOPS_EB_NT)
 
 
 def embedding_bag_f32(weight, indices, offsets, per_sample_weights, mode, padding_idx):
@@ -185,7 +206,7 @@ def embedding_bag_f32(weight, indices, offsets, per_sample_weights, mode, paddin
     cdef int nt = qops_threads_for(max(n_idx, n_bags) * d, GRAIN)
     cdef int m = mode
     cdef int64_t pad = padding_idx
-    cdef int pf = tab.nbytes > PREFETCH_BYTES
+    cdef int pf = _flags(tab.nbytes, out.nbytes, o, d)
     cdef int64_t n_rows = tab.shape[0]
     with nogil:
         _bags_f32(tp, n_rows, ip, op, n_bags, n_idx, psw, m, pad, o, d, pf, nt, &first)

@@ -23,6 +23,12 @@
 #define QOPS_EB_SUM 0
 #define QOPS_EB_MEAN 1
 #define QOPS_EB_MAX 2
+/* `flags` of the lookups: prefetch rows ahead (tables past the caches); store the bags'
+ * sums with non-temporal stores (outputs past the caches, rows 32-byte aligned: the stores
+ * then skip the read of each output line, a tenth of the memory traffic of an 8-bit lookup
+ * of D = 64; the caller runs qops_eb_fence before the results are read) */
+#define QOPS_EB_PF 1
+#define QOPS_EB_NT 2
 #ifndef QOPS_EB_PREFETCH
 #define QOPS_EB_PREFETCH 16     /* entries ahead, as fbgemm's lookups */
 #endif
@@ -159,22 +165,30 @@ static inline __attribute__((always_inline)) void qops_eb_loadv(int bits, int nv
     }
 }
 
+static inline __attribute__((always_inline)) void qops_eb_put(float *p, __m256 v, int stream) {
+    if (stream)
+        _mm256_stream_ps(p, v);
+    else
+        _mm256_storeu_ps(p, v);
+}
+
 /* nv accumulators to out[0:8 nv]; 4-bit pairs back from even-then-odd column order. */
 static inline __attribute__((always_inline)) void qops_eb_store(int bits, int nv, float *out,
-                                                                const __m256 *acc) {
+                                                                const __m256 *acc,
+                                                                int stream) {
     int k = 0;
     if (bits == 4) {
         #pragma GCC unroll 8
         for (; k + 2 <= nv; k += 2) {
             __m256 lo = _mm256_unpacklo_ps(acc[k], acc[k + 1]);    /* 0-3 | 8-11 */
             __m256 hi = _mm256_unpackhi_ps(acc[k], acc[k + 1]);    /* 4-7 | 12-15 */
-            _mm256_storeu_ps(out + 8 * k, _mm256_permute2f128_ps(lo, hi, 0x20));
-            _mm256_storeu_ps(out + 8 * k + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+            qops_eb_put(out + 8 * k, _mm256_permute2f128_ps(lo, hi, 0x20), stream);
+            qops_eb_put(out + 8 * k + 8, _mm256_permute2f128_ps(lo, hi, 0x31), stream);
         }
     }
     #pragma GCC unroll 8
     for (; k < nv; k++)
-        _mm256_storeu_ps(out + 8 * k, acc[k]);
+        qops_eb_put(out + 8 * k, acc[k], stream);
 }
 
 /* Columns [c0, c0 + 8 nv) of one bag's sum (or weighted sum), the nv accumulators held in
@@ -186,7 +200,7 @@ static inline __attribute__((always_inline)) void qops_eb_store(int bits, int nv
 static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols(
         int bits, int nv, const uint8_t *table, ptrdiff_t row_bytes, const int64_t *idx,
         ptrdiff_t lo, ptrdiff_t hi, ptrdiff_t n_idx, const float *psw, int64_t padding_idx,
-        int mean, float *out, ptrdiff_t c0, int prefetch, ptrdiff_t pf_bytes) {
+        int mean, float *out, ptrdiff_t c0, int prefetch, ptrdiff_t pf_bytes, int stream) {
     const ptrdiff_t vals = row_bytes - 8;
     const uint8_t *base = table + (bits == 8 ? c0 : c0 / 2);
     ptrdiff_t count = 0;
@@ -227,7 +241,7 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols(
         for (int k = 0; k < nv; k++)
             acc[k] = _mm256_div_ps(acc[k], n);
     }
-    qops_eb_store(bits, nv, out + c0, acc);
+    qops_eb_store(bits, nv, out + c0, acc, stream);
     return count;
 }
 
@@ -237,13 +251,14 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols(
 static inline __attribute__((always_inline)) void qops_eb_sum8(
         int bits, const uint8_t *table, ptrdiff_t row_bytes, const int64_t *idx, ptrdiff_t lo,
         ptrdiff_t hi, ptrdiff_t n_idx, const float *psw, int64_t padding_idx, int mean,
-        float *out, ptrdiff_t d, int prefetch) {
+        float *out, ptrdiff_t d, int flags) {
+    const int prefetch = flags & QOPS_EB_PF, stream = flags & QOPS_EB_NT;
 #define QOPS_EB_COLS(NV, C0, PF, BYTES) \
     qops_eb_cols(bits, NV, table, row_bytes, idx, lo, hi, n_idx, psw, padding_idx, mean, out, \
-                 C0, PF, BYTES)
+                 C0, PF, BYTES, stream)
 #define QOPS_EB_COLS1(NV) \
     qops_eb_cols(bits, NV, table, 8 * NV * bits / 8 + 8, idx, lo, hi, n_idx, psw, padding_idx, \
-                 mean, out, 0, prefetch, 8 * NV * bits / 8 + 8)
+                 mean, out, 0, prefetch, 8 * NV * bits / 8 + 8, stream)
     if (d <= 64) {
         /* one pass: the row's size is a constant in each case (what row_bytes is) */
         switch (d / 8) {
@@ -355,8 +370,8 @@ static inline __attribute__((always_inline)) void qops_eb_cols2(
         for (int k = 0; k < nv; k++)
             a1[k] = _mm256_div_ps(a1[k], n);
     }
-    qops_eb_store(bits, nv, out0 + c0, a0);
-    qops_eb_store(bits, nv, out0 + d + c0, a1);
+    qops_eb_store(bits, nv, out0 + c0, a0, 0);
+    qops_eb_store(bits, nv, out0 + d + c0, a1, 0);
 }
 
 /* Two bags' sums or means for D a multiple of 8 up to 64, in passes of 32 columns. */
@@ -387,7 +402,7 @@ static inline __attribute__((always_inline)) void qops_eb_sum8x2(
 static inline void qops_eb_bag2_q(int bits, const uint8_t *table, ptrdiff_t row_bytes,
                                   const int64_t *idx, ptrdiff_t lo, ptrdiff_t mid, ptrdiff_t hi,
                                   ptrdiff_t n_idx, const float *psw, int mode,
-                                  int64_t padding_idx, float *out0, ptrdiff_t d, int prefetch);
+                                  int64_t padding_idx, float *out0, ptrdiff_t d, int flags);
 
 /* One bag of a quantized table of fused rows (values, then float32 scale and bias, as
  * fbgemm's rows keep them: one row is one or two cache lines, scale and bias included):
@@ -395,8 +410,9 @@ static inline void qops_eb_bag2_q(int bits, const uint8_t *table, ptrdiff_t row_
 static inline void qops_eb_bag_q(int bits, const uint8_t *table, ptrdiff_t row_bytes,
                                  const int64_t *idx, ptrdiff_t lo, ptrdiff_t hi,
                                  ptrdiff_t n_idx, const float *psw, int mode,
-                                 int64_t padding_idx, float *out, ptrdiff_t d, int prefetch) {
+                                 int64_t padding_idx, float *out, ptrdiff_t d, int flags) {
     const ptrdiff_t vals = row_bytes - 8;
+    const int prefetch = flags & QOPS_EB_PF;
     ptrdiff_t count = 0;
 #if defined(__AVX2__)
     if (mode != QOPS_EB_MAX && d % 8 == 0 && d > 0) {
@@ -404,22 +420,22 @@ static inline void qops_eb_bag_q(int bits, const uint8_t *table, ptrdiff_t row_b
         const int mean = mode == QOPS_EB_MEAN;
         if (bits == 8 && psw)
             qops_eb_sum8(8, table, row_bytes, idx, lo, hi, n_idx, psw, padding_idx, mean, out,
-                         d, prefetch);
+                         d, flags);
         else if (bits == 8 && mean)
             qops_eb_sum8(8, table, row_bytes, idx, lo, hi, n_idx, NULL, padding_idx, 1, out, d,
-                         prefetch);
+                         flags);
         else if (bits == 8)
             qops_eb_sum8(8, table, row_bytes, idx, lo, hi, n_idx, NULL, padding_idx, 0, out, d,
-                         prefetch);
+                         flags);
         else if (psw)
             qops_eb_sum8(4, table, row_bytes, idx, lo, hi, n_idx, psw, padding_idx, mean, out,
-                         d, prefetch);
+                         d, flags);
         else if (mean)
             qops_eb_sum8(4, table, row_bytes, idx, lo, hi, n_idx, NULL, padding_idx, 1, out, d,
-                         prefetch);
+                         flags);
         else
             qops_eb_sum8(4, table, row_bytes, idx, lo, hi, n_idx, NULL, padding_idx, 0, out, d,
-                         prefetch);
+                         flags);
         return;
     }
 #endif
@@ -465,7 +481,7 @@ static inline void qops_eb_bag_q(int bits, const uint8_t *table, ptrdiff_t row_b
 static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols_f32(
         int nv, int how, const float *table, const int64_t *idx, ptrdiff_t lo, ptrdiff_t hi,
         ptrdiff_t n_idx, const float *psw, int64_t padding_idx, int mean, float *out,
-        ptrdiff_t d, ptrdiff_t c0, int prefetch, ptrdiff_t pf_bytes) {
+        ptrdiff_t d, ptrdiff_t c0, int prefetch, ptrdiff_t pf_bytes, int stream) {
     ptrdiff_t count = 0;
     __m256 acc[8];
     #pragma GCC unroll 8
@@ -503,7 +519,7 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols_f32(
     }
     #pragma GCC unroll 8
     for (int k = 0; k < nv; k++)
-        _mm256_storeu_ps(out + c0 + 8 * k, acc[k]);
+        qops_eb_put(out + c0 + 8 * k, acc[k], stream);
     return count;
 }
 
@@ -511,14 +527,15 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols_f32(
 static inline __attribute__((always_inline)) void qops_eb_sum8_f32(
         int how, const float *table, const int64_t *idx, ptrdiff_t lo, ptrdiff_t hi,
         ptrdiff_t n_idx, const float *psw, int64_t padding_idx, int mean, float *out,
-        ptrdiff_t d, int prefetch) {
+        ptrdiff_t d, int flags) {
+    const int prefetch = flags & QOPS_EB_PF, stream = flags & QOPS_EB_NT;
 #define QOPS_EB_COLS_F32(NV, C0, PF, BYTES) \
     qops_eb_cols_f32(NV, how, table, idx, lo, hi, n_idx, psw, padding_idx, mean, out, d, C0, \
-                     PF, BYTES)
+                     PF, BYTES, stream)
 /* one pass: D = 8 NV, a constant row stride and size in each case */
 #define QOPS_EB_COLS1_F32(NV) \
     qops_eb_cols_f32(NV, how, table, idx, lo, hi, n_idx, psw, padding_idx, mean, out, 8 * NV, \
-                     0, prefetch, 32 * NV)
+                     0, prefetch, 32 * NV, stream)
     if (d <= 64) {
         switch (d / 8) {
         case 1: QOPS_EB_COLS1_F32(1); break;
@@ -553,23 +570,24 @@ static inline __attribute__((always_inline)) void qops_eb_sum8_f32(
 /* One bag of a float32 table (PyTorch's float EmbeddingBag). */
 static inline void qops_eb_bag_f32(const float *table, const int64_t *idx, ptrdiff_t lo,
                                    ptrdiff_t hi, ptrdiff_t n_idx, const float *psw, int mode,
-                                   int64_t padding_idx, float *out, ptrdiff_t d, int prefetch) {
+                                   int64_t padding_idx, float *out, ptrdiff_t d, int flags) {
+    const int prefetch = flags & QOPS_EB_PF;
     ptrdiff_t count = 0;
 #if defined(__AVX2__)
     if (mode != QOPS_EB_MAX && d % 8 == 0 && d > 0) {
         const int mean = mode == QOPS_EB_MEAN;
         if (!psw && mean)
             qops_eb_sum8_f32(0, table, idx, lo, hi, n_idx, psw, padding_idx, 1, out, d,
-                             prefetch);
+                             flags);
         else if (!psw)
             qops_eb_sum8_f32(0, table, idx, lo, hi, n_idx, psw, padding_idx, 0, out, d,
-                             prefetch);
+                             flags);
         else if (padding_idx < 0)
             qops_eb_sum8_f32(1, table, idx, lo, hi, n_idx, psw, padding_idx, mean, out, d,
-                             prefetch);
+                             flags);
         else
             qops_eb_sum8_f32(2, table, idx, lo, hi, n_idx, psw, padding_idx, mean, out, d,
-                             prefetch);
+                             flags);
         return;
     }
 #endif
@@ -628,38 +646,45 @@ static inline void qops_eb_quantize_row(const float *x, ptrdiff_t d, float qmax,
     *zero_point = z;
 }
 
+/* Orders a thread's non-temporal stores (QOPS_EB_NT) before whatever it does next. */
+static inline void qops_eb_fence(void) {
+#if defined(__AVX2__)
+    _mm_sfence();
+#endif
+}
+
 static inline void qops_eb_bag2_q(int bits, const uint8_t *table, ptrdiff_t row_bytes,
                                   const int64_t *idx, ptrdiff_t lo, ptrdiff_t mid, ptrdiff_t hi,
                                   ptrdiff_t n_idx, const float *psw, int mode,
-                                  int64_t padding_idx, float *out0, ptrdiff_t d, int prefetch) {
+                                  int64_t padding_idx, float *out0, ptrdiff_t d, int flags) {
 #if defined(__AVX2__)
-    if (!prefetch && mode != QOPS_EB_MAX && d % 8 == 0 && d > 0 && d <= 64) {
+    if (!(flags & QOPS_EB_PF) && mode != QOPS_EB_MAX && d % 8 == 0 && d > 0 && d <= 64) {
         const int mean = mode == QOPS_EB_MEAN;
         if (bits == 8 && psw)
             qops_eb_sum8x2(8, table, row_bytes, idx, lo, mid, hi, n_idx, psw, padding_idx, mean,
-                           out0, d, prefetch);
+                           out0, d, flags & QOPS_EB_PF);
         else if (bits == 8 && mean)
             qops_eb_sum8x2(8, table, row_bytes, idx, lo, mid, hi, n_idx, NULL, padding_idx, 1,
-                           out0, d, prefetch);
+                           out0, d, flags & QOPS_EB_PF);
         else if (bits == 8)
             qops_eb_sum8x2(8, table, row_bytes, idx, lo, mid, hi, n_idx, NULL, padding_idx, 0,
-                           out0, d, prefetch);
+                           out0, d, flags & QOPS_EB_PF);
         else if (psw)
             qops_eb_sum8x2(4, table, row_bytes, idx, lo, mid, hi, n_idx, psw, padding_idx, mean,
-                           out0, d, prefetch);
+                           out0, d, flags & QOPS_EB_PF);
         else if (mean)
             qops_eb_sum8x2(4, table, row_bytes, idx, lo, mid, hi, n_idx, NULL, padding_idx, 1,
-                           out0, d, prefetch);
+                           out0, d, flags & QOPS_EB_PF);
         else
             qops_eb_sum8x2(4, table, row_bytes, idx, lo, mid, hi, n_idx, NULL, padding_idx, 0,
-                           out0, d, prefetch);
+                           out0, d, flags & QOPS_EB_PF);
         return;
     }
 #endif
     qops_eb_bag_q(bits, table, row_bytes, idx, lo, mid, n_idx, psw, mode, padding_idx, out0, d,
-                  prefetch);
+                  flags);
     qops_eb_bag_q(bits, table, row_bytes, idx, mid, hi, n_idx, psw, mode, padding_idx, out0 + d,
-                  d, prefetch);
+                  d, flags);
 }
 
 #endif
