@@ -196,8 +196,9 @@ def _per_step(m, x, hx=None):
         ops_rnn._fused_hh = fused
 
 
-# hidden sizes around the vector widths; 1024 at batch 1 splits one row's columns over threads
-FUSED_SHAPES = [(1, 1, 1), (17, 3, 1), (31, 2, 5), (64, 1, 16), (1024, 1, 1)]
+# hidden sizes around the vector widths; 1024 at batch 1 and 333 at batch 4 are split into a
+# column block per thread at 2 threads (333: blocks of 167 and 166 columns)
+FUSED_SHAPES = [(1, 1, 1), (17, 3, 1), (31, 2, 5), (64, 1, 16), (1024, 1, 1), (333, 3, 4)]
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])

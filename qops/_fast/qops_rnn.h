@@ -469,4 +469,111 @@ static inline void qops_rnn_dyn_qparams(float xmin, float xmax, int qmax, float 
     *scale = (float)s;
 }
 
+
+/* ---- the fused dynamic layer: a layer's whole time loop in one parallel region ---- */
+#include "qops_gemm.h"
+
+/* One column block of the layer: hidden columns [j0, j0 + w), whose gate rows (g * H + j0 ..
+ * for each gate g) are packed together in W_ih and W_hh (see rnn.pyx's block packing), so
+ * that the thread that owns the block computes its gates with two GEMMs of B rows and runs
+ * the cell on them while they are in cache, with no other thread's results needed. */
+typedef struct {
+    qops_gemm_b wi, wh;
+    const float *bias_i, *bias_h;   /* b_ih, b_hh of the block's rows, or NULL */
+    const float *scale_h;           /* W_hh's scales of the block's rows */
+    float *mult_i, *mult_h;         /* the block's multipliers (mult_i: set by the caller) */
+    float *gi, *gh;                 /* B x (gates * w) gate buffers */
+    ptrdiff_t j0, w;
+} qops_rnn_block;
+
+typedef struct {
+    int lstm, reverse, nblk;
+    ptrdiff_t T, B, H, I;
+    const uint8_t *xq;              /* the input sequence quantized (T x B x I) */
+    int32_t x_zp;
+    const float *h0;                /* B x H, finite */
+    float *c;                       /* B x H cell state, updated in place (LSTM) */
+    float *ys;                      /* T x B x H outputs */
+    uint8_t *hq;                    /* nblk x B x H: each thread's copy of the quantized h */
+    float *mm;                      /* 4 x nblk: the blocks' min and max of h, two steps */
+    const qops_rnn_block *blk;
+} qops_rnn_layer;
+
+/* The blocks' cells of one step: each block's gates by two GEMMs of B rows (x_t and h in the
+ * thread's own quantized copy), then the cell, the block's min and max of h' into mm. */
+static void qops_rnn_blocks(const qops_rnn_layer *L, ptrdiff_t b0, ptrdiff_t bstep,
+                            const uint8_t *hq, int32_t zp, float scale, ptrdiff_t t,
+                            const float *hprev, float *mn, float *mx) {
+    const ptrdiff_t B = L->B, H = L->H, ng = L->lstm ? 4 : 3;
+    float *hout = L->ys + t * B * H;
+    for (ptrdiff_t b = b0; b < L->nblk; b += bstep) {
+        const qops_rnn_block *k = L->blk + b;
+        const ptrdiff_t w = k->w, j0 = k->j0, ngw = ng * w;
+        qops_gemm_out o;
+        memset(&o, 0, sizeof(o));
+        o.kind = QOPS_GEMM_F32;
+        o.ldc = ngw;
+        o.bias = k->bias_i;
+        o.mult = k->mult_i;
+        o.out = k->gi;
+        qops_gemm(L->xq + t * B * L->I, L->I, B, L->x_zp, &k->wi, &o);
+        for (ptrdiff_t n = 0; n < ngw; n++) k->mult_h[n] = scale * k->scale_h[n];
+        o.bias = k->bias_h;
+        o.mult = k->mult_h;
+        o.out = k->gh;
+        qops_gemm(hq, H, B, zp, &k->wh, &o);
+        float lo = INFINITY, hi = -INFINITY;
+        for (ptrdiff_t r = 0; r < B; r++) {
+            if (L->lstm)
+                qops_lstm_cols(k->gi + r * ngw, w, k->gh + r * ngw, w, L->c + r * H + j0,
+                               hout + r * H + j0, L->c + r * H + j0, w, &lo, &hi);
+            else
+                qops_gru_cols(k->gi + r * ngw, w, k->gh + r * ngw, w, hprev + r * H + j0,
+                              hout + r * H + j0, w, &lo, &hi);
+        }
+        mn[b] = lo;
+        mx[b] = hi;
+    }
+}
+
+/* All T steps. Every thread runs the loop: it reduces the blocks' min and max of the last h
+ * (the same value in each thread), quantizes all of h into its own copy and runs its blocks;
+ * one barrier a step. The min/max slots alternate between steps, so a thread that starts the
+ * next step early never overwrites a slot another thread has still to read. */
+static void qops_rnn_layer_run(const qops_rnn_layer *L) {
+    const ptrdiff_t T = L->T, B = L->B, H = L->H, nb = L->nblk;
+    #pragma omp parallel num_threads(L->nblk) if (L->nblk > 1)
+    {
+#ifdef _OPENMP
+        const ptrdiff_t tid = omp_get_thread_num(), nthr = omp_get_num_threads();
+#else
+        const ptrdiff_t tid = 0, nthr = 1;
+#endif
+        uint8_t *hq = L->hq + tid * B * H;
+        const float *h = L->h0;
+        for (ptrdiff_t s = 0; s < T; s++) {
+            const ptrdiff_t t = L->reverse ? T - 1 - s : s;
+            float mn, mx, scale;
+            int32_t zp;
+            if (s == 0) {
+                qops_rnn_minmax(h, B * H, &mn, &mx);
+            } else {
+                const float *pmn = L->mm + ((s - 1) & 1) * 2 * nb, *pmx = pmn + nb;
+                mn = pmn[0];
+                mx = pmx[0];
+                for (ptrdiff_t b = 1; b < nb; b++) {
+                    mn = pmn[b] < mn ? pmn[b] : mn;
+                    mx = pmx[b] > mx ? pmx[b] : mx;
+                }
+            }
+            qops_rnn_dyn_qparams(mn, mx, 127, &scale, &zp);
+            qops_rnn_quantize(h, B * H, (float)(1.0 / (double)scale), (float)zp, hq);
+            float *smn = L->mm + (s & 1) * 2 * nb;
+            qops_rnn_blocks(L, tid, nthr, hq, zp, scale, t, h, smn, smn + nb);
+            h = L->ys + t * B * H;
+            #pragma omp barrier
+        }
+    }
+}
+
 #endif
