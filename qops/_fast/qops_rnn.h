@@ -482,13 +482,14 @@ typedef struct {
     const float *bias_i, *bias_h;   /* b_ih, b_hh of the block's rows, or NULL */
     const float *scale_h;           /* W_hh's scales of the block's rows */
     float *mult_i, *mult_h;         /* the block's multipliers (mult_i: set by the caller) */
-    float *gi, *gh;                 /* B x (gates * w) gate buffers */
+    float *gi, *gh;                 /* S * B (gi), B (gh) x (gates * w) gate buffers */
     ptrdiff_t j0, w;
 } qops_rnn_block;
 
 typedef struct {
     int lstm, reverse, nblk;
     ptrdiff_t T, B, H, I;
+    ptrdiff_t S;                    /* steps a block's input GEMM covers at once */
     const uint8_t *xq;              /* the input sequence quantized (T x B x I) */
     int32_t x_zp;
     const float *h0;                /* B x H, finite */
@@ -499,12 +500,18 @@ typedef struct {
     const qops_rnn_block *blk;
 } qops_rnn_layer;
 
-/* The blocks' cells of one step: each block's gates by two GEMMs of B rows (x_t and h in the
- * thread's own quantized copy), then the cell, the block's min and max of h' into mm. */
+/* The blocks' cells of step s (time t): each block's input gates by a GEMM of the x rows of
+ * S steps at once (at the first step of each S; few batch rows make a slow GEMM), the hidden
+ * gates by one of B rows (h in the thread's own quantized copy), then the cell, the block's
+ * min and max of h' into mn, mx. */
 static void qops_rnn_blocks(const qops_rnn_layer *L, ptrdiff_t b0, ptrdiff_t bstep,
-                            const uint8_t *hq, int32_t zp, float scale, ptrdiff_t t,
-                            const float *hprev, float *mn, float *mx) {
-    const ptrdiff_t B = L->B, H = L->H, ng = L->lstm ? 4 : 3;
+                            const uint8_t *hq, int32_t zp, float scale, ptrdiff_t s,
+                            ptrdiff_t t, const float *hprev, float *mn, float *mx) {
+    const ptrdiff_t B = L->B, H = L->H, T = L->T, S = L->S, ng = L->lstm ? 4 : 3;
+    /* the chunk of steps [s0, s1) and its first time index (its steps run backwards when
+     * reversed, its rows of x are in time order) */
+    const ptrdiff_t s0 = s - s % S, s1 = s0 + S < T ? s0 + S : T;
+    const ptrdiff_t tlo = L->reverse ? T - s1 : s0;
     float *hout = L->ys + t * B * H;
     for (ptrdiff_t b = b0; b < L->nblk; b += bstep) {
         const qops_rnn_block *k = L->blk + b;
@@ -513,10 +520,13 @@ static void qops_rnn_blocks(const qops_rnn_layer *L, ptrdiff_t b0, ptrdiff_t bst
         memset(&o, 0, sizeof(o));
         o.kind = QOPS_GEMM_F32;
         o.ldc = ngw;
-        o.bias = k->bias_i;
-        o.mult = k->mult_i;
-        o.out = k->gi;
-        qops_gemm(L->xq + t * B * L->I, L->I, B, L->x_zp, &k->wi, &o);
+        if (s == s0) {
+            o.bias = k->bias_i;
+            o.mult = k->mult_i;
+            o.out = k->gi;
+            qops_gemm(L->xq + tlo * B * L->I, L->I, (s1 - s0) * B, L->x_zp, &k->wi, &o);
+        }
+        const float *gi = k->gi + (t - tlo) * B * ngw;
         for (ptrdiff_t n = 0; n < ngw; n++) k->mult_h[n] = scale * k->scale_h[n];
         o.bias = k->bias_h;
         o.mult = k->mult_h;
@@ -525,10 +535,10 @@ static void qops_rnn_blocks(const qops_rnn_layer *L, ptrdiff_t b0, ptrdiff_t bst
         float lo = INFINITY, hi = -INFINITY;
         for (ptrdiff_t r = 0; r < B; r++) {
             if (L->lstm)
-                qops_lstm_cols(k->gi + r * ngw, w, k->gh + r * ngw, w, L->c + r * H + j0,
+                qops_lstm_cols(gi + r * ngw, w, k->gh + r * ngw, w, L->c + r * H + j0,
                                hout + r * H + j0, L->c + r * H + j0, w, &lo, &hi);
             else
-                qops_gru_cols(k->gi + r * ngw, w, k->gh + r * ngw, w, hprev + r * H + j0,
+                qops_gru_cols(gi + r * ngw, w, k->gh + r * ngw, w, hprev + r * H + j0,
                               hout + r * H + j0, w, &lo, &hi);
         }
         mn[b] = lo;
@@ -569,7 +579,7 @@ static void qops_rnn_layer_run(const qops_rnn_layer *L) {
             qops_rnn_dyn_qparams(mn, mx, 127, &scale, &zp);
             qops_rnn_quantize(h, B * H, (float)(1.0 / (double)scale), (float)zp, hq);
             float *smn = L->mm + (s & 1) * 2 * nb;
-            qops_rnn_blocks(L, tid, nthr, hq, zp, scale, t, h, smn, smn + nb);
+            qops_rnn_blocks(L, tid, nthr, hq, zp, scale, s, t, h, smn, smn + nb);
             h = L->ys + t * B * H;
             #pragma omp barrier
         }

@@ -91,7 +91,7 @@ cdef extern from "qops_rnn.h" nogil:
         Py_ssize_t j0, w
     ctypedef struct qops_rnn_layer:
         int lstm, reverse, nblk
-        Py_ssize_t T, B, H, I
+        Py_ssize_t T, B, H, I, S
         const uint8_t *xq
         int32_t x_zp
         const float *h0
@@ -107,6 +107,7 @@ cdef extern from "<string.h>" nogil:
 
 DEF GEMM_GRAIN = 262144   # multiply-adds per thread below which a second thread costs more
 DEF XBLOCK = 65536        # sequence values a task when quantizing the layer's input
+DEF X_ROWS = 16           # fewest rows of an input GEMM (steps * batch) where there are enough
 # PyTorch's dynamic RNN modules quantize h with reduce_range: [0, 127]
 DEF H_QMAX = 127
 
@@ -218,7 +219,9 @@ cdef object _dynamic_layer(int lstm, x, h0, c0, ih, hh, bint reverse):
     packs_h = _block_packs(ph, ng, nblk)
     xq = np.empty(T * B * I, np.uint8)
     hq = np.empty(nblk * B * H, np.uint8)
-    gates = np.empty((2, nblk, B * ng * wmax), np.float32)
+    cdef Py_ssize_t S = min(T, (X_ROWS + B - 1) // B)
+    gi_all = np.empty((nblk, S * B * ng * wmax), np.float32)
+    gh_all = np.empty((nblk, B * ng * wmax), np.float32)
     mults = np.empty((nblk, ng * wmax), np.float32)
     mm = np.empty(4 * nblk, np.float32)
     blocks = np.zeros(nblk * sizeof(qops_rnn_block), np.uint8)
@@ -249,13 +252,13 @@ cdef object _dynamic_layer(int lstm, x, h0, c0, ih, hh, bint reverse):
         bl[b].bias_i = _f32p(bi)
         bl[b].bias_h = _f32p(bh)
         bl[b].mult_h = <float *>qops_ptr(mults, True) + b * ng * wmax
-        bl[b].gi = <float *>qops_ptr(gates, True) + b * B * ng * wmax
-        bl[b].gh = <float *>qops_ptr(gates, True) + (nblk + b) * B * ng * wmax
+        bl[b].gi = <float *>qops_ptr(gi_all, True) + b * S * B * ng * wmax
+        bl[b].gh = <float *>qops_ptr(gh_all, True) + b * B * ng * wmax
         bl[b].j0 = b * wmax
         bl[b].w = rows.shape[0] // ng
     cdef qops_rnn_layer L
     L.lstm, L.reverse, L.nblk = lstm, reverse, <int>nblk
-    L.T, L.B, L.H, L.I = T, B, H, I
+    L.T, L.B, L.H, L.I, L.S = T, B, H, I, S
     L.xq = <const uint8_t *>qops_ptr(xq)
     L.x_zp = xzp
     L.h0 = <const float *>qops_ptr(h0)
