@@ -333,10 +333,10 @@ def test_bad_constructor_arguments():
         nnqd.LSTM.from_float(qnn.LSTM(4, 6, proj_size=2))
 
 
-@pytest.mark.parametrize("hidden", [16, 40])
+@pytest.mark.parametrize("hidden", [16, 40, 70])
 def test_step_ops_special_values_fast_equals_ref(hidden):
     """NaN, infinities, signed zeros and the clamp edges (|x| = 20, 100) through the AVX2
-    16-column body and the scalar tail give the reference's bits."""
+    32-column body and the scalar tail give the reference's bits."""
     r = np.random.default_rng(hidden)
     special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 20.0, -20.0, 100.0, -100.0,
                         1e-30, -1e-30, 3e38, -3e38, 19.999998, 0.5, -0.5], F32)

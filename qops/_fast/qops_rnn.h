@@ -143,23 +143,28 @@ static inline void qops_gru_cols_c(const float* gi, ptrdiff_t sgi, const float* 
 #include <immintrin.h>
 /* The cells with AVX2 intrinsics: the scalar functions' operations lane for lane (a multiply
  * and an add are never fused; min_pd(a, lim) is qops_rnn_min_bits for a >= 0 or NaN; round_pd
- * to nearest is nearbyint), 16 columns at a time as four float64 vectors whose Horner chains
- * are interleaved. GCC's vectorized scalar loops run two chains, and one chain step's latency
- * (multiply, then add) leaves the FP pipes idle most of the time. */
-#define QR_U 4                      /* float64 vectors a batch: 16 columns */
+ * to nearest is nearbyint), QR_COLS columns at a time as QR_U float64 vectors whose Horner
+ * chains are interleaved. The polynomial is latency-bound: one chain step (multiply, then
+ * add) waits ~6 cycles, so GCC's vectorized scalar loops (two chains) leave the FP pipes
+ * idle most of the time; eight chains keep them busy (the spilled operands are cheap loads). */
+#ifndef QR_U
+#define QR_U 8                      /* float64 vectors a batch */
+#endif
+#define QR_F (QR_U / 2)             /* float32 vectors a batch */
+#define QR_COLS (8 * QR_F)          /* columns a batch */
 #define QR_INLINE static inline __attribute__((always_inline))
 
-QR_INLINE void qr_widen(__m256 a, __m256 b, __m256d* d) {
-    d[0] = _mm256_cvtps_pd(_mm256_castps256_ps128(a));
-    d[1] = _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1));
-    d[2] = _mm256_cvtps_pd(_mm256_castps256_ps128(b));
-    d[3] = _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1));
+QR_INLINE void qr_widen(const __m256* a, __m256d* d) {
+    for (int i = 0; i < QR_F; i++) {
+        d[2 * i] = _mm256_cvtps_pd(_mm256_castps256_ps128(a[i]));
+        d[2 * i + 1] = _mm256_cvtps_pd(_mm256_extractf128_ps(a[i], 1));
+    }
 }
 
-/* float32 of the four vectors (as the scalar (float) casts), into two of 8 floats */
-QR_INLINE void qr_narrow(const __m256d* d, __m256* a, __m256* b) {
-    *a = _mm256_set_m128(_mm256_cvtpd_ps(d[1]), _mm256_cvtpd_ps(d[0]));
-    *b = _mm256_set_m128(_mm256_cvtpd_ps(d[3]), _mm256_cvtpd_ps(d[2]));
+/* float32 of the float64 vectors (as the scalar (float) casts) */
+QR_INLINE void qr_narrow(const __m256d* d, __m256* a) {
+    for (int i = 0; i < QR_F; i++)
+        a[i] = _mm256_set_m128(_mm256_cvtpd_ps(d[2 * i + 1]), _mm256_cvtpd_ps(d[2 * i]));
 }
 
 /* x where x is NaN, else v (qops_rnn_keep_nan) */
@@ -193,11 +198,12 @@ QR_INLINE void qr_exp_parts(const __m256d* y, __m256d* t, __m256d* pm1) {
     }
 }
 
-/* qops_rnn_sigmoid of 16 floats (a, b) */
-QR_INLINE void qr_sigmoid16(__m256 a, __m256 b, __m256* sa, __m256* sb) {
+/* qops_rnn_sigmoid of QR_COLS floats */
+QR_INLINE void qr_sigmoid(const __m256* x, __m256* out) {
     const __m256d sign = _mm256_set1_pd(-0.0);
     __m256d y[QR_U], t[QR_U], pm1[QR_U];
-    qr_widen(a, b, y);
+    __m256 e[QR_F];
+    qr_widen(x, y);
     for (int u = 0; u < QR_U; u++) {
         __m256d v = _mm256_xor_pd(y[u], sign);                       /* -x */
         __m256d m = _mm256_min_pd(_mm256_andnot_pd(sign, v), _mm256_set1_pd(100.0));
@@ -206,36 +212,48 @@ QR_INLINE void qr_sigmoid16(__m256 a, __m256 b, __m256* sa, __m256* sb) {
     qr_exp_parts(y, t, pm1);
     for (int u = 0; u < QR_U; u++)
         y[u] = _mm256_mul_pd(t[u], _mm256_add_pd(_mm256_set1_pd(1.0), pm1[u]));
-    __m256 ea, eb;
-    qr_narrow(y, &ea, &eb);
+    qr_narrow(y, e);
     const __m256 one = _mm256_set1_ps(1.0f);
-    *sa = qr_keep_nan(a, _mm256_div_ps(one, _mm256_add_ps(one, ea)));
-    *sb = qr_keep_nan(b, _mm256_div_ps(one, _mm256_add_ps(one, eb)));
+    for (int i = 0; i < QR_F; i++)
+        out[i] = qr_keep_nan(x[i], _mm256_div_ps(one, _mm256_add_ps(one, e[i])));
 }
 
-/* qops_rnn_tanh of 16 floats (a, b) */
-QR_INLINE void qr_tanh16(__m256 a, __m256 b, __m256* ta, __m256* tb) {
+/* qops_rnn_tanh of QR_COLS floats */
+QR_INLINE void qr_tanh(const __m256* x, __m256* out) {
     const __m256d sign = _mm256_set1_pd(-0.0);
-    __m256d x[QR_U], y[QR_U], t[QR_U], pm1[QR_U];
-    qr_widen(a, b, x);
+    __m256d xd[QR_U], y[QR_U], t[QR_U], pm1[QR_U];
+    __m256 v[QR_F];
+    qr_widen(x, xd);
     for (int u = 0; u < QR_U; u++)
         y[u] = _mm256_mul_pd(_mm256_set1_pd(-2.0),
-                             _mm256_min_pd(_mm256_andnot_pd(sign, x[u]), _mm256_set1_pd(20.0)));
+                             _mm256_min_pd(_mm256_andnot_pd(sign, xd[u]), _mm256_set1_pd(20.0)));
     qr_exp_parts(y, t, pm1);
     for (int u = 0; u < QR_U; u++) {
         __m256d q = _mm256_add_pd(_mm256_mul_pd(t[u], pm1[u]),
                                   _mm256_sub_pd(t[u], _mm256_set1_pd(1.0)));
-        __m256d v = _mm256_div_pd(_mm256_xor_pd(q, sign), _mm256_add_pd(q, _mm256_set1_pd(2.0)));
-        y[u] = _mm256_or_pd(_mm256_andnot_pd(sign, v), _mm256_and_pd(x[u], sign));
+        __m256d d = _mm256_div_pd(_mm256_xor_pd(q, sign), _mm256_add_pd(q, _mm256_set1_pd(2.0)));
+        y[u] = _mm256_or_pd(_mm256_andnot_pd(sign, d), _mm256_and_pd(xd[u], sign));
     }
-    __m256 va, vb;
-    qr_narrow(y, &va, &vb);
-    *ta = qr_keep_nan(a, va);
-    *tb = qr_keep_nan(b, vb);
+    qr_narrow(y, v);
+    for (int i = 0; i < QR_F; i++)
+        out[i] = qr_keep_nan(x[i], v[i]);
 }
 
-QR_INLINE __m256 qr_gate(const float* gh, const float* gi) {
-    return _mm256_add_ps(_mm256_loadu_ps(gh), _mm256_loadu_ps(gi));
+/* gh + gi of QR_COLS columns */
+QR_INLINE void qr_gate(const float* gh, const float* gi, __m256* out) {
+    for (int i = 0; i < QR_F; i++)
+        out[i] = _mm256_add_ps(_mm256_loadu_ps(gh + 8 * i), _mm256_loadu_ps(gi + 8 * i));
+}
+
+/* the min and max of the vector lanes folded into *lo, *hi */
+QR_INLINE void qr_fold(__m256 vlo, __m256 vhi, float* lo, float* hi) {
+    float a[8], b[8];
+    _mm256_storeu_ps(a, vlo);
+    _mm256_storeu_ps(b, vhi);
+    for (int k = 0; k < 8; k++) {
+        *lo = a[k] < *lo ? a[k] : *lo;
+        *hi = b[k] > *hi ? b[k] : *hi;
+    }
 }
 #endif
 
@@ -246,37 +264,32 @@ static inline void qops_lstm_cols(const float* gi, ptrdiff_t sgi, const float* g
     ptrdiff_t j = 0;
     float lo = *mn, hi = *mx;
 #if defined(__AVX2__)
-    if (width >= 16) {
+    if (width >= QR_COLS) {
         __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
-        for (; j + 16 <= width; j += 16) {
-            __m256 i0, i1, f0, f1, g0, g1, o0, o1;
-            qr_sigmoid16(qr_gate(gh + j, gi + j), qr_gate(gh + j + 8, gi + j + 8), &i0, &i1);
-            qr_sigmoid16(qr_gate(gh + sgh + j, gi + sgi + j),
-                         qr_gate(gh + sgh + j + 8, gi + sgi + j + 8), &f0, &f1);
-            qr_tanh16(qr_gate(gh + 2 * sgh + j, gi + 2 * sgi + j),
-                      qr_gate(gh + 2 * sgh + j + 8, gi + 2 * sgi + j + 8), &g0, &g1);
-            __m256 c0 = _mm256_add_ps(_mm256_mul_ps(f0, _mm256_loadu_ps(c + j)),
-                                      _mm256_mul_ps(i0, g0));
-            __m256 c1 = _mm256_add_ps(_mm256_mul_ps(f1, _mm256_loadu_ps(c + j + 8)),
-                                      _mm256_mul_ps(i1, g1));
-            qr_sigmoid16(qr_gate(gh + 3 * sgh + j, gi + 3 * sgi + j),
-                         qr_gate(gh + 3 * sgh + j + 8, gi + 3 * sgi + j + 8), &o0, &o1);
-            _mm256_storeu_ps(c_out + j, c0);
-            _mm256_storeu_ps(c_out + j + 8, c1);
-            qr_tanh16(c0, c1, &g0, &g1);
-            __m256 h0 = _mm256_mul_ps(o0, g0), h1 = _mm256_mul_ps(o1, g1);
-            _mm256_storeu_ps(h_out + j, h0);
-            _mm256_storeu_ps(h_out + j + 8, h1);
-            vlo = _mm256_min_ps(vlo, _mm256_min_ps(h0, h1));
-            vhi = _mm256_max_ps(vhi, _mm256_max_ps(h0, h1));
+        for (; j + QR_COLS <= width; j += QR_COLS) {
+            __m256 x[QR_F], ig[QR_F], fg[QR_F], gg[QR_F], og[QR_F], cn[QR_F];
+            qr_gate(gh + j, gi + j, x);
+            qr_sigmoid(x, ig);
+            qr_gate(gh + sgh + j, gi + sgi + j, x);
+            qr_sigmoid(x, fg);
+            qr_gate(gh + 2 * sgh + j, gi + 2 * sgi + j, x);
+            qr_tanh(x, gg);
+            for (int i = 0; i < QR_F; i++)
+                cn[i] = _mm256_add_ps(_mm256_mul_ps(fg[i], _mm256_loadu_ps(c + j + 8 * i)),
+                                      _mm256_mul_ps(ig[i], gg[i]));
+            qr_gate(gh + 3 * sgh + j, gi + 3 * sgi + j, x);
+            qr_sigmoid(x, og);
+            for (int i = 0; i < QR_F; i++)
+                _mm256_storeu_ps(c_out + j + 8 * i, cn[i]);
+            qr_tanh(cn, gg);
+            for (int i = 0; i < QR_F; i++) {
+                __m256 h = _mm256_mul_ps(og[i], gg[i]);
+                _mm256_storeu_ps(h_out + j + 8 * i, h);
+                vlo = _mm256_min_ps(vlo, h);
+                vhi = _mm256_max_ps(vhi, h);
+            }
         }
-        float a[8], b[8];
-        _mm256_storeu_ps(a, vlo);
-        _mm256_storeu_ps(b, vhi);
-        for (int k = 0; k < 8; k++) {
-            lo = a[k] < lo ? a[k] : lo;
-            hi = b[k] > hi ? b[k] : hi;
-        }
+        qr_fold(vlo, vhi, &lo, &hi);
     }
 #endif
     if (j < width) {
@@ -310,33 +323,28 @@ static inline void qops_gru_cols(const float* gi, ptrdiff_t sgi, const float* gh
     ptrdiff_t j = 0;
     float lo = *mn, hi = *mx;
 #if defined(__AVX2__)
-    if (width >= 16) {
+    if (width >= QR_COLS) {
         __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
-        for (; j + 16 <= width; j += 16) {
-            __m256 r0, r1, z0, z1, n0, n1;
-            qr_sigmoid16(qr_gate(gh + j, gi + j), qr_gate(gh + j + 8, gi + j + 8), &r0, &r1);
-            qr_sigmoid16(qr_gate(gh + sgh + j, gi + sgi + j),
-                         qr_gate(gh + sgh + j + 8, gi + sgi + j + 8), &z0, &z1);
-            __m256 hr0 = _mm256_mul_ps(_mm256_loadu_ps(gh + 2 * sgh + j), r0);
-            __m256 hr1 = _mm256_mul_ps(_mm256_loadu_ps(gh + 2 * sgh + j + 8), r1);
-            qr_tanh16(_mm256_add_ps(_mm256_loadu_ps(gi + 2 * sgi + j), hr0),
-                      _mm256_add_ps(_mm256_loadu_ps(gi + 2 * sgi + j + 8), hr1), &n0, &n1);
-            __m256 h0 = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(h + j), n0),
-                                                    z0), n0);
-            __m256 h1 = _mm256_add_ps(
-                _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(h + j + 8), n1), z1), n1);
-            _mm256_storeu_ps(h_out + j, h0);
-            _mm256_storeu_ps(h_out + j + 8, h1);
-            vlo = _mm256_min_ps(vlo, _mm256_min_ps(h0, h1));
-            vhi = _mm256_max_ps(vhi, _mm256_max_ps(h0, h1));
+        for (; j + QR_COLS <= width; j += QR_COLS) {
+            __m256 x[QR_F], rg[QR_F], zg[QR_F], ng[QR_F];
+            qr_gate(gh + j, gi + j, x);
+            qr_sigmoid(x, rg);
+            qr_gate(gh + sgh + j, gi + sgi + j, x);
+            qr_sigmoid(x, zg);
+            for (int i = 0; i < QR_F; i++) {
+                __m256 hr = _mm256_mul_ps(_mm256_loadu_ps(gh + 2 * sgh + j + 8 * i), rg[i]);
+                x[i] = _mm256_add_ps(_mm256_loadu_ps(gi + 2 * sgi + j + 8 * i), hr);
+            }
+            qr_tanh(x, ng);
+            for (int i = 0; i < QR_F; i++) {
+                __m256 d = _mm256_sub_ps(_mm256_loadu_ps(h + j + 8 * i), ng[i]);
+                __m256 hn = _mm256_add_ps(_mm256_mul_ps(d, zg[i]), ng[i]);
+                _mm256_storeu_ps(h_out + j + 8 * i, hn);
+                vlo = _mm256_min_ps(vlo, hn);
+                vhi = _mm256_max_ps(vhi, hn);
+            }
         }
-        float a[8], b[8];
-        _mm256_storeu_ps(a, vlo);
-        _mm256_storeu_ps(b, vhi);
-        for (int k = 0; k < 8; k++) {
-            lo = a[k] < lo ? a[k] : lo;
-            hi = b[k] > hi ? b[k] : hi;
-        }
+        qr_fold(vlo, vhi, &lo, &hi);
     }
 #endif
     if (j < width) {
