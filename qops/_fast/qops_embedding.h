@@ -259,6 +259,9 @@ static inline __attribute__((always_inline)) void qops_eb_sum8(
 #define QOPS_EB_COLS1(NV) \
     qops_eb_cols(bits, NV, table, 8 * NV * bits / 8 + 8, idx, lo, hi, n_idx, psw, padding_idx, \
                  mean, out, 0, prefetch, 8 * NV * bits / 8 + 8, stream)
+#define QOPS_EB_COLS128(C0, PF) \
+    qops_eb_cols(bits, 8, table, 128 * bits / 8 + 8, idx, lo, hi, n_idx, psw, padding_idx, \
+                 mean, out, C0, PF, 128 * bits / 8 + 8, stream)
     if (d <= 64) {
         /* one pass: the row's size is a constant in each case (what row_bytes is) */
         switch (d / 8) {
@@ -271,6 +274,12 @@ static inline __attribute__((always_inline)) void qops_eb_sum8(
         case 7: QOPS_EB_COLS1(7); break;
         default: QOPS_EB_COLS1(8); break;
         }
+        return;
+    }
+    if (d == 128) {
+        /* a common width, with the row's size a constant as above */
+        QOPS_EB_COLS128(0, prefetch);
+        QOPS_EB_COLS128(64, 0);
         return;
     }
     /* the first pass prefetches the whole row */
@@ -289,6 +298,7 @@ static inline __attribute__((always_inline)) void qops_eb_sum8(
     }
 #undef QOPS_EB_COLS
 #undef QOPS_EB_COLS1
+#undef QOPS_EB_COLS128
 }
 #endif
 
@@ -547,6 +557,13 @@ static inline __attribute__((always_inline)) void qops_eb_sum8_f32(
         case 7: QOPS_EB_COLS1_F32(7); break;
         default: QOPS_EB_COLS1_F32(8); break;
         }
+        return;
+    }
+    if (d == 128) {
+        qops_eb_cols_f32(8, how, table, idx, lo, hi, n_idx, psw, padding_idx, mean, out, 128, 0,
+                         prefetch, 512, stream);
+        qops_eb_cols_f32(8, how, table, idx, lo, hi, n_idx, psw, padding_idx, mean, out, 128, 64,
+                         0, 0, stream);
         return;
     }
     ptrdiff_t c0 = 0;
