@@ -257,6 +257,28 @@ def test_gemm_full_range_tails():
 
 
 @pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("stray", [1, 5, 40])
+def test_gemm_tiles_choose_their_kernel(threads, stray):
+    # AVX2 decides per micro-tile: tiles whose rows stay within 127 take the pairsafe kernel
+    # even where other rows reach 255 (an input calibrated to 0..127 straying past it); the
+    # others take the two halves of qg_split, or the nibble kernel where more than a quarter
+    # of the block's rows stray. Weights with saturating pairs in every row, rows straying
+    # anywhere (tile edges, the last row, whole runs), weight zero points, both thread counts.
+    r = u.rng(54)
+    for m, k, n in [(7, 64, 16), (50, 77, 40), (97, 128, 33), (13, 300, 17)]:
+        wq = r.integers(-128, 128, (n, k)).astype(np.int8)
+        wq[:, :2] = [127, 127]
+        wq[1::2, 2:4] = [-128, -128]
+        xq = r.integers(0, 128, (m, k)).astype(np.uint8)
+        rows = r.choice(m, min(m, stray * m // 100 + 1), replace=False)
+        xq[rows, r.integers(0, k, len(rows))] = r.integers(128, 256, len(rows))
+        xq[-1, :2] = 255
+        with qops.threads(threads):
+            _check_acc(xq, wq)
+            _check_acc(xq, wq, r.integers(-3, 4, n))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
 def test_gemm_paths_fast_equals_ref(threads):
     # public ops, both AVX2 kernels (pairsafe: |w| <= 64; nibble: full range, x up to 255)
     r = u.rng(52)

@@ -39,22 +39,25 @@
  * Paths: AVX-512 VNNI (vpdpbusd on 4-byte groups, 64-column panels), with AMX-INT8 tiles for
  * blocks of 32 or 16 rows when K is a multiple of 64, the CPU has AMX and the module asked for
  * it (qops_gemm_amx); AVX2 (4-byte groups, 16-column panels, two exact kernels, chosen per
- * panel and call, see "AVX2" below); plain C for the baseline build (int16 pairs, 16-column
+ * panel and micro-tile, see "AVX2" below); plain C for the baseline build (int16 pairs, 16-column
  * panels).
  *
  * AVX2: vpmaddubsw multiplies u8 by s8 and sums adjacent pairs into int16 *with saturation*
  * (PyTorch's fbgemm AVX2 kernels accept the saturation; qops may not). Two exact uses:
- *   "pairsafe": vpmaddubsw then vpmaddwd with ones (vpdpbusd emulated), exact when no pair sum
- *       can leave int16: xmax * S <= 32767, where xmax = the largest A value of the row block
- *       (computed per call) and S = the panel's largest per-sign sum over a weight pair (sum of
- *       the positive parts, or of the magnitudes of the negative parts, of W[n,2i], W[n,2i+1];
+ *   "pairsafe": vpmaddubsw then vpmaddwd with ones (vpdpbusd emulated), exact when no pair
+ *       sum can leave int16: xmax * S <= 32767, where xmax = the largest A value of the
+ *       micro-tile's rows (found per call, qg_block) and S = the panel's largest per-sign sum
+ *       over a weight pair (sum of the positive parts, or of the magnitudes of the negative
+ *       parts, of W[n,2i], W[n,2i+1];
  *       at most 256; stored at pack time). Always true for xmax <= 127 (dynamic linear with
  *       reduce_range quantizes to [0, 127]) and for S <= 128 (most trained weights).
  *   "nibble": any weights. A is split x = 16*xh + xl (xh, xl in [0, 15]); each vpmaddubsw
  *       pair sum is then at most 2*15*128 = 3840 in magnitude, so 8 of them (32 values of k)
  *       add up in int16 (<= 30720) before one vpmaddwd by 1 (xl) or 16 (xh) widens them:
  *       2.25 multiply uops per 32 products (pairsafe: 2). The former path, weights widened to
- *       int16 and vpmaddwd + vpaddd per 16 products, was slower on Zen 3.
+ *       int16 and vpmaddwd + vpaddd per 16 products, was slower on Zen 3. Taken where more
+ *       than a quarter of a block's rows need it; a tile that needs it among fewer runs the
+ *       pairsafe kernel twice instead, on min(x, 128) and the rest (qg_split).
  * A is read in place when K is whole 32-value chunks, else repacked per call (zero padded to
  * them), and nibble-split when a panel needs it, in row blocks of bounded size; panels packed
  * with k reordered ("Pairing" below) shuffle the rows of each micro-tile first. The kernels
@@ -492,9 +495,14 @@ typedef struct {
     const uint8_t *nib;     /* rows of 2*Kp bytes: per group the 4 low nibbles, then the 4 high */
     ptrdiff_t Kp;           /* 4 * groups */
     ptrdiff_t lr;           /* row stride of raw: Kp, or A's own where A is used in place */
-    uint8_t *tmp;           /* per thread QG_MR * Kp bytes: a micro-tile's rows reordered */
+    uint8_t *tmp;           /* per thread QG_TMP_ROWS * Kp bytes: a micro-tile's rows
+                             * reordered, or split (qg_split) */
     int32_t xmax;           /* largest A value of the block */
+    const uint8_t *rmax;    /* per row of the block its largest value, or NULL (all xmax) */
 } qg_apk;
+
+/* rows of a thread's scratch: a micro-tile reordered, or its two halves of qg_split */
+#define QG_TMP_ROWS (2 * QG_MR)
 
 static const int16_t qg_ones16[16] __attribute__((aligned(32))) =
     {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
@@ -627,10 +635,47 @@ static __attribute__((noinline)) void qg_reorder(const uint8_t *A, ptrdiff_t la,
     }
 }
 
-/* order: the panel's k order (or NULL), tmp: QG_MR * Kp bytes for A's rows in that order */
+/* mr rows of A (row stride la) as two halves (row stride Kp): lo = min(x, 128) and
+ * hi = x - lo <= 127. Each pairsafe on any weights: a pair sum of lo is at most 128 * 254 =
+ * 32512 or at least 128 * -256 = -32768, of hi within 127 * 256. */
+static __attribute__((noinline)) void qg_split(const uint8_t *A, ptrdiff_t la, int mr,
+                                               ptrdiff_t Kp, uint8_t *lo, uint8_t *hi) {
+    const __m256i c128 = _mm256_set1_epi8((char)128);
+    for (int i = 0; i < mr; i++)
+        for (ptrdiff_t k = 0; k < Kp; k += 32) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(A + i * la + k));
+            const __m256i l = _mm256_min_epu8(x, c128);
+            _mm256_storeu_si256((__m256i *)(lo + i * Kp + k), l);
+            _mm256_storeu_si256((__m256i *)(hi + i * Kp + k), _mm256_sub_epi8(x, l));
+        }
+}
+
+QG_INLINE void qg_safe_mr(int mr, const uint8_t *A, ptrdiff_t la, ptrdiff_t G, const int8_t *b,
+                          int32_t *acc) {
+    switch (mr) {
+    case 1: qg_safe(1, A, la, G, b, acc); break;
+    case 2: qg_safe(2, A, la, G, b, acc); break;
+    case 3: qg_safe(3, A, la, G, b, acc); break;
+    case 4: qg_safe(4, A, la, G, b, acc); break;
+    case 5: qg_safe(5, A, la, G, b, acc); break;
+    default: qg_safe(6, A, la, G, b, acc); break;
+    }
+}
+
+/* order: the panel's k order (or NULL), tmp: QG_TMP_ROWS * Kp bytes. Not safe: the nibble
+ * kernel where the block was nibble-split, else the pairsafe kernel on the tile's two
+ * halves (qg_split; a panel that needs either keeps k in order, see "Pairing"). */
 static void qg_micro_avx2(int mr, const qg_apk *ap, ptrdiff_t m0, int safe, ptrdiff_t G,
                           const uint8_t *order, uint8_t *tmp, const int8_t *b, int32_t *acc) {
     const ptrdiff_t Kp = ap->Kp;
+    if (!safe && !ap->nib) {
+        int32_t acc2[QG_MR * QG_NR] __attribute__((aligned(32)));
+        qg_split(ap->raw + m0 * ap->lr, ap->lr, mr, Kp, tmp, tmp + QG_MR * Kp);
+        qg_safe_mr(mr, tmp, Kp, G, b, acc);
+        qg_safe_mr(mr, tmp + QG_MR * Kp, Kp, G, b, acc2);
+        for (int i = 0; i < mr * QG_NR; i++) acc[i] += acc2[i];
+        return;
+    }
     if (safe) {
         const uint8_t *A = ap->raw + m0 * ap->lr;
         ptrdiff_t la = ap->lr;
@@ -639,14 +684,7 @@ static void qg_micro_avx2(int mr, const qg_apk *ap, ptrdiff_t m0, int safe, ptrd
             A = tmp;
             la = Kp;
         }
-        switch (mr) {
-        case 1: qg_safe(1, A, la, G, b, acc); break;
-        case 2: qg_safe(2, A, la, G, b, acc); break;
-        case 3: qg_safe(3, A, la, G, b, acc); break;
-        case 4: qg_safe(4, A, la, G, b, acc); break;
-        case 5: qg_safe(5, A, la, G, b, acc); break;
-        default: qg_safe(6, A, la, G, b, acc); break;
-        }
+        qg_safe_mr(mr, A, la, G, b, acc);
     } else {
         const uint8_t *A = ap->nib + m0 * 2 * Kp;
         for (int i = 0; i < mr; i += 3)
@@ -904,7 +942,7 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
         /* every vpmaddubsw pair sum of this panel fits in int16 (always, where k was
          * reordered: S <= 128) */
         const uint8_t *order = qg_order(B, p);
-        const int safe = ap && (int64_t)ap->xmax * S[p] <= 32767;
+        const int32_t Sp = S[p];
         (void)width;
 #endif
         for (ptrdiff_t j = 0; j < w; j++) {
@@ -933,7 +971,13 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
             mr = left > QG_MR && left < QG_MR + 4 ? (left + 1) / 2 : (left < QG_MR ? left : QG_MR);
             const uint8_t *Am = A + m0 * lda;
 #ifdef QG_AVX2
-            if (ap) qg_micro_avx2((int)mr, ap, m0, safe, G, order, tmp, bp, acc);
+            /* exact in int16 pairs where the tile's largest value times S fits */
+            int32_t tmax = ap ? ap->xmax : 0;
+            if (ap && ap->rmax) {
+                tmax = 0;
+                for (ptrdiff_t i = 0; i < mr; i++) tmax = ap->rmax[m0 + i] > tmax ? ap->rmax[m0 + i] : tmax;
+            }
+            if (ap) qg_micro_avx2((int)mr, ap, m0, tmax * Sp <= 32767, G, order, tmp, bp, acc);
             else qg_micro_scalar((int)mr, Am, lda, K, qg_order(B, p), bp, acc);
 #else
             qg_micro_dispatch((int)mr, width, Am, lda, K, bp, acc);
@@ -978,9 +1022,10 @@ static void qg_tiles(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
                 a2 = *ap;
                 if (a2.raw) a2.raw += r0 * a2.lr;
                 if (a2.nib) a2.nib += r0 * 2 * a2.Kp;
+                if (a2.rmax) a2.rmax += r0;
                 /* this thread's slot (the team numbers its threads from 0) */
 #ifdef _OPENMP
-                a2.tmp += (ptrdiff_t)omp_get_thread_num() * QG_MR * a2.Kp;
+                a2.tmp += (ptrdiff_t)omp_get_thread_num() * QG_TMP_ROWS * a2.Kp;
 #endif
             }
             qg_panels(A + r0 * lda, lda, rows, a_zp, B, p, p + 1, &o, ap ? &a2 : NULL);
@@ -1025,22 +1070,70 @@ static void qg_pack_a(const uint8_t *A, ptrdiff_t lda, ptrdiff_t rows, ptrdiff_t
 /* Rows in blocks whose repacked A takes at most this many bytes. */
 #define QG_APACK_BYTES ((ptrdiff_t)4 << 20)
 
+static inline uint8_t qg_row_max(const uint8_t *x, ptrdiff_t K) {
+    __m256i m = _mm256_setzero_si256();
+    ptrdiff_t k = 0;
+    for (; k + 32 <= K; k += 32) m = _mm256_max_epu8(m, _mm256_loadu_si256((const __m256i *)(x + k)));
+    __m128i h = _mm_max_epu8(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+    h = _mm_max_epu8(h, _mm_srli_si128(h, 8));
+    h = _mm_max_epu8(h, _mm_srli_si128(h, 4));
+    h = _mm_max_epu8(h, _mm_srli_si128(h, 2));
+    h = _mm_max_epu8(h, _mm_srli_si128(h, 1));
+    uint8_t r = (uint8_t)_mm_cvtsi128_si32(h);
+    for (; k < K; k++) r = x[k] > r ? x[k] : r;
+    return r;
+}
+
+/* Bytes of a block's A buffers (qg_block): raw and nibble rows, the rows' maxima. */
+static inline ptrdiff_t qg_block_bytes(ptrdiff_t rows, ptrdiff_t Kp) { return rows * (3 * Kp + 1); }
+
+/* Rows [0, rows) of A made ready for the kernels (*ap), A's values at most xmax; buf:
+ * qg_block_bytes(rows, Kp). Where some panel's S could saturate a pair sum, each row's
+ * largest value is found, and a micro-tile takes the pairsafe kernel wherever its own rows
+ * allow: inputs calibrated to 0..127 that stray a little past it (a model on new data) keep
+ * it for most tiles. The rest take qg_split's two halves, or, where more than a quarter of
+ * the rows need them, the nibble kernel on A split once for the block. */
+static void qg_block(qg_apk *ap, const uint8_t *A, ptrdiff_t lda, ptrdiff_t rows, ptrdiff_t K,
+                     ptrdiff_t Kp, int32_t smax, int32_t xmax, uint8_t *buf, int nthreads) {
+    uint8_t *rmax = buf + 3 * rows * Kp;
+    ptrdiff_t unsafe = 0;
+    ap->Kp = Kp;
+    ap->rmax = NULL;
+    if (smax <= 128) xmax = 255;   /* every panel safe for any input: xmax is not needed */
+    if (xmax * smax > 32767) {
+        xmax = 0;
+        for (ptrdiff_t i = 0; i < rows; i++) {
+            const uint8_t m = qg_row_max(A + i * lda, K);
+            rmax[i] = m;
+            xmax = m > xmax ? m : xmax;
+            unsafe += (int32_t)m * smax > 32767;
+        }
+        ap->rmax = rmax;
+    }
+    ap->xmax = xmax;
+    /* the rows as they are, for the pairsafe kernel (any tile may be safe), read in place
+     * where they are whole groups of 32 values */
+    const int in_place = K == Kp;
+    ap->nib = unsafe * 4 > rows ? buf + rows * Kp : NULL;
+    ap->raw = in_place ? A : buf;
+    ap->lr = in_place ? lda : Kp;
+    qg_pack_a(A, lda, rows, K, Kp, in_place ? NULL : buf, (uint8_t *)ap->nib,
+              rows * K >= 65536 ? nthreads : 1);
+}
+
 static void qg_run(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
                    const qops_gemm_b *B, const qops_gemm_out *out, int nthreads) {
     const ptrdiff_t K = B->K, G = qg_groups(K), Kp = G * QG_KG, P = qg_npanels(B->N);
     const int32_t *S = (const int32_t *)(const void *)(B->data + P * G * QG_KG * QG_NR);
     const size_t esize = out->kind == QOPS_GEMM_U8 ? 1 : 4;
-    int32_t smin = 1 << 30, smax = 0;
-    for (ptrdiff_t p = 0; p < P; p++) {
-        smin = S[p] < smin ? S[p] : smin;
-        smax = S[p] > smax ? S[p] : smax;
-    }
+    int32_t smax = 0;
+    for (ptrdiff_t p = 0; p < P; p++) smax = S[p] > smax ? S[p] : smax;
     ptrdiff_t sb = QG_APACK_BYTES / (3 * (Kp > 0 ? Kp : 1));
     sb = sb < QG_MB ? QG_MB : (sb / QG_MB) * QG_MB;
     if (sb > M) sb = M;
-    /* the repacked rows, then a reordered micro-tile per thread (see "Pairing") */
+    /* the block's A buffers, then a micro-tile's scratch per thread */
     const ptrdiff_t nt = nthreads < 1 ? 1 : nthreads;
-    const ptrdiff_t bytes = sb * 3 * Kp + nt * QG_MR * Kp;
+    const ptrdiff_t bytes = qg_block_bytes(sb, Kp) + nt * QG_TMP_ROWS * Kp;
     uint8_t *buf = (uint8_t *)malloc((size_t)(bytes > 0 ? bytes : 1));
     if (!buf) {
         qg_tiles(A, lda, M, a_zp, B, out, nthreads, NULL);
@@ -1049,27 +1142,9 @@ static void qg_run(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
     for (ptrdiff_t r0 = 0; r0 < M; r0 += sb) {
         const ptrdiff_t rows = M - r0 < sb ? M - r0 : sb;
         const uint8_t *Ab = A + r0 * lda;
-        /* where every panel is safe for any input (S <= 128), xmax is not needed */
-        uint8_t xmax = smax <= 128 ? 255 : 0;
-        for (ptrdiff_t i = 0; i < rows && smax > 128; i++) {
-            const uint8_t *x = Ab + i * lda;
-            uint8_t m = 0;
-            for (ptrdiff_t k = 0; k < K; k++) m = x[k] > m ? x[k] : m;
-            xmax = m > xmax ? m : xmax;
-        }
         qg_apk ap;
-        ap.Kp = Kp;
-        ap.xmax = xmax;
-        /* which kernels the panels need: pairsafe where xmax * S <= 32767, else nibble */
-        const int need_raw = (int32_t)xmax * smin <= 32767;
-        ap.nib = (int32_t)xmax * smax > 32767 ? buf + rows * Kp : NULL;
-        /* rows already whole groups of 32 values are read in place */
-        const int in_place = K == Kp;
-        ap.raw = need_raw ? (in_place ? Ab : buf) : NULL;
-        ap.tmp = buf + sb * 3 * Kp;
-        ap.lr = in_place ? lda : Kp;
-        qg_pack_a(Ab, lda, rows, K, Kp, need_raw && !in_place ? buf : NULL, (uint8_t *)ap.nib,
-                  rows * K >= 65536 ? nthreads : 1);
+        qg_block(&ap, Ab, lda, rows, K, Kp, smax, 255, buf, nthreads);
+        ap.tmp = buf + qg_block_bytes(sb, Kp);
         qops_gemm_out o = *out;
         o.out = (char *)out->out + (size_t)(r0 * out->ldc) * esize;
         qg_tiles(Ab, lda, rows, a_zp, B, &o, nthreads, &ap);
@@ -1082,7 +1157,7 @@ static void qg_run(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
 static inline ptrdiff_t qops_gemm_rows_scratch(ptrdiff_t M, ptrdiff_t K) {
 #ifdef QG_AVX2
     const ptrdiff_t Kp = qg_groups(K) * QG_KG;
-    return 3 * M * Kp + QG_MR * Kp;
+    return qg_block_bytes(M, Kp) + QG_TMP_ROWS * Kp;
 #else
     (void)M; (void)K;
     return 0;
@@ -1101,21 +1176,11 @@ static void qops_gemm_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t
 #ifdef QG_AVX2
     const ptrdiff_t K = B->K, G = qg_groups(K), Kp = G * QG_KG;
     const int32_t *S = (const int32_t *)(const void *)(B->data + P * G * QG_KG * QG_NR);
-    int32_t smin = 1 << 30, smax = 0;
-    for (ptrdiff_t p = 0; p < P; p++) {
-        smin = S[p] < smin ? S[p] : smin;
-        smax = S[p] > smax ? S[p] : smax;
-    }
+    int32_t smax = 0;
+    for (ptrdiff_t p = 0; p < P; p++) smax = S[p] > smax ? S[p] : smax;
     qg_apk ap;
-    ap.Kp = Kp;
-    ap.xmax = smax <= 128 ? 255 : xmax;
-    const int need_raw = ap.xmax * smin <= 32767;
-    const int in_place = K == Kp;
-    ap.nib = ap.xmax * smax > 32767 ? scratch + M * Kp : NULL;
-    ap.raw = need_raw ? (in_place ? A : scratch) : NULL;
-    ap.lr = in_place ? lda : Kp;
-    ap.tmp = scratch + 3 * M * Kp;
-    qg_pack_a(A, lda, M, K, Kp, need_raw && !in_place ? scratch : NULL, (uint8_t *)ap.nib, 1);
+    qg_block(&ap, A, lda, M, K, Kp, smax, xmax, scratch, 1);
+    ap.tmp = scratch + qg_block_bytes(M, Kp);
     qg_panels(A, lda, M, a_zp, B, 0, P, out, &ap);
 #else
     (void)xmax; (void)scratch;
