@@ -4,7 +4,9 @@
  * made of IEEE +, -, *, /, rint and bit operations only, so that numpy evaluates the very same
  * operations and the reference gives the same bits; they are accurate to ~1e-14, far below
  * float32's rounding, and GCC vectorizes them (libm's are scalar calls; float comparisons are
- * avoided because they keep GCC from vectorizing). -ffp-contract=off keeps a*b+c unfused. */
+ * avoided because they keep GCC from vectorizing). -ffp-contract=off keeps a*b+c unfused.
+ * AVX2 builds run the cells with intrinsics (same operations, lane for lane). At the end: the
+ * fused dynamic layer's time loop (qops_rnn_layer_run) on the GEMM core, qops_gemm.h. */
 #ifndef QOPS_RNN_H
 #define QOPS_RNN_H
 

@@ -1,7 +1,8 @@
-# One step of the LSTM, GRU and Elman cells (mirror of qops/_ref/rnn.py).
-# Contract: float32 C-contiguous gate pre-activations in, float32 states out, bit-equal to the
-# reference (the C is in qops_rnn.h). The Python wrappers in qops/_ops/rnn.py validate shapes
-# and make the arrays contiguous float32 before these kernels run.
+# The LSTM, GRU and Elman cell steps, and the dynamic quantized LSTM/GRU layer's whole time
+# loop (mirror of qops/_ref/rnn.py). Contract: float32 C-contiguous gate pre-activations (or
+# layer input) in, float32 states out, bit-equal to the reference (the C is in qops_rnn.h).
+# The Python wrappers in qops/_ops/rnn.py validate shapes and make the arrays contiguous
+# float32 before these kernels run.
 import numpy as np
 from cython.parallel cimport prange
 from qops._fast._common cimport *
@@ -73,7 +74,6 @@ def rnn_cell(gi, gh, relu):
 # -- the dynamic quantized layer: the whole time loop of one layer and direction -----------
 
 from qops._fast._gemm cimport *
-from libc.math cimport INFINITY
 
 cdef extern from "qops_rnn.h" nogil:
     void qops_rnn_minmax(const float* x, Py_ssize_t n, float* mn, float* mx)
@@ -107,12 +107,13 @@ cdef extern from "<string.h>" nogil:
 
 DEF GEMM_GRAIN = 262144   # multiply-adds per thread below which a second thread costs more
 DEF XBLOCK = 65536        # sequence values a task when quantizing the layer's input
-DEF X_ROWS = 16           # fewest rows of an input GEMM (steps * batch) where there are enough
+DEF X_ROWS = 16           # rows an input GEMM takes at least (whole steps): fewer run slowly
 # PyTorch's dynamic RNN modules quantize h with reduce_range: [0, 127]
 DEF H_QMAX = 127
 
 
-# Largest K of one exact int32 GEMM (linear.pyx's K_CHUNK): the fused layer's hidden size
+# Largest K of one exact int32 GEMM (linear.pyx's K_CHUNK): the fused layer's hidden and
+# input sizes
 K_MAX = 33025
 
 
