@@ -1,4 +1,5 @@
-"""Reference kernels of the rnn family: one step of the LSTM, GRU and Elman cells.
+"""Reference kernels of the rnn family: one step of the LSTM, GRU and Elman cells, and the
+time loop of a dynamic quantized LSTM/GRU layer.
 
 Contract: float32 gate pre-activations in, float32 states out, every operation rounded to
 float32 in PyTorch's order (docs/semantics.md §21). The transcendental
