@@ -26,7 +26,8 @@
 /* `flags` of the lookups: prefetch rows ahead (tables past the caches); store the bags'
  * sums with non-temporal stores (outputs past the caches, rows 32-byte aligned: the stores
  * then skip the read of each output line, a tenth of the memory traffic of an 8-bit lookup
- * of D = 64; the caller runs qops_eb_fence before the results are read) */
+ * of D = 64; the caller runs qops_eb_fence before the results are read; the bag pairs of
+ * tables in cache store plainly) */
 #define QOPS_EB_PF 1
 #define QOPS_EB_NT 2
 #ifndef QOPS_EB_PREFETCH
@@ -334,11 +335,12 @@ static inline __attribute__((always_inline)) int qops_eb_entry(
 /* Columns [c0, c0 + 8 nv) of two consecutive bags, [lo, mid) into out0 and [mid, hi) into
  * out0 + d, their entries interleaved: each bag's accumulators form one chain of dependent
  * add + fma per entry, and two independent chains keep the FMA units busy where one would
- * wait on its own latency. Each bag still sees its own entries in index order. */
+ * wait on its own latency. Each bag still sees its own entries in index order. Only for
+ * tables in cache: nothing is prefetched. */
 static inline __attribute__((always_inline)) void qops_eb_cols2(
         int bits, int nv, const uint8_t *table, ptrdiff_t row_bytes, const int64_t *idx,
-        ptrdiff_t lo, ptrdiff_t mid, ptrdiff_t hi, ptrdiff_t n_idx, const float *psw,
-        int64_t padding_idx, int mean, float *out0, ptrdiff_t d, ptrdiff_t c0, int prefetch) {
+        ptrdiff_t lo, ptrdiff_t mid, ptrdiff_t hi, const float *psw, int64_t padding_idx,
+        int mean, float *out0, ptrdiff_t d, ptrdiff_t c0) {
     __m256 a0[4], a1[4];
     ptrdiff_t n0 = 0, n1 = 0;
     #pragma GCC unroll 8
@@ -348,26 +350,14 @@ static inline __attribute__((always_inline)) void qops_eb_cols2(
     }
     const ptrdiff_t len0 = mid - lo, len1 = hi - mid;
     const ptrdiff_t both = len0 < len1 ? len0 : len1;
-    /* two entries a step: prefetch the entries that far ahead, in flat order */
-    ptrdiff_t ahead = lo + 2 * QOPS_EB_PREFETCH;
-    for (ptrdiff_t j = 0; j < both; j++, ahead += 2) {
-        if (prefetch && ahead + 1 < n_idx) {
-            qops_eb_prefetch(table + idx[ahead] * row_bytes, row_bytes);
-            qops_eb_prefetch(table + idx[ahead + 1] * row_bytes, row_bytes);
-        }
+    for (ptrdiff_t j = 0; j < both; j++) {
         n0 += qops_eb_entry(bits, nv, table, row_bytes, c0, idx, lo + j, psw, padding_idx, a0);
         n1 += qops_eb_entry(bits, nv, table, row_bytes, c0, idx, mid + j, psw, padding_idx, a1);
     }
-    for (ptrdiff_t j = both; j < len0; j++, ahead++) {
-        if (prefetch && ahead < n_idx)
-            qops_eb_prefetch(table + idx[ahead] * row_bytes, row_bytes);
+    for (ptrdiff_t j = both; j < len0; j++)
         n0 += qops_eb_entry(bits, nv, table, row_bytes, c0, idx, lo + j, psw, padding_idx, a0);
-    }
-    for (ptrdiff_t j = both; j < len1; j++, ahead++) {
-        if (prefetch && ahead < n_idx)
-            qops_eb_prefetch(table + idx[ahead] * row_bytes, row_bytes);
+    for (ptrdiff_t j = both; j < len1; j++)
         n1 += qops_eb_entry(bits, nv, table, row_bytes, c0, idx, mid + j, psw, padding_idx, a1);
-    }
     if (mean && n0 > 0) {
         const __m256 n = _mm256_set1_ps((float)n0);
         #pragma GCC unroll 8
@@ -387,18 +377,17 @@ static inline __attribute__((always_inline)) void qops_eb_cols2(
 /* Two bags' sums or means for D a multiple of 8 up to 64, in passes of 32 columns. */
 static inline __attribute__((always_inline)) void qops_eb_sum8x2(
         int bits, const uint8_t *table, ptrdiff_t row_bytes, const int64_t *idx, ptrdiff_t lo,
-        ptrdiff_t mid, ptrdiff_t hi, ptrdiff_t n_idx, const float *psw, int64_t padding_idx,
-        int mean, float *out0, ptrdiff_t d, int prefetch) {
-#define QOPS_EB_COLS2(NV, C0, PF) \
-    qops_eb_cols2(bits, NV, table, row_bytes, idx, lo, mid, hi, n_idx, psw, padding_idx, mean, \
-                  out0, d, C0, PF)
+        ptrdiff_t mid, ptrdiff_t hi, const float *psw, int64_t padding_idx, int mean,
+        float *out0, ptrdiff_t d) {
+#define QOPS_EB_COLS2(NV, C0) \
+    qops_eb_cols2(bits, NV, table, row_bytes, idx, lo, mid, hi, psw, padding_idx, mean, out0, \
+                  d, C0)
     for (ptrdiff_t c0 = 0; c0 < d; c0 += 32) {
-        const int pf = prefetch && c0 == 0;
         switch ((d - c0) / 8) {
-        case 1: QOPS_EB_COLS2(1, c0, pf); break;
-        case 2: QOPS_EB_COLS2(2, c0, pf); break;
-        case 3: QOPS_EB_COLS2(3, c0, pf); break;
-        default: QOPS_EB_COLS2(4, c0, pf); break;
+        case 1: QOPS_EB_COLS2(1, c0); break;
+        case 2: QOPS_EB_COLS2(2, c0); break;
+        case 3: QOPS_EB_COLS2(3, c0); break;
+        default: QOPS_EB_COLS2(4, c0); break;
         }
     }
 #undef QOPS_EB_COLS2
@@ -678,23 +667,23 @@ static inline void qops_eb_bag2_q(int bits, const uint8_t *table, ptrdiff_t row_
     if (!(flags & QOPS_EB_PF) && mode != QOPS_EB_MAX && d % 8 == 0 && d > 0 && d <= 64) {
         const int mean = mode == QOPS_EB_MEAN;
         if (bits == 8 && psw)
-            qops_eb_sum8x2(8, table, row_bytes, idx, lo, mid, hi, n_idx, psw, padding_idx, mean,
-                           out0, d, flags & QOPS_EB_PF);
+            qops_eb_sum8x2(8, table, row_bytes, idx, lo, mid, hi, psw, padding_idx, mean,
+                           out0, d);
         else if (bits == 8 && mean)
-            qops_eb_sum8x2(8, table, row_bytes, idx, lo, mid, hi, n_idx, NULL, padding_idx, 1,
-                           out0, d, flags & QOPS_EB_PF);
+            qops_eb_sum8x2(8, table, row_bytes, idx, lo, mid, hi, NULL, padding_idx, 1,
+                           out0, d);
         else if (bits == 8)
-            qops_eb_sum8x2(8, table, row_bytes, idx, lo, mid, hi, n_idx, NULL, padding_idx, 0,
-                           out0, d, flags & QOPS_EB_PF);
+            qops_eb_sum8x2(8, table, row_bytes, idx, lo, mid, hi, NULL, padding_idx, 0,
+                           out0, d);
         else if (psw)
-            qops_eb_sum8x2(4, table, row_bytes, idx, lo, mid, hi, n_idx, psw, padding_idx, mean,
-                           out0, d, flags & QOPS_EB_PF);
+            qops_eb_sum8x2(4, table, row_bytes, idx, lo, mid, hi, psw, padding_idx, mean,
+                           out0, d);
         else if (mean)
-            qops_eb_sum8x2(4, table, row_bytes, idx, lo, mid, hi, n_idx, NULL, padding_idx, 1,
-                           out0, d, flags & QOPS_EB_PF);
+            qops_eb_sum8x2(4, table, row_bytes, idx, lo, mid, hi, NULL, padding_idx, 1,
+                           out0, d);
         else
-            qops_eb_sum8x2(4, table, row_bytes, idx, lo, mid, hi, n_idx, NULL, padding_idx, 0,
-                           out0, d, flags & QOPS_EB_PF);
+            qops_eb_sum8x2(4, table, row_bytes, idx, lo, mid, hi, NULL, padding_idx, 0,
+                           out0, d);
         return;
     }
 #endif
