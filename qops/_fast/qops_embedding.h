@@ -196,12 +196,14 @@ static inline __attribute__((always_inline)) void qops_eb_store(int bits, int nv
  * registers over all the bag's entries: the same operations, in the same order per column,
  * as the row loops. nv, bits and whether there are weights are constants at each call, so
  * every load has a constant displacement. The mean's division is done before the store.
- * With `prefetch`, the first pf_bytes of the row QOPS_EB_PREFETCH entries ahead are
- * prefetched (a constant where the pass is the whole row). Returns the entry count. */
+ * With `prefetch`, the row QOPS_EB_PREFETCH entries ahead is prefetched: pf_bytes from the
+ * pass's first column (the whole row in one pass) and, with pf_tail, the row's scale and
+ * bias, which every pass reads (sizes constant at each call). Returns the entry count. */
 static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols(
         int bits, int nv, const uint8_t *table, ptrdiff_t row_bytes, const int64_t *idx,
         ptrdiff_t lo, ptrdiff_t hi, ptrdiff_t n_idx, const float *psw, int64_t padding_idx,
-        int mean, float *out, ptrdiff_t c0, int prefetch, ptrdiff_t pf_bytes, int stream) {
+        int mean, float *out, ptrdiff_t c0, int prefetch, ptrdiff_t pf_bytes, int pf_tail,
+        int stream) {
     const ptrdiff_t vals = row_bytes - 8;
     const uint8_t *base = table + (bits == 8 ? c0 : c0 / 2);
     ptrdiff_t count = 0;
@@ -210,8 +212,12 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols(
     for (int k = 0; k < nv; k++)
         acc[k] = _mm256_setzero_ps();
     for (ptrdiff_t i = lo; i < hi; i++) {
-        if (prefetch)
-            qops_eb_prefetch(table + idx[qops_eb_ahead(i, n_idx)] * row_bytes, pf_bytes);
+        if (prefetch) {
+            const uint8_t *ahead = table + idx[qops_eb_ahead(i, n_idx)] * row_bytes;
+            qops_eb_prefetch(ahead + c0 * bits / 8, pf_bytes);
+            if (pf_tail)
+                qops_eb_prefetch(ahead + vals, 8);
+        }
         const int64_t r = idx[i];
         if (r == padding_idx)
             continue;
@@ -246,25 +252,23 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols(
     return count;
 }
 
-/* The bag's sum or mean for D a multiple of 8: up to
- * 64 columns in one pass over the bag, wider rows in passes of 64 columns and a last one of
- * the rest (the rows are in cache by then). */
+/* The bag's sum or mean for D a multiple of 8: up to 64 columns in one pass over the bag,
+ * wider rows in passes of 64 columns and a last one of the rest. */
 static inline __attribute__((always_inline)) void qops_eb_sum8(
         int bits, const uint8_t *table, ptrdiff_t row_bytes, const int64_t *idx, ptrdiff_t lo,
         ptrdiff_t hi, ptrdiff_t n_idx, const float *psw, int64_t padding_idx, int mean,
         float *out, ptrdiff_t d, int flags) {
     const int prefetch = flags & QOPS_EB_PF, stream = flags & QOPS_EB_NT;
-#define QOPS_EB_COLS(NV, C0, PF, BYTES) \
-    qops_eb_cols(bits, NV, table, row_bytes, idx, lo, hi, n_idx, psw, padding_idx, mean, out, \
-                 C0, PF, BYTES, stream)
+/* a pass of NV vectors from column C0 of rows ROW bytes long, prefetching its own values
+ * (8 NV of them) and the row's scale and bias */
+#define QOPS_EB_COLS(NV, C0, ROW) \
+    qops_eb_cols(bits, NV, table, ROW, idx, lo, hi, n_idx, psw, padding_idx, mean, out, C0, \
+                 prefetch, 8 * NV * bits / 8, 1, stream)
+/* the whole row (D = 8 NV) in one pass, its size a constant (what row_bytes is) */
 #define QOPS_EB_COLS1(NV) \
     qops_eb_cols(bits, NV, table, 8 * NV * bits / 8 + 8, idx, lo, hi, n_idx, psw, padding_idx, \
-                 mean, out, 0, prefetch, 8 * NV * bits / 8 + 8, stream)
-#define QOPS_EB_COLS128(C0, PF) \
-    qops_eb_cols(bits, 8, table, 128 * bits / 8 + 8, idx, lo, hi, n_idx, psw, padding_idx, \
-                 mean, out, C0, PF, 128 * bits / 8 + 8, stream)
+                 mean, out, 0, prefetch, 8 * NV * bits / 8 + 8, 0, stream)
     if (d <= 64) {
-        /* one pass: the row's size is a constant in each case (what row_bytes is) */
         switch (d / 8) {
         case 1: QOPS_EB_COLS1(1); break;
         case 2: QOPS_EB_COLS1(2); break;
@@ -277,29 +281,28 @@ static inline __attribute__((always_inline)) void qops_eb_sum8(
         }
         return;
     }
+    /* wider rows in passes of 64 columns, each prefetching what it reads (as
+     * qops_eb_sum8_f32); a common width with the row's size a constant */
     if (d == 128) {
-        /* a common width, with the row's size a constant as above */
-        QOPS_EB_COLS128(0, prefetch);
-        QOPS_EB_COLS128(64, 0);
+        QOPS_EB_COLS(8, 0, 128 * bits / 8 + 8);
+        QOPS_EB_COLS(8, 64, 128 * bits / 8 + 8);
         return;
     }
-    /* the first pass prefetches the whole row */
     ptrdiff_t c0 = 0;
     for (; c0 + 64 <= d; c0 += 64)
-        QOPS_EB_COLS(8, c0, prefetch && c0 == 0, row_bytes);
+        QOPS_EB_COLS(8, c0, row_bytes);
     switch ((d - c0) / 8) {
-    case 1: QOPS_EB_COLS(1, c0, 0, 0); break;
-    case 2: QOPS_EB_COLS(2, c0, 0, 0); break;
-    case 3: QOPS_EB_COLS(3, c0, 0, 0); break;
-    case 4: QOPS_EB_COLS(4, c0, 0, 0); break;
-    case 5: QOPS_EB_COLS(5, c0, 0, 0); break;
-    case 6: QOPS_EB_COLS(6, c0, 0, 0); break;
-    case 7: QOPS_EB_COLS(7, c0, 0, 0); break;
+    case 1: QOPS_EB_COLS(1, c0, row_bytes); break;
+    case 2: QOPS_EB_COLS(2, c0, row_bytes); break;
+    case 3: QOPS_EB_COLS(3, c0, row_bytes); break;
+    case 4: QOPS_EB_COLS(4, c0, row_bytes); break;
+    case 5: QOPS_EB_COLS(5, c0, row_bytes); break;
+    case 6: QOPS_EB_COLS(6, c0, row_bytes); break;
+    case 7: QOPS_EB_COLS(7, c0, row_bytes); break;
     default: break;
     }
 #undef QOPS_EB_COLS
 #undef QOPS_EB_COLS1
-#undef QOPS_EB_COLS128
 }
 #endif
 
@@ -475,8 +478,9 @@ static inline void qops_eb_bag_q(int bits, const uint8_t *table, ptrdiff_t row_b
 #if defined(__AVX2__)
 /* Columns [c0, c0 + 8 nv) of one bag's float sum, accumulated in registers as qops_eb_cols;
  * `how` is the entry's operation: 0 add, 1 fma with the weight, 2 add of the rounded
- * product (PyTorch's path with a padding_idx). Prefetches as qops_eb_cols. Returns the entry
- * count. */
+ * product (PyTorch's path with a padding_idx). With `prefetch`, pf_bytes from column c0 of
+ * the row QOPS_EB_PREFETCH entries ahead are prefetched: each pass its own columns (in flat
+ * index order, so the next bag's first entries too). Returns the entry count. */
 static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols_f32(
         int nv, int how, const float *table, const int64_t *idx, ptrdiff_t lo, ptrdiff_t hi,
         ptrdiff_t n_idx, const float *psw, int64_t padding_idx, int mean, float *out,
@@ -488,7 +492,7 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols_f32(
         acc[k] = _mm256_setzero_ps();
     for (ptrdiff_t i = lo; i < hi; i++) {
         if (prefetch)
-            qops_eb_prefetch(table + idx[qops_eb_ahead(i, n_idx)] * d, pf_bytes);
+            qops_eb_prefetch(table + idx[qops_eb_ahead(i, n_idx)] * d + c0, pf_bytes);
         const int64_t r = idx[i];
         if (r == padding_idx)
             continue;
@@ -548,24 +552,27 @@ static inline __attribute__((always_inline)) void qops_eb_sum8_f32(
         }
         return;
     }
+    /* wider rows in passes of 64 columns, each prefetching its own 256 bytes: prefetching
+     * the whole row in the first pass asks for more lines at once than a core can have in
+     * flight (measured: 14% slower than PyTorch at D = 128) */
     if (d == 128) {
         qops_eb_cols_f32(8, how, table, idx, lo, hi, n_idx, psw, padding_idx, mean, out, 128, 0,
-                         prefetch, 512, stream);
+                         prefetch, 256, stream);
         qops_eb_cols_f32(8, how, table, idx, lo, hi, n_idx, psw, padding_idx, mean, out, 128, 64,
-                         0, 0, stream);
+                         prefetch, 256, stream);
         return;
     }
     ptrdiff_t c0 = 0;
     for (; c0 + 64 <= d; c0 += 64)
-        QOPS_EB_COLS_F32(8, c0, prefetch && c0 == 0, d * (ptrdiff_t)sizeof(float));
+        QOPS_EB_COLS_F32(8, c0, prefetch, 256);
     switch ((d - c0) / 8) {
-    case 1: QOPS_EB_COLS_F32(1, c0, 0, 0); break;
-    case 2: QOPS_EB_COLS_F32(2, c0, 0, 0); break;
-    case 3: QOPS_EB_COLS_F32(3, c0, 0, 0); break;
-    case 4: QOPS_EB_COLS_F32(4, c0, 0, 0); break;
-    case 5: QOPS_EB_COLS_F32(5, c0, 0, 0); break;
-    case 6: QOPS_EB_COLS_F32(6, c0, 0, 0); break;
-    case 7: QOPS_EB_COLS_F32(7, c0, 0, 0); break;
+    case 1: QOPS_EB_COLS_F32(1, c0, prefetch, 32); break;
+    case 2: QOPS_EB_COLS_F32(2, c0, prefetch, 64); break;
+    case 3: QOPS_EB_COLS_F32(3, c0, prefetch, 96); break;
+    case 4: QOPS_EB_COLS_F32(4, c0, prefetch, 128); break;
+    case 5: QOPS_EB_COLS_F32(5, c0, prefetch, 160); break;
+    case 6: QOPS_EB_COLS_F32(6, c0, prefetch, 192); break;
+    case 7: QOPS_EB_COLS_F32(7, c0, prefetch, 224); break;
     default: break;
     }
 #undef QOPS_EB_COLS_F32

@@ -305,7 +305,8 @@ SPECS = [
            lambda: [_input_first(c) for c in
                     _lookup_cases(lambda r, n, d: random_weight(r, n, d), 64)],
            lambda: _lookup_strategy(lambda r, n, d: random_weight(r, n, d)).map(_input_first),
-           bench={"1000000x64-10000x20": _bench_bags("float", 1000000, 64, 10000, 20)},
+           bench={"1000000x64-10000x20": _bench_bags("float", 1000000, 64, 10000, 20),
+                  "100000x128-2048x40": _bench_bags("float", 100000, 128, 2048, 40)},
            torch=_torch_float,
            tolerance="exact"),
 ]
