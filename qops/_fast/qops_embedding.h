@@ -33,6 +33,9 @@
 #ifndef QOPS_EB_PREFETCH
 #define QOPS_EB_PREFETCH 16     /* entries ahead, as fbgemm's lookups */
 #endif
+/* entries ahead for 4-bit rows (40 bytes at D = 64, one or two lines): twice as many rows in
+ * flight for the same lines; measured 1.3x faster than 16 on a 40 MB table */
+#define QOPS_EB_PREFETCH4 32
 
 /* Every cache line of the row of `nbytes` bytes at p: one prefetch each 64 bytes from its
  * first byte and one at its last (rows need not start a line: a 256-byte row at 16 bytes past
@@ -48,10 +51,10 @@ static inline __attribute__((always_inline)) void qops_eb_prefetch(const void *p
     __builtin_prefetch(c + nbytes - 1);
 }
 
-/* The entry whose row to prefetch while entry i is added: QOPS_EB_PREFETCH on, the last
- * entry near the end (a select, not a branch, in the hot loops). */
-static inline ptrdiff_t qops_eb_ahead(ptrdiff_t i, ptrdiff_t n_idx) {
-    return i + QOPS_EB_PREFETCH < n_idx ? i + QOPS_EB_PREFETCH : n_idx - 1;
+/* The entry whose row to prefetch while entry i is added: `dist` on, the last entry near
+ * the end (a select, not a branch, in the hot loops). */
+static inline ptrdiff_t qops_eb_ahead(ptrdiff_t i, ptrdiff_t n_idx, ptrdiff_t dist) {
+    return i + dist < n_idx ? i + dist : n_idx - 1;
 }
 
 /* The first position in [lo, hi) whose index is outside [0, n_rows), or -1. Run on a bag's
@@ -213,7 +216,8 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols(
         acc[k] = _mm256_setzero_ps();
     for (ptrdiff_t i = lo; i < hi; i++) {
         if (prefetch) {
-            const uint8_t *ahead = table + idx[qops_eb_ahead(i, n_idx)] * row_bytes;
+            const ptrdiff_t dist = bits == 4 ? QOPS_EB_PREFETCH4 : QOPS_EB_PREFETCH;
+            const uint8_t *ahead = table + idx[qops_eb_ahead(i, n_idx, dist)] * row_bytes;
             qops_eb_prefetch(ahead + c0 * bits / 8, pf_bytes);
             if (pf_tail)
                 qops_eb_prefetch(ahead + vals, 8);
@@ -492,7 +496,8 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols_f32(
         acc[k] = _mm256_setzero_ps();
     for (ptrdiff_t i = lo; i < hi; i++) {
         if (prefetch)
-            qops_eb_prefetch(table + idx[qops_eb_ahead(i, n_idx)] * d + c0, pf_bytes);
+            qops_eb_prefetch(table + idx[qops_eb_ahead(i, n_idx, QOPS_EB_PREFETCH)] * d + c0,
+                             pf_bytes);
         const int64_t r = idx[i];
         if (r == padding_idx)
             continue;
