@@ -296,14 +296,14 @@ ROUTES = {r.name: r for r in [
     Route("conv_cl.amx_padded", "qconv_nhwc_amx (AMX tiles on a padded copy)",
           "qops_conv_nhwc.h"),
     Route("conv_cl.gemm_1x1", "qops_gemm_mt on the pixels as rows", "qops_gemm.h"),
-    Route("conv_cl.gemm_im2col", "qconv_i2c_fill rows, then qops_gemm_mt",
+    Route("conv_cl.gemm_im2col", "qconv_i2c_gemm (im2col rows and the GEMM core, fused)",
           "qops_conv_im2col.h"),
     Route("conv_cl.planes", "conv's planes kernel on the same memory", "conv.pyx"),
     Route("conv.dw_through_nhwc", "transposes around qconv_dwcl_rows (AVX-512 VNNI)",
           "qops_conv_nhwc.h"),
     Route("conv.dw_rows", "qconv_dwr_channel (one channel per work item)",
           "qops_conv_dwrows_avx2.h" if _AVX2 else "qops_conv_dwrows_vnni.h"),
-    Route("conv.gemm_im2col", "a channels-last copy, qconv_i2c_fill rows, qops_gemm_mt",
+    Route("conv.gemm_im2col", "a channels-last copy, then qconv_i2c_gemm",
           "qops_conv_im2col.h"),
     Route("conv.planes.amx", f"qconv_grouped/qconv_dw ({_PLANES_TIER[2]})", _PLANES_FILE[2]),
     Route("conv.planes.simd", f"qconv_grouped/qconv_dw ({_PLANES_TIER[1]})", _PLANES_FILE[1]),
@@ -599,6 +599,10 @@ _IM2COL_MAX_PIXELS = 1600
 # few-channel convs (NCHW input, C <= 4) from this depth on run as im2col rows and the GEMM
 # (1 thread, Zen 3: 7x7 on RGB gains, 3x3 on RGB loses; from 8 channels the planes win)
 _FEW_C_MIN_K = 64
+# C-order convs with this many channels and more than one tap (K >= 128) also run on
+# im2col rows of a channels-last copy: the copy costs less than the planes kernel loses
+# (1 thread, Zen 3: 3x3 at 7x7 to 56x56 grids, 16 to 512 channels)
+_C_ORDER_GEMM_MIN_C = 16
 
 
 def _gemm_weights(packed, Py_ssize_t kp=0):
@@ -927,9 +931,9 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     (_MODE: 2 AMX, 1 SIMD, 0 portable) and, for 'dw_rows', its padded output width.
 
     'gemm_im2col': ungrouped, AVX2, at most 4 input channels (the planes kernel's quads of
-    channels are mostly padding) and K = taps x C >= _FEW_C_MIN_K (the stems: 7x7 on RGB):
-    transposed to channels last, then conv_cl's im2col rows and GEMM core, the result
-    channels last as PyTorch's.
+    channels are mostly padding) and K = taps x C >= _FEW_C_MIN_K (the stems: 7x7 on RGB),
+    or _C_ORDER_GEMM_MIN_C+ channels, several taps and K >= 128: transposed to channels
+    last, then conv_cl's im2col rows and GEMM core, the result channels last as PyTorch's.
     'dw_through_nhwc': symmetric depthwise with 32+ channels at a stride along W or on small
     planes, where the VNNI channels-last kernel wins even with the two transposes (at stride
     1 on large planes the transposes cost more than they save).
@@ -948,7 +952,9 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
     k = kd * kh * kw * c
     if (not dw and _MODE[0] == 1 and _AVX2 and groups == 1 and packed["kind"] == "grouped"
-            and c <= 4 and _FEW_C_MIN_K <= k <= _GEMM_MAX_K and n * od * oh * ow > 0
+            and ((c <= 4 and _FEW_C_MIN_K <= k)
+                 or (c >= _C_ORDER_GEMM_MIN_C and k >= 128 and kd * kh * kw > 1))
+            and k <= _GEMM_MAX_K and n * od * oh * ow > 0
             and bias_term is not None and np.isfinite(bias_term).all()
             and np.isfinite(multiplier).all()):
         return "gemm_im2col", mode, 0
