@@ -455,6 +455,8 @@ def test_channels_last_depthwise_avx2_equals_ref(monkeypatch, c, nd, k, stride, 
     (64, 20, 2, (3, 3), 1, 1, 1, (7, 9), 0, "gemm_im2col"),
     (48, 24, 2, (3, 3), 2, 1, 1, (9, 8), 2, "gemm_im2col"),
     (128, 16, 2, (1, 1), 2, 0, 1, (7, 7), 0, "gemm_im2col"),  # a strided 1x1
+    (64, 24, 2, (1, 1), 2, 0, 1, (9, 8), 1, "gemm_im2col"),   # ResNet's downsample, K = 64
+    (32, 8, 2, (1, 1), 1, 1, 1, (5, 6), 0, "gemm_im2col"),    # a padded 1x1
     (16, 8, 2, (3, 3), 1, 2, 2, (6, 10), 0, "gemm_im2col"),   # dilated, padding past taps
     (40, 12, 3, (3, 3, 3), 1, 1, 1, (3, 4, 5), 0, "gemm_im2col"),
     (20, 9, 1, (7,), 3, 3, 1, (40,), -1, "gemm_im2col"),

@@ -592,7 +592,7 @@ _GEMM_MAX_K = 33025
 _GEMM_MIN_C = 32          # below, the GEMM's per-row costs outweigh its faster products
 _GEMM_GRAIN = 262144      # multiply-adds per thread (as the linear family's)
 # bytes of im2col rows a thread fills and multiplies at once (kept in L2)
-_IM2COL_BLOCK_BYTES = 64 << 10
+_IM2COL_BLOCK_BYTES = 256 << 10
 # under 32 channels, output pixels per image up to which im2col rows and the GEMM beat the
 # planes kernel (from 32 channels they do on every grid; 1 thread, Zen 3)
 _IM2COL_MAX_PIXELS = 1600
@@ -764,9 +764,9 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
     'gemm_1x1': ungrouped 1x1, stride 1, no padding, 32+ channels, AVX2: the GEMM core
     on the pixels as rows (finite bias terms and multipliers: the GEMM sends NaN to the low
     bound, the conv kernels to the high one).
-    'gemm_im2col': other ungrouped convs with K = taps x C >= 128, AVX2, and 32+ channels
-    or 16+ on small grids (_IM2COL_MAX_PIXELS per image): im2col rows gathered and
-    multiplied by the GEMM core a block at a time.
+    'gemm_im2col': other ungrouped convs with K = taps x C >= 128 (or other 1x1 convs from
+    32 channels), AVX2, and 32+ channels or 16+ on small grids (_IM2COL_MAX_PIXELS per
+    image): im2col rows gathered and multiplied by the GEMM core a block at a time.
     'planes': everything else, `conv` on the same memory (its C-order result as a view).
     """
     c = x.shape[4]
@@ -790,7 +790,9 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
             and _GEMM_MIN_C <= c <= _GEMM_MAX_K):
         return "gemm_1x1"
     k = kd * kh * kw * c
-    if c >= 16 and 128 <= k <= _GEMM_MAX_K:
+    # (a strided or padded 1x1 from 32 channels: its rows are a gather of the input's pixels)
+    if ((c >= 16 and 128 <= k <= _GEMM_MAX_K)
+            or (kd * kh * kw == 1 and _GEMM_MIN_C <= c <= _GEMM_MAX_K)):
         n, d, h, w = x.shape[:4]
         od, oh, ow = _out_sizes((d, h, w), packed["kernel"], stride, padding, dilation)
         if c >= 32 or od * oh * ow <= _IM2COL_MAX_PIXELS:
