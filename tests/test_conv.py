@@ -463,7 +463,8 @@ def test_channels_last_depthwise_avx2_equals_ref(monkeypatch, c, nd, k, stride, 
     (33, 10, 2, (3, 3), (1, 50), 1, 1, (5, 9), 0, "gemm_im2col"),   # one output column
     (34, 8, 2, (3, 3), 1, 4, 1, (2, 3), 0, "gemm_im2col"),    # padding wider than the input
     (16, 8, 2, (2, 2), 1, 0, 1, (4, 5), 0, "planes"),          # K = 64: too short
-    (31, 16, 2, (1, 1), 1, 0, 1, (4, 5), 0, "planes"),         # 1x1 under 32 channels
+    (31, 16, 2, (1, 1), 1, 0, 1, (4, 5), 0, "gemm_1x1"),       # K under 32: padded rows
+    (15, 16, 2, (1, 1), 1, 0, 1, (4, 5), 0, "planes"),         # 1x1 under 16 channels
 ])
 def test_channels_last_gemm_routes_equal_ref(monkeypatch, c, o, nd, k, stride, padding, dilation,
                                             size, wzp, route):

@@ -589,7 +589,10 @@ def _conv_dw_cl_avx2(x, packed, x_zero_point, bias_term, multiplier, out_zero_po
 
 # the GEMM core's exactness bound on K (qops_gemm.h: 33025 * 255 * 255 < 2**31)
 _GEMM_MAX_K = 33025
-_GEMM_MIN_C = 32          # below, the GEMM's per-row costs outweigh its faster products
+# 1x1 convs from this many channels run on the GEMM core (below, its rows are mostly the
+# padding to 32 values and the planes kernel is as fast; 1 thread, Zen 3: MobileNet's
+# 1x1 16->96 at 112x112 level at batch 1, 0.53x -> 0.73x PyTorch at batch 8)
+_GEMM_MIN_C = 16
 _GEMM_GRAIN = 262144      # multiply-adds per thread (as the linear family's)
 # bytes of im2col rows a thread fills and multiplies at once (kept in L2)
 _IM2COL_BLOCK_BYTES = 256 << 10
@@ -761,11 +764,11 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
     'dw_planes': other depthwise convs: a C-order copy for the planes kernel, transposed back.
     'amx_im2col', 'amx_padded': ungrouped, symmetric weights, AMX tiles on im2col rows (under
     32 channels) or on a padded copy of the input.
-    'gemm_1x1': ungrouped 1x1, stride 1, no padding, 32+ channels, AVX2: the GEMM core
+    'gemm_1x1': ungrouped 1x1, stride 1, no padding, _GEMM_MIN_C+ channels, AVX2: the GEMM core
     on the pixels as rows (finite bias terms and multipliers: the GEMM sends NaN to the low
     bound, the conv kernels to the high one).
     'gemm_im2col': other ungrouped convs with K = taps x C >= 128 (or other 1x1 convs from
-    32 channels), AVX2, and 32+ channels or 16+ on small grids (_IM2COL_MAX_PIXELS per
+    _GEMM_MIN_C channels), AVX2, and 32+ channels or 16+ on small grids (_IM2COL_MAX_PIXELS per
     image): im2col rows gathered and multiplied by the GEMM core a block at a time.
     'planes': everything else, `conv` on the same memory (its C-order result as a view).
     """
@@ -790,7 +793,7 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
             and _GEMM_MIN_C <= c <= _GEMM_MAX_K):
         return "gemm_1x1"
     k = kd * kh * kw * c
-    # (a strided or padded 1x1 from 32 channels: its rows are a gather of the input's pixels)
+    # (a strided or padded 1x1 from _GEMM_MIN_C channels: its rows are the input's pixels)
     if ((c >= 16 and 128 <= k <= _GEMM_MAX_K)
             or (kd * kh * kw == 1 and _GEMM_MIN_C <= c <= _GEMM_MAX_K)):
         n, d, h, w = x.shape[:4]
