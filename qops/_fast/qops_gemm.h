@@ -56,9 +56,10 @@
  *       add up in int16 (<= 30720) before one vpmaddwd by 1 (xl) or 16 (xh) widens them:
  *       2.25 multiply uops per 32 products (pairsafe: 2). The former path, weights widened to
  *       int16 and vpmaddwd + vpaddd per 16 products, was slower on Zen 3. Taken where more
- *       than a quarter of a block's rows need it; a tile that needs it among fewer runs the
- *       pairsafe kernel twice instead, on min(x, 128) and the rest (qg_split).
- * A is read in place when K is whole 32-value chunks, else repacked per call (zero padded to
+ *       than a quarter of a block's rows need it and K makes whole chunks of 32 values; a tile
+ *       that needs it otherwise runs the pairsafe kernel twice instead, on min(x, 128) and
+ *       the rest (qg_split).
+ * A is read in place when K is whole 16-value blocks, else repacked per call (zero padded to
  * them), and nibble-split when a panel needs it, in row blocks of bounded size; panels packed
  * with k reordered ("Pairing" below) shuffle the rows of each micro-tile first. The kernels
  * are inline asm: GCC spills the 12-16 accumulators of the intrinsics versions.
@@ -141,10 +142,9 @@ static inline int qg_amx_k(ptrdiff_t K) { return qg_amx_state && K > 0 && K % 64
 
 static inline ptrdiff_t qg_npanels(ptrdiff_t N) { return (N + QG_NR - 1) / QG_NR; }
 #ifdef QG_AVX2
-/* AVX2: whole chunks of QG_CHUNK groups (zero weights past K) */
-static inline ptrdiff_t qg_groups(ptrdiff_t K) {
-    return ((K + QG_KG * QG_CHUNK - 1) / (QG_KG * QG_CHUNK)) * QG_CHUNK;
-}
+/* AVX2: whole blocks of 16 values of k (the pairing's and qg_reorder's unit; zero weights
+ * past K); the nibble kernel runs where they make whole chunks of QG_CHUNK groups */
+static inline ptrdiff_t qg_groups(ptrdiff_t K) { return ((K + 15) / 16) * 4; }
 #else
 static inline ptrdiff_t qg_groups(ptrdiff_t K) { return (K + QG_KG - 1) / QG_KG; }
 #endif
@@ -628,10 +628,15 @@ static __attribute__((noinline)) void qg_reorder(const uint8_t *A, ptrdiff_t la,
     for (int i = 0; i < mr; i++) {
         const uint8_t *a = A + i * la;
         uint8_t *t = tmp + i * Kp;
-        for (ptrdiff_t k = 0; k < Kp; k += 32)
+        ptrdiff_t k = 0;
+        for (; k + 32 <= Kp; k += 32)
             _mm256_storeu_si256((__m256i *)(t + k),
                                 _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(a + k)),
                                                     _mm256_loadu_si256((const __m256i *)(order + k))));
+        if (k < Kp)     /* a last block of 16 */
+            _mm_storeu_si128((__m128i *)(t + k),
+                             _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(a + k)),
+                                              _mm_loadu_si128((const __m128i *)(order + k))));
     }
 }
 
@@ -641,13 +646,21 @@ static __attribute__((noinline)) void qg_reorder(const uint8_t *A, ptrdiff_t la,
 static __attribute__((noinline)) void qg_split(const uint8_t *A, ptrdiff_t la, int mr,
                                                ptrdiff_t Kp, uint8_t *lo, uint8_t *hi) {
     const __m256i c128 = _mm256_set1_epi8((char)128);
-    for (int i = 0; i < mr; i++)
-        for (ptrdiff_t k = 0; k < Kp; k += 32) {
+    for (int i = 0; i < mr; i++) {
+        ptrdiff_t k = 0;
+        for (; k + 32 <= Kp; k += 32) {
             const __m256i x = _mm256_loadu_si256((const __m256i *)(A + i * la + k));
             const __m256i l = _mm256_min_epu8(x, c128);
             _mm256_storeu_si256((__m256i *)(lo + i * Kp + k), l);
             _mm256_storeu_si256((__m256i *)(hi + i * Kp + k), _mm256_sub_epi8(x, l));
         }
+        if (k < Kp) {   /* a last block of 16 */
+            const __m128i x = _mm_loadu_si128((const __m128i *)(A + i * la + k));
+            const __m128i l = _mm_min_epu8(x, _mm256_castsi256_si128(c128));
+            _mm_storeu_si128((__m128i *)(lo + i * Kp + k), l);
+            _mm_storeu_si128((__m128i *)(hi + i * Kp + k), _mm_sub_epi8(x, l));
+        }
+    }
 }
 
 QG_INLINE void qg_safe_mr(int mr, const uint8_t *A, ptrdiff_t la, ptrdiff_t G, const int8_t *b,
@@ -1112,9 +1125,9 @@ static void qg_block(qg_apk *ap, const uint8_t *A, ptrdiff_t lda, ptrdiff_t rows
     }
     ap->xmax = xmax;
     /* the rows as they are, for the pairsafe kernel (any tile may be safe), read in place
-     * where they are whole groups of 32 values */
+     * where they are whole blocks of 16 values */
     const int in_place = K == Kp;
-    ap->nib = unsafe * 4 > rows ? buf + rows * Kp : NULL;
+    ap->nib = unsafe * 4 > rows && (Kp / QG_KG) % QG_CHUNK == 0 ? buf + rows * Kp : NULL;
     ap->raw = in_place ? A : buf;
     ap->lr = in_place ? lda : Kp;
     qg_pack_a(A, lda, rows, K, Kp, in_place ? NULL : buf, (uint8_t *)ap->nib,
