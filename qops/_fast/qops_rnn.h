@@ -259,6 +259,17 @@ QR_INLINE void qr_fold(__m256 vlo, __m256 vhi, float* lo, float* hi) {
 }
 #endif
 
+/* *mn, *mx = lo, hi with h[j..width) folded in (the columns the vector loop left) */
+static inline void qr_minmax_tail(const float* h, ptrdiff_t j, ptrdiff_t width, float lo,
+                                  float hi, float* mn, float* mx) {
+    for (; j < width; j++) {
+        lo = h[j] < lo ? h[j] : lo;
+        hi = h[j] > hi ? h[j] : hi;
+    }
+    *mn = lo;
+    *mx = hi;
+}
+
 /* qops_lstm_cols_c with the row's min and max of h' folded into *mn, *mx (width >= 1). */
 static inline void qops_lstm_cols(const float* gi, ptrdiff_t sgi, const float* gh,
                                   ptrdiff_t sgh, const float* c, float* h_out, float* c_out,
@@ -294,15 +305,9 @@ static inline void qops_lstm_cols(const float* gi, ptrdiff_t sgi, const float* g
         qr_fold(vlo, vhi, &lo, &hi);
     }
 #endif
-    if (j < width) {
+    if (j < width)
         qops_lstm_cols_c(gi + j, sgi, gh + j, sgh, c + j, h_out + j, c_out + j, width - j);
-        for (; j < width; j++) {
-            lo = h_out[j] < lo ? h_out[j] : lo;
-            hi = h_out[j] > hi ? h_out[j] : hi;
-        }
-    }
-    *mn = lo;
-    *mx = hi;
+    qr_minmax_tail(h_out, j, width, lo, hi, mn, mx);
 }
 
 /* `width` columns of one batch row, the gates (i, f, g, o) `hs` apart (see qops_lstm_cols). */
@@ -349,15 +354,8 @@ static inline void qops_gru_cols(const float* gi, ptrdiff_t sgi, const float* gh
         qr_fold(vlo, vhi, &lo, &hi);
     }
 #endif
-    if (j < width) {
-        qops_gru_cols_c(gi + j, sgi, gh + j, sgh, h + j, h_out + j, width - j);
-        for (; j < width; j++) {
-            lo = h_out[j] < lo ? h_out[j] : lo;
-            hi = h_out[j] > hi ? h_out[j] : hi;
-        }
-    }
-    *mn = lo;
-    *mx = hi;
+    if (j < width) qops_gru_cols_c(gi + j, sgi, gh + j, sgh, h + j, h_out + j, width - j);
+    qr_minmax_tail(h_out, j, width, lo, hi, mn, mx);
 }
 
 /* `width` columns of one batch row, chunks (r, z, n) `hs` apart (see qops_gru_cols). */
