@@ -29,6 +29,9 @@ OPS = [
     ("sigmoid", lambda a, b: F.sigmoid(a), True),
     ("add", lambda a, b: F.add(a, b, 0.1, 100), True),
     ("mul_relu", lambda a, b: F.mul_relu(a, b, 0.1, 100), True),
+    # a squeeze-excite scale (N, C, 1, 1) broadcast over the channels-last block, either side
+    ("mul_broadcast", lambda a, b: F.mul(a, F.adaptive_avg_pool2d(b, 1), 0.1, 100), True),
+    ("add_broadcast", lambda a, b: F.add(F.adaptive_avg_pool2d(b, 1), a, 0.1, 100), True),
     ("add_scalar", lambda a, b: F.add_scalar(a, 0.7), True),
     ("dequantize", lambda a, b: a.dequantize(), True),
     ("requantize", lambda a, b: F.requantize(a, 0.03, 7), True),

@@ -48,10 +48,22 @@ def _binary_inputs(a, b, scale, zero_point, what):
                              f"do not broadcast") from None
     scale = qp.check_scale(scale)
     zero_point = qp.check_zero_point(zero_point, a.dtype)
-    # Broadcast operands are materialised so both kernels see two arrays of the output shape.
-    ra = a._int if a.shape == shape else np.ascontiguousarray(np.broadcast_to(a._int, shape))
-    rb = b._int if b.shape == shape else np.ascontiguousarray(np.broadcast_to(b._int, shape))
+    # Broadcast operands are materialised so both kernels see two arrays of the output shape,
+    # laid out as the operand that has it: x * scale of a channels-last x (a squeeze-excite
+    # block) stays channels last, as PyTorch's, and the kernels run over the memory as it lies.
+    ra = a._int if a.shape == shape else _broadcast(a._int, shape, b._int)
+    rb = b._int if b.shape == shape else _broadcast(b._int, shape, a._int)
     return ra, rb, scale, zero_point
+
+
+def _broadcast(r, shape, other):
+    """r broadcast to `shape` as a dense block, in the memory order of `other` where that
+    has the shape (C order otherwise)."""
+    full = np.broadcast_to(r, shape)
+    order = memory_order(other) if other.shape == shape else None
+    if order is None:
+        return np.ascontiguousarray(full)
+    return np.ascontiguousarray(full.transpose(order)).transpose(inverse(order))
 
 
 def _add(a, b, scale, zero_point, relu, what):
