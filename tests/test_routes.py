@@ -298,6 +298,7 @@ CONV = [
     ("conv_cl.planes", F.conv2d, _conv(1, 8, 8, 9, 3, True, padding=1)),
     ("conv.dw_through_nhwc", F.conv2d, _conv(1, 64, 64, 14, 3, False, groups=64, stride=2)),
     ("conv.dw_rows", F.conv2d, _conv(1, 8, 8, 12, 3, False, groups=8, padding=1)),
+    ("conv.gemm_1x1", F.conv2d, _conv(3, 72, 40, 1, 1, False, wzp=1)),
     ("conv.gemm_im2col", F.conv2d, _conv(3, 3, 20, 23, 7, False, stride=2, padding=3)),
     ("conv.planes.amx", F.conv2d, _conv(1, 32, 16, 9, 3, False, padding=1)),
     ("conv.planes.simd", F.conv2d, _conv(2, 5, 7, 9, 3, False, padding=1, wzp=2)),

@@ -303,6 +303,7 @@ ROUTES = {r.name: r for r in [
           "qops_conv_nhwc.h"),
     Route("conv.dw_rows", "qconv_dwr_channel (one channel per work item)",
           "qops_conv_dwrows_avx2.h" if _AVX2 else "qops_conv_dwrows_vnni.h"),
+    Route("conv.gemm_1x1", "qops_gemm_mt on single pixels as rows", "qops_gemm.h"),
     Route("conv.gemm_im2col", "a channels-last copy, then qconv_i2c_gemm",
           "qops_conv_im2col.h"),
     Route("conv.planes.amx", f"qconv_grouped/qconv_dw ({_PLANES_TIER[2]})", _PLANES_FILE[2]),
@@ -939,6 +940,8 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     channels are mostly padding) and K = taps x C >= _FEW_C_MIN_K (the stems: 7x7 on RGB),
     or _C_ORDER_GEMM_MIN_C+ channels, several taps and K >= 128: transposed to channels
     last, then conv_cl's im2col rows and GEMM core, the result channels last as PyTorch's.
+    'gemm_1x1': ungrouped 1x1 on single pixels (a squeeze-excite block's convs), AVX2, as
+    conv_cl's gemm_1x1: one pixel lies the same in both layouts.
     'dw_through_nhwc': symmetric depthwise with 32+ channels at a stride along W or on small
     planes, where the VNNI channels-last kernel wins even with the two transposes (at stride
     1 on large planes the transposes cost more than they save).
@@ -956,6 +959,12 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     sw = stride[2]
     od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
     k = kd * kh * kw * c
+    if (not dw and _MODE[0] == 1 and _AVX2 and groups == 1 and packed["kind"] == "grouped"
+            and d * h * wdt == 1 and (kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1)
+            and tuple(padding) == (0, 0, 0) and _GEMM_MIN_C <= c <= _GEMM_MAX_K
+            and n > 0 and x.flags.c_contiguous and bias_term is not None
+            and np.isfinite(bias_term).all() and np.isfinite(multiplier).all()):
+        return "gemm_1x1", mode, 0
     if (not dw and _MODE[0] == 1 and _AVX2 and groups == 1 and packed["kind"] == "grouped"
             and ((c <= 4 and _FEW_C_MIN_K <= k)
                  or (c >= _C_ORDER_GEMM_MIN_C and k >= 128 and kd * kh * kw > 1))
@@ -997,6 +1006,10 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
                                   multiplier)
     if _TRACE:
         _traced("conv." + route)
+    if route == "gemm_1x1":
+        y = _conv_cl_gemm(x.reshape(n, 1, 1, 1, c), packed, x_zero_point, bias_term,
+                          multiplier, out_zero_point, relu)
+        return y.reshape(n, 1, 1, 1, o).transpose(0, 4, 1, 2, 3)
     if route == "gemm_im2col":
         xc = _transposed(np.ascontiguousarray(x).reshape(n, c, -1), (n, d, h, wdt, c))
         y = _conv_cl_im2col_gemm(xc, packed, x_zero_point, bias_term, multiplier,
