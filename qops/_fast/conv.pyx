@@ -591,8 +591,7 @@ def _conv_dw_cl_avx2(x, packed, x_zero_point, bias_term, multiplier, out_zero_po
 # the GEMM core's exactness bound on K (qops_gemm.h: 33025 * 255 * 255 < 2**31)
 _GEMM_MAX_K = 33025
 # 1x1 convs from this many channels run on the GEMM core (below, its rows are mostly the
-# padding to 16 values and the planes kernel is as fast; 1 thread, Zen 3: MobileNet's
-# 1x1 16->96 at 112x112 level at batch 1, 0.53x -> 0.73x PyTorch at batch 8)
+# padding to 16 values and the planes kernel is faster; 1 thread, Zen 3)
 _GEMM_MIN_C = 16
 _GEMM_GRAIN = 262144      # multiply-adds per thread (as the linear family's)
 # bytes of im2col rows a thread fills and multiplies at once (kept in L2)
