@@ -644,7 +644,9 @@ cdef tuple _gemm_args(qops_gemm_b *b, qops_gemm_out *o, packed, Py_ssize_t k, bi
     mu = np.ascontiguousarray(multiplier, np.float32)
     b.data = <const int8_t*>qops_ptr(data)
     b.wsum = <const int32_t*>qops_ptr(wsum)
-    b.wzp = NULL if wzp is None else <const int32_t*>qops_ptr(wzp)
+    b.wzp = NULL
+    if wzp is not None:
+        b.wzp = <const int32_t*>qops_ptr(wzp)
     b.N, b.K = packed["O"], k
     o.kind = QOPS_GEMM_U8
     o.bias = <const float*>qops_ptr(bt)
