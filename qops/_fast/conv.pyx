@@ -320,7 +320,7 @@ def _built_here(name):
         return _DWCL2
     if name.startswith("conv_cl.amx") or name == "conv.planes.amx":
         return _AMX
-    if name.startswith("conv_cl.gemm") or name == "conv.gemm_im2col":
+    if name.startswith("conv_cl.gemm") or name.startswith("conv.gemm"):
         return _AVX2
     if name in ("conv.planes.simd", "conv.dw_rows"):
         return qconv_best_mode() >= 1
