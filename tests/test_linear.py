@@ -423,6 +423,31 @@ def test_gemm_paired_panels_exact():
     assert not reordered or sum(reordered) >= 5, reordered
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gemm_paired_panels_both_copies(threads):
+    # AVX2 keeps each reordered panel twice: in k order for tiles whose rows stay within 127
+    # (pair-safe on any weights), reordered for the tiles that need it; the split and nibble
+    # kernels read the copy in k order. Rows within 127 next to rows reaching 255, per tile
+    # and per block, over reordered panels and panels without a pairing.
+    r = u.rng(55)
+    reordered = []
+    for m, k, n in [(6, 64, 16), (13, 100, 40), (50, 147, 64), (97, 300, 33), (8, 513, 70)]:
+        wq = _bell_rows(r, n, k)
+        if n > 32:
+            wq[32] = 120                                  # panel 2 has no pairing
+        for stray in (0, 1, m // 3, m):
+            xq = r.integers(0, 128, (m, k)).astype(np.uint8)
+            rows = r.choice(m, stray, replace=False)
+            xq[rows] = r.integers(0, 256, (stray, k))
+            with qops.threads(threads):
+                _check_acc(xq, wq)
+                _check_acc(xq, wq, r.integers(-3, 4, n))
+        for kern in _isa_kernels():
+            if kern.__name__.split(".")[2] == "_avx2":
+                reordered.append(kern.pack_linear(wq, np.zeros(n, np.int32)).paired)
+    assert not reordered or sum(reordered) >= 3, reordered
+
+
 def test_gemm_pairing_search_reorders():
     # k values 0 and 1 both 100 in a column: their given pair would saturate at x = 255, but
     # pairing each with a small weight does not; the search must find such an order.

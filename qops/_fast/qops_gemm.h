@@ -171,8 +171,9 @@ static inline ptrdiff_t qops_gemm_packed_size(ptrdiff_t N, ptrdiff_t K) {
     ptrdiff_t per_panel = qg_groups(K) * QG_KG * QG_NR * QG_ELEM_BYTES;
     ptrdiff_t size = qg_npanels(N) * per_panel;
 #ifdef QG_AVX2
-    /* after the data, per panel: S, the pairing flag, the k order (see "Pairing" below) */
-    size += qg_npanels(N) * (2 * (ptrdiff_t)sizeof(int32_t) + qg_groups(K) * QG_KG);
+    /* after the panels in k order: the panels again with k reordered (see "Pairing" below),
+     * then per panel S, the pairing flag, the k order and S of the reordered copy */
+    size += qg_npanels(N) * (per_panel + 3 * (ptrdiff_t)sizeof(int32_t) + qg_groups(K) * QG_KG);
 #endif
     return size > 0 ? size : 1;
 }
@@ -182,17 +183,36 @@ static inline const int8_t *qg_panel_ptr(const int8_t *data, ptrdiff_t K, ptrdif
 }
 
 #ifdef QG_AVX2
+/* The reordered copy of panel p (see "Pairing"). */
+static inline const int8_t *qg_panel_re(const int8_t *data, ptrdiff_t N, ptrdiff_t K,
+                                        ptrdiff_t p) {
+    return qg_panel_ptr(data, K, qg_npanels(N) + p);
+}
+
+/* S per panel (int32 x P), then the flags (int32 x P), the orders (Kp bytes x P) and the
+ * reordered copies' S (int32 x P). */
+static inline int32_t *qg_meta(const int8_t *data, ptrdiff_t N, ptrdiff_t K) {
+    return (int32_t *)(void *)qg_panel_ptr(data, K, 2 * qg_npanels(N));
+}
+#endif
+
+#ifdef QG_AVX2
 /* Pairing (AVX2). vpmaddubsw sums the products of k values 2i and 2i+1; that sum can leave
  * int16 only where a column has two weights of one sign whose magnitudes add up past 128
  * (255 * 128 <= 32767). Few weights are that large, so for the 16 columns of one panel a
  * reordering of k that pairs no two such weights usually exists: k is reordered within
  * blocks of 16 values (one vpshufb lane), each block's pairing found by a small search at
- * pack time, and the panel's weights are packed in that order. Its S is then <= 128 and the
- * pairsafe kernel runs for any input, on A rows put in the same order (a vpshufb per 32
- * bytes, two blocks) just before the micro-kernel; a panel with no pairing for some block keeps k in
- * order (and takes the nibble kernel where its S needs it). After the packed data: S per
- * panel (int32 x P), the flags (int32 x P, 1 = reordered), the orders (Kp bytes a panel:
- * position k holds k value k - k % 16 + order[k] of W; values past K pick zero padding). */
+ * pack time, and a second copy of the panel's weights is packed in that order. Its S is then
+ * <= 128 and the pairsafe kernel runs on it for any input, on A rows put in the same order
+ * (a vpshufb per 32 bytes, two blocks) just before the micro-kernel. The copy in k order
+ * stays for the tiles that need no reordering: inputs up to 127 (PyTorch's x86 engine
+ * calibrates activations with reduce_range) are pair-safe on any weights (127 * 256 <=
+ * 32767), and reordering their rows took 8% of a 3x3 conv's time; the split and nibble
+ * kernels use it too. A panel with no pairing for some block has no reordered copy.
+ * Layout: the panels in k order, the reordered panels (zeros where there is none), then
+ * qg_meta: S per panel in k order (int32 x P), the flags (int32 x P, 1 = reordered), the
+ * orders (Kp bytes a panel: position k holds k value k - k % 16 + order[k] of W; values
+ * past K pick zero padding), S per reordered panel (int32 x P; = S where none). */
 
 /* whether k values a and b may share a vpmaddubsw pair: no column's same-sign sum past 128 */
 static int qg_pair_fits(const int8_t *T, ptrdiff_t N, int a, int b) {
@@ -261,9 +281,52 @@ static int qg_pair_order(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_t 
 }
 #endif
 
+/* Panel p of W (row n at W + n*ldw) into base: k value src(k) at packed position k, with
+ * order the panel's k order (or NULL: k in order). */
+static void qg_pack_panel(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_t K,
+                          ptrdiff_t p, const uint8_t *order, int8_t *base) {
+    const ptrdiff_t w = qg_panel_width(N, p), Kp = qg_groups(K) * QG_KG;
+    for (ptrdiff_t j = 0; j < w && p * QG_NR + j < N; j++) {
+        const int8_t *row = W + (p * QG_NR + j) * ldw;
+        for (ptrdiff_t k = 0; k < Kp; k++) {
+            const ptrdiff_t src = order ? k - k % 16 + order[k] : k;
+            if (src >= K) continue;
+            ptrdiff_t idx = ((k / QG_KG) * w + j) * QG_KG + k % QG_KG;
+#if QG_ELEM_BYTES == 1
+            base[idx] = row[src];
+#else
+            ((int16_t *)base)[idx] = row[src];
+#endif
+        }
+    }
+}
+
+#ifdef QG_AVX2
+/* S of panel p in the given k order (or NULL): the largest per-sign sum over a pair (k
+ * even, k + 1, in packed order) of one column. */
+static int32_t qg_pair_bound(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_t K,
+                             ptrdiff_t p, const uint8_t *order) {
+    const ptrdiff_t Kp = qg_groups(K) * QG_KG;
+    int32_t m = 0;
+    for (ptrdiff_t j = 0; j < QG_NR && p * QG_NR + j < N; j++) {
+        const int8_t *row = W + (p * QG_NR + j) * ldw;
+        for (ptrdiff_t k = 0; k < Kp; k += 2) {
+            const ptrdiff_t s0 = order ? k - k % 16 + order[k] : k;
+            const ptrdiff_t s1 = order ? k + 1 - (k + 1) % 16 + order[k + 1] : k + 1;
+            int32_t w0 = s0 < K ? row[s0] : 0, w1 = s1 < K ? row[s1] : 0;
+            int32_t pos = (w0 > 0 ? w0 : 0) + (w1 > 0 ? w1 : 0);
+            int32_t neg = (w0 < 0 ? -w0 : 0) + (w1 < 0 ? -w1 : 0);
+            m = pos > m ? pos : m;
+            m = neg > m ? neg : m;
+        }
+    }
+    return m;
+}
+#endif
+
 static void qops_gemm_pack(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_t K,
                            int8_t *packed, int32_t *wsum) {
-    ptrdiff_t P = qg_npanels(N), G = qg_groups(K);
+    ptrdiff_t P = qg_npanels(N);
     memset(packed, 0, (size_t)qops_gemm_packed_size(N, K));
     for (ptrdiff_t n = 0; n < N; n++) {
         int32_t s = 0;
@@ -271,65 +334,31 @@ static void qops_gemm_pack(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_
         wsum[n] = s;
     }
 #ifdef QG_AVX2
-    const ptrdiff_t Kp = G * QG_KG;
-    int32_t *S = (int32_t *)(packed + P * G * QG_KG * QG_NR);
-    int32_t *flag = S + P;
+    const ptrdiff_t Kp = qg_groups(K) * QG_KG;
+    int32_t *S = qg_meta(packed, N, K), *flag = S + P;
     uint8_t *orders = (uint8_t *)(flag + P);
-#define QG_SRC(k) ((k) - (k) % 16 + order[k])
-#else
-#define QG_SRC(k) (k)
+    int32_t *Sr = (int32_t *)(void *)(orders + P * Kp);
 #endif
     for (ptrdiff_t p = 0; p < P; p++) {
-        ptrdiff_t w = qg_panel_width(N, p);
-        int8_t *base = (int8_t *)qg_panel_ptr(packed, K, p);
+        qg_pack_panel(W, ldw, N, K, p, NULL, (int8_t *)qg_panel_ptr(packed, K, p));
 #ifdef QG_AVX2
-        /* the panel's k order (see "Pairing"): identity unless a pair in W's own order could
-         * saturate and a reordering avoids every such pair */
+        /* the panel's k order (see "Pairing"): a reordered copy where a pair in W's own order
+         * could saturate and a reordering avoids every such pair */
         uint8_t *order = orders + p * Kp;
         const ptrdiff_t cols = N - p * QG_NR < QG_NR ? N - p * QG_NR : QG_NR;
-        if (qg_pair_order(W + p * QG_NR * ldw, ldw, cols, K, Kp, order)) {
-            flag[p] = 0;
+        flag[p] = 0;
+        if (qg_pair_order(W + p * QG_NR * ldw, ldw, cols, K, Kp, order))
             for (ptrdiff_t k = 0; k < Kp; k++) flag[p] |= order[k] != k % 16;
-        } else {
+        if (!flag[p])
             for (ptrdiff_t k = 0; k < Kp; k++) order[k] = (uint8_t)(k % 16);
+        S[p] = qg_pair_bound(W, ldw, N, K, p, NULL);
+        Sr[p] = S[p];
+        if (flag[p]) {
+            qg_pack_panel(W, ldw, N, K, p, order, (int8_t *)qg_panel_re(packed, N, K, p));
+            Sr[p] = qg_pair_bound(W, ldw, N, K, p, order);
         }
 #endif
-        for (ptrdiff_t j = 0; j < w && p * QG_NR + j < N; j++) {
-            const int8_t *row = W + (p * QG_NR + j) * ldw;
-            for (ptrdiff_t k = 0; k < G * QG_KG; k++) {
-                const ptrdiff_t src = QG_SRC(k);
-                if (src >= K) continue;
-                ptrdiff_t idx = ((k / QG_KG) * w + j) * QG_KG + k % QG_KG;
-#if QG_ELEM_BYTES == 1
-                base[idx] = row[src];
-#else
-                ((int16_t *)base)[idx] = row[src];
-#endif
-            }
-        }
     }
-#ifdef QG_AVX2
-    /* S per panel: the largest per-sign sum over a pair (k even, k + 1, in packed order) of
-     * one column */
-    for (ptrdiff_t p = 0; p < P; p++) {
-        const uint8_t *order = orders + p * Kp;
-        int32_t m = 0;
-        for (ptrdiff_t j = 0; j < QG_NR && p * QG_NR + j < N; j++) {
-            const int8_t *row = W + (p * QG_NR + j) * ldw;
-            for (ptrdiff_t k = 0; k < Kp; k += 2) {
-                const ptrdiff_t s0 = QG_SRC(k), s1 = QG_SRC(k + 1);
-                int32_t w0 = s0 < K ? row[s0] : 0, w1 = s1 < K ? row[s1] : 0;
-                int32_t pos = (w0 > 0 ? w0 : 0) + (w1 > 0 ? w1 : 0);
-                int32_t neg = (w0 < 0 ? -w0 : 0) + (w1 < 0 ? -w1 : 0);
-                m = pos > m ? pos : m;
-                m = neg > m ? neg : m;
-            }
-        }
-        S[p] = m;
-    }
-#endif
-#undef QG_SRC
-    (void)G;
 }
 
 /* The depth the packed weight is padded to (with zero weights): A rows this long, whose
@@ -337,11 +366,31 @@ static void qops_gemm_pack(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_
 static inline ptrdiff_t qops_gemm_kpad(ptrdiff_t K) { return qg_groups(K) * QG_KG; }
 
 #ifdef QG_AVX2
-/* Panel p's k order (Kp bytes, within blocks of 16), or NULL when its k is in order. */
+/* Panel p's k order (Kp bytes, within blocks of 16) when it has a reordered copy, else NULL. */
 static inline const uint8_t *qg_order(const qops_gemm_b *B, ptrdiff_t p) {
     const ptrdiff_t P = qg_npanels(B->N), G = qg_groups(B->K);
-    const int32_t *flag = (const int32_t *)(const void *)(B->data + P * G * QG_KG * QG_NR) + P;
+    const int32_t *flag = qg_meta(B->data, B->N, B->K) + P;
     return flag[p] ? (const uint8_t *)(flag + P) + p * G * QG_KG : NULL;
+}
+
+/* S of the panels in k order (x P), and of their reordered copies (x P, = S where none). */
+static inline const int32_t *qg_s(const qops_gemm_b *B) { return qg_meta(B->data, B->N, B->K); }
+static inline const int32_t *qg_s_re(const qops_gemm_b *B) {
+    const ptrdiff_t P = qg_npanels(B->N);
+    return (const int32_t *)(const void *)((const uint8_t *)(qg_s(B) + 2 * P) +
+                                           P * qg_groups(B->K) * QG_KG);
+}
+
+/* The largest S over the panels, each in the better of its two orders (*seff), and in k
+ * order (*sid). */
+static inline void qg_s_max(const qops_gemm_b *B, int32_t *seff, int32_t *sid) {
+    const int32_t *S = qg_s(B), *Sr = qg_s_re(B);
+    *seff = *sid = 0;
+    for (ptrdiff_t p = 0; p < qg_npanels(B->N); p++) {
+        const int32_t e = Sr[p] < S[p] ? Sr[p] : S[p];
+        *seff = e > *seff ? e : *seff;
+        *sid = S[p] > *sid ? S[p] : *sid;
+    }
 }
 #endif
 
@@ -935,7 +984,7 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
     int32_t corr[QG_NR], wz[QG_NR], rs[QG_MR];
 #ifdef QG_AVX2
     const ptrdiff_t G = qg_groups(K);
-    const int32_t *S = (const int32_t *)(const void *)(B->data + qg_npanels(N) * G * QG_KG * QG_NR);
+    const int32_t *S = qg_s(B), *Sr = qg_s_re(B);
     /* rows of A in a reordered panel's k order (see "Pairing"): the calling thread's own */
     uint8_t *tmp = ap ? ap->tmp : NULL;
 #else
@@ -952,10 +1001,10 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
         const int width = (int)qg_panel_width(N, p);
         const int8_t *bp = qg_panel_ptr(B->data, K, p);
 #ifdef QG_AVX2
-        /* every vpmaddubsw pair sum of this panel fits in int16 (always, where k was
-         * reordered: S <= 128) */
+        /* the panel in k order, and its reordered copy if it has one (see "Pairing") */
         const uint8_t *order = qg_order(B, p);
-        const int32_t Sp = S[p];
+        const int8_t *bre = order ? qg_panel_re(B->data, N, K, p) : bp;
+        const int32_t Sp = S[p], Srp = Sr[p];
         (void)width;
 #endif
         for (ptrdiff_t j = 0; j < w; j++) {
@@ -984,14 +1033,18 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
             mr = left > QG_MR && left < QG_MR + 4 ? (left + 1) / 2 : (left < QG_MR ? left : QG_MR);
             const uint8_t *Am = A + m0 * lda;
 #ifdef QG_AVX2
-            /* exact in int16 pairs where the tile's largest value times S fits */
+            /* exact in int16 pairs where the tile's largest value times S fits: in k order
+             * if it does there, else on the reordered copy if it does there */
             int32_t tmax = ap ? ap->xmax : 0;
             if (ap && ap->rmax) {
                 tmax = 0;
                 for (ptrdiff_t i = 0; i < mr; i++) tmax = ap->rmax[m0 + i] > tmax ? ap->rmax[m0 + i] : tmax;
             }
-            if (ap) qg_micro_avx2((int)mr, ap, m0, tmax * Sp <= 32767, G, order, tmp, bp, acc);
-            else qg_micro_scalar((int)mr, Am, lda, K, qg_order(B, p), bp, acc);
+            if (!ap) qg_micro_scalar((int)mr, Am, lda, K, NULL, bp, acc);
+            else if (tmax * Sp <= 32767) qg_micro_avx2((int)mr, ap, m0, 1, G, NULL, tmp, bp, acc);
+            else if (order && tmax * Srp <= 32767)
+                qg_micro_avx2((int)mr, ap, m0, 1, G, order, tmp, bre, acc);
+            else qg_micro_avx2((int)mr, ap, m0, 0, G, NULL, tmp, bp, acc);
 #else
             qg_micro_dispatch((int)mr, width, Am, lda, K, bp, acc);
 #endif
@@ -1107,13 +1160,15 @@ static inline ptrdiff_t qg_block_bytes(ptrdiff_t rows, ptrdiff_t Kp) { return ro
  * it for most tiles. The rest take qg_split's two halves, or, where more than a quarter of
  * the rows need them, the nibble kernel on A split once for the block. */
 static void qg_block(qg_apk *ap, const uint8_t *A, ptrdiff_t lda, ptrdiff_t rows, ptrdiff_t K,
-                     ptrdiff_t Kp, int32_t smax, int32_t xmax, uint8_t *buf, int nthreads) {
+                     ptrdiff_t Kp, int32_t smax, int32_t sid, int32_t xmax, uint8_t *buf,
+                     int nthreads) {
     uint8_t *rmax = buf + 3 * rows * Kp;
     ptrdiff_t unsafe = 0;
     ap->Kp = Kp;
     ap->rmax = NULL;
-    if (smax <= 128) xmax = 255;   /* every panel safe for any input: xmax is not needed */
-    if (xmax * smax > 32767) {
+    /* the rows' maxima where a tile's kernel or weight copy depends on them (smax: the
+     * panels' largest S in the better of their orders; sid: in k order, >= smax) */
+    if (xmax * sid > 32767) {
         xmax = 0;
         for (ptrdiff_t i = 0; i < rows; i++) {
             const uint8_t m = qg_row_max(A + i * lda, K);
@@ -1136,11 +1191,10 @@ static void qg_block(qg_apk *ap, const uint8_t *A, ptrdiff_t lda, ptrdiff_t rows
 
 static void qg_run(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
                    const qops_gemm_b *B, const qops_gemm_out *out, int nthreads) {
-    const ptrdiff_t K = B->K, G = qg_groups(K), Kp = G * QG_KG, P = qg_npanels(B->N);
-    const int32_t *S = (const int32_t *)(const void *)(B->data + P * G * QG_KG * QG_NR);
+    const ptrdiff_t K = B->K, G = qg_groups(K), Kp = G * QG_KG;
     const size_t esize = out->kind == QOPS_GEMM_U8 ? 1 : 4;
-    int32_t smax = 0;
-    for (ptrdiff_t p = 0; p < P; p++) smax = S[p] > smax ? S[p] : smax;
+    int32_t smax, sid;
+    qg_s_max(B, &smax, &sid);
     ptrdiff_t sb = QG_APACK_BYTES / (3 * (Kp > 0 ? Kp : 1));
     sb = sb < QG_MB ? QG_MB : (sb / QG_MB) * QG_MB;
     if (sb > M) sb = M;
@@ -1156,7 +1210,7 @@ static void qg_run(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
         const ptrdiff_t rows = M - r0 < sb ? M - r0 : sb;
         const uint8_t *Ab = A + r0 * lda;
         qg_apk ap;
-        qg_block(&ap, Ab, lda, rows, K, Kp, smax, 255, buf, nthreads);
+        qg_block(&ap, Ab, lda, rows, K, Kp, smax, sid, 255, buf, nthreads);
         ap.tmp = buf + qg_block_bytes(sb, Kp);
         qops_gemm_out o = *out;
         o.out = (char *)out->out + (size_t)(r0 * out->ldc) * esize;
@@ -1188,11 +1242,10 @@ static void qops_gemm_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t
     const ptrdiff_t P = qg_npanels(B->N);
 #ifdef QG_AVX2
     const ptrdiff_t K = B->K, G = qg_groups(K), Kp = G * QG_KG;
-    const int32_t *S = (const int32_t *)(const void *)(B->data + P * G * QG_KG * QG_NR);
-    int32_t smax = 0;
-    for (ptrdiff_t p = 0; p < P; p++) smax = S[p] > smax ? S[p] : smax;
+    int32_t smax, sid;
+    qg_s_max(B, &smax, &sid);
     qg_apk ap;
-    qg_block(&ap, A, lda, M, K, Kp, smax, xmax, scratch, 1);
+    qg_block(&ap, A, lda, M, K, Kp, smax, sid, xmax, scratch, 1);
     ap.tmp = scratch + qg_block_bytes(M, Kp);
     qg_panels(A, lda, M, a_zp, B, 0, P, out, &ap);
 #else
