@@ -1076,6 +1076,24 @@ static inline int qg_sweep(const qops_gemm_b *B, ptrdiff_t npanels) {
 #endif
 }
 
+/* *o from output row r0 on. */
+static inline qops_gemm_out qg_out_from(const qops_gemm_out *o, ptrdiff_t r0) {
+    qops_gemm_out r = *o;
+    r.out = (char *)o->out + (size_t)(r0 * o->ldc) * (o->kind == QOPS_GEMM_U8 ? 1 : 4);
+    return r;
+}
+
+#ifdef QG_AVX2
+/* *ap from row r0 on (the same scratch). */
+static inline qg_apk qg_apk_from(const qg_apk *ap, ptrdiff_t r0) {
+    qg_apk a = *ap;
+    if (a.raw) a.raw += r0 * a.lr;
+    if (a.nib) a.nib += r0 * 2 * a.Kp;
+    if (a.rmax) a.rmax += r0;
+    return a;
+}
+#endif
+
 static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
                       const qops_gemm_b *B, ptrdiff_t p0, ptrdiff_t p1, const qops_gemm_out *o,
                       const qg_apk *ap) {
@@ -1086,19 +1104,11 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
         qg_panels_rows(A, lda, M, a_zp, B, p0, p1, o, ap);
         return;
     }
-    const size_t esize = o->kind == QOPS_GEMM_U8 ? 1 : 4;
     for (ptrdiff_t r0 = 0; r0 < M; r0 += rb) {
         const ptrdiff_t rows = M - r0 < rb ? M - r0 : rb;
-        qops_gemm_out og = *o;
-        og.out = (char *)o->out + (size_t)(r0 * o->ldc) * esize;
+        const qops_gemm_out og = qg_out_from(o, r0);
 #ifdef QG_AVX2
-        qg_apk ag;
-        if (ap) {
-            ag = *ap;
-            if (ag.raw) ag.raw += r0 * ag.lr;
-            if (ag.nib) ag.nib += r0 * 2 * ag.Kp;
-            if (ag.rmax) ag.rmax += r0;
-        }
+        const qg_apk ag = ap ? qg_apk_from(ap, r0) : (qg_apk){0};
         qg_panels_rows(A + r0 * lda, lda, rows, a_zp, B, p0, p1, &og, ap ? &ag : NULL);
 #else
         qg_panels_rows(A + r0 * lda, lda, rows, a_zp, B, p0, p1, &og, ap);
@@ -1120,7 +1130,6 @@ static void qg_tiles(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
 #endif
     mb = ((mb + mq - 1) / mq) * mq;
     const ptrdiff_t ntiles = P * nmb;
-    const size_t esize = out->kind == QOPS_GEMM_U8 ? 1 : 4;
     if (nthreads < 1) nthreads = 1;
     if (nthreads > ntiles) nthreads = (int)ntiles;
     /* Tiles panel-major (a thread's tiles share weight panels), or row-block-major for small
@@ -1131,15 +1140,11 @@ static void qg_tiles(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
         const ptrdiff_t p = sweep ? t % P : t / nmb, r0 = (sweep ? t / P : t % nmb) * mb;
         if (r0 < M) {
             const ptrdiff_t rows = M - r0 < mb ? M - r0 : mb;
-            qops_gemm_out o = *out;
-            o.out = (char *)out->out + (size_t)(r0 * out->ldc) * esize;
+            const qops_gemm_out o = qg_out_from(out, r0);
 #ifdef QG_AVX2
             qg_apk a2;
             if (ap) {
-                a2 = *ap;
-                if (a2.raw) a2.raw += r0 * a2.lr;
-                if (a2.nib) a2.nib += r0 * 2 * a2.Kp;
-                if (a2.rmax) a2.rmax += r0;
+                a2 = qg_apk_from(ap, r0);
                 /* this thread's slot (the team numbers its threads from 0) */
 #ifdef _OPENMP
                 a2.tmp += (ptrdiff_t)omp_get_thread_num() * QG_TMP_ROWS * a2.Kp;
@@ -1243,7 +1248,6 @@ static void qg_block(qg_apk *ap, const uint8_t *A, ptrdiff_t lda, ptrdiff_t rows
 static void qg_run(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
                    const qops_gemm_b *B, const qops_gemm_out *out, int nthreads) {
     const ptrdiff_t K = B->K, G = qg_groups(K), Kp = G * QG_KG;
-    const size_t esize = out->kind == QOPS_GEMM_U8 ? 1 : 4;
     int32_t smax, sid;
     qg_s_max(B, &smax, &sid);
     ptrdiff_t sb = QG_APACK_BYTES / (3 * (Kp > 0 ? Kp : 1));
@@ -1263,8 +1267,7 @@ static void qg_run(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
         qg_apk ap;
         qg_block(&ap, Ab, lda, rows, K, Kp, smax, sid, 255, buf, nthreads);
         ap.tmp = buf + qg_block_bytes(sb, Kp);
-        qops_gemm_out o = *out;
-        o.out = (char *)out->out + (size_t)(r0 * out->ldc) * esize;
+        const qops_gemm_out o = qg_out_from(out, r0);
         qg_tiles(Ab, lda, rows, a_zp, B, &o, nthreads, &ap);
     }
     free(buf);
