@@ -5,7 +5,8 @@
 
 Each model (random weights) is fused, calibrated with min/max observers on one batch and
 converted by PyTorch (x86 engine), then imported with `qops.nn.quantized.from_torch`; both run
-the same input, timed in alternating blocks. `--profile` times every leaf module in both (by
+the same input, timed in alternating blocks; the ratio is the median over the rounds of
+the two blocks of each round (_paired_ratio). `--profile` times every leaf module in both (by
 its name, through forward hooks) and prints the layers by their share of qops' time. The
 graph runner's own cost per node is measured on a chain of no-op nodes.
 """
@@ -86,8 +87,25 @@ def _is_fused(mod):
     return n.startswith(("Conv", "Linear", "BN")) and ("ReLU" in n or "BatchNorm" in n)
 
 
+#: alternating blocks per library and cell
+ROUNDS = 7
+
+
+def _paired_ratio(theirs, ours):
+    """PyTorch's time over qops', the median over rounds of each round's two adjacent blocks.
+
+    The VM these run on changes speed within seconds (PyTorch's own time for one model moved
+    by 30% between runs of the same day): the two blocks of a round see nearly the same
+    machine, so their ratio cancels that drift, which the ratio of each library's best block
+    does not (each may have met its quiet moment at a different time).
+    """
+    return float(np.median(np.asarray(theirs) / np.asarray(ours)))
+
+
 def run(names=None, threads=(1,), batches=(1,), seconds=1.0, profile=False, out=sys.stdout):
-    """Time the models; return rows (model, batch, threads, torch ms, qops ms)."""
+    """Time the models; return rows (model, batch, threads, torch ms, qops ms, ratio).
+
+    The times are each library's best block median; the ratio is _paired_ratio's."""
     warnings.filterwarnings("ignore")
     try:
         import torch
@@ -101,7 +119,7 @@ def run(names=None, threads=(1,), batches=(1,), seconds=1.0, profile=False, out=
         out.write("torchvision's model code is not found: install torchvision (or unpack it "
                   "and set QOPS_TORCHVISION_PATH)\n")
         return []
-    from qops.bench import _rotated_us
+    from qops.bench import _rotated_blocks
     rows = []
     out.write(f"graph runner: {node_overhead_us():.2f} us per node (no-op nodes)\n")
     for name in names or MODELS:
@@ -117,10 +135,13 @@ def run(names=None, threads=(1,), batches=(1,), seconds=1.0, profile=False, out=
             for n in threads:
                 torch.set_num_threads(n)
                 with qops.threads(n), torch.no_grad():
-                    t = _rotated_us({"torch": lambda: tm(x), "qops": lambda: g(xn)}, seconds)
-                rows.append((name, b, n, t["torch"] / 1e3, t["qops"] / 1e3))
+                    blocks = _rotated_blocks({"torch": lambda: tm(x), "qops": lambda: g(xn)},
+                                             seconds, ROUNDS)
+                t = {k: min(v) for k, v in blocks.items()}
+                ratio = _paired_ratio(blocks["torch"], blocks["qops"])
+                rows.append((name, b, n, t["torch"] / 1e3, t["qops"] / 1e3, ratio))
                 out.write(f"  batch {b} threads {n}: torch {t['torch'] / 1e3:8.2f} ms  qops "
-                          f"{t['qops'] / 1e3:8.2f} ms  {t['torch'] / t['qops']:.2f}x\n")
+                          f"{t['qops'] / 1e3:8.2f} ms  {ratio:.2f}x\n")
             if profile:
                 _profile(torch, tm, g, x, xn, threads[0], out)
     _table(rows, out)
@@ -155,7 +176,9 @@ def _table(rows, out):
     if not rows:
         return
     out.write("\nmodel                 batch  thr   torch ms    qops ms   qops vs torch\n")
-    for name, b, n, t, q in rows:
-        out.write(f"{name:<21} {b:>5} {n:>4} {t:10.2f} {q:10.2f}   {t / q:6.2f}x\n")
-    out.write("(qops vs torch = PyTorch's time / qops' time: above 1x means qops is faster)\n")
+    for name, b, n, t, q, ratio in rows:
+        out.write(f"{name:<21} {b:>5} {n:>4} {t:10.2f} {q:10.2f}   {ratio:6.2f}x\n")
+    out.write(f"(qops vs torch = PyTorch's time / qops' time, the median over {ROUNDS} rounds "
+              "of two adjacent blocks: above 1x means qops is faster; the times are each "
+              "library's best block)\n")
 

@@ -50,13 +50,18 @@ def _rotated_us(calls, seconds, rounds=5):
     hits every callable alike instead of whichever happened to run during it, and noise, which
     only ever slows a block down, is left out as far as one block is free of it.
     """
+    return {name: min(v) for name, v in _rotated_blocks(calls, seconds, rounds).items()}
+
+
+def _rotated_blocks(calls, seconds, rounds=5):
+    """{name: [block median (µs) per round]} of callables timed in alternating blocks."""
     for fn in calls.values():
         fn()                                     # warm-up
     blocks = {name: [] for name in calls}
     for _ in range(rounds):
         for name, fn in calls.items():
             blocks[name].append(_median_us(fn, seconds / rounds))
-    return {name: min(v) for name, v in blocks.items()}
+    return blocks
 
 
 def _nbytes(obj):
