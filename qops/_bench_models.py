@@ -94,10 +94,9 @@ ROUNDS = 7
 def _paired_ratio(theirs, ours):
     """PyTorch's time over qops', the median over rounds of each round's two adjacent blocks.
 
-    The VM these run on changes speed within seconds (PyTorch's own time for one model moved
-    by 30% between runs of the same day): the two blocks of a round see nearly the same
-    machine, so their ratio cancels that drift, which the ratio of each library's best block
-    does not (each may have met its quiet moment at a different time).
+    The shared VMs these run on change speed within seconds: the two blocks of a round see
+    nearly the same machine, so their ratio cancels that drift, which the ratio of each
+    library's best block does not (each may have met its quiet moment at a different time).
     """
     return float(np.median(np.asarray(theirs) / np.asarray(ours)))
 

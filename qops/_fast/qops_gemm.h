@@ -207,8 +207,8 @@ static inline int32_t *qg_meta(const int8_t *data, ptrdiff_t N, ptrdiff_t K) {
  * (a vpshufb per 32 bytes, two blocks) just before the micro-kernel. The copy in k order
  * stays for the tiles that need no reordering: inputs up to 127 (PyTorch's x86 engine
  * calibrates activations with reduce_range) are pair-safe on any weights (127 * 256 <=
- * 32767), and reordering their rows took 8% of a 3x3 conv's time; the split and nibble
- * kernels use it too. A panel with no pairing for some block has no reordered copy.
+ * 32767), so they skip reordering their rows, a pass over A per tile and panel; the split
+ * and nibble kernels use it too. A panel with no pairing for some block has no reordered copy.
  * Layout: the panels in k order, the reordered panels (zeros where there is none), then
  * qg_meta: S per panel in k order (int32 x P), the flags (int32 x P, 1 = reordered), the
  * orders (Kp bytes a panel: position k holds k value k - k % 16 + order[k] of W; values
@@ -726,7 +726,7 @@ QG_INLINE void qg_safe_mr(int mr, const uint8_t *A, ptrdiff_t la, ptrdiff_t G, c
 
 /* order: the panel's k order (or NULL), tmp: QG_TMP_ROWS * Kp bytes. Not safe: the nibble
  * kernel where the block was nibble-split, else the pairsafe kernel on the tile's two
- * halves (qg_split; a panel that needs either keeps k in order, see "Pairing"). */
+ * halves (qg_split; both read the panel in k order, see "Pairing"). */
 static void qg_micro_avx2(int mr, const qg_apk *ap, ptrdiff_t m0, int safe, ptrdiff_t G,
                           const uint8_t *order, uint8_t *tmp, const int8_t *b, int32_t *acc) {
     const ptrdiff_t Kp = ap->Kp;
@@ -1061,8 +1061,8 @@ static void qg_panels_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t
  * or row block (qg_tiles), all panels of one group before the next; larger ones panel by
  * panel over all rows, each panel kept in L1/L2 while it is reused. With 16-column panels
  * (AVX2, portable C), panel after panel over all rows writes each output line in 16-byte
- * pieces at times far apart and reads A's rows once a panel: a 1x1 conv 64->256 on 8 x
- * 56 x 56 pixels (M 25088, weights 16 KB) ran 1.06x faster row block by row block. */
+ * pieces at times far apart (evicted in between once the output outgrows the caches) and
+ * reads A's rows once a panel. */
 #define QG_SWEEP_BYTES ((ptrdiff_t)256 << 10)
 /* rows of A per group of qg_panels: at most this many bytes of them, kept in L1 */
 #define QG_GROUP_BYTES 32768

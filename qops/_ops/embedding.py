@@ -246,8 +246,8 @@ def _bag_args(input, offsets, include_last_offset, per_sample_weights, mode, pad
             full[-1] = idx.shape[0]
         if full.shape[0] > 1 and full[0] != 0:
             raise ValueError(f"offsets must start at 0; got {int(full[0])}")
-        # a compare of shifted views: half the time of np.diff's (10k offsets: 7 vs 16 us,
-        # against an 850 us lookup of 200k entries of 32 bytes)
+        # a compare of shifted views, without np.diff's int64 temporary: on small cached
+        # tables this check is a visible part of the call
         if (full[1:] < full[:-1]).any():
             raise ValueError("offsets must be non-decreasing")
         if full[-1] > idx.shape[0]:
