@@ -199,6 +199,21 @@ def test_save_load_round_trip(tmp_path, dtype):
     np.testing.assert_array_equal(fresh(idx, off), qmodel[0](idx, off), strict=True)
 
 
+@pytest.mark.parametrize("cls", [qnn.Embedding, qnn.EmbeddingBag])
+def test_float_module_tables_start_a_cache_line(tmp_path, cls):
+    # a row of 64 floats is 4 lines from a line's start, 5 from numpy's usual 16 bytes past
+    r = np.random.default_rng(13)
+    w = r.standard_normal((50, 64)).astype(np.float32)
+    for made in (cls(50, 64), cls(50, 64, _weight=w), cls.from_pretrained(w)):
+        assert made.weight.ctypes.data % 64 == 0
+    m = cls(50, 64)
+    m.load_state_dict({"weight": w})
+    assert m.weight.ctypes.data % 64 == 0
+    np.testing.assert_array_equal(m.weight, w, strict=True)
+    qops.save(m, tmp_path / "e.npz")
+    assert qops.load(tmp_path / "e.npz").weight.ctypes.data % 64 == 0
+
+
 # -- hostile inputs ------------------------------------------------------------------------------
 
 @pytest.fixture
