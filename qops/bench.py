@@ -2,6 +2,7 @@
 
     python -m qops.bench [--ops conv2d,linear] [--family conv] [--threads 1,2] [--seconds 0.3]
     python -m qops.bench --models [resnet18,...] [--batch 1,8] [--threads 1,2] [--profile]
+    python -m qops.bench --zoo [resnet50,...] [--batch 1] [--no-ref]   # every layer shape
 
 Prints one table row per op and benchmark case: median microseconds per call for `ref`,
 `fast` and PyTorch (when installed), then fast's speed-up over ref and over PyTorch. The
@@ -116,14 +117,28 @@ def _settle_allocator():
     del block
 
 
+def _zoo_cases(spec, models, batches):
+    """The op's layer-zoo cases of any of `models` ("all": every model) at `batches`."""
+    from qops._registry import _zoo
+    found = _zoo.models(spec.name)
+    return {name: build for name, build in spec.zoo.items()
+            if (models == "all" or set(found[name]) & set(models))
+            and (not batches or any(name.endswith((f"_b{b}", f"_b{b}_cl")) for b in batches))}
+
+
 def run(ops=None, families=None, threads=(1,), seconds=0.3, backends=("ref", "fast", "torch"),
-        cases=None, out=sys.stdout, bandwidth=False):
-    """Time the selected registry ops; return rows (op, case, threads, {backend: us})."""
+        cases=None, out=sys.stdout, bandwidth=False, zoo=None, batches=None):
+    """Time the selected registry ops; return rows (op, case, threads, {backend: us}).
+
+    zoo : None for the ops' benchmark cases; "all" or a list of model names for the layer
+        zoo's cases of those models (qops/_registry/_zoo.py), at `batches` (None: all)
+    """
     torch = _torch() if "torch" in backends else None
     _settle_allocator()
     specs = [s for s in all_specs()
              if (not ops or s.name in ops) and (not families or s.family in families)]
-    jobs = [(s, name, build) for s in specs for name, build in s.bench.items()
+    jobs = [(s, name, build) for s in specs
+            for name, build in (s.bench if zoo is None else _zoo_cases(s, zoo, batches)).items()
             if not cases or name in cases]
     rows = []
     total = len(jobs) * len(threads)
@@ -155,7 +170,20 @@ def run(ops=None, families=None, threads=(1,), seconds=0.3, backends=("ref", "fa
             step += 1
     _progress(total, total, "done")
     _print(rows, out, torch is not None, bandwidth)
+    if zoo is not None and torch is not None:
+        _zoo_summary(rows, out)
     return rows
+
+
+def _zoo_summary(rows, out, floor=0.9):
+    """How many zoo cases are below `floor` x PyTorch, the slowest listed."""
+    ratios = sorted((t["torch"] / t["fast"], op, case, n) for op, case, n, t in rows
+                    if t.get("torch") and t.get("fast"))
+    low = [r for r in ratios if r[0] < floor]
+    out.write(f"zoo: {len(ratios)} cases, {len(low)} below {floor}x PyTorch; "
+              f"median {ratios[len(ratios) // 2][0]:.2f}x\n" if ratios else "zoo: no cases\n")
+    for ratio, op, case, n in low:
+        out.write(f"  {ratio:.2f}x  {op} {case} t{n}\n")
 
 
 def _fmt(v):
@@ -210,7 +238,12 @@ def main(argv=None):
     p.add_argument("--models", nargs="?", const="all", default=None,
                    help="time whole torchvision int8 models in PyTorch and imported into qops "
                         "(comma-separated names, default all) instead of the ops")
-    p.add_argument("--batch", default="1", help="with --models: comma-separated batch sizes")
+    p.add_argument("--zoo", nargs="?", const="all", default=None,
+                   help="time the layer zoo (every distinct layer shape of the benchmark "
+                        "models; comma-separated model names, default all) instead of the "
+                        "ops' benchmark cases")
+    p.add_argument("--batch", default=None,
+                   help="with --models or --zoo: comma-separated batch sizes (--models: 1)")
     p.add_argument("--profile", action="store_true",
                    help="with --models: per-layer times and ratios, largest share first")
     a = p.parse_args(argv)
@@ -221,12 +254,23 @@ def main(argv=None):
         if unknown:
             p.error(f"unknown models {sorted(unknown)}; choose from {sorted(_bench_models.MODELS)}")
         _bench_models.run(names, [int(t) for t in a.threads.split(",")],
-                          [int(b) for b in a.batch.split(",")], max(a.seconds, 1.0), a.profile)
+                          [int(b) for b in (a.batch or "1").split(",")], max(a.seconds, 1.0),
+                          a.profile)
         return 0
+    zoo = None
+    if a.zoo is not None:
+        from qops import _bench_models
+        zoo = "all" if a.zoo == "all" else a.zoo.split(",")
+        unknown = set(zoo if zoo != "all" else ()) - set(_bench_models.MODELS)
+        if unknown:
+            p.error(f"unknown models {sorted(unknown)}; choose from {sorted(_bench_models.MODELS)}")
+    batches = [int(b) for b in a.batch.split(",")] if a.batch else None
     if a.list:
         try:
             for s in all_specs():
-                print(f"{s.family:<11} {s.name:<24} {', '.join(s.bench)}")
+                names = s.bench if zoo is None else _zoo_cases(s, zoo, batches)
+                if names:
+                    print(f"{s.family:<11} {s.name:<24} {', '.join(names)}")
             sys.stdout.flush()
         except BrokenPipeError:
             # `... --list | head` closed the pipe: stop quietly, as Unix tools do.
@@ -236,7 +280,7 @@ def main(argv=None):
                 if not (b == "ref" and a.no_ref) and not (b == "torch" and a.no_torch)]
     split = lambda v: [x for x in v.split(",") if x] if v else None  # noqa: E731
     run(split(a.ops), split(a.family), [int(t) for t in a.threads.split(",")], a.seconds,
-        backends, split(a.cases), bandwidth=a.bandwidth)
+        backends, split(a.cases), bandwidth=a.bandwidth, zoo=zoo, batches=batches)
     return 0
 
 

@@ -10,9 +10,11 @@ registered op:
   both alike (ops without a PyTorch oracle have none).
 
 Cases are the registry's benchmark cases (fixed seeds, built on first use and cached), labelled
-without the op's name. The thread count is ``QOPS_ASV_THREADS`` (default 1), for qops and PyTorch
-alike. There is no ``peakmem`` benchmark: asv measures the whole process's peak, which is the
-interpreter's, not the op's.
+without the op's name. `make_zoo` adds ``time_zoo_<op>(case, backend)`` (fast and torch: the
+reference would take hours over the zoo) and ``track_zoo_<op>_speedup`` over the layer zoo's
+cases, every distinct layer of the benchmark models (qops/_registry/_zoo.py). The thread count
+is ``QOPS_ASV_THREADS`` (default 1), for qops and PyTorch alike. There is no ``peakmem``
+benchmark: asv measures the whole process's peak, which is the interpreter's, not the op's.
 """
 import os
 import sys
@@ -43,18 +45,19 @@ def label(spec, name):
     return name
 
 
-def _case(spec, case_label):
-    key = (spec.name, case_label)
+def _case(spec, case_label, zoo=False):
+    key = (spec.name, case_label, zoo)
     if key not in _CASES:
-        name = next(n for n in spec.bench if label(spec, n) == case_label)
-        _CASES[key] = spec.bench[name]()
+        builders = spec.zoo if zoo else spec.bench
+        name = next(n for n in builders if label(spec, n) == case_label)
+        _CASES[key] = builders[name]()
     return _CASES[key]
 
 
-def _prepare(spec, case_label, backend):
+def _prepare(spec, case_label, backend, zoo=False):
     """The call to time: built once, warmed up (packing caches, first-touch page faults)."""
     _settle_allocator()     # as qops.bench: no backend pays fresh pages per call
-    case = _case(spec, case_label)
+    case = _case(spec, case_label, zoo)
     n = threads()
     if backend == "torch":
         torch = _torch()
@@ -73,18 +76,18 @@ def _prepare(spec, case_label, backend):
     return call
 
 
-def _time_benchmark(spec):
-    labels = [label(spec, n) for n in spec.bench]
+def _time_benchmark(spec, zoo=False):
+    labels = [label(spec, n) for n in (spec.zoo if zoo else spec.bench)]
 
     def setup(case_label, backend):
-        _CALLS["time"] = _prepare(spec, case_label, backend)
+        _CALLS["time"] = _prepare(spec, case_label, backend, zoo)
 
     def bench(case_label, backend):
         _CALLS["time"]()
 
-    bench.__name__ = f"time_{spec.name}"
+    bench.__name__ = f"time_zoo_{spec.name}" if zoo else f"time_{spec.name}"
     bench.setup = setup
-    bench.params = [labels, BACKENDS]
+    bench.params = [labels, [b for b in BACKENDS if not (zoo and b == "ref")]]
     bench.param_names = ["case", "backend"]
     # The reference takes seconds on the large cases: one sample is enough for it, while the
     # fast calls still get up to 10 within the 2 s budget.
@@ -93,19 +96,19 @@ def _time_benchmark(spec):
     return bench
 
 
-def _speedup_benchmark(spec):
-    labels = [label(spec, n) for n in spec.bench]
+def _speedup_benchmark(spec, zoo=False):
+    labels = [label(spec, n) for n in (spec.zoo if zoo else spec.bench)]
 
     def setup(case_label):
-        _CALLS["speedup"] = (_prepare(spec, case_label, "torch"),
-                             _prepare(spec, case_label, "fast"))
+        _CALLS["speedup"] = (_prepare(spec, case_label, "torch", zoo),
+                             _prepare(spec, case_label, "fast", zoo))
 
     def track(case_label):
         torch_call, fast_call = _CALLS["speedup"]
         us = _rotated_us({"torch": torch_call, "fast": fast_call}, seconds=0.5)
         return us["torch"] / us["fast"]
 
-    track.__name__ = f"track_{spec.name}_speedup"
+    track.__name__ = f"track_zoo_{spec.name}_speedup" if zoo else f"track_{spec.name}_speedup"
     track.setup = setup
     track.params = [labels]
     track.param_names = ["case"]
@@ -123,4 +126,13 @@ def make(family, namespace):
         namespace[fn.__name__] = fn
         if spec.torch is not None:
             fn = _speedup_benchmark(spec)
+            namespace[fn.__name__] = fn
+
+
+def make_zoo(namespace):
+    """Add the time and speed-up benchmarks of the layer zoo's cases of every op that has any."""
+    for spec in all_specs():
+        if not spec.zoo:
+            continue
+        for fn in (_time_benchmark(spec, zoo=True), _speedup_benchmark(spec, zoo=True)):
             namespace[fn.__name__] = fn

@@ -63,6 +63,12 @@ class OpSpec:
     runner: Optional[Callable[[Case], Callable[[], Any]]] = None
     oracle_case: Optional[Callable[[Case], Case]] = None
 
+    @property
+    def zoo(self):
+        """{name: () -> Case}: the layer zoo's cases of this op (`_zoo.py`), often none."""
+        from qops._registry import _zoo
+        return _zoo.cases(self.name)
+
     def qops_call(self, case):
         """A zero-argument callable running this op on `case` with the active backend."""
         if self.runner is not None:
