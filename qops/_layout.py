@@ -13,6 +13,14 @@ def memory_order(a):
     C-contiguous (nothing to undo)."""
     if a.flags.c_contiguous or a.ndim < 2:
         return None
+    if a.ndim == 4:
+        # the common case first: a channels-last image with C, H, W > 1 (the general rule
+        # below gives the same order at a tenth of the cost, which small layers notice)
+        n, c, h, w = a.shape
+        s, it = a.strides, a.itemsize
+        if (c > 1 and h > 1 and w > 1 and s[1] == it and s[3] == c * it
+                and s[2] == w * c * it and (n == 1 or s[0] == h * w * c * it)):
+            return [0, 2, 3, 1]
     # axes of size 1 have no place in memory (numpy gives them any stride, e.g. after a
     # reshape of a transposed view): the others by stride, each size-1 axis before the first
     # of them with a larger index, so an image of a batch of 1 is still (N, H, W, C)
