@@ -306,6 +306,10 @@ ROUTES = {r.name: r for r in [
     Route("conv.gemm_1x1", "qops_gemm_mt on single pixels as rows", "qops_gemm.h"),
     Route("conv.gemm_im2col", "a channels-last copy, then qconv_i2c_gemm",
           "qops_conv_im2col.h"),
+    Route("conv.gemm_1x1_cl", "a channels-last copy, then qops_gemm_mt on its pixels as rows",
+          "qops_gemm.h"),
+    Route("conv.dw_through_cl", "a channels-last copy, then qconv_dwcl2_rows (AVX2)",
+          "qops_conv_dwcl_avx2.h"),
     Route("conv.planes.amx", f"qconv_grouped/qconv_dw ({_PLANES_TIER[2]})", _PLANES_FILE[2]),
     Route("conv.planes.simd", f"qconv_grouped/qconv_dw ({_PLANES_TIER[1]})", _PLANES_FILE[1]),
     Route("conv.planes.portable", f"qconv_grouped/qconv_dw ({_PLANES_TIER[0]})",
@@ -316,7 +320,7 @@ ROUTES = {r.name: r for r in [
 def _built_here(name):
     if name in ("conv_cl.dw_vnni", "conv.dw_through_nhwc"):
         return _DWCL
-    if name == "conv_cl.dw_avx2":
+    if name in ("conv_cl.dw_avx2", "conv.dw_through_cl"):
         return _DWCL2
     if name.startswith("conv_cl.amx") or name == "conv.planes.amx":
         return _AMX
@@ -606,6 +610,10 @@ _FEW_C_MIN_K = 64
 # im2col rows of a channels-last copy: the copy costs less than the planes kernel loses
 # (1 thread, Zen 3: 3x3 at 7x7 to 56x56 grids, 16 to 512 channels)
 _C_ORDER_GEMM_MIN_C = 16
+# C-order depthwise convs (32+ channels, AVX2) on planes up to this many pixels, or strided,
+# run channels last through a copy: per channel the planes kernel's fixed costs outweigh its
+# work on small planes (measured in the zoo, 1 thread, Zen 3)
+_DW_CL_MAX_PIXELS = 1024
 
 
 def _gemm_weights(packed, Py_ssize_t kp=0):
@@ -943,6 +951,13 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     last, then conv_cl's im2col rows and GEMM core, the result channels last as PyTorch's.
     'gemm_1x1': ungrouped 1x1 on single pixels (a squeeze-excite block's convs), AVX2, as
     conv_cl's gemm_1x1: one pixel lies the same in both layouts.
+    'gemm_1x1_cl': other ungrouped 1x1 convs (stride 1, no padding) from _GEMM_MIN_C
+    channels, AVX2: transposed to channels last, then conv_cl's gemm_1x1, the result channels
+    last (strided or padded 1x1 convs take 'gemm_im2col'). The planes kernel runs a 1x1 conv
+    on small grids at 0.4-0.8x of this (zoo, 1 thread, Zen 3).
+    'dw_through_cl': depthwise with 32+ channels on AVX2 where the planes run short (at
+    most _DW_CL_MAX_PIXELS input pixels a channel) or strided: transposed to channels last,
+    then conv_cl's dw_avx2, the result channels last.
     'dw_through_nhwc': symmetric depthwise with 32+ channels at a stride along W or on small
     planes, where the VNNI channels-last kernel wins even with the two transposes (at stride
     1 on large planes the transposes cost more than they save).
@@ -966,9 +981,17 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
             and n > 0 and x.flags.c_contiguous and bias_term is not None
             and np.isfinite(bias_term).all() and np.isfinite(multiplier).all()):
         return "gemm_1x1", mode, 0
+    gemm_ok = (not dw and _MODE[0] == 1 and _AVX2 and groups == 1
+               and packed["kind"] == "grouped" and n * od * oh * ow > 0
+               and bias_term is not None and np.isfinite(bias_term).all()
+               and np.isfinite(multiplier).all())
+    if (gemm_ok and (kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1)
+            and tuple(padding) == (0, 0, 0) and _GEMM_MIN_C <= c <= _GEMM_MAX_K):
+        return "gemm_1x1_cl", mode, 0
     if (not dw and _MODE[0] == 1 and _AVX2 and groups == 1 and packed["kind"] == "grouped"
             and ((c <= 4 and _FEW_C_MIN_K <= k)
-                 or (c >= _C_ORDER_GEMM_MIN_C and k >= 128 and kd * kh * kw > 1))
+                 or (c >= _C_ORDER_GEMM_MIN_C and k >= 128 and kd * kh * kw > 1)
+                 or (c >= _GEMM_MIN_C and kd * kh * kw == 1))
             and k <= _GEMM_MAX_K and n * od * oh * ow > 0
             and bias_term is not None and np.isfinite(bias_term).all()
             and np.isfinite(multiplier).all()):
@@ -977,6 +1000,9 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
             and (sw > 1 or d * h * wdt <= 1024) and x.flags.c_contiguous
             and n * od * oh * ow > 0 and kd * kh <= QCONV_DWCL_MAX_ROWS):
         return "dw_through_nhwc", mode, 0
+    if (dw and _DWCL2 and mode >= 1 and c >= 32 and kd * kh * kw <= QCONV_DWCL2_MAX_TAPS
+            and (sw > 1 or d * h * wdt <= _DW_CL_MAX_PIXELS) and n * od * oh * ow > 0):
+        return "dw_through_cl", mode, 0
     if (dw and mode >= 1 and sw == 1 and kw <= 4 and kd * kh <= qconv_dwr_max_nq()
             and qconv_dwr_available() and x.size > 0 and n * o * od * oh * ow > 0):
         owp = (ow + 15) // 16 * 16
@@ -1011,6 +1037,16 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
         y = _conv_cl_gemm(x.reshape(n, 1, 1, 1, c), packed, x_zero_point, bias_term,
                           multiplier, out_zero_point, relu)
         return y.reshape(n, 1, 1, 1, o).transpose(0, 4, 1, 2, 3)
+    if route == "gemm_1x1_cl":
+        xc = _transposed(np.ascontiguousarray(x).reshape(n, c, -1), (n, d, h, wdt, c))
+        y = _conv_cl_gemm(xc, packed, x_zero_point, bias_term, multiplier, out_zero_point,
+                          relu)
+        return y.transpose(0, 4, 1, 2, 3)
+    if route == "dw_through_cl":
+        xc = _transposed(np.ascontiguousarray(x).reshape(n, c, -1), (n, d, h, wdt, c))
+        y = _conv_dw_cl_avx2(xc, packed, x_zero_point, bias_term, multiplier, out_zero_point,
+                             relu, stride, padding, dilation)
+        return y.transpose(0, 4, 1, 2, 3)
     if route == "gemm_im2col":
         xc = _transposed(np.ascontiguousarray(x).reshape(n, c, -1), (n, d, h, wdt, c))
         y = _conv_cl_im2col_gemm(xc, packed, x_zero_point, bias_term, multiplier,
