@@ -98,14 +98,41 @@ def check_channel_qparams(scales, zero_points, dtype, length, scales_name="scale
     return scales, zps
 
 
+# Memos of f32 and inv_scale for positive Python floats: a model passes the same few scales
+# on every call, and numpy's scalar round trip costs about 1 us, a tenth of a small op.
+# Only positive results are kept (-0.0 == 0.0 would share an entry); bounded, cleared when
+# full.
+_F32_MEMO: dict = {}
+_INV_MEMO: dict = {}
+_MEMO_MAX = 4096
+
+
 def f32(value):
     """The float32 rounding of `value`, as a Python float."""
-    return float(F32(value))
+    try:
+        return _F32_MEMO[value]
+    except (KeyError, TypeError):
+        pass
+    r = float(F32(value))
+    if type(value) is float and r > 0:
+        if len(_F32_MEMO) >= _MEMO_MAX:
+            _F32_MEMO.clear()
+        _F32_MEMO[value] = r
+    return r
 
 
 def inv_scale(scale):
     """f32(1.0f / f32(scale)): the float32 inverse scale PyTorch's quantize multiplies by."""
-    return float(F32(1.0) / F32(scale))
+    try:
+        return _INV_MEMO[scale]
+    except (KeyError, TypeError):
+        pass
+    r = float(F32(1.0) / F32(scale))
+    if type(scale) is float and r > 0:
+        if len(_INV_MEMO) >= _MEMO_MAX:
+            _INV_MEMO.clear()
+        _INV_MEMO[scale] = r
+    return r
 
 
 def inv_scales(scales):

@@ -300,6 +300,28 @@ def test_gemm_paths_fast_equals_ref(threads):
         assert len(np.unique(res["ref"][0])) > 20
 
 
+@pytest.mark.parametrize("n", [8, 13, 24, 31, 40, 72])
+def test_gemm_partial_panels_store_in_vectors(n):
+    # a last panel of 8-15 columns stores its first 8 in a vector and the rest one by one:
+    # u8 (with and without relu and bias) and float outputs, against the reference
+    r = u.rng(53 + n)
+    wq = r.integers(-100, 100, (n, 40)).astype(np.int8)
+    w = qops.make_per_channel_quantized_tensor(wq, r.uniform(0.001, 0.01, n),
+                                               np.zeros(n, np.int64), 0)
+    x = _x(r, (29, 40), zp=7)
+    b = r.normal(0, 5, n).astype(np.float32)
+    xf = r.normal(0, 1, (29, 40)).astype(np.float32)
+    res = {}
+    for backend in BACKENDS:
+        with qops.backend(backend):
+            res[backend] = (F.linear(x, w, b, 0.5, 120)._int, F.linear(x, w, None, 0.5, 3)._int,
+                            F.linear_relu(x, w, b, 0.5, 120)._int,
+                            F.linear_dynamic(xf, w, b, reduce_range=True),
+                            F.linear_relu_dynamic(xf, w, None, reduce_range=False))
+    for got, want in zip(res["fast"], res["ref"]):
+        np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("amx", [True, False])
 def test_gemm_amx_blocks_equal_ref(amx):
     # The AVX-512 build multiplies 32-row blocks with AMX tiles where the CPU has them (K a
