@@ -43,10 +43,16 @@ def channels_last_order(ndim):
     return [0] + list(range(2, ndim)) + [1]
 
 
+# the same orders (lists, as memory_order returns) and their inverses, built once: the
+# layout checks run on every call of a small op
+CL_ORDER = {n: channels_last_order(n) for n in range(3, 9)}
+CL_BACK = {n: inverse(o) for n, o in CL_ORDER.items()}
+
+
 def is_channels_last(a):
     """True when `a` (N, C, ...) lies channels last in memory and is not also C-contiguous
     (then any kernel can take it as it is)."""
-    return a.ndim >= 3 and memory_order(a) == channels_last_order(a.ndim)
+    return a.ndim >= 3 and memory_order(a) == CL_ORDER.get(a.ndim)
 
 
 def elementwise(kernel, raw, *args):

@@ -162,6 +162,8 @@ def run(ops=None, families=None, threads=(1,), seconds=0.3, backends=("ref", "fa
                 with qops.backend("fast"), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     times.update(_rotated_us(calls, seconds))
+                    if zoo is not None and spec.name in ("conv2d", "linear") and "fast" in calls:
+                        times["macs"] = _macs(spec.name, case, calls["fast"]())
                     if bandwidth and "fast" in calls:
                         moved = _nbytes(case.args) + _nbytes(calls["fast"]())
                         times["bytes"] = moved
@@ -175,8 +177,33 @@ def run(ops=None, families=None, threads=(1,), seconds=0.3, backends=("ref", "fa
     return rows
 
 
-def _zoo_summary(rows, out, floor=0.9):
-    """How many zoo cases are below `floor` x PyTorch, the slowest listed."""
+def _macs(op, case, result):
+    """Multiply-adds of one conv2d or linear call (from its weight and result shapes)."""
+    w = case.args[1]
+    per_output = int(np.prod(w.shape[1:]))      # (C / groups) x taps, or in_features
+    return int(np.prod(result.shape)) * per_output
+
+
+def _peak():
+    """(int8 products per second per core, how counted) of the tier in use, at the clock the
+    OS reports (a VM's nominal clock: the true one may differ)."""
+    from qops._show import config_info
+    kernel = config_info()["gemm_kernel"]
+    per_cycle, what = ((1024, "AMX: 1024") if "AMX" in kernel else
+                       (64, "VNNI: 64") if "VNNI" in kernel else
+                       (32, "AVX2: 32") if "AVX2" in kernel else (0, "portable C"))
+    mhz = 0.0
+    try:
+        with open("/proc/cpuinfo") as f:
+            mhz = next(float(line.split(":")[1]) for line in f if line.startswith("cpu MHz"))
+    except (OSError, StopIteration, ValueError):
+        pass
+    return per_cycle * mhz * 1e6, f"{what} products a cycle at {mhz:.0f} MHz"
+
+
+def _zoo_summary(rows, out, floor=0.9, big=50e6, share=0.8):
+    """How many zoo cases are below `floor` x PyTorch, the slowest listed; and the conv and
+    linear cases of more than `big` multiply-adds below `share` of the tier's int8 peak."""
     ratios = sorted((t["torch"] / t["fast"], op, case, n) for op, case, n, t in rows
                     if t.get("torch") and t.get("fast"))
     low = [r for r in ratios if r[0] < floor]
@@ -184,6 +211,16 @@ def _zoo_summary(rows, out, floor=0.9):
               f"median {ratios[len(ratios) // 2][0]:.2f}x\n" if ratios else "zoo: no cases\n")
     for ratio, op, case, n in low:
         out.write(f"  {ratio:.2f}x  {op} {case} t{n}\n")
+    peak, how = _peak()
+    heavy = sorted((t["macs"] / (t["fast"] * 1e-6) / (peak * n), op, case, n, t["macs"])
+                   for op, case, n, t in rows if t.get("macs", 0) > big and t.get("fast"))
+    if heavy and peak > 0:
+        under = [h for h in heavy if h[0] < share]
+        out.write(f"zoo: {len(heavy)} conv/linear cases over {big / 1e6:.0f} M multiply-adds, "
+                  f"{len(under)} below {share:.0%} of the int8 peak ({how}); median "
+                  f"{heavy[len(heavy) // 2][0]:.0%}\n")
+        for frac, op, case, n, macs in under:
+            out.write(f"  {frac:4.0%}  {op} {case} t{n} ({macs / 1e6:.0f} M)\n")
 
 
 def _fmt(v):

@@ -228,6 +228,27 @@ def _cl(raw, scale=0.1, zp=3):
     return qops.make_per_tensor_quantized_tensor(u._layout(raw, "cl"), scale, zp)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int32])
+def test_channels_last_max_pool_blocks_and_tails_equal_ref(dtype):
+    # channel counts around the 64-, 32- and 16-byte blocks and the byte tail, windows cut
+    # by padding and ceil mode, a dilation: the fast kernel (C order's values) vs the ref
+    r = u.rng(23)
+    info = np.iinfo(dtype)
+    for c in (1, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 80, 97, 130):
+        raw = r.integers(max(info.min, -5000), min(info.max, 5000) + 1,
+                         size=(2, c, 9, 11)).astype(dtype)
+        x = _cl(raw, zp=0)
+        for kw in (dict(kernel_size=3, stride=1, padding=1, ceil_mode=True),
+                   dict(kernel_size=3, stride=2, padding=0, ceil_mode=True),
+                   dict(kernel_size=2, stride=2),
+                   dict(kernel_size=3, stride=2, padding=1, dilation=2)):
+            with qops.backend("fast"):
+                got = F.max_pool2d(x, **kw)
+            with qops.backend("ref"):
+                want = F.max_pool2d(x, **kw)
+            np.testing.assert_array_equal(got.int_repr(), want.int_repr(), err_msg=f"{c} {kw}")
+
+
 # issue 19 #3: channels-last avg/adaptive/max pools shared a struct filled in a prange body
 @pytest.mark.parametrize("op", ["avg", "adaptive", "max"])
 def test_issue19_channels_last_pools_two_threads(op):

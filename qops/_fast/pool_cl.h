@@ -199,8 +199,73 @@ static void NAME(const T *const *rows, T *restrict out, const qpc_mrow *g) {    
         }                                                                                      \
     }                                                                                          \
 }
+#if defined(__AVX2__) && !defined(__AVX512BW__)
+/* AVX2, 8-bit: the same loops with the block in two ymm (one for 32 channels, an xmm for
+ * 16), each tap's address a step from the last. GCC kept the generic 64-byte block on the
+ * stack and stored it in xmm pieces, and recomputed each tap's address: 0.5-0.8x PyTorch's
+ * channels-last max pool before (zoo, 1 thread, Zen 3). */
+#define QPC_MAX_ROW_AVX2(NAME, T, LO, MAX256, MAX128)                                          \
+static void NAME(const T *const *rows, T *restrict out, const qpc_mrow *g) {                  \
+    const ptrdiff_t C = g->C, step = g->dW * C;                                                \
+    const __m256i lo = _mm256_set1_epi8((char)(LO));                                           \
+    for (ptrdiff_t ow = 0; ow < g->OW; ow++) {                                                 \
+        ptrdiff_t base = ow * g->sW - g->pW, k0 = 0, k1 = g->kW;                               \
+        if (base < 0) k0 = (-base + g->dW - 1) / g->dW;                                        \
+        if (base + (k1 - 1) * g->dW >= g->W) k1 = (g->W - 1 - base) / g->dW + 1;               \
+        if (k1 < k0) k1 = k0;                                                                  \
+        const ptrdiff_t nt = k1 - k0, off = (base + k0 * g->dW) * C;                           \
+        T *o = out + ow * C;                                                                   \
+        ptrdiff_t c0 = 0;                                                                      \
+        for (; c0 + 64 <= C; c0 += 64) {                                                       \
+            __m256i a0 = lo, a1 = lo;                                                          \
+            for (ptrdiff_t r = 0; r < g->nrows; r++) {                                         \
+                const T *p = rows[r] + off + c0;                                               \
+                for (ptrdiff_t k = 0; k < nt; k++, p += step) {                                \
+                    a0 = MAX256(a0, _mm256_loadu_si256((const __m256i *)p));                   \
+                    a1 = MAX256(a1, _mm256_loadu_si256((const __m256i *)(p + 32)));            \
+                }                                                                              \
+            }                                                                                  \
+            _mm256_storeu_si256((__m256i *)(o + c0), a0);                                      \
+            _mm256_storeu_si256((__m256i *)(o + c0 + 32), a1);                                 \
+        }                                                                                      \
+        if (c0 + 32 <= C) {                                                                    \
+            __m256i a0 = lo;                                                                   \
+            for (ptrdiff_t r = 0; r < g->nrows; r++) {                                         \
+                const T *p = rows[r] + off + c0;                                               \
+                for (ptrdiff_t k = 0; k < nt; k++, p += step)                                  \
+                    a0 = MAX256(a0, _mm256_loadu_si256((const __m256i *)p));                   \
+            }                                                                                  \
+            _mm256_storeu_si256((__m256i *)(o + c0), a0);                                      \
+            c0 += 32;                                                                          \
+        }                                                                                      \
+        if (c0 + 16 <= C) {                                                                    \
+            __m128i a0 = _mm256_castsi256_si128(lo);                                           \
+            for (ptrdiff_t r = 0; r < g->nrows; r++) {                                         \
+                const T *p = rows[r] + off + c0;                                               \
+                for (ptrdiff_t k = 0; k < nt; k++, p += step)                                  \
+                    a0 = MAX128(a0, _mm_loadu_si128((const __m128i *)p));                      \
+            }                                                                                  \
+            _mm_storeu_si128((__m128i *)(o + c0), a0);                                         \
+            c0 += 16;                                                                          \
+        }                                                                                      \
+        for (ptrdiff_t c = c0; c < C; c++) {                                                   \
+            T m = LO;                                                                          \
+            for (ptrdiff_t r = 0; r < g->nrows; r++)                                           \
+                for (ptrdiff_t k = 0; k < nt; k++) {                                           \
+                    T v = rows[r][off + k * step + c];                                         \
+                    m = v > m ? v : m;                                                         \
+                }                                                                              \
+            o[c] = m;                                                                          \
+        }                                                                                      \
+    }                                                                                          \
+}
+QPC_MAX_ROW_AVX2(qpc_max_row_u8, uint8_t, 0, _mm256_max_epu8, _mm_max_epu8)
+QPC_MAX_ROW_AVX2(qpc_max_row_s8, int8_t, -128, _mm256_max_epi8, _mm_max_epi8)
+#undef QPC_MAX_ROW_AVX2
+#else
 QPC_MAX_ROW(qpc_max_row_u8, uint8_t, 0)
 QPC_MAX_ROW(qpc_max_row_s8, int8_t, -128)
+#endif
 QPC_MAX_ROW(qpc_max_row_s32, int32_t, INT32_MIN)
 #undef QPC_MAX_ROW
 #undef QPC_MAX_BLOCK

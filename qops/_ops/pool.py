@@ -11,7 +11,7 @@ import numpy as np
 
 from qops import _config
 from qops._dtypes import qint8, qint32, quint8
-from qops._layout import channels_last_order, inverse, is_channels_last
+from qops._layout import CL_BACK, CL_ORDER, is_channels_last
 from qops._ops import _check
 from qops._qtensor import QTensor
 
@@ -166,7 +166,7 @@ def _channels_last(input, nsp):
             or input._int.ndim != nsp + 2 or 0 in input.shape
             or not is_channels_last(input._int)):
         return None
-    xm = input._int.transpose(channels_last_order(nsp + 2))
+    xm = input._int.transpose(CL_ORDER[nsp + 2])
     return xm.reshape((xm.shape[0],) + (1,) * (3 - nsp) + xm.shape[1:])
 
 
@@ -174,7 +174,7 @@ def _wrap_cl(input, nsp, y):
     """A pool's (N, OD, OH, OW, C) result as the logical (N, C, ...) QTensor, still lying
     channels last."""
     y = y.reshape(y.shape[:1] + y.shape[4 - nsp:])
-    return _wrap(input, y.transpose(inverse(channels_last_order(nsp + 2))))
+    return _wrap(input, y.transpose(CL_BACK[nsp + 2]))
 
 
 def _max_pool(nsp, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
