@@ -212,9 +212,11 @@ def _zoo_summary(rows, out, floor=0.9, big=50e6, share=0.8):
     for ratio, op, case, n in low:
         out.write(f"  {ratio:.2f}x  {op} {case} t{n}\n")
     peak, how = _peak()
+    if peak <= 0:           # the portable build, or no clock known: no peak to compare with
+        return
     heavy = sorted((t["macs"] / (t["fast"] * 1e-6) / (peak * n), op, case, n, t["macs"])
                    for op, case, n, t in rows if t.get("macs", 0) > big and t.get("fast"))
-    if heavy and peak > 0:
+    if heavy:
         under = [h for h in heavy if h[0] < share]
         out.write(f"zoo: {len(heavy)} conv/linear cases over {big / 1e6:.0f} M multiply-adds, "
                   f"{len(under)} below {share:.0%} of the int8 peak ({how}); median "

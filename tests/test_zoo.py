@@ -103,7 +103,7 @@ def test_asv_has_the_zoo():
 def test_zoo_summary_counts_slow_cases_and_peak_shares():
     import io
 
-    from qops.bench import _macs, _zoo_summary
+    from qops.bench import _macs, _peak, _zoo_summary
     spec = get_spec("conv2d")
     case = spec.zoo["3s1p1_64to64_56x56_b1"]()
     assert _macs("conv2d", case, spec.qops_call(case)()) == 64 * 56 * 56 * 64 * 9
@@ -113,5 +113,5 @@ def test_zoo_summary_counts_slow_cases_and_peak_shares():
     _zoo_summary(rows, out)
     text = out.getvalue()
     assert "zoo: 2 cases, 1 below 0.9x PyTorch" in text and "0.80x  conv2d a t1" in text
-    if "products a cycle at 0 MHz" not in text and "portable" not in text:
-        assert "1 conv/linear cases over 50 M multiply-adds" in text
+    # the share of the peak where the tier has one (not the portable build)
+    assert ("1 conv/linear cases over 50 M multiply-adds" in text) == (_peak()[0] > 0)
