@@ -99,7 +99,7 @@ def check_channel_qparams(scales, zero_points, dtype, length, scales_name="scale
 
 
 # Memos of f32 and inv_scale for positive Python floats: a model passes the same few scales
-# on every call, and numpy's scalar round trip costs about 1 us, a tenth of a small op.
+# on every call, and each would otherwise be a numpy scalar round trip.
 # Only positive results are kept (-0.0 == 0.0 would share an entry); bounded, cleared when
 # full.
 _F32_MEMO: dict = {}

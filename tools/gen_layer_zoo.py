@@ -34,10 +34,6 @@ LAYERS = (
 '''
 
 
-def _t(v):
-    return tuple(v) if isinstance(v, (tuple, list)) else v
-
-
 def _pair(v):
     return (v, v) if isinstance(v, int) else tuple(v)
 

@@ -612,7 +612,7 @@ _FEW_C_MIN_K = 64
 _C_ORDER_GEMM_MIN_C = 16
 # C-order depthwise convs (32+ channels, AVX2) on planes up to this many pixels, or strided,
 # run channels last through a copy: per channel the planes kernel's fixed costs outweigh its
-# work on small planes (measured in the zoo, 1 thread, Zen 3)
+# work on small planes
 _DW_CL_MAX_PIXELS = 1024
 
 
@@ -953,8 +953,8 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     conv_cl's gemm_1x1: one pixel lies the same in both layouts.
     'gemm_1x1_cl': other ungrouped 1x1 convs (stride 1, no padding) from _GEMM_MIN_C
     channels, AVX2: transposed to channels last, then conv_cl's gemm_1x1, the result channels
-    last (strided or padded 1x1 convs take 'gemm_im2col'). The planes kernel runs a 1x1 conv
-    on small grids at 0.4-0.8x of this (zoo, 1 thread, Zen 3).
+    last (strided or padded 1x1 convs take 'gemm_im2col'): the planes kernel has no depth to
+    vectorize over in a 1x1 conv, the GEMM core has the channels.
     'dw_through_cl': depthwise with 32+ channels on AVX2 where the planes run short (at
     most _DW_CL_MAX_PIXELS input pixels a channel) or strided: transposed to channels last,
     then conv_cl's dw_avx2, the result channels last.
@@ -988,13 +988,10 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     if (gemm_ok and (kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1)
             and tuple(padding) == (0, 0, 0) and _GEMM_MIN_C <= c <= _GEMM_MAX_K):
         return "gemm_1x1_cl", mode, 0
-    if (not dw and _MODE[0] == 1 and _AVX2 and groups == 1 and packed["kind"] == "grouped"
+    if (gemm_ok and k <= _GEMM_MAX_K
             and ((c <= 4 and _FEW_C_MIN_K <= k)
                  or (c >= _C_ORDER_GEMM_MIN_C and k >= 128 and kd * kh * kw > 1)
-                 or (c >= _GEMM_MIN_C and kd * kh * kw == 1))
-            and k <= _GEMM_MAX_K and n * od * oh * ow > 0
-            and bias_term is not None and np.isfinite(bias_term).all()
-            and np.isfinite(multiplier).all()):
+                 or (c >= _GEMM_MIN_C and kd * kh * kw == 1))):
         return "gemm_im2col", mode, 0
     if (dw and _DWCL and mode >= 1 and packed["symmetric"] and c >= 32
             and (sw > 1 or d * h * wdt <= 1024) and x.flags.c_contiguous

@@ -201,9 +201,8 @@ static void NAME(const T *const *rows, T *restrict out, const qpc_mrow *g) {    
 }
 #if defined(__AVX2__) && !defined(__AVX512BW__)
 /* AVX2, 8-bit: the same loops with the block in two ymm (one for 32 channels, an xmm for
- * 16), each tap's address a step from the last. GCC kept the generic 64-byte block on the
- * stack and stored it in xmm pieces, and recomputed each tap's address: 0.5-0.8x PyTorch's
- * channels-last max pool before (zoo, 1 thread, Zen 3). */
+ * 16), each tap's address a step from the last: GCC kept the generic 64-byte block on the
+ * stack, stored it in xmm pieces and recomputed each tap's address. */
 #define QPC_MAX_ROW_AVX2(NAME, T, LO, MAX256, MAX128)                                          \
 static void NAME(const T *const *rows, T *restrict out, const qpc_mrow *g) {                  \
     const ptrdiff_t C = g->C, step = g->dW * C;                                                \

@@ -915,7 +915,7 @@ static inline void qg_store16(const int32_t *ai, const int32_t *corr, const int3
 }
 
 /* The same for 8 columns: the half panel of N = 24, 40, 72, ... (8 of every 16 such convs'
- * last panel), which the scalar loop stored at about a tenth of the speed. */
+ * last panel), rather than the scalar formulas. */
 static inline void qg_store8(const int32_t *ai, const int32_t *corr, const int32_t *wz,
                              uint32_t r, ptrdiff_t j0, ptrdiff_t row, ptrdiff_t n0,
                              const qops_gemm_out *o) {

@@ -20,8 +20,6 @@ from qops._registry import _util as u
 from qops._registry._zoo_layers import LAYERS
 
 BATCHES = (1, 8)
-ZOO_OPS = ("conv2d", "linear", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "add",
-           "add_relu", "mul", "cat")
 
 
 def _activation(r, shape, layout="c"):
@@ -133,6 +131,7 @@ _MAKERS = {"conv2d": _conv, "linear": _linear, "max_pool2d": _pool("max_pool2d")
            "avg_pool2d": _pool("avg_pool2d"), "adaptive_avg_pool2d": _pool("adaptive_avg_pool2d"),
            "add": _binary("add"), "add_relu": _binary("add_relu"), "mul": _binary("mul"),
            "cat": _cat}
+ZOO_OPS = tuple(_MAKERS)            # the registry ops the zoo has cases of
 
 
 def cases(op):
