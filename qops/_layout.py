@@ -7,20 +7,27 @@ order take their input through QTensor._cint, which transposes such blocks in ti
 """
 
 
+# The channels-last order of a 4-d image and its inverse, returned shared (callers read the
+# orders memory_order and inverse return, never change them): no list built per call.
+_CL4 = [0, 2, 3, 1]
+_CL4_BACK = [0, 3, 1, 2]
+
+
 def memory_order(a):
     """`a`'s axes from outermost to innermost in memory when `a` is a permuted C-contiguous
     block (a channels-last NCHW view, a transpose), else None; None too when `a` is already
     C-contiguous (nothing to undo)."""
-    if a.flags.c_contiguous or a.ndim < 2:
-        return None
     if a.ndim == 4:
         # the common case first: a channels-last image with C, H, W > 1, known by its strides
-        # (the general rule below gives the same order, with sorting, on every small op)
+        # (the general rule below gives the same order, with sorting, on every small op); such
+        # an array is never also C-contiguous
         n, c, h, w = a.shape
         s, it = a.strides, a.itemsize
         if (c > 1 and h > 1 and w > 1 and s[1] == it and s[3] == c * it
                 and s[2] == w * c * it and (n == 1 or s[0] == h * w * c * it)):
-            return [0, 2, 3, 1]
+            return _CL4
+    if a.flags.c_contiguous or a.ndim < 2:
+        return None
     # axes of size 1 have no place in memory (numpy gives them any stride, e.g. after a
     # reshape of a transposed view): the others by stride, each size-1 axis before the first
     # of them with a larger index, so an image of a batch of 1 is still (N, H, W, C)
@@ -32,6 +39,8 @@ def memory_order(a):
 
 def inverse(order):
     """The permutation undoing `order`: a.transpose(order).transpose(inverse(order)) is a."""
+    if order is _CL4:
+        return _CL4_BACK
     inv = [0] * len(order)
     for i, axis in enumerate(order):
         inv[axis] = i
@@ -46,6 +55,7 @@ def channels_last_order(ndim):
 # the same orders (lists, as memory_order returns) and their inverses, built once: the
 # layout checks run on every call of a small op
 CL_ORDER = {n: channels_last_order(n) for n in range(3, 9)}
+CL_ORDER[4] = _CL4
 CL_BACK = {n: inverse(o) for n, o in CL_ORDER.items()}
 
 
@@ -80,6 +90,9 @@ def _same(r):
 
 def elementwise2(kernel, ra, rb, *args):
     """As elementwise, for a kernel of two same-shape operands laid out alike."""
+    if ra.flags.c_contiguous:
+        # (memory_order's answer for C order, without its call)
+        return kernel(ra, rb, *args)
     order = memory_order(ra)
     if order is None or ra.strides != rb.strides:
         return kernel(ra, rb, *args)

@@ -8,7 +8,7 @@ import numbers
 
 import numpy as np
 
-from qops._dtypes import as_qdtype
+from qops._dtypes import QDtype, as_qdtype
 
 F32 = np.float32
 
@@ -48,6 +48,9 @@ def check_zero_point(zero_point, dtype, argname="zero_point"):
     Python and numpy integers (and one-element integer arrays) are accepted; bools and floats,
     even integral ones, are refused as PyTorch refuses them.
     """
+    if type(zero_point) is int and type(dtype) is QDtype and \
+            dtype.qmin <= zero_point <= dtype.qmax:
+        return zero_point       # the common case, checked on every call of a small op
     dtype = as_qdtype(dtype)
     if isinstance(zero_point, np.ndarray) and zero_point.size == 1:
         zero_point = zero_point.reshape(()).item()

@@ -138,3 +138,33 @@ def test_add_ties_with_pytorch_are_in_the_tail(torch):
         assert np.abs(ours - theirs).max() <= 1
         assert not d[: n - n % 64].any()
         assert d.sum() <= n % 64
+
+
+@pytest.mark.parametrize("dtype", [qops.quint8, qops.qint8])
+@pytest.mark.parametrize("relu", [False, True])
+def test_cat_requantize_equals_ref(dtype, relu):
+    """cat's requantization (the vector formula on AVX2, a table elsewhere) equals the
+    reference over block tails (1..70 columns), zero points, both clamps (scale ratios far
+    above and below 1) and channels-last inputs."""
+    f = F.cat_relu if relu else F.cat
+    lo, hi = (-128, 127) if dtype is qops.qint8 else (0, 255)
+    rng = np.random.default_rng(7)
+    for cols in (1, 7, 31, 32, 33, 64, 70):
+        for in_scale, out_scale in ((0.03, 0.04), (0.5, 0.001), (1e-4, 0.3), (0.02, 0.02)):
+            parts = [_q(shape=(5, c), dtype=dtype, scale=in_scale * (1 + i / 7),
+                        zp=int(rng.integers(lo, hi + 1)), seed=cols + i)
+                     for i, c in enumerate((cols, cols + 3, 2))]
+            zo = int(rng.integers(lo, hi + 1))
+            with qops.backend("ref"):
+                want = f(parts, 1, out_scale, zo).int_repr()
+            with qops.backend("fast"):
+                got = f(parts, 1, out_scale, zo).int_repr()
+            np.testing.assert_array_equal(got, want)
+    for layout in ("cl",):
+        parts = [_q(shape=(2, c, 3, 5), dtype=dtype, scale=0.03 + 0.01 * c, seed=c, layout=layout)
+                 for c in (40, 24, 33)]
+        with qops.backend("ref"):
+            want = f(parts, 1, 0.05, 3).int_repr()
+        with qops.backend("fast"):
+            got = f(parts, 1, 0.05, 3).int_repr()
+        np.testing.assert_array_equal(got, want)

@@ -439,3 +439,22 @@ def test_generated_pool_variants_header_is_current():
     res = subprocess.run([sys.executable, str(script), "--check"], capture_output=True,
                          text=True)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("dtype", [qops.quint8, qops.qint8])
+def test_global_avg_pool_channels_last_fast_path(dtype):
+    """Global pooling of channels-last images (output_size 1 or (1, 1), the fast path) equals
+    the general path (output_size [1, 1]) and the reference."""
+    r = np.random.default_rng(3)
+    for shape in [(1, 40, 7, 7), (2, 72, 5, 3), (3, 1000, 2, 2)]:
+        x = u.random_qtensor(r, shape, dtype, layout="cl")
+        outs = {}
+        for backend in ("ref", "fast"):
+            with qops.backend(backend):
+                for size in (1, (1, 1), [1, 1]):
+                    y = F.adaptive_avg_pool2d(x, size)
+                    assert y.shape == shape[:2] + (1, 1)
+                    outs[backend, str(size)] = y.int_repr()
+        first = next(iter(outs.values()))
+        for v in outs.values():
+            np.testing.assert_array_equal(v, first)

@@ -2,8 +2,8 @@
 # Contract: uint8/int8 in, same dtype out; add = Q_vec(D_vec(a) + D_vec(b)) in float32, mul and
 # add_scalar's requantization = R_int (int product, one float32 multiply); cat = Q_fma(D_sc(q))
 # or a copy. Maps of one 8-bit input (add_scalar, cat's requantize) are 256-entry table lookups,
-# except add_scalar's on AVX2 without VBMI (the formula per element is faster there); add, mul
-# and that formula are qops_arith.h; add splits one contiguous chunk per thread, mul blocks of
+# except on AVX2 without VBMI (the formula per element is faster there); add, mul and those
+# formulas are qops_arith.h; add splits one contiguous chunk per thread, mul blocks of
 # BLOCK.
 #
 # Which kernel runs is decided in one place, _plan() below: it returns a named Route from
@@ -36,6 +36,12 @@ cdef extern from "qops_arith.h" nogil:
     int qops_requant_ok(int is_signed, int64_t base, int32_t zo)
     void qops_requant_run(const uint8_t *src, uint8_t *dst, Py_ssize_t n, int is_signed,
                           const qops_requant_params *p)
+    ctypedef struct qops_cat_params:
+        float s, inv, zof, qmin, qmax
+        int32_t zp, zo
+        int relu
+    void qops_cat_requant(const uint8_t *src, uint8_t *dst, Py_ssize_t n, int is_signed,
+                          const qops_cat_params *p)
     enum:
         QOPS_ARITH_TIER
 
@@ -54,6 +60,10 @@ DEF LUT_GRAIN = 262144    # the same for a table lookup (L2-resident data, cheap
 cdef int _lut_vbmi = qops_lut_vectorized()      # runs the CPU check once, outside any prange
 LUT_VECTORIZED = bool(_lut_vbmi)
 DEF SHORT_COLS = 256      # cat inputs' rows at most this long take the row-block kernel
+# cat requantizes by the formula (qops_cat_requant) where the build has it in vectors and the
+# CPU no vector byte permute; a table lookup is faster with VBMI, and in the portable build
+CAT_FORMULA = QOPS_ARITH_TIER >= 1 and not _lut_vbmi
+cdef bint _cat_formula = CAT_FORMULA
 
 
 # -- routes -------------------------------------------------------------------------------
@@ -243,7 +253,9 @@ cdef void _cat_table(uint8_t* table, int qmin, int qmax, float s, int32_t zp, fl
 
 ctypedef struct cat_part:
     const uint8_t* src       # (rows, cols) C-contiguous
-    const uint8_t* table     # NULL: copy, else the byte map (requantize and/or relu)
+    const uint8_t* table     # the byte map (requantize and/or relu), or NULL
+    const qops_cat_params* rq    # the requantize formula's parameters, or NULL (both: copy)
+    bint is_signed           # int8 data (the formula's widening)
     Py_ssize_t cols, off     # its columns and their first column in out
     Py_ssize_t nbc, first    # column blocks per row; its first work item
 
@@ -263,7 +275,10 @@ cdef void _cat_item(const cat_part* parts, Py_ssize_t nparts, Py_ssize_t w, uint
     r = w // p.nbc
     c0 = (w % p.nbc) * BLOCK
     n = min(BLOCK, p.cols - c0)
-    if p.table == NULL:
+    if p.rq != NULL:
+        qops_cat_requant(p.src + r * p.cols + c0, out + r * out_cols + p.off + c0, n,
+                         p.is_signed, p.rq)
+    elif p.table == NULL:
         memcpy(out + r * out_cols + p.off + c0, p.src + r * p.cols + c0, n)
     else:
         qops_lut_apply(p.src + r * p.cols + c0, out + r * out_cols + p.off + c0, n, p.table)
@@ -310,7 +325,10 @@ cdef void _cat_short(const cat_part* parts, Py_ssize_t nparts, Py_ssize_t rows, 
         for r in range(b * rb, min(rows, b * rb + rb)):
             for i in range(nparts):
                 p = &parts[i]
-                if p.table == NULL:
+                if p.rq != NULL:
+                    qops_cat_requant(p.src + r * p.cols, out + r * out_cols + p.off, p.cols,
+                                     p.is_signed, p.rq)
+                elif p.table == NULL:
                     _copy_short(out + r * out_cols + p.off, p.src + r * p.cols, p.cols)
                 else:
                     qops_lut_apply(p.src + r * p.cols, out + r * out_cols + p.off, p.cols,
@@ -443,19 +461,35 @@ def cat_into(qs, out, col_offsets, scales, zero_points, out_inv_scale, out_zero_
     if nparts == 0 or rows == 0 or out_cols == 0:
         _plan(OP_CAT, 0)
         return
-    cdef cat_part* parts = <cat_part*>malloc(nparts * sizeof(cat_part))
+    cdef cat_part* parts = <cat_part*>malloc(nparts * (sizeof(cat_part) + sizeof(qops_cat_params)))
     if parts == NULL:
         raise MemoryError()
+    cdef qops_cat_params* prm = <qops_cat_params*>(parts + nparts)
+    odt = out.dtype
+    cdef bint is_signed = odt.kind == "i"
+    qmin, qmax = qops_range8(odt)
     keep = []                      # the arrays the parts point into, alive until the end
     try:
         for i in range(nparts):
             q = np.ascontiguousarray(qs[i])
-            if q.dtype != out.dtype or q.ndim != 2 or q.shape[0] != rows or \
+            if q.dtype != odt or q.ndim != 2 or q.shape[0] != rows or \
                     not 0 <= col_offsets[i] <= out_cols - q.shape[1]:
                 raise ValueError(f"cat_into: input {i} does not fit its slot of out")
             parts[i].src = <const uint8_t*>qops_ptr(q)
             parts[i].table = NULL
-            if requants[i] or relu:
+            parts[i].rq = NULL
+            parts[i].is_signed = is_signed
+            if requants[i] and _cat_formula:
+                prm[i].s = scales[i]
+                prm[i].zp = zero_points[i]
+                prm[i].inv = out_inv_scale
+                prm[i].zo = out_zero_point
+                prm[i].zof = <float>prm[i].zo
+                prm[i].qmin = qmin
+                prm[i].qmax = qmax
+                prm[i].relu = bool(relu)
+                parts[i].rq = &prm[i]
+            elif requants[i] or relu:
                 table = _cat_map(q.dtype, scales[i], zero_points[i], out_inv_scale,
                                  out_zero_point, bool(requants[i]), bool(relu))
                 keep.append(table)

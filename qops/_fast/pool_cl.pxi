@@ -13,33 +13,50 @@ cdef int _max_cl(const qint_t* x, qint_t* out, Py_ssize_t N, Py_ssize_t D, Py_ss
     # (rather than taking each tap's max through an output row in memory). The row lists are
     # per-thread slots of one block allocated before the parallel region; returns -1, nothing
     # written, if it cannot be had.
-    cdef Py_ssize_t r, n, od, oh, i, j, id_, ih, nr
+    cdef Py_ssize_t r
     cdef int kind = 2 if qint_t is int32_t else (1 if qint_t is int8_t else 0)
     cdef size_t slot
     cdef const qint_t** rows = NULL
     cdef char* block = <char*>_slots(nt, kD * kH * sizeof(qint_t*), &slot)
     if block == NULL:
         return -1
-    with parallel(num_threads=nt if nt > 1 else 1):
+    if nt <= 1:
+        # no parallel region (see _avg_cl)
+        for r in range(N * OD * OH):
+            _max_cl_row(x, out, r, <const qint_t**>block, kind, D, H, W, C, OD, OH, OW, kD, kH,
+                        kW, sD, sH, sW, pD, pH, pW, dD, dH, dW)
+        free(block)
+        return 0
+    with parallel(num_threads=nt):
         rows = <const qint_t**>(block + threadid() * slot)
         for r in prange(N * OD * OH, schedule="static"):
-            n = r // (OD * OH)
-            od = r // OH - n * OD
-            oh = r - (n * OD + od) * OH
-            nr = 0
-            for i in range(kD):
-                id_ = od * sD - pD + i * dD
-                if id_ < 0 or id_ >= D:
-                    continue
-                for j in range(kH):
-                    ih = oh * sH - pH + j * dH
-                    if 0 <= ih < H:
-                        rows[nr] = x + ((n * D + id_) * H + ih) * W * C
-                        nr = nr + 1
-            qpc_max_row(<const void* const*>rows, out + r * OW * C, kind, W, C, OW, sW, pW, kW,
-                        dW, nr)
+            _max_cl_row(x, out, r, rows, kind, D, H, W, C, OD, OH, OW, kD, kH, kW, sD, sH, sW,
+                        pD, pH, pW, dD, dH, dW)
     free(block)
     return 0
+
+
+cdef inline void _max_cl_row(const qint_t* x, qint_t* out, Py_ssize_t r, const qint_t** rows,
+                             int kind, Py_ssize_t D, Py_ssize_t H, Py_ssize_t W, Py_ssize_t C,
+                             Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t kD,
+                             Py_ssize_t kH, Py_ssize_t kW, Py_ssize_t sD, Py_ssize_t sH,
+                             Py_ssize_t sW, Py_ssize_t pD, Py_ssize_t pH, Py_ssize_t pW,
+                             Py_ssize_t dD, Py_ssize_t dH, Py_ssize_t dW) noexcept nogil:
+    # output row r = (n, od, oh): its window's valid input rows listed in `rows`, then reduced
+    cdef Py_ssize_t n = r // (OD * OH)
+    cdef Py_ssize_t od = r // OH - n * OD
+    cdef Py_ssize_t oh = r - (n * OD + od) * OH
+    cdef Py_ssize_t i, j, id_, ih, nr = 0
+    for i in range(kD):
+        id_ = od * sD - pD + i * dD
+        if id_ < 0 or id_ >= D:
+            continue
+        for j in range(kH):
+            ih = oh * sH - pH + j * dH
+            if 0 <= ih < H:
+                rows[nr] = x + ((n * D + id_) * H + ih) * W * C
+                nr = nr + 1
+    qpc_max_row(<const void* const*>rows, out + r * OW * C, kind, W, C, OW, sW, pW, kW, dW, nr)
 
 
 def max_pool_cl(x, kernel_size, stride, padding, dilation, out_size):
@@ -56,10 +73,11 @@ def max_pool_cl(x, kernel_size, stride, padding, dilation, out_size):
     nt = qops_threads_for(x.size + out.size * kW, GRAIN)
     cdef const uint8_t* xp = <const uint8_t*>qops_ptr(x)
     cdef uint8_t* op = <uint8_t*>qops_ptr(out, True)
-    if x.dtype == np.uint8:
+    dt = x.dtype           # (kind and itemsize: comparing numpy dtypes costs more)
+    if dt.kind == "u":
         err = _max_cl[uint8_t](xp, op, N, D, H, W, C, OD, OH, OW, kD, kH, kW, sD, sH, sW, pD,
                                pH, pW, dD, dH, dW, nt)
-    elif x.dtype == np.int8:
+    elif dt.itemsize == 1:
         err = _max_cl[int8_t](<const int8_t*>xp, <int8_t*>op, N, D, H, W, C, OD, OH, OW, kD, kH,
                               kW, sD, sH, sW, pD, pH, pW, dD, dH, dW, nt)
     else:
@@ -76,16 +94,30 @@ cdef void _avg_cl(const q8_t* x, q8_t* out, Py_ssize_t N, Py_ssize_t D, Py_ssize
                   float post, float qmin, float qmax, int nt) noexcept nogil:
     # One output row (n, od, oh) per work item (pool_cl.h sums each pixel's window in
     # registers). lim = d0[OD], d1[OD], h0[OH], h1[OH], w0[OW], w1[OW], clipped to the input.
-    cdef Py_ssize_t r, n, od, oh
-    cdef int sgn = q8_t is int8_t
+    cdef Py_ssize_t r
+    if nt <= 1:
+        # no parallel region: one of a single thread still costs two futex calls (libgomp's
+        # barriers), as much as pooling a small image
+        for r in range(N * OD * OH):
+            _avg_cl_row(x, out, r, D, H, W, C, OD, OH, OW, lim, sub, mul, add, post, qmin, qmax)
+        return
     for r in prange(N * OD * OH, schedule="static", num_threads=nt):
-        n = r // (OD * OH)
-        od = r // OH - n * OD
-        oh = r - (n * OD + od) * OH
-        qpc_avg_row(x + n * D * H * W * C, out + r * OW * C, sgn, H, W, C, OW, lim[od],
-                    lim[OD + od], lim[2 * OD + oh], lim[2 * OD + OH + oh],
-                    lim + 2 * OD + 2 * OH, lim + 2 * OD + 2 * OH + OW,
-                    sub + (od * OH + oh) * OW, mul + (od * OH + oh) * OW, add, post, qmin, qmax)
+        _avg_cl_row(x, out, r, D, H, W, C, OD, OH, OW, lim, sub, mul, add, post, qmin, qmax)
+
+
+cdef inline void _avg_cl_row(const q8_t* x, q8_t* out, Py_ssize_t r, Py_ssize_t D, Py_ssize_t H,
+                             Py_ssize_t W, Py_ssize_t C, Py_ssize_t OD, Py_ssize_t OH,
+                             Py_ssize_t OW, const Py_ssize_t* lim, const int32_t* sub,
+                             const float* mul, float add, float post, float qmin,
+                             float qmax) noexcept nogil:
+    cdef Py_ssize_t n = r // (OD * OH)
+    cdef Py_ssize_t od = r // OH - n * OD
+    cdef Py_ssize_t oh = r - (n * OD + od) * OH
+    cdef int sgn = q8_t is int8_t
+    qpc_avg_row(x + n * D * H * W * C, out + r * OW * C, sgn, H, W, C, OW, lim[od],
+                lim[OD + od], lim[2 * OD + oh], lim[2 * OD + OH + oh],
+                lim + 2 * OD + 2 * OH, lim + 2 * OD + 2 * OH + OW,
+                sub + (od * OH + oh) * OW, mul + (od * OH + oh) * OW, add, post, qmin, qmax)
 
 
 _CL_TABLES = {}
@@ -109,7 +141,7 @@ cdef object _avg_cl_run(_Op op, x, out_size, tables):
     cdef int nt = qops_threads_for(x.size + out.size, GRAIN)
     cdef const uint8_t* xp = <const uint8_t*>qops_ptr(x)
     cdef uint8_t* op_ = <uint8_t*>qops_ptr(out, True)
-    if x.dtype == np.uint8:
+    if x.dtype.kind == "u":
         with nogil:
             _avg_cl[uint8_t](xp, op_, N, D, H, W, C, OD, OH, OW, lim, sp, mp, add, post, 0.0,
                              255.0, nt)

@@ -33,6 +33,11 @@ def _ok(t):
 
 
 def _binary_inputs(a, b, scale, zero_point, what):
+    if (type(a) is QTensor and type(b) is QTensor and a._axis is None and b._axis is None
+            and a._dtype is b._dtype and a._dtype in _DTYPES and a._int.shape == b._int.shape):
+        # the usual call (two same-shape operands), checked in one pass
+        return (a._int, b._int, qp.check_scale(scale),
+                qp.check_zero_point(zero_point, a._dtype))
     if not (_ok(a) and _ok(b)):
         _check.qtensor(a, "a", dtypes=_DTYPES)
         _check.qtensor(b, "b", dtypes=_DTYPES)
@@ -42,7 +47,7 @@ def _binary_inputs(a, b, scale, zero_point, what):
     shape = a.shape
     if b.shape != shape:
         try:
-            shape = np.broadcast_shapes(a.shape, b.shape)
+            shape = _broadcast_shapes(a.shape, b.shape)
         except ValueError:
             raise ValueError(f"{what}: shapes of a {a.shape} and b {b.shape} "
                              f"do not broadcast") from None
@@ -54,6 +59,22 @@ def _binary_inputs(a, b, scale, zero_point, what):
     ra = a._int if a.shape == shape else _broadcast(a._int, shape, b._int)
     rb = b._int if b.shape == shape else _broadcast(b._int, shape, a._int)
     return ra, rb, scale, zero_point
+
+
+def _broadcast_shapes(s, t):
+    """np.broadcast_shapes(s, t), without its cost for shapes of equal length (a
+    squeeze-excite scale (N, C, 1, 1) against its (N, C, H, W) input)."""
+    if len(s) != len(t):
+        return np.broadcast_shapes(s, t)
+    out = []
+    for x, y in zip(s, t):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            raise ValueError(f"shapes {s} and {t} do not broadcast")
+    return tuple(out)
 
 
 def _broadcast(r, shape, other):
@@ -267,7 +288,8 @@ def _cat(tensors, dim, scale, zero_point, relu, what):
     for t in tensors[1:]:
         if order is None:
             break
-        if memory_order(t._int) != order:
+        o = memory_order(t._int)
+        if o is not order and o != order:
             order = None
     if order is None:
         raws = [t._cint() for t in tensors]
@@ -275,24 +297,23 @@ def _cat(tensors, dim, scale, zero_point, relu, what):
         raws = [t._int.transpose(order) for t in tensors]
         dim = order.index(dim)
     sizes = [r.shape[dim] for r in raws]
+    total = sum(sizes)
     shape = raws[0].shape
-    shape = shape[:dim] + (sum(sizes),) + shape[dim + 1:]
+    shape = shape[:dim] + (total,) + shape[dim + 1:]
     out = np.empty(shape, dtype=first._int.dtype)
     outer = math.prod(shape[:dim])
     inner = math.prod(shape[dim + 1:])
-    out2 = out.reshape(outer, sum(sizes) * inner)
+    out2 = out.reshape(outer, total * inner)
     so, inv = qp.f32(scale), qp.inv_scale(scale)
-    qs, offsets, scales, zps, requants = [], [], [], [], []
-    offset = 0
-    for t, raw, c in zip(tensors, raws, sizes):
-        si = qp.f32(t._scale)
-        # Equal qparams reproduce the input exactly (Q_fma(D_sc(q)) == q for a normal scale).
-        requants.append(not (si == so and t._zero_point == zero_point and so >= 1.2e-38))
-        qs.append(raw.reshape(outer, c * inner))
-        offsets.append(offset * inner)
-        scales.append(si)
-        zps.append(t._zero_point)
-        offset += c
+    scales = [qp.f32(t._scale) for t in tensors]
+    zps = [t._zero_point for t in tensors]
+    # Equal qparams reproduce the input exactly (Q_fma(D_sc(q)) == q for a normal scale).
+    normal = so >= 1.2e-38
+    requants = [not (normal and si == so and z == zero_point) for si, z in zip(scales, zps)]
+    qs = [r.reshape(outer, c * inner) for r, c in zip(raws, sizes)]
+    offsets = [0] * len(sizes)
+    for i in range(1, len(sizes)):
+        offsets[i] = offsets[i - 1] + sizes[i - 1] * inner
     _kernels().cat_into(qs, out2, offsets, scales, zps, inv, zero_point, requants, relu)
     if order is not None:
         out = out.transpose(inverse(order))

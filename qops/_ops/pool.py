@@ -11,7 +11,7 @@ import numpy as np
 
 from qops import _config
 from qops._dtypes import qint8, qint32, quint8
-from qops._layout import CL_BACK, CL_ORDER, is_channels_last
+from qops._layout import CL_BACK, CL_ORDER, is_channels_last, memory_order
 from qops._ops import _check
 from qops._qtensor import QTensor
 
@@ -162,6 +162,12 @@ def _bool(v, argname):
 def _channels_last(input, nsp):
     """input's raw values as (N, D, H, W, C) when they lie channels last (NHWC memory), else
     None."""
+    if type(input) is QTensor and nsp == 2 and input._int.ndim == 4:
+        x = input._int
+        if memory_order(x) is CL_ORDER[4]:
+            # an image with C, H, W > 1, known by its strides (the usual call, checked cheaply)
+            n, c, h, w = x.shape
+            return None if n == 0 else x.transpose(CL_ORDER[4]).reshape(n, 1, h, w, c)
     if (type(input) is not QTensor or input._int.flags.c_contiguous
             or input._int.ndim != nsp + 2 or 0 in input.shape
             or not is_channels_last(input._int)):
@@ -173,8 +179,10 @@ def _channels_last(input, nsp):
 def _wrap_cl(input, nsp, y):
     """A pool's (N, OD, OH, OW, C) result as the logical (N, C, ...) QTensor, still lying
     channels last."""
-    y = y.reshape(y.shape[:1] + y.shape[4 - nsp:])
-    return _wrap(input, y.transpose(CL_BACK[nsp + 2]))
+    s = y.shape
+    y = y.reshape((s[0], s[3], s[4]) if nsp == 1 else s[:1] + s[4 - nsp:])
+    return QTensor._make(y.transpose(CL_BACK[nsp + 2]), input._dtype, input._scale,
+                         input._zero_point)
 
 
 def _max_pool(nsp, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
@@ -471,17 +479,27 @@ def adaptive_avg_pool2d(input: QTensor, output_size: OutputSize) -> QTensor:
     input : QTensor (N, C, H, W) or (C, H, W), quint8 or qint8
     output_size : int or 2-tuple (None keeps that input size), each >= 1
     """
-    # The usual call, global pooling of a C-order batch, skips the general checks: they cost
-    # about as much as the kernel
-    if (type(output_size) is int and output_size == 1 and type(input) is QTensor
-            and input._axis is None and input._dtype in _8BIT):
+    # The usual call, global pooling (output_size 1 or (1, 1)) of a C-order or channels-last
+    # batch, skips the general checks: they cost about as much as the kernel
+    if ((type(output_size) is int and output_size == 1
+         or type(output_size) is tuple and output_size == (1, 1)
+         and type(output_size[0]) is int and type(output_size[1]) is int)
+            and type(input) is QTensor and input._axis is None and input._dtype in _8BIT):
         x = input._int
-        if (x.ndim == 4 and x.flags.c_contiguous and x.size > 0
-                and x.shape[2] * x.shape[3] <= _MAX_WINDOW):
+        if x.ndim == 4 and x.size > 0 and x.shape[2] * x.shape[3] <= _MAX_WINDOW:
             n, c, h, w = x.shape
-            out = _config.impl("pool").adaptive_avg_pool(x.reshape(n, c, 1, h, w), (1, 1, 1))
-            return QTensor._make(out.reshape(n, c, 1, 1), input._dtype, input._scale,
-                                 input._zero_point)
+            if x.flags.c_contiguous:
+                out = _config.impl("pool").adaptive_avg_pool(x.reshape(n, c, 1, h, w),
+                                                             (1, 1, 1))
+                return QTensor._make(out.reshape(n, c, 1, 1), input._dtype, input._scale,
+                                     input._zero_point)
+            if memory_order(x) is CL_ORDER[4]:
+                # channels-last memory (the global pool closing a CNN), pooled as it lies
+                out = _config.impl("pool").adaptive_avg_pool_cl(
+                    x.transpose(CL_ORDER[4]).reshape(n, 1, h, w, c), (1, 1, 1),
+                    input._zero_point)
+                return QTensor._make(out.reshape(n, 1, 1, c).transpose(CL_BACK[4]),
+                                     input._dtype, input._scale, input._zero_point)
     return _adaptive(2, input, output_size, "avg")
 
 
