@@ -469,17 +469,27 @@ def cat_into(qs, out, col_offsets, scales, zero_points, out_inv_scale, out_zero_
     cdef bint is_signed = odt.kind == "i"
     qmin, qmax = qops_range8(odt)
     keep = []                      # the arrays the parts point into, alive until the end
+    cdef Py_ssize_t cols, off
+    cdef bint rq
+    cdef bint relu_ = relu
     try:
         for i in range(nparts):
-            q = np.ascontiguousarray(qs[i])
-            if q.dtype != odt or q.ndim != 2 or q.shape[0] != rows or \
-                    not 0 <= col_offsets[i] <= out_cols - q.shape[1]:
+            q = qs[i]
+            if not q.flags.c_contiguous:
+                q = np.ascontiguousarray(q)
+            shape = q.shape
+            if (q.dtype is not odt and q.dtype != odt) or len(shape) != 2 or shape[0] != rows:
+                raise ValueError(f"cat_into: input {i} does not fit its slot of out")
+            cols = shape[1]
+            off = col_offsets[i]
+            if not 0 <= off <= out_cols - cols:
                 raise ValueError(f"cat_into: input {i} does not fit its slot of out")
             parts[i].src = <const uint8_t*>qops_ptr(q)
             parts[i].table = NULL
             parts[i].rq = NULL
             parts[i].is_signed = is_signed
-            if requants[i] and _cat_formula:
+            rq = requants[i]
+            if rq and _cat_formula:
                 prm[i].s = scales[i]
                 prm[i].zp = zero_points[i]
                 prm[i].inv = out_inv_scale
@@ -487,21 +497,22 @@ def cat_into(qs, out, col_offsets, scales, zero_points, out_inv_scale, out_zero_
                 prm[i].zof = <float>prm[i].zo
                 prm[i].qmin = qmin
                 prm[i].qmax = qmax
-                prm[i].relu = bool(relu)
+                prm[i].relu = relu_
                 parts[i].rq = &prm[i]
-            elif requants[i] or relu:
+            elif rq or relu_:
                 table = _cat_map(q.dtype, scales[i], zero_points[i], out_inv_scale,
-                                 out_zero_point, bool(requants[i]), bool(relu))
+                                 out_zero_point, rq, relu_)
                 keep.append(table)
                 parts[i].table = <const uint8_t*>qops_ptr(table)
             keep.append(q)
-            parts[i].cols = q.shape[1]
-            parts[i].off = col_offsets[i]
-            parts[i].nbc = (q.shape[1] + BLOCK - 1) // BLOCK
+            parts[i].cols = cols
+            parts[i].off = off
+            parts[i].nbc = (cols + BLOCK - 1) // BLOCK
             parts[i].first = items
             items += rows * parts[i].nbc
-            nbytes += rows * q.shape[1]
-            widest = max(widest, q.shape[1])
+            nbytes += rows * cols
+            if cols > widest:
+                widest = cols
         nt = qops_threads_for(nbytes, GRAIN)
         op = <uint8_t*>qops_ptr(out, True)
         short_rows = _plan(OP_CAT, nbytes, False, 0, 0, rows, widest) is R_CAT_SHORT

@@ -14,7 +14,7 @@ import numpy as np
 from qops import _config
 from qops import _qparams as qp
 from qops._dtypes import qint8, quint8
-from qops._layout import elementwise, elementwise2, inverse, memory_order
+from qops._layout import CL_BACK, CL_ORDER, elementwise, elementwise2, inverse, memory_order
 from qops._ops import _check
 from qops._qtensor import QTensor, _axis_arg
 
@@ -22,6 +22,7 @@ __all__ = ["add", "add_relu", "mul", "mul_relu", "add_scalar", "mul_scalar", "ca
 
 _DTYPES = (quint8, qint8)
 F32 = np.float32
+_CL4, _CL4_BACK = CL_ORDER[4], CL_BACK[4]
 
 
 def _kernels():
@@ -270,12 +271,63 @@ def _cat_check(tensors, dim, what):
     return dim
 
 
+def _cat_images(tensors, scale, zero_point, relu):
+    """cat along C of per-tensor (N, C, H, W) images all lying channels last (H, W, C > 1),
+    as an inception block's branches: checked and laid out in one pass, the general path's
+    result. None for any other input, which the general path then takes."""
+    first = tensors[0]
+    if type(first) is not QTensor or first._dtype not in _DTYPES or first._int.ndim != 4:
+        return None
+    dt = first._dtype
+    n, _, h, w = first._int.shape
+    if h < 2 or w < 2:
+        return None
+    rows = n * h * w
+    qs, sizes, scales, zps = [], [], [], []
+    for t in tensors:
+        if type(t) is not QTensor or t._axis is not None or t._dtype is not dt:
+            return None
+        r = t._int
+        if r.ndim != 4:
+            return None
+        tn, c, th, tw = r.shape
+        st = r.strides
+        it = r.itemsize
+        # channels-last memory of the same N, H, W (memory_order's test, inlined)
+        if not (tn == n and th == h and tw == w and c > 1 and st[1] == it and st[3] == c * it
+                and st[2] == w * c * it and (n == 1 or st[0] == h * w * c * it)):
+            return None
+        qs.append(r.transpose(_CL4).reshape(rows, c))
+        sizes.append(c)
+        scales.append(qp.f32(t._scale))
+        zps.append(t._zero_point)
+    scale = first._scale if scale is None else qp.check_scale(scale)
+    zero_point = first._zero_point if zero_point is None else \
+        qp.check_zero_point(zero_point, dt)
+    total = sum(sizes)
+    out = np.empty((n, h, w, total), dtype=first._int.dtype)
+    so = qp.f32(scale)
+    # Equal qparams reproduce the input exactly (Q_fma(D_sc(q)) == q for a normal scale).
+    normal = so >= 1.2e-38
+    requants = [not (normal and si == so and z == zero_point) for si, z in zip(scales, zps)]
+    offsets = [0] * len(sizes)
+    for i in range(1, len(sizes)):
+        offsets[i] = offsets[i - 1] + sizes[i - 1]
+    _kernels().cat_into(qs, out.reshape(rows, total), offsets, scales, zps,
+                        qp.inv_scale(scale), zero_point, requants, relu)
+    return QTensor._make(out.transpose(_CL4_BACK), dt, scale, zero_point)
+
+
 def _cat(tensors, dim, scale, zero_point, relu, what):
     if isinstance(tensors, QTensor) or not isinstance(tensors, (list, tuple)):
         raise TypeError(f"{what}: tensors must be a list or tuple of QTensors; got "
                         f"{type(tensors).__name__}")
     if len(tensors) == 0:
         raise ValueError(f"{what}: tensors must not be empty")
+    if type(dim) is int and (dim == 1 or dim == -3):
+        out = _cat_images(tensors, scale, zero_point, relu)
+        if out is not None:
+            return out
     d = _cat_ok(tensors, dim)
     dim = _cat_check(tensors, dim, what) if d is None else d
     first = tensors[0]
