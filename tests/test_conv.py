@@ -420,6 +420,11 @@ def test_channels_last_depthwise_equals_ref(tier, c, nd, k, stride, dilation, pa
     (35, 2, (3, 3), (1, 40), 1, 1, (5, 9), 0),  # a stride past the row: one column
     (34, 2, (3, 3), 1, 1, 4, (2, 3), 0),        # padding wider than the input
     (32, 2, (9, 9), 1, 1, 4, (10, 12), 0),      # 81 taps: past the kernel's 64, the planes
+    (16, 2, (3, 3), 1, 1, 1, (7, 45), 0),       # one 16-channel block
+    (24, 2, (3, 3), 2, 1, 1, (9, 33), 2),       # two 16-blocks overlapping by 8, stride 2
+    (17, 2, (2, 4), (1, 2), (2, 3), (1, 2), (9, 31), 0),   # 16-blocks, dilated, even taps
+    (31, 3, (3, 3, 3), 1, 1, 1, (4, 5, 17), -1),
+    (20, 2, (1, 1), 1, 1, 0, (5, 9), 0),        # 16-blocks, one tap paired with itself
 ])
 def test_channels_last_depthwise_avx2_equals_ref(monkeypatch, c, nd, k, stride, dilation,
                                                  padding, size, wzp):
@@ -445,6 +450,45 @@ def test_channels_last_depthwise_avx2_equals_ref(monkeypatch, c, nd, k, stride, 
         assert len(calls) == 2
     else:
         assert not calls
+
+
+@pytest.mark.parametrize("n", [1, 2])
+@pytest.mark.parametrize("c", [16, 17, 24, 31, 33, 40])
+@pytest.mark.parametrize("k,stride,padding,dilation,size,wzp", [
+    ((3, 3), 1, 1, 1, (7, 13), 0),              # pairs of pixels and a last one
+    ((3, 3), 2, 1, 1, (12, 15), 3),             # ShuffleNetV2's downsampling depthwise conv
+    ((5, 5), 1, 2, 1, (9, 11), 0),              # 25 taps: the last one paired with itself
+    ((5, 5), 2, 2, 1, (11, 10), -2),
+    ((3, 3), (1, 2), 3, 2, (8, 17), 0),         # dilated, a stride along W only
+])
+def test_depthwise_avx2_16_channel_blocks_equal_ref(monkeypatch, n, c, k, stride, padding,
+                                                    dilation, size, wzp):
+    # AVX2's depthwise kernel in 16-channel blocks (16 to 31 channels; the last block
+    # overlapping the one before) and in 32-blocks just past 32, channels last and through
+    # conv's C-order route, with saturation-prone weights (-128 and 127 rows), an image at 0
+    # and 255, both clamps, symmetric and asymmetric weights
+    from qops import _fast
+    kernels = _fast.load("conv")
+    calls = []
+    real = kernels._conv_dw_cl_avx2
+    monkeypatch.setattr(kernels, "_conv_dw_cl_avx2", lambda *a: calls.append(1) or real(*a))
+    r = u.rng(41 + c)
+    raw = r.integers(0, 256, size=(n,) + size + (c,)).astype(np.uint8)
+    raw[0] = r.choice(np.array([0, 255], np.uint8), size=size + (c,)) if n > 1 else raw[0]
+    w = _w((c, 1) + k, zp=wzp, seed=7, per_channel=True)
+    w._int[0] = -128
+    w._int[-1] = 127
+    b = r.normal(0, 3, c).astype(np.float32)
+    args = dict(stride=stride, padding=padding, dilation=dilation, groups=c,
+                scale=float(np.prod(k)) * 0.02, zero_point=120)
+    for data in (np.moveaxis(raw, -1, 1), np.ascontiguousarray(np.moveaxis(raw, -1, 1))):
+        x = qops.make_per_tensor_quantized_tensor(data, 0.03, 77)
+        for f in (F.conv2d, F.conv2d_relu):
+            want, got = _ref_and_tier("vnni", f, x, w, b, **args)
+            np.testing.assert_array_equal(got, want)
+            assert np.std(want) > 5
+    if kernels._DWCL2:
+        assert len(calls) == 4
 
 
 @pytest.mark.parametrize("c,o,nd,k,stride,padding,dilation,size,wzp,route", [
@@ -510,11 +554,14 @@ def test_channels_last_gemm_routes_equal_ref(monkeypatch, c, o, nd, k, stride, p
     (40, 3, (3, 3, 3), 1, 1, (3, 5, 6)),
     (32, 1, (5,), 2, 2, (61,)),
     (48, 2, (3, 3), 1, 1, (40, 40)),            # a large plane at stride 1: the planes
+    (24, 2, (3, 3), 2, 1, (28, 28)),            # 16-channel blocks
+    (16, 2, (5, 5), 1, 2, (9, 13)),             # one 16-block on a small plane
 ])
 def test_c_order_depthwise_through_channels_last_equals_ref(tier, c, nd, k, stride, padding,
                                                             size):
-    # C-order depthwise convs with symmetric weights and 32+ channels at a stride along W or
-    # on small planes run the channels-last kernel between transposes; the result lies
+    # C-order depthwise convs with 16+ channels (32+ and symmetric weights with VNNI) at a
+    # stride along W or on small planes run a channels-last kernel between transposes; the
+    # result lies
     # channels last, as every conv's (and PyTorch's)
     x, w, b = _depthwise_inputs(23, c, size, k)
     fn = {1: F.conv1d_relu, 2: F.conv2d, 3: F.conv3d}[nd]

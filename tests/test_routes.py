@@ -290,7 +290,13 @@ def _conv(n, c, o, hw, k, cl, groups=1, stride=1, padding=0, wzp=0):
 CONV = [
     ("conv_cl.dw_vnni", F.conv2d, _conv(1, 64, 64, 14, 3, True, groups=64, padding=1)),
     ("conv_cl.dw_avx2", F.conv2d, _conv(1, 37, 37, 9, 3, True, groups=37, stride=2, padding=1)),
-    ("conv_cl.dw_planes", F.conv2d, _conv(1, 16, 16, 9, 3, True, groups=16, padding=1)),
+    ("conv_cl.dw_avx2", F.conv2d, _conv(2, 24, 24, 12, 3, True, groups=24, stride=2,
+                                        padding=1)),
+    ("conv_cl.dw_planes", F.conv2d, _conv(1, 12, 12, 9, 3, True, groups=12, padding=1)),
+    # 17 channels on a plane past _DW16_MAX_PIXELS at stride 1: the planes' row kernel
+    ("conv_cl.dw_planes", F.conv2d, _conv(1, 17, 17, 81, 3, True, groups=17, padding=1)),
+    # 16 channels, one 16-block, on the same plane: the AVX2 kernel
+    ("conv_cl.dw_avx2", F.conv2d, _conv(1, 16, 16, 81, 3, True, groups=16, padding=1)),
     ("conv_cl.amx_im2col", F.conv2d, _conv(1, 16, 32, 8, 3, True, padding=1)),
     ("conv_cl.amx_padded", F.conv2d, _conv(1, 64, 32, 8, 3, True, padding=1)),
     ("conv_cl.gemm_1x1", F.conv2d, _conv(1, 64, 48, 7, 1, True)),
@@ -305,6 +311,8 @@ CONV = [
     ("conv.dw_through_cl", F.conv2d, _conv(2, 37, 37, 9, 5, False, groups=37, stride=2,
                                            padding=2, wzp=1)),
     ("conv.dw_through_cl", F.conv2d, _conv(1, 40, 40, 12, 3, False, groups=40, padding=1)),
+    ("conv.dw_through_cl", F.conv2d, _conv(1, 24, 24, 12, 3, False, groups=24, stride=2,
+                                           padding=1)),
     ("conv.planes.amx", F.conv2d, _conv(1, 32, 16, 9, 3, False, padding=1)),
     ("conv.planes.simd", F.conv2d, _conv(2, 5, 7, 9, 3, False, padding=1, wzp=2)),
     ("conv.planes.portable", F.conv2d, _conv(2, 5, 7, 9, 3, False, padding=1)),

@@ -236,6 +236,7 @@ cdef extern from "qops_conv_dwcl_avx2.h" nogil:
         Py_ssize_t OD, OH, OW
         Py_ssize_t KD, KH, KW
         Py_ssize_t sd, sh, sw, pd, ph, pw, dd, dh, dw
+        Py_ssize_t B
         const int32_t *wp
         const int32_t *cst
         const uint8_t *zrow
@@ -243,6 +244,7 @@ cdef extern from "qops_conv_dwcl_avx2.h" nogil:
         uint8_t *out
     int QCONV_DWCL2_MAX_TAPS
     int qconv_dwcl2_available()
+    Py_ssize_t qconv_dwcl2_block(Py_ssize_t C)
     void qconv_dwcl2_consts(const qconv_dwcl2_args *a, const int32_t *wdsum, const float *bterm,
                             const float *mult, int32_t xz, int32_t *cst)
     void qconv_dwcl2_rows(const qconv_dwcl2_args *a, Py_ssize_t r0, Py_ssize_t r1)
@@ -288,7 +290,7 @@ _PLANES_FILE = {2: "qops_conv_planes_amx.h",
 ROUTES = {r.name: r for r in [
     Route("conv_cl.dw_vnni", "qconv_dwcl_rows (AVX-512 VNNI, 64 channels a vector)",
           "qops_conv_nhwc.h"),
-    Route("conv_cl.dw_avx2", "qconv_dwcl2_rows (AVX2, 32 channels a block)",
+    Route("conv_cl.dw_avx2", "qconv_dwcl2_rows (AVX2, 32 channels a block, 16 under 32)",
           "qops_conv_dwcl_avx2.h"),
     Route("conv_cl.dw_planes", "tiled transposes around conv's planes kernel", "conv.pyx"),
     Route("conv_cl.amx_im2col", "qconv_nhwc_amx_im2col (AMX tiles on im2col rows)",
@@ -532,26 +534,30 @@ def _conv_dw_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, 
 
 def _dw_pairs(packed):
     """The depthwise weights as qconv_dwcl2_rows takes them, built on first use and kept:
-    [32-channel block][tap pair][4][8] int32, each the int16 pair (w[t0] - wz, w[t1] - wz)
-    of the channel that dword of accumulator k holds, 0 past the last tap."""
-    wp = packed.get("wp2")
+    [B-channel block][tap pair][B / 8][8] int32 (B = qconv_dwcl2_block(C)), each the int16
+    pair (w[t0] - wz, w[t1] - wz) of the channel that dword of accumulator k holds, 0 past
+    the last tap."""
+    wd = packed["wd"]
+    c, ntaps = wd.shape
+    bw = qconv_dwcl2_block(c)
+    key = "wp2" if bw == 32 else "wp2_16"
+    wp = packed.get(key)
     if wp is None:
-        wd = packed["wd"]
-        c, ntaps = wd.shape
-        npairs, nb = (ntaps + 1) // 2, (c + 31) // 32
+        npairs, nb = (ntaps + 1) // 2, (c + bw - 1) // bw
         wd2 = np.zeros((c, 2 * npairs), np.int16)
         wd2[:, :ntaps] = wd
-        k, j = np.meshgrid(np.arange(4), np.arange(8), indexing="ij")
+        k, j = np.meshgrid(np.arange(bw // 8), np.arange(8), indexing="ij")
         # the last block ends at C (qconv_dwcl2_c0), the lanes as qconv_dwcl2_lane
-        ch = np.minimum(32 * np.arange(nb), c - 32)[:, None, None] + 16 * (j // 4) + 4 * k + j % 4
+        ch = (np.minimum(bw * np.arange(nb), c - bw)[:, None, None]
+              + bw // 2 * (j // 4) + 4 * k + j % 4)
         pairs = wd2.reshape(c, npairs, 2)[ch]            # (block, k, j, pair, 2)
-        wp = packed["wp2"] = qops_aligned(np, pairs.transpose(0, 3, 1, 2, 4)).view(np.int32)
+        wp = packed[key] = qops_aligned(np, pairs.transpose(0, 3, 1, 2, 4)).view(np.int32)
     return wp
 
 
 def _conv_dw_cl_avx2(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
                      stride, padding, dilation):
-    """Depthwise conv of contiguous channels-last x (N, D, H, W, C), C >= 32, by
+    """Depthwise conv of contiguous channels-last x (N, D, H, W, C), C >= 16, by
     qconv_dwcl2_rows (AVX2)."""
     cdef qconv_dwcl2_args a
     n, d, h, wdt, c = x.shape
@@ -559,7 +565,8 @@ def _conv_dw_cl_avx2(x, packed, x_zero_point, bias_term, multiplier, out_zero_po
     (pd, ph, pw), (sd, sh, sw), (dd, dh, dwl) = padding, stride, dilation
     od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
     wp = _dw_pairs(packed)
-    cst = np.empty(((c + 31) // 32) * 96, np.int32)
+    bw = qconv_dwcl2_block(c)
+    cst = np.empty((c + bw - 1) // bw * 3 * bw, np.int32)
     zrow = np.full(wdt * c, x_zero_point, np.uint8)
     out = qops_empty(np, (n, od, oh, ow, c), np.uint8)
     bt = np.ascontiguousarray(bias_term, np.float32)
@@ -572,6 +579,7 @@ def _conv_dw_cl_avx2(x, packed, x_zero_point, bias_term, multiplier, out_zero_po
     # kernel steps past its last column stay near the row
     a.sd, a.sh, a.sw, a.pd, a.ph, a.pw = sd, sh, min(sw, wdt + 2 * pw), pd, ph, pw
     a.dd, a.dh, a.dw = dd, dh, dwl
+    a.B = bw
     a.wp = <const int32_t*>qops_ptr(wp)
     a.cst = <const int32_t*>qops_ptr(cst)
     a.zrow = <const uint8_t*>qops_ptr(zrow)
@@ -610,10 +618,14 @@ _FEW_C_MIN_K = 64
 # im2col rows of a channels-last copy: the copy costs less than the planes kernel loses
 # (1 thread, Zen 3: 3x3 at 7x7 to 56x56 grids, 16 to 512 channels)
 _C_ORDER_GEMM_MIN_C = 16
-# C-order depthwise convs (32+ channels, AVX2) on planes up to this many pixels, or strided,
+# C-order depthwise convs (16+ channels, AVX2) on planes up to this many pixels, or strided,
 # run channels last through a copy: per channel the planes kernel's fixed costs outweigh its
 # work on small planes
 _DW_CL_MAX_PIXELS = 1024
+# channels-last depthwise convs of 17-19 channels (two 16-blocks, nearly half their lanes
+# repeated) at stride 1 along W with KW <= 4 on planes past this many pixels: the planes'
+# row kernel through dw_planes beats qconv_dwcl2_rows (1 thread, Zen 3)
+_DW16_MAX_PIXELS = 6400
 
 
 def _gemm_weights(packed, Py_ssize_t kp=0):
@@ -770,7 +782,9 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
     """The route of a channels-last conv of contiguous x (N, D, H, W, C), by name.
 
     'dw_vnni': depthwise, symmetric weights, VNNI: qconv_dwcl_rows, 64 channels a vector.
-    'dw_avx2': depthwise, 32+ channels, AVX2: qconv_dwcl2_rows, 32 channels a block.
+    'dw_avx2': depthwise, 16+ channels, AVX2: qconv_dwcl2_rows, 32 channels a block (16
+    under 32 channels; 17-19 channels on large planes at stride 1 along W, _DW16_MAX_PIXELS,
+    take 'dw_planes').
     'dw_planes': other depthwise convs: a C-order copy for the planes kernel, transposed back.
     'amx_im2col', 'amx_padded': ungrouped, symmetric weights, AMX tiles on im2col rows (under
     32 channels) or on a padded copy of the input.
@@ -788,7 +802,9 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
         if (_DWCL and _MODE[0] >= 1 and packed["symmetric"] and x.size > 0
                 and kd * kh <= QCONV_DWCL_MAX_ROWS):
             return "dw_vnni"
-        if (_DWCL2 and _MODE[0] >= 1 and c >= 32 and x.size > 0
+        rows_win = (16 < c < 20 and stride[2] == 1 and kw <= 4
+                    and x.shape[1] * x.shape[2] * x.shape[3] > _DW16_MAX_PIXELS)
+        if (_DWCL2 and _MODE[0] >= 1 and c >= 16 and x.size > 0 and not rows_win
                 and kd * kh * kw <= QCONV_DWCL2_MAX_TAPS):
             return "dw_avx2"
         return "dw_planes"
@@ -819,7 +835,7 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     `_plan_cl` names.
 
     Depthwise convolutions run a kernel vectorized over channels: with symmetric weights
-    where the CPU has VNNI, with 32+ channels on AVX2. Ungrouped convolutions with symmetric
+    where the CPU has VNNI, with 16+ channels on AVX2. Ungrouped convolutions with symmetric
     weights run the channels-last AMX tiles where the CPU has AMX: from 32 input channels on
     a padded copy of the input, below that (where channels would fill under half of each
     64-byte pixel) on im2col rows. Everything else runs `conv` on the same memory, whose
@@ -955,7 +971,7 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     channels, AVX2: transposed to channels last, then conv_cl's gemm_1x1, the result channels
     last (strided or padded 1x1 convs take 'gemm_im2col'): the planes kernel has no depth to
     vectorize over in a 1x1 conv, the GEMM core has the channels.
-    'dw_through_cl': depthwise with 32+ channels on AVX2 where the planes run short (at
+    'dw_through_cl': depthwise with 16+ channels on AVX2 where the planes run short (at
     most _DW_CL_MAX_PIXELS input pixels a channel) or strided: transposed to channels last,
     then conv_cl's dw_avx2, the result channels last.
     'dw_through_nhwc': symmetric depthwise with 32+ channels at a stride along W or on small
@@ -997,7 +1013,7 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
             and (sw > 1 or d * h * wdt <= 1024) and x.flags.c_contiguous
             and n * od * oh * ow > 0 and kd * kh <= QCONV_DWCL_MAX_ROWS):
         return "dw_through_nhwc", mode, 0
-    if (dw and _DWCL2 and mode >= 1 and c >= 32 and kd * kh * kw <= QCONV_DWCL2_MAX_TAPS
+    if (dw and _DWCL2 and mode >= 1 and c >= 16 and kd * kh * kw <= QCONV_DWCL2_MAX_TAPS
             and (sw > 1 or d * h * wdt <= _DW_CL_MAX_PIXELS) and n * od * oh * ow > 0):
         return "dw_through_cl", mode, 0
     if (dw and mode >= 1 and sw == 1 and kw <= 4 and kd * kh <= qconv_dwr_max_nq()
