@@ -171,3 +171,23 @@ def test_cat_requantize_equals_ref(dtype, relu):
             plain = f([p.contiguous() for p in parts], 1, 0.05, 3).int_repr()
         np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(plain, want)
+
+
+@pytest.mark.parametrize("dtype", [qops.quint8, qops.qint8])
+@pytest.mark.parametrize("relu", [False, True])
+def test_mul_by_channel_scale_rows_equals_ref(dtype, relu):
+    """A channels-last image times its (N, C, 1, 1) scale (squeeze-excite) runs the row
+    kernel: equal to the reference, to the C-order product, either operand first, over
+    channel counts off and on the 32-byte block."""
+    f = F.mul_relu if relu else F.mul
+    r = np.random.default_rng(5)
+    for n, c, h, w in [(1, 72, 28, 28), (2, 40, 5, 3), (1, 33, 4, 4), (3, 1000, 2, 3),
+                       (1, 7, 9, 9)]:
+        x = u.random_qtensor(r, (n, c, h, w), dtype, layout="cl")
+        s = u.random_qtensor(r, (n, c, 1, 1), dtype)
+        with qops.backend("ref"):
+            want = f(x, s, 0.07, 5).int_repr()
+        with qops.backend("fast"):
+            for args in ((x, s), (s, x)):
+                np.testing.assert_array_equal(f(*args, 0.07, 5).int_repr(), want)
+            np.testing.assert_array_equal(f(x.contiguous(), s, 0.07, 5).int_repr(), want)

@@ -25,6 +25,13 @@ def _qu8(shape, zp=3, scale=0.05):
     return qops.make_per_tensor_quantized_tensor(data, scale, zp)
 
 
+def _qu8_cl(shape, zp=3, scale=0.05):
+    # an (N, C, H, W) tensor lying channels last in memory
+    n, c, h, w = shape
+    data = RNG.integers(0, 256, size=(n, h, w, c)).astype(np.uint8).transpose(0, 3, 1, 2)
+    return qops.make_per_tensor_quantized_tensor(data, scale, zp)
+
+
 def _qs8(shape, lo=-128, hi=128, zp=0, scale=0.01):
     data = RNG.integers(lo, hi, size=shape).astype(np.int8)
     return qops.make_per_tensor_quantized_tensor(data, scale, zp)
@@ -160,6 +167,8 @@ ARITH = [
     ("add.vector", F.add, lambda: ((_qu8((3, 100)), _qu8((3, 100), zp=9), 0.1, 5), {})),
     ("add.vector", F.add_relu, lambda: ((_qs8((3, 70)), _qs8((3, 70), zp=2), 0.02, -5), {})),
     ("mul.vector", F.mul, lambda: ((_qu8((3, 100)), _qu8((3, 100), zp=9), 0.3, 5), {})),
+    ("mul.rows", F.mul, lambda: ((_qu8((2, 40, 1, 1)), _qu8_cl((2, 40, 5, 3), zp=9), 0.3, 5),
+                                 {})),
     ("requant_int.formula", F.add_scalar, lambda: ((_qu8((3, 100)), 1.0), {})),
     ("requant_int.lut_vbmi", F.add_scalar, lambda: ((_qs8((3, 100), zp=-3), 2.0), {})),
     ("requant_int.lut", F.add_scalar,

@@ -80,6 +80,8 @@ ROUTES = {r.name: r for r in [
     Route("empty", "none: an empty output", "arith.pyx"),
     Route("add.vector", f"qops_add_run ({_TIER})", "qops_arith.h"),
     Route("mul.vector", f"qops_mul_run ({_TIER})", "qops_arith.h"),
+    Route("mul.rows", f"_mul_rows: qops_mul_run ({_TIER}) against a tiled row of b",
+          "arith.pyx"),
     Route("requant_int.formula", "qops_requant_run (AVX2, R_int per element)", "qops_arith.h"),
     Route("requant_int.lut_vbmi", "qops_lut_vbmi (AVX-512 VBMI) of a 256-byte table",
           "qops_lut.h"),
@@ -104,6 +106,7 @@ BUILT = frozenset(n for n in ROUTES if _built_here(n))     # the routes this bui
 cdef object R_EMPTY = ROUTES["empty"]
 cdef object R_ADD = ROUTES["add.vector"]
 cdef object R_MUL = ROUTES["mul.vector"]
+cdef object R_MUL_ROWS = ROUTES["mul.rows"]
 cdef object R_RQ_FORMULA = ROUTES["requant_int.formula"]
 cdef object R_RQ_VBMI = ROUTES["requant_int.lut_vbmi"]
 cdef object R_RQ_LUT = ROUTES["requant_int.lut"]
@@ -123,13 +126,13 @@ cdef object _plan(int op, Py_ssize_t n, bint is_signed=False, int64_t base=0, in
     """The Route of one call: every kernel choice of the family, in one place.
 
     op: OP_*; n: elements (cat: bytes written); requant_int's int8 flag, base and output
-    zero point; cat's rows and widest input row."""
+    zero point; cat's rows and widest input row (mul: rows 1 when b is a row broadcast)."""
     if n == 0:
         route = R_EMPTY
     elif op == OP_ADD:
         route = R_ADD
     elif op == OP_MUL:
-        route = R_MUL
+        route = R_MUL_ROWS if rows else R_MUL
     elif op == OP_REQUANT:
         # without a vector table lookup (AVX512-VBMI) the formula per element is the faster
         # map; it gives the table's bytes where qops_requant_ok
@@ -165,7 +168,8 @@ def plan(op, q, *args):
     ops = {"add": OP_ADD, "mul": OP_MUL, "reflect": OP_REFLECT}
     if op not in ops:
         raise ValueError(f"plan: unknown arith op {op!r}")
-    return _plan(ops[op], q.size)
+    rows = op == "mul" and len(args) > 0 and np.shape(args[0]) != q.shape
+    return _plan(ops[op], q.size, False, 0, 0, rows)
 
 
 
@@ -357,8 +361,29 @@ def add(a, b, a_scale, a_zero_point, b_scale, b_zero_point, out_inv_scale, out_z
     return out
 
 
+cdef void _mul_rows(const char* a, const char* b, char* out, Py_ssize_t M, Py_ssize_t R,
+                    Py_ssize_t C, bint is_signed, const qops_mul_params* p, char* tile,
+                    Py_ssize_t T, int threads) noexcept nogil:
+    # b's row of each m tiled T times, then a's rows against it T at a time: one flat kernel
+    # call per chunk, with T * C a multiple of the 32-byte block so only a last chunk has a
+    # tail (a squeeze-excite scale: one row of C per image, never materialized in full)
+    cdef Py_ssize_t m, t, k, nch = (R + T - 1) // T
+    for m in range(M):
+        for t in range(T):
+            memcpy(tile + t * C, b + m * C, C)
+        if threads > 1:
+            for k in prange(nch, schedule="static", num_threads=threads):
+                qops_mul_run(a + (m * R + k * T) * C, tile, out + (m * R + k * T) * C,
+                             min(T, R - k * T) * C, is_signed, p)
+        else:
+            for k in range(nch):
+                qops_mul_run(a + (m * R + k * T) * C, tile, out + (m * R + k * T) * C,
+                             min(T, R - k * T) * C, is_signed, p)
+
+
 def mul(a, b, a_zero_point, b_zero_point, multiplier, out_zero_point, relu):
-    """Quantized mul: R_int((a - za) * (b - zb), M), relu = max(out, out_zero_point)."""
+    """Quantized mul: R_int((a - za) * (b - zb), M), relu = max(out, out_zero_point); b of
+    a's shape, or (M, 1, C) against a (M, R, C) (a row per m, broadcast)."""
     out = qops_empty(np, a.shape, a.dtype)
     qmin, qmax = qops_range8(a.dtype)
     cdef qops_mul_params p
@@ -374,9 +399,32 @@ def mul(a, b, a_zero_point, b_zero_point, multiplier, out_zero_point, relu):
         p.lo = 0
     a = np.ascontiguousarray(a)
     b = np.ascontiguousarray(b)
-    cdef Py_ssize_t n = a.size
-    if _plan(OP_MUL, n) is not R_EMPTY:
+    cdef Py_ssize_t n = a.size, M, R, C, T
+    cdef bint rows = b.shape != a.shape
+    if rows and (a.ndim != 3 or b.shape != (a.shape[0], 1, a.shape[2])):
+        raise ValueError(f"mul: b {b.shape} is neither a's shape {a.shape} nor one row of it")
+    cdef char* tile
+    cdef const char* pa
+    cdef const char* pb
+    cdef char* po
+    cdef int threads
+    cdef bint is_signed
+    route = _plan(OP_MUL, n, False, 0, 0, rows)
+    if route is R_MUL:
         _mul_flat(qops_ptr(a), qops_ptr(b), qops_ptr(out, True), n, qmin < 0, &p)
+    elif route is R_MUL_ROWS:
+        M, R, C = a.shape
+        T = max(1, 4096 // C)
+        T = max(T // 32 * 32, 1) if C % 32 else T      # T * C a multiple of 32 (C odd too)
+        tile = <char*>malloc(T * C)
+        if tile == NULL:
+            raise MemoryError()
+        threads = qops_threads_for(n, GRAIN)
+        pa, pb, po = qops_ptr(a), qops_ptr(b), qops_ptr(out, True)
+        is_signed = qmin < 0
+        with nogil:
+            _mul_rows(pa, pb, po, M, R, C, is_signed, &p, tile, T, threads)
+        free(tile)
     return out
 
 

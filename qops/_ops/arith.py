@@ -119,7 +119,37 @@ def add_relu(a: QTensor, b: QTensor, scale: float, zero_point: int) -> QTensor:
     return _add(a, b, scale, zero_point, True, "add_relu")
 
 
+def _scale_rows(a, b):
+    """(image, scale) when one of a, b is a channels-last image (N, C, H, W) and the other
+    its per-channel scale (N, C, 1, 1) (a squeeze-excite block), else None."""
+    if (type(a) is not QTensor or type(b) is not QTensor or a._axis is not None
+            or b._axis is not None or a._dtype is not b._dtype or a._dtype not in _DTYPES):
+        return None
+    sa, sb = a._int.shape, b._int.shape
+    if len(sa) != 4 or len(sb) != 4:
+        return None
+    if sb[2:] == (1, 1) and sa[:2] == sb[:2] and memory_order(a._int) is _CL4:
+        return a, b
+    if sa[2:] == (1, 1) and sa[:2] == sb[:2] and memory_order(b._int) is _CL4:
+        return b, a
+    return None
+
+
 def _mul(a, b, scale, zero_point, relu, what):
+    pair = _scale_rows(a, b)
+    if pair is not None:
+        # the image's memory as (N, H*W, C) rows, the scale as one row per image: the kernel
+        # broadcasts the row (the product is symmetric, so which operand was `a` is moot)
+        x, v = pair
+        scale = qp.check_scale(scale)
+        zero_point = qp.check_zero_point(zero_point, a._dtype)
+        n, c, h, w = x._int.shape
+        m = float(F32(F32(a._scale) * F32(b._scale)) * F32(qp.inv_scale(scale)))
+        data = _kernels().mul(x._int.transpose(_CL4).reshape(n, h * w, c),
+                              np.ascontiguousarray(v._int).reshape(n, 1, c), x._zero_point,
+                              v._zero_point, m, zero_point, relu)
+        return QTensor._make(data.reshape(n, h, w, c).transpose(_CL4_BACK), a.dtype, scale,
+                             zero_point)
     ra, rb, scale, zero_point = _binary_inputs(a, b, scale, zero_point, what)
     m = float(F32(F32(a._scale) * F32(b._scale)) * F32(qp.inv_scale(scale)))
     data = elementwise2(_kernels().mul, ra, rb, a._zero_point, b._zero_point, m, zero_point, relu)
