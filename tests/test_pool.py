@@ -446,7 +446,7 @@ def test_global_avg_pool_channels_last_fast_path(dtype):
     """Global pooling of channels-last images (output_size 1 or (1, 1), the fast path) equals
     the general path (output_size [1, 1]) and the reference."""
     r = np.random.default_rng(3)
-    for shape in [(1, 40, 7, 7), (2, 72, 5, 3), (3, 1000, 2, 2)]:
+    for shape in [(1, 40, 7, 7), (2, 72, 5, 3), (3, 1000, 2, 2), (2, 13, 3, 4), (1, 77, 5, 5)]:
         x = u.random_qtensor(r, shape, dtype, layout="cl")
         outs = {}
         for backend in ("ref", "fast"):
@@ -458,3 +458,19 @@ def test_global_avg_pool_channels_last_fast_path(dtype):
         first = next(iter(outs.values()))
         for v in outs.values():
             np.testing.assert_array_equal(v, first)
+
+
+@pytest.mark.parametrize("dtype", [qops.quint8, qops.qint8])
+def test_channels_last_avg_pools_channel_tails_equal_ref(dtype):
+    """Channels-last average pools over channel counts that leave 8-channel groups and single
+    channels past the 64-channel blocks equal the reference."""
+    r = np.random.default_rng(11)
+    for c in (8, 13, 40, 72, 77, 136):
+        x = u.random_qtensor(r, (2, c, 9, 7), dtype, layout="cl")
+        for f, args in ((F.avg_pool2d, dict(kernel_size=3, stride=2, padding=1)),
+                        (F.adaptive_avg_pool2d, dict(output_size=(3, 2)))):
+            with qops.backend("ref"):
+                want = f(x, **args).int_repr()
+            with qops.backend("fast"):
+                got = f(x, **args).int_repr()
+            np.testing.assert_array_equal(got, want)
