@@ -28,6 +28,14 @@ def backend(request):
         yield request.param
 
 
+
+def _count_calls(monkeypatch, module, name):
+    """A list that grows by one on each call of module.name (which still runs)."""
+    calls = []
+    real = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a: calls.append(1) or real(*a))
+    return calls
+
 def test_output_shapes_and_batch0(backend):
     x = _x((0, 4, 9, 9))
     out = F.conv2d(x, _w((8, 2, 3, 3)), None, stride=2, padding=1, groups=2, scale=0.5,
@@ -65,9 +73,7 @@ def test_prepacked_equals_unpacked_and_never_repacks(backend, monkeypatch):
     first = F.conv2d_relu(x, pk, scale=0.3, zero_point=90)
     np.testing.assert_array_equal(first._int, direct._int)
     kernels = qops._config.impl("conv")
-    calls = []
-    real = kernels.pack_weight
-    monkeypatch.setattr(kernels, "pack_weight", lambda *a: calls.append(1) or real(*a))
+    calls = _count_calls(monkeypatch, kernels, "pack_weight")
     for _ in range(3):
         again = F.conv2d_relu(x, pk, scale=0.3, zero_point=90)
         np.testing.assert_array_equal(again._int, direct._int)
@@ -433,9 +439,7 @@ def test_channels_last_depthwise_avx2_equals_ref(monkeypatch, c, nd, k, stride, 
     # symmetric and asymmetric weights; the portable tier takes the planes
     from qops import _fast
     kernels = _fast.load("conv")
-    calls = []
-    real = kernels._conv_dw_cl_avx2
-    monkeypatch.setattr(kernels, "_conv_dw_cl_avx2", lambda *a: calls.append(1) or real(*a))
+    calls = _count_calls(monkeypatch, kernels, "_conv_dw_cl_avx2")
     x, w, b = _depthwise_inputs(29, c, size, k, wzp=wzp, channels_last=True)
     fn = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nd]
     relu_fn = {1: F.conv1d_relu, 2: F.conv2d_relu, 3: F.conv3d_relu}[nd]
@@ -469,9 +473,7 @@ def test_depthwise_avx2_16_channel_blocks_equal_ref(monkeypatch, n, c, k, stride
     # and 255, both clamps, symmetric and asymmetric weights
     from qops import _fast
     kernels = _fast.load("conv")
-    calls = []
-    real = kernels._conv_dw_cl_avx2
-    monkeypatch.setattr(kernels, "_conv_dw_cl_avx2", lambda *a: calls.append(1) or real(*a))
+    calls = _count_calls(monkeypatch, kernels, "_conv_dw_cl_avx2")
     r = u.rng(41 + c)
     raw = r.integers(0, 256, size=(n,) + size + (c,)).astype(np.uint8)
     raw[0] = r.choice(np.array([0, 255], np.uint8), size=size + (c,)) if n > 1 else raw[0]

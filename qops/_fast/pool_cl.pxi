@@ -96,8 +96,7 @@ cdef void _avg_cl(const q8_t* x, q8_t* out, Py_ssize_t N, Py_ssize_t D, Py_ssize
     # registers). lim = d0[OD], d1[OD], h0[OH], h1[OH], w0[OW], w1[OW], clipped to the input.
     cdef Py_ssize_t r
     if nt <= 1:
-        # no parallel region: one of a single thread still costs two futex calls (libgomp's
-        # barriers), as much as pooling a small image
+        # no parallel region: libgomp's barriers make two futex calls even in a team of one
         for r in range(N * OD * OH):
             _avg_cl_row(x, out, r, D, H, W, C, OD, OH, OW, lim, sub, mul, add, post, qmin, qmax)
         return

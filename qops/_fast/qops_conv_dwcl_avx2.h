@@ -4,9 +4,9 @@
  * Taps go two at a time (t0, t1): the B channel bytes of each tap's pixel become int16 pairs
  * (x[t0], x[t1]) per channel (B = 32: a byte unpack interleaves the taps, unpacks with zero
  * widen; B = 16: vpmovzxbw widens each tap, a word unpack interleaves), which vpmaddwd
- * multiplies by the pair (w[t0] - wz, w[t1] - wz) into int32. Each product is at most 255 * 255 in size, so no
- * partial sum saturates (no vpmaddubsw anywhere). With wz taken out of the weights the zero
- * points leave one start value per channel,
+ * multiplies by the pair (w[t0] - wz, w[t1] - wz) into int32. Each product is at most
+ * 255 * 255 in size, so no partial sum saturates (no vpmaddubsw anywhere). With wz taken out
+ * of the weights the zero points leave one start value per channel,
  *     acc = Sum x (w - wz) - xz Sum (w - wz),
  * the integer of docs/semantics.md §8, for symmetric and asymmetric weights alike.
  *

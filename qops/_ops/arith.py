@@ -310,42 +310,43 @@ def _cat_images(tensors, scale, zero_point, relu):
         return None
     dt = first._dtype
     n, _, h, w = first._int.shape
-    if h < 2 or w < 2:
-        return None
-    rows = n * h * w
-    qs, sizes, scales, zps = [], [], [], []
+    qs, sizes = [], []
     for t in tensors:
         if type(t) is not QTensor or t._axis is not None or t._dtype is not dt:
             return None
         r = t._int
-        if r.ndim != 4:
+        if r.ndim != 4 or memory_order(r) is not _CL4:
             return None
         tn, c, th, tw = r.shape
-        st = r.strides
-        it = r.itemsize
-        # channels-last memory of the same N, H, W (memory_order's test, inlined)
-        if not (tn == n and th == h and tw == w and c > 1 and st[1] == it and st[3] == c * it
-                and st[2] == w * c * it and (n == 1 or st[0] == h * w * c * it)):
+        if tn != n or th != h or tw != w:
             return None
-        qs.append(r.transpose(_CL4).reshape(rows, c))
+        qs.append(r.transpose(_CL4).reshape(n * h * w, c))
         sizes.append(c)
-        scales.append(qp.f32(t._scale))
-        zps.append(t._zero_point)
+    out = np.empty((n, h, w, sum(sizes)), dtype=first._int.dtype)
+    scale, zero_point = _cat_into(tensors, qs, sizes, 1, out, scale, zero_point, relu)
+    return QTensor._make(out.transpose(_CL4_BACK), dt, scale, zero_point)
+
+
+def _cat_into(tensors, qs, sizes, inner, out, scale, zero_point, relu):
+    """Run the cat kernel: qs[i] (outer, sizes[i] * inner) into out, whose memory is (outer,
+    sum(sizes) * inner); returns the output qparams (None: the first tensor's)."""
+    first = tensors[0]
     scale = first._scale if scale is None else qp.check_scale(scale)
     zero_point = first._zero_point if zero_point is None else \
-        qp.check_zero_point(zero_point, dt)
-    total = sum(sizes)
-    out = np.empty((n, h, w, total), dtype=first._int.dtype)
+        qp.check_zero_point(zero_point, first._dtype)
     so = qp.f32(scale)
+    scales = [qp.f32(t._scale) for t in tensors]
+    zps = [t._zero_point for t in tensors]
     # Equal qparams reproduce the input exactly (Q_fma(D_sc(q)) == q for a normal scale).
     normal = so >= 1.2e-38
     requants = [not (normal and si == so and z == zero_point) for si, z in zip(scales, zps)]
     offsets = [0] * len(sizes)
     for i in range(1, len(sizes)):
-        offsets[i] = offsets[i - 1] + sizes[i - 1]
-    _kernels().cat_into(qs, out.reshape(rows, total), offsets, scales, zps,
+        offsets[i] = offsets[i - 1] + sizes[i - 1] * inner
+    total = offsets[-1] + sizes[-1] * inner
+    _kernels().cat_into(qs, out.reshape(qs[0].shape[0], total), offsets, scales, zps,
                         qp.inv_scale(scale), zero_point, requants, relu)
-    return QTensor._make(out.transpose(_CL4_BACK), dt, scale, zero_point)
+    return scale, zero_point
 
 
 def _cat(tensors, dim, scale, zero_point, relu, what):
@@ -361,9 +362,6 @@ def _cat(tensors, dim, scale, zero_point, relu, what):
     d = _cat_ok(tensors, dim)
     dim = _cat_check(tensors, dim, what) if d is None else d
     first = tensors[0]
-    scale = first._scale if scale is None else qp.check_scale(scale)
-    zero_point = first._zero_point if zero_point is None else \
-        qp.check_zero_point(zero_point, first.dtype)
     # Inputs that all lie in one permuted memory order (channels last) are concatenated in
     # that order, and the result lies in it too, as PyTorch's NHWC cat: no transposes.
     order = memory_order(first._int)
@@ -379,24 +377,13 @@ def _cat(tensors, dim, scale, zero_point, relu, what):
         raws = [t._int.transpose(order) for t in tensors]
         dim = order.index(dim)
     sizes = [r.shape[dim] for r in raws]
-    total = sum(sizes)
     shape = raws[0].shape
-    shape = shape[:dim] + (total,) + shape[dim + 1:]
+    shape = shape[:dim] + (sum(sizes),) + shape[dim + 1:]
     out = np.empty(shape, dtype=first._int.dtype)
     outer = math.prod(shape[:dim])
     inner = math.prod(shape[dim + 1:])
-    out2 = out.reshape(outer, total * inner)
-    so, inv = qp.f32(scale), qp.inv_scale(scale)
-    scales = [qp.f32(t._scale) for t in tensors]
-    zps = [t._zero_point for t in tensors]
-    # Equal qparams reproduce the input exactly (Q_fma(D_sc(q)) == q for a normal scale).
-    normal = so >= 1.2e-38
-    requants = [not (normal and si == so and z == zero_point) for si, z in zip(scales, zps)]
     qs = [r.reshape(outer, c * inner) for r, c in zip(raws, sizes)]
-    offsets = [0] * len(sizes)
-    for i in range(1, len(sizes)):
-        offsets[i] = offsets[i - 1] + sizes[i - 1] * inner
-    _kernels().cat_into(qs, out2, offsets, scales, zps, inv, zero_point, requants, relu)
+    scale, zero_point = _cat_into(tensors, qs, sizes, inner, out, scale, zero_point, relu)
     if order is not None:
         out = out.transpose(inverse(order))
     return QTensor._make(out, first.dtype, scale, zero_point)
