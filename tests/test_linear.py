@@ -470,6 +470,48 @@ def test_gemm_paired_panels_both_copies(threads):
     assert not reordered or sum(reordered) >= 3, reordered
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gemm_fused_u8_store_equals_ref(threads):
+    # AVX2 requantizes the pairsafe kernel's accumulators in registers (qg_os) where the
+    # output is uint8 and the weights have no zero points, for panels of 16 and of 8 columns;
+    # depth is packed in groups of 4 (the last pairing block 4, 8 or 12 values long). Next to
+    # it the reordered, split and nibble kernels on the same shapes; relu, bias or none, and
+    # outputs clamped at both ends.
+    from qops._ref import linear as ref
+    r = u.rng(56)
+    for m, k, n in [(1, 4, 8), (7, 8, 16), (13, 12, 24), (6, 20, 40), (25, 24, 144),
+                    (9, 27, 72), (50, 36, 17), (97, 40, 240), (31, 72, 40), (12, 100, 33)]:
+        for lim, hi in ((30, 255), (128, 127), (128, 255)):
+            wq = r.integers(-lim, lim, (n, k)).astype(np.int8)
+            xq = r.integers(0, hi + 1, (m, k)).astype(np.uint8)
+            xq[0] = hi
+            zero = np.zeros(n, np.int32)
+            bias = r.normal(0, 50, n).astype(np.float32)
+            mult = r.uniform(0.0005, 0.02, n).astype(np.float32)
+            for relu, bt, ozp in ((False, bias, 128), (True, None, 3), (False, None, 0),
+                                  (True, bias, 250)):
+                want = ref.linear(xq, 7, ref.pack_linear(wq, zero), bt, mult, ozp, relu)
+                if ozp == 128:
+                    assert len(np.unique(want)) > 10 or m * n < 40
+                for kern in _isa_kernels():
+                    with qops.threads(threads):
+                        got = kern.linear(xq, 7, kern.pack_linear(wq, zero), bt, mult, ozp, relu)
+                    np.testing.assert_array_equal(got, want, err_msg=f"{kern.__name__} {m, k, n}")
+
+
+def test_gemm_pairing_search_reorders_a_short_last_block():
+    # K = 24: the second pairing block holds 8 values; k values 16 and 17 both 100 in a
+    # column would saturate at x = 255 as given, and the search pairs them with small ones
+    # within those 8 (no value past K may take part).
+    wq = np.full((3, 24), 10, np.int8)
+    wq[:, 16] = wq[:, 17] = 100
+    xq = np.full((4, 24), 255, np.uint8)
+    _check_acc(xq, wq)
+    for kern in _isa_kernels():
+        if kern.__name__.split(".")[2] == "_avx2":
+            assert kern.pack_linear(wq, np.zeros(3, np.int32)).paired == 1
+
+
 def test_gemm_pairing_search_reorders():
     # k values 0 and 1 both 100 in a column: their given pair would saturate at x = 255, but
     # pairing each with a small weight does not; the search must find such an order.

@@ -56,10 +56,10 @@
  *       add up in int16 (<= 30720) before one vpmaddwd by 1 (xl) or 16 (xh) widens them:
  *       2.25 multiply uops per 32 products (pairsafe: 2). The former path, weights widened to
  *       int16 and vpmaddwd + vpaddd per 16 products, was slower on Zen 3. Taken where more
- *       than a quarter of a block's rows need it and K makes whole chunks of 32 values; a tile
- *       that needs it otherwise runs the pairsafe kernel twice instead, on min(x, 128) and
- *       the rest (qg_split).
- * A is read in place when K is whole 16-value blocks, else repacked per call (zero padded to
+ *       than a quarter of a block's rows need it (their nibbles zero padded to whole chunks
+ *       of 32 values); a tile that needs it otherwise runs the pairsafe kernel twice instead,
+ *       on min(x, 128) and the rest (qg_split).
+ * A is read in place when K is whole groups of 4, else repacked per call (zero padded to
  * them), and nibble-split when a panel needs it, in row blocks of bounded size; panels packed
  * with k reordered ("Pairing" below) shuffle the rows of each micro-tile first. The kernels
  * are inline asm: GCC spills the 12-16 accumulators of the intrinsics versions.
@@ -141,13 +141,10 @@ static inline int qg_amx_k(ptrdiff_t K) { return qg_amx_state && K > 0 && K % 64
 #define QG_INLINE static inline __attribute__((always_inline))
 
 static inline ptrdiff_t qg_npanels(ptrdiff_t N) { return (N + QG_NR - 1) / QG_NR; }
-#ifdef QG_AVX2
-/* AVX2: whole blocks of 16 values of k (the pairing's and qg_reorder's unit; zero weights
- * past K); the nibble kernel runs where they make whole chunks of QG_CHUNK groups */
-static inline ptrdiff_t qg_groups(ptrdiff_t K) { return ((K + 15) / 16) * 4; }
-#else
+/* Groups of QG_KG values of k, zero weights past K. AVX2 pairs and reorders k within blocks
+ * of 16 values, the last block as long as the groups make it (4, 8, 12 or 16); the nibble
+ * kernel runs where the groups make whole chunks of QG_CHUNK. */
 static inline ptrdiff_t qg_groups(ptrdiff_t K) { return (K + QG_KG - 1) / QG_KG; }
-#endif
 
 /* Bytes of one packed group row (all columns of a panel for QG_KG values of k). */
 #if defined(QG_VNNI) || defined(QG_AVX2)
@@ -174,6 +171,9 @@ static inline ptrdiff_t qops_gemm_packed_size(ptrdiff_t N, ptrdiff_t K) {
     /* after the panels in k order: the panels again with k reordered (see "Pairing" below),
      * then per panel S, the pairing flag, the k order and S of the reordered copy */
     size += qg_npanels(N) * (per_panel + 3 * (ptrdiff_t)sizeof(int32_t) + qg_groups(K) * QG_KG);
+    /* the nibble kernel reads whole chunks: up to a chunk of groups past the last panel, times
+     * zero nibbles (qg_kc) */
+    size += QG_CHUNK * QG_KG * QG_NR;
 #endif
     return size > 0 ? size : 1;
 }
@@ -254,27 +254,29 @@ static int qg_pair_order(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_t 
     if (!T) return 0;
     int ok = 1;
     for (ptrdiff_t k0 = 0; k0 < Kp && ok; k0 += 16) {
-        /* the block's weights, 16 a column (zero past K) */
+        /* the block's weights, 16 a column (zero past K); lb values (the last block may be
+         * shorter), paired among themselves */
+        const int lb = Kp - k0 < 16 ? (int)(Kp - k0) : 16;
         for (ptrdiff_t n = 0; n < N; n++)
             for (int a = 0; a < 16; a++)
                 T[n * 16 + a] = k0 + a < K ? W[n * ldw + k0 + a] : 0;
         uint16_t adj[16] = {0};
-        for (int a = 0; a < 16; a++)
-            for (int b = a + 1; b < 16; b++)
+        for (int a = 0; a < lb; a++)
+            for (int b = a + 1; b < lb; b++)
                 if (qg_pair_fits(T, N, a, b)) {
                     adj[a] |= (uint16_t)(1u << b);
                     adj[b] |= (uint16_t)(1u << a);
                 }
         int given = 1;
-        for (int a = 0; a < 16; a += 2) given &= adj[a] >> (a + 1) & 1;
+        for (int a = 0; a < lb; a += 2) given &= adj[a] >> (a + 1) & 1;
         uint8_t pairs[16];
         int budget = 4096;
         if (given) {
-            for (int a = 0; a < 16; a++) pairs[a] = (uint8_t)a;
-        } else if (!qg_match(adj, 0xffffu, pairs, &budget)) {
+            for (int a = 0; a < lb; a++) pairs[a] = (uint8_t)a;
+        } else if (!qg_match(adj, (1u << lb) - 1, pairs, &budget)) {
             ok = 0;
         }
-        for (int a = 0; a < 16; a++) order[k0 + a] = pairs[a];
+        for (int a = 0; a < lb; a++) order[k0 + a] = pairs[a];
     }
     free(T);
     return ok;
@@ -541,7 +543,8 @@ static void qg_micro_dispatch(int mr, int width, const uint8_t *A, ptrdiff_t lda
 /* A of one call (a block of rows), repacked for the two kernels; see the header comment. */
 typedef struct {
     const uint8_t *raw;     /* rows of Kp bytes, zero padded (pairsafe kernel), or NULL */
-    const uint8_t *nib;     /* rows of 2*Kp bytes: per group the 4 low nibbles, then the 4 high */
+    const uint8_t *nib;     /* rows of 2 * qg_kc(Kp) bytes: per group the 4 low nibbles, then
+                             * the 4 high (zero past Kp) */
     ptrdiff_t Kp;           /* 4 * groups */
     ptrdiff_t lr;           /* row stride of raw: Kp, or A's own where A is used in place */
     uint8_t *tmp;           /* per thread QG_TMP_ROWS * Kp bytes: a micro-tile's rows
@@ -549,6 +552,12 @@ typedef struct {
     int32_t xmax;           /* largest A value of the block */
     const uint8_t *rmax;    /* per row of the block its largest value, or NULL (all xmax) */
 } qg_apk;
+
+/* The nibble kernel's depth: Kp in whole chunks. Its groups past Kp multiply zero nibbles
+ * by whatever weights follow (the next panel's, or the packed buffer's slack). */
+static inline ptrdiff_t qg_kc(ptrdiff_t Kp) {
+    return (Kp + QG_CHUNK * QG_KG - 1) / (QG_CHUNK * QG_KG) * (QG_CHUNK * QG_KG);
+}
 
 /* rows of a thread's scratch: a micro-tile reordered, or its two halves of qg_split */
 #define QG_TMP_ROWS (2 * QG_MR)
@@ -575,8 +584,48 @@ static const int16_t qg_sixteens16[16] __attribute__((aligned(32))) =
               [b0] "m"(*(const __m256i *)(const void *)(bp)), \
               [b1] "m"(*(const __m256i *)(const void *)((bp) + 32)), [one] "x"(one)); }
 
+/* The uint8 output stage of one panel, fused into the pairsafe kernel: the formulas of
+ * qg_store for 16 (or the first 8) columns, with the column terms gathered once per panel
+ * (qg_os_init) and each row's accumulators requantized from their registers. For
+ * QOPS_GEMM_U8 without weight zero points, the common case of conv and static linear. */
+typedef struct {
+    int32_t corr[QG_NR] __attribute__((aligned(32)));
+    float bias[QG_NR] __attribute__((aligned(32)));     /* 0 where the layer has none */
+    float mult[QG_NR] __attribute__((aligned(32)));
+    float lo, hi;           /* the clamp, less zp, as qg_u8_8 */
+    int16_t zp;
+    int half;               /* 8 columns: the panel's last, N % 16 == 8 */
+    uint8_t *out;           /* row m0's first column of the panel */
+    ptrdiff_t ldc;
+} qg_os;
+
+/* one row: c0, c1 = its columns 0-7 and 8-15 */
+static inline void qg_os_row(__m256i c0, __m256i c1, const qg_os *s, uint8_t *out) {
+    const __m256 lo = _mm256_set1_ps(s->lo), hi = _mm256_set1_ps(s->hi);
+    __m256 y0 = _mm256_cvtepi32_ps(_mm256_add_epi32(c0, _mm256_load_si256((const __m256i *)s->corr)));
+    y0 = _mm256_mul_ps(_mm256_add_ps(y0, _mm256_load_ps(s->bias)), _mm256_load_ps(s->mult));
+    y0 = _mm256_min_ps(_mm256_max_ps(y0, lo), hi);
+    if (s->half) {
+        /* int32 in [-255, 255] -> int16 (exact), + zp -> [0, 255] -> bytes */
+        const __m256i q = _mm256_cvtps_epi32(y0);
+        __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+        h = _mm_add_epi16(h, _mm_set1_epi16(s->zp));
+        _mm_storel_epi64((__m128i *)out, _mm_packus_epi16(h, h));
+        return;
+    }
+    __m256 y1 = _mm256_cvtepi32_ps(_mm256_add_epi32(c1, _mm256_load_si256((const __m256i *)(s->corr + 8))));
+    y1 = _mm256_mul_ps(_mm256_add_ps(y1, _mm256_load_ps(s->bias + 8)), _mm256_load_ps(s->mult + 8));
+    y1 = _mm256_min_ps(_mm256_max_ps(y1, lo), hi);
+    /* packs interleaves the lanes (0-3, 8-11 | 4-7, 12-15); vpermq puts them in order */
+    __m256i p = _mm256_packs_epi32(_mm256_cvtps_epi32(y0), _mm256_cvtps_epi32(y1));
+    p = _mm256_add_epi16(_mm256_permute4x64_epi64(p, 0xD8), _mm256_set1_epi16(s->zp));
+    _mm_storeu_si128((__m128i *)out, _mm_packus_epi16(_mm256_castsi256_si128(p),
+                                                      _mm256_extracti128_si256(p, 1)));
+}
+
+/* os: the output stage to apply (rows' outputs written), or NULL (acc_out written) */
 QG_INLINE void qg_safe(const int mr, const uint8_t *A, ptrdiff_t lda, ptrdiff_t G,
-                       const int8_t *b, int32_t *acc_out) {
+                       const int8_t *b, int32_t *acc_out, const qg_os *os) {
     const __m256i one = _mm256_load_si256((const __m256i *)qg_ones16);
     const __m256i z = _mm256_setzero_si256();
     __m256i c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z;
@@ -592,6 +641,12 @@ QG_INLINE void qg_safe(const int mr, const uint8_t *A, ptrdiff_t lda, ptrdiff_t 
         if (mr > 4) QG_SAFE_ROW(c40, c41, a4 + o, b)
         if (mr > 5) QG_SAFE_ROW(c50, c51, a5 + o, b)
         b += 64;
+    }
+    if (os) {
+#define QG_OS2(i) if (mr > i) qg_os_row(c##i##0, c##i##1, os, os->out + i * os->ldc);
+        QG_OS2(0) QG_OS2(1) QG_OS2(2) QG_OS2(3) QG_OS2(4) QG_OS2(5)
+#undef QG_OS2
+        return;
     }
 #define QG_ST2(i) if (mr > i) { \
         _mm256_storeu_si256((__m256i *)(acc_out + i * QG_NR), c##i##0); \
@@ -668,6 +723,43 @@ static void qg_nib(int mr, const uint8_t *a, ptrdiff_t l, const int8_t *b, ptrdi
     else QG_NIB_ASM(QG_NIB_Z0, QG_NIB_STEP1, QG_NIB_W0);
 }
 
+/* The first n bytes (4, 8, 12 or 16) at p, zeros after them; and their store. The last
+ * block of a row whose depth is not whole blocks of 16, without touching bytes past it. */
+static inline __m128i qg_load_part(const uint8_t *p, ptrdiff_t n) {
+    if (n == 16) return _mm_loadu_si128((const __m128i *)p);
+    int32_t w;
+    __m128i v = _mm_setzero_si128();
+    if (n >= 8) {
+        v = _mm_loadl_epi64((const __m128i *)p);
+        if (n == 12) {
+            memcpy(&w, p + 8, 4);
+            v = _mm_insert_epi32(v, w, 2);
+        }
+    } else {
+        memcpy(&w, p, 4);
+        v = _mm_cvtsi32_si128(w);
+    }
+    return v;
+}
+
+static inline void qg_store_part(uint8_t *p, __m128i v, ptrdiff_t n) {
+    if (n == 16) {
+        _mm_storeu_si128((__m128i *)p, v);
+        return;
+    }
+    int32_t w;
+    if (n >= 8) {
+        _mm_storel_epi64((__m128i *)p, v);
+        if (n == 12) {
+            w = _mm_extract_epi32(v, 2);
+            memcpy(p + 8, &w, 4);
+        }
+    } else {
+        w = _mm_cvtsi128_si32(v);
+        memcpy(p, &w, 4);
+    }
+}
+
 /* mr rows of A (row stride la) into tmp (row stride Kp) in a panel's k order: a vpshufb per
  * 32 bytes (its two lanes are two blocks of 16). Kept out of line: inlined, the kernel's
  * register pressure spills its pointers. */
@@ -682,10 +774,11 @@ static __attribute__((noinline)) void qg_reorder(const uint8_t *A, ptrdiff_t la,
             _mm256_storeu_si256((__m256i *)(t + k),
                                 _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(a + k)),
                                                     _mm256_loadu_si256((const __m256i *)(order + k))));
-        if (k < Kp)     /* a last block of 16 */
-            _mm_storeu_si128((__m128i *)(t + k),
-                             _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(a + k)),
-                                              _mm_loadu_si128((const __m128i *)(order + k))));
+        for (; k < Kp; k += 16) {   /* a block of 16, or the shorter last one */
+            const ptrdiff_t lb = Kp - k < 16 ? Kp - k : 16;
+            qg_store_part(t + k, _mm_shuffle_epi8(qg_load_part(a + k, lb),
+                                                  qg_load_part(order + k, lb)), lb);
+        }
     }
 }
 
@@ -703,40 +796,43 @@ static __attribute__((noinline)) void qg_split(const uint8_t *A, ptrdiff_t la, i
             _mm256_storeu_si256((__m256i *)(lo + i * Kp + k), l);
             _mm256_storeu_si256((__m256i *)(hi + i * Kp + k), _mm256_sub_epi8(x, l));
         }
-        if (k < Kp) {   /* a last block of 16 */
-            const __m128i x = _mm_loadu_si128((const __m128i *)(A + i * la + k));
+        for (; k < Kp; k += 16) {   /* a block of 16, or the shorter last one */
+            const ptrdiff_t lb = Kp - k < 16 ? Kp - k : 16;
+            const __m128i x = qg_load_part(A + i * la + k, lb);
             const __m128i l = _mm_min_epu8(x, _mm256_castsi256_si128(c128));
-            _mm_storeu_si128((__m128i *)(lo + i * Kp + k), l);
-            _mm_storeu_si128((__m128i *)(hi + i * Kp + k), _mm_sub_epi8(x, l));
+            qg_store_part(lo + i * Kp + k, l, lb);
+            qg_store_part(hi + i * Kp + k, _mm_sub_epi8(x, l), lb);
         }
     }
 }
 
 QG_INLINE void qg_safe_mr(int mr, const uint8_t *A, ptrdiff_t la, ptrdiff_t G, const int8_t *b,
-                          int32_t *acc) {
+                          int32_t *acc, const qg_os *os) {
     switch (mr) {
-    case 1: qg_safe(1, A, la, G, b, acc); break;
-    case 2: qg_safe(2, A, la, G, b, acc); break;
-    case 3: qg_safe(3, A, la, G, b, acc); break;
-    case 4: qg_safe(4, A, la, G, b, acc); break;
-    case 5: qg_safe(5, A, la, G, b, acc); break;
-    default: qg_safe(6, A, la, G, b, acc); break;
+    case 1: qg_safe(1, A, la, G, b, acc, os); break;
+    case 2: qg_safe(2, A, la, G, b, acc, os); break;
+    case 3: qg_safe(3, A, la, G, b, acc, os); break;
+    case 4: qg_safe(4, A, la, G, b, acc, os); break;
+    case 5: qg_safe(5, A, la, G, b, acc, os); break;
+    default: qg_safe(6, A, la, G, b, acc, os); break;
     }
 }
 
 /* order: the panel's k order (or NULL), tmp: QG_TMP_ROWS * Kp bytes. Not safe: the nibble
  * kernel where the block was nibble-split, else the pairsafe kernel on the tile's two
- * halves (qg_split; both read the panel in k order, see "Pairing"). */
-static void qg_micro_avx2(int mr, const qg_apk *ap, ptrdiff_t m0, int safe, ptrdiff_t G,
-                          const uint8_t *order, uint8_t *tmp, const int8_t *b, int32_t *acc) {
+ * halves (qg_split; both read the panel in k order, see "Pairing"). os: where the safe
+ * kernel stores the outputs itself (qg_os), or NULL; returns whether it did. */
+static int qg_micro_avx2(int mr, const qg_apk *ap, ptrdiff_t m0, int safe, ptrdiff_t G,
+                         const uint8_t *order, uint8_t *tmp, const int8_t *b, int32_t *acc,
+                         const qg_os *os) {
     const ptrdiff_t Kp = ap->Kp;
     if (!safe && !ap->nib) {
         int32_t acc2[QG_MR * QG_NR] __attribute__((aligned(32)));
         qg_split(ap->raw + m0 * ap->lr, ap->lr, mr, Kp, tmp, tmp + QG_MR * Kp);
-        qg_safe_mr(mr, tmp, Kp, G, b, acc);
-        qg_safe_mr(mr, tmp + QG_MR * Kp, Kp, G, b, acc2);
+        qg_safe_mr(mr, tmp, Kp, G, b, acc, NULL);
+        qg_safe_mr(mr, tmp + QG_MR * Kp, Kp, G, b, acc2, NULL);
         for (int i = 0; i < mr * QG_NR; i++) acc[i] += acc2[i];
-        return;
+        return 0;
     }
     if (safe) {
         const uint8_t *A = ap->raw + m0 * ap->lr;
@@ -746,13 +842,16 @@ static void qg_micro_avx2(int mr, const qg_apk *ap, ptrdiff_t m0, int safe, ptrd
             A = tmp;
             la = Kp;
         }
-        qg_safe_mr(mr, A, la, G, b, acc);
-    } else {
-        const uint8_t *A = ap->nib + m0 * 2 * Kp;
-        for (int i = 0; i < mr; i += 3)
-            qg_nib(mr - i < 3 ? mr - i : 3, A + i * 2 * Kp, 2 * Kp, b, G / QG_CHUNK,
-                   acc + i * QG_NR);
+        qg_safe_mr(mr, A, la, G, b, acc, os);
+        return os != NULL;
     }
+    const ptrdiff_t Kc = qg_kc(Kp);
+    const uint8_t *A = ap->nib + m0 * 2 * Kc;
+    (void)G;
+    for (int i = 0; i < mr; i += 3)
+        qg_nib(mr - i < 3 ? mr - i : 3, A + i * 2 * Kc, 2 * Kc, b, Kc / (QG_CHUNK * QG_KG),
+               acc + i * QG_NR);
+    return 0;
 }
 
 /* Plain C on the raw A and the packed weights (used only when the A buffer cannot be had);
@@ -996,7 +1095,23 @@ static void qg_store(const int32_t *acc, int mr, ptrdiff_t w, ptrdiff_t m0, ptrd
     }
 }
 
-#ifndef QG_AVX2
+#ifdef QG_AVX2
+/* *s for the panel at column n0 of width w (16 or 8): the column terms of qg_store. */
+static inline void qg_os_init(qg_os *s, const int32_t *corr, ptrdiff_t w, ptrdiff_t n0,
+                              const qops_gemm_out *o) {
+    for (ptrdiff_t j = 0; j < QG_NR; j++) {
+        const int in = j < w;
+        s->corr[j] = in ? corr[j] : 0;
+        s->bias[j] = in && o->bias ? o->bias[n0 + j] : 0.0f;
+        s->mult[j] = in ? o->mult[n0 + j] : 0.0f;
+    }
+    s->lo = (float)((o->relu ? o->out_zp : 0) - o->out_zp);
+    s->hi = (float)(255 - o->out_zp);
+    s->zp = (int16_t)o->out_zp;
+    s->half = w < QG_NR;
+    s->ldc = o->ldc;
+}
+#else
 typedef struct qg_apk qg_apk;   /* only the AVX2 build repacks A */
 #endif
 
@@ -1027,13 +1142,6 @@ static void qg_panels_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t
         const ptrdiff_t w = N - n0 < QG_NR ? N - n0 : QG_NR;
         const int width = (int)qg_panel_width(N, p);
         const int8_t *bp = qg_panel_ptr(B->data, K, p);
-#ifdef QG_AVX2
-        /* the panel in k order, and its reordered copy if it has one (see "Pairing") */
-        const uint8_t *order = qg_order(B, p);
-        const int8_t *bre = order ? qg_panel_re(B->data, N, K, p) : bp;
-        const int32_t Sp = S[p], Srp = Sr[p];
-        (void)width;
-#endif
         for (ptrdiff_t j = 0; j < w; j++) {
             int32_t z = B->wzp ? B->wzp[n0 + j] : 0;
             wz[j] = z;
@@ -1041,6 +1149,19 @@ static void qg_panels_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t
             corr[j] = (int32_t)((uint32_t)K * (uint32_t)a_zp * (uint32_t)z
                                 - (uint32_t)a_zp * (uint32_t)B->wsum[n0 + j]);
         }
+#ifdef QG_AVX2
+        /* the panel in k order, and its reordered copy if it has one (see "Pairing") */
+        const uint8_t *order = qg_order(B, p);
+        const int8_t *bre = order ? qg_panel_re(B->data, N, K, p) : bp;
+        const int32_t Sp = S[p], Srp = Sr[p];
+        (void)width;
+        /* the fused output stage where it applies: uint8 out, no row sums, 16 or 8 columns */
+        qg_os os_, *os = NULL;
+        if (o->kind == QOPS_GEMM_U8 && !B->wzp && (w == QG_NR || w == 8)) {
+            os = &os_;
+            qg_os_init(os, corr, w, n0, o);
+        }
+#endif
         ptrdiff_t m0 = 0;
 #ifdef QG_AMX
         /* blocks of 32 rows, then one of 16 if that many are left */
@@ -1067,11 +1188,15 @@ static void qg_panels_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t
                 tmax = 0;
                 for (ptrdiff_t i = 0; i < mr; i++) tmax = ap->rmax[m0 + i] > tmax ? ap->rmax[m0 + i] : tmax;
             }
+            if (os) os->out = (uint8_t *)o->out + m0 * o->ldc + n0;
+            int done = 0;
             if (!ap) qg_micro_scalar((int)mr, Am, lda, K, NULL, bp, acc);
-            else if (tmax * Sp <= 32767) qg_micro_avx2((int)mr, ap, m0, 1, G, NULL, tmp, bp, acc);
+            else if (tmax * Sp <= 32767)
+                done = qg_micro_avx2((int)mr, ap, m0, 1, G, NULL, tmp, bp, acc, os);
             else if (order && tmax * Srp <= 32767)
-                qg_micro_avx2((int)mr, ap, m0, 1, G, order, tmp, bre, acc);
-            else qg_micro_avx2((int)mr, ap, m0, 0, G, NULL, tmp, bp, acc);
+                done = qg_micro_avx2((int)mr, ap, m0, 1, G, order, tmp, bre, acc, os);
+            else qg_micro_avx2((int)mr, ap, m0, 0, G, NULL, tmp, bp, acc, NULL);
+            if (done) continue;
 #else
             qg_micro_dispatch((int)mr, width, Am, lda, K, bp, acc);
 #endif
@@ -1115,7 +1240,7 @@ static inline qops_gemm_out qg_out_from(const qops_gemm_out *o, ptrdiff_t r0) {
 static inline qg_apk qg_apk_from(const qg_apk *ap, ptrdiff_t r0) {
     qg_apk a = *ap;
     if (a.raw) a.raw += r0 * a.lr;
-    if (a.nib) a.nib += r0 * 2 * a.Kp;
+    if (a.nib) a.nib += r0 * 2 * qg_kc(a.Kp);
     if (a.rmax) a.rmax += r0;
     return a;
 }
@@ -1198,7 +1323,7 @@ static void qg_pack_a(const uint8_t *A, ptrdiff_t lda, ptrdiff_t rows, ptrdiff_t
             memset(r + K, 0, (size_t)(Kp - K));
         }
         if (nib) {
-            uint8_t *q = nib + i * 2 * Kp;
+            uint8_t *q = nib + i * 2 * qg_kc(Kp);
             ptrdiff_t k = 0;
             for (; k + 4 <= K; k += 4) {
                 uint32_t v;
@@ -1207,7 +1332,7 @@ static void qg_pack_a(const uint8_t *A, ptrdiff_t lda, ptrdiff_t rows, ptrdiff_t
                 memcpy(q + 2 * k, &lo, 4);
                 memcpy(q + 2 * k + 4, &hi, 4);
             }
-            memset(q + 2 * k, 0, (size_t)(2 * (Kp - k)));
+            memset(q + 2 * k, 0, (size_t)(2 * (qg_kc(Kp) - k)));
             for (; k < K; k++) {
                 q[2 * (k & ~(ptrdiff_t)3) + (k & 3)] = x[k] & 15;
                 q[2 * (k & ~(ptrdiff_t)3) + 4 + (k & 3)] = x[k] >> 4;
@@ -1234,7 +1359,9 @@ static inline uint8_t qg_row_max(const uint8_t *x, ptrdiff_t K) {
 }
 
 /* Bytes of a block's A buffers (qg_block): raw and nibble rows, the rows' maxima. */
-static inline ptrdiff_t qg_block_bytes(ptrdiff_t rows, ptrdiff_t Kp) { return rows * (3 * Kp + 1); }
+static inline ptrdiff_t qg_block_bytes(ptrdiff_t rows, ptrdiff_t Kp) {
+    return rows * (Kp + 2 * qg_kc(Kp) + 1);
+}
 
 /* Rows [0, rows) of A made ready for the kernels (*ap), A's values at most xmax; buf:
  * qg_block_bytes(rows, Kp). Where some panel's S could saturate a pair sum, each row's
@@ -1245,7 +1372,7 @@ static inline ptrdiff_t qg_block_bytes(ptrdiff_t rows, ptrdiff_t Kp) { return ro
 static void qg_block(qg_apk *ap, const uint8_t *A, ptrdiff_t lda, ptrdiff_t rows, ptrdiff_t K,
                      ptrdiff_t Kp, int32_t smax, int32_t sid, int32_t xmax, uint8_t *buf,
                      int nthreads) {
-    uint8_t *rmax = buf + 3 * rows * Kp;
+    uint8_t *rmax = buf + rows * (Kp + 2 * qg_kc(Kp));
     ptrdiff_t unsafe = 0;
     ap->Kp = Kp;
     ap->rmax = NULL;
@@ -1263,9 +1390,11 @@ static void qg_block(qg_apk *ap, const uint8_t *A, ptrdiff_t lda, ptrdiff_t rows
     }
     ap->xmax = xmax;
     /* the rows as they are, for the pairsafe kernel (any tile may be safe), read in place
-     * where they are whole blocks of 16 values */
+     * where they are whole groups */
     const int in_place = K == Kp;
-    ap->nib = unsafe * 4 > rows && (Kp / QG_KG) % QG_CHUNK == 0 ? buf + rows * Kp : NULL;
+    /* the nibble kernel where its padding to whole chunks adds at most a third: past that
+     * (K = 40: 64) qg_split's two pairsafe runs cost no more */
+    ap->nib = unsafe * 4 > rows && 3 * qg_kc(Kp) <= 4 * Kp ? buf + rows * Kp : NULL;
     ap->raw = in_place ? A : buf;
     ap->lr = in_place ? lda : Kp;
     qg_pack_a(A, lda, rows, K, Kp, in_place ? NULL : buf, (uint8_t *)ap->nib,
@@ -1277,7 +1406,7 @@ static void qg_run(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
     const ptrdiff_t K = B->K, G = qg_groups(K), Kp = G * QG_KG;
     int32_t smax, sid;
     qg_s_max(B, &smax, &sid);
-    ptrdiff_t sb = QG_APACK_BYTES / (3 * (Kp > 0 ? Kp : 1));
+    ptrdiff_t sb = QG_APACK_BYTES / qg_block_bytes(1, Kp);
     sb = sb < QG_MB ? QG_MB : (sb / QG_MB) * QG_MB;
     if (sb > M) sb = M;
     /* the block's A buffers, then a micro-tile's scratch per thread */
