@@ -642,3 +642,15 @@ def test_few_channel_gemm_route_equals_ref(monkeypatch, n, c, o, k, stride, padd
         assert len(np.unique(want)) > 20
     if _fast.ISA == "avx2":
         assert routes == ["gemm_im2col", "gemm_im2col"]
+    # the same input in channels-last memory takes the route directly, not through conv's
+    # C-order planes
+    xcl = qops.make_per_tensor_quantized_tensor(
+        np.ascontiguousarray(raw.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2), 0.03, 77)
+    cl_routes = []
+    real_cl = kernels._plan_cl
+    monkeypatch.setattr(kernels, "_plan_cl", lambda *a: cl_routes.append(real_cl(*a)) or real_cl(*a))
+    for f in (F.conv2d, F.conv2d_relu):
+        want, got = _ref_and_tier("vnni", f, xcl, w, b, **args)
+        np.testing.assert_array_equal(got, want)
+    if _fast.ISA == "avx2" and c > 1:          # (one channel: the same memory as C order)
+        assert cl_routes == ["gemm_im2col", "gemm_im2col"]

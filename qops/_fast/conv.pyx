@@ -793,8 +793,9 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
     bound, the conv kernels to the high one).
     'gemm_im2col': other ungrouped convs with K = taps x C >= 128 (or other 1x1 convs from
     _GEMM_MIN_C channels), AVX2, and 32+ channels or 16+ on small grids (_IM2COL_MAX_PIXELS per
-    image): im2col rows gathered and multiplied by the GEMM core a block at a time.
-    'planes': everything else, `conv` on the same memory (its C-order result as a view).
+    image), or at most 4 channels and K >= _FEW_C_MIN_K (the 7x7 RGB stems, as `conv` takes
+    them): im2col rows gathered and multiplied by the GEMM core a block at a time.
+    'planes': everything else, `conv` on a C-order copy (its C-order result as a view).
     """
     c = x.shape[4]
     kd, kh, kw = packed["kernel"]
@@ -819,6 +820,8 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
             and _GEMM_MIN_C <= c <= _GEMM_MAX_K):
         return "gemm_1x1"
     k = kd * kh * kw * c
+    if c <= 4 and _FEW_C_MIN_K <= k <= _GEMM_MAX_K:
+        return "gemm_im2col"
     # (a strided or padded 1x1 from _GEMM_MIN_C channels: its rows are the input's pixels)
     if ((c >= 16 and 128 <= k <= _GEMM_MAX_K)
             or (kd * kh * kw == 1 and _GEMM_MIN_C <= c <= _GEMM_MAX_K)):
@@ -868,9 +871,12 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
         return _conv_cl_im2col(x, packed, x_zero_point, bias_term, multiplier,
                                out_zero_point, relu, stride, padding, dilation)
     if route == "planes":
-        # the planes read the channels-last block as it lies
-        out = conv(x.transpose(0, 4, 1, 2, 3), packed, x_zero_point, bias_term, multiplier,
-                   out_zero_point, relu, stride, padding, dilation, groups)
+        # the planes from a C-order copy (the tiled transpose): their fill gathers each row's
+        # channels a byte at a time from channels-last memory, slower than the copy (an RGB
+        # stem's input by 4x)
+        xc = _transposed(x.reshape(n, -1, c), (n, c, d, h, wdt))
+        out = conv(xc, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
+                   stride, padding, dilation, groups)
         return out.transpose(0, 2, 3, 4, 1)
     cdef qconv_nhwc_fill_args f
     cdef qconv_nhwc_args a
