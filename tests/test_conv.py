@@ -510,7 +510,9 @@ def test_depthwise_avx2_16_channel_blocks_equal_ref(monkeypatch, n, c, k, stride
     (34, 8, 2, (3, 3), 1, 4, 1, (2, 3), 0, "gemm_im2col"),    # padding wider than the input
     (16, 8, 2, (2, 2), 1, 0, 1, (4, 5), 0, "planes"),          # K = 64: too short
     (31, 16, 2, (1, 1), 1, 0, 1, (4, 5), 0, "gemm_1x1"),       # K under 32: padded rows
-    (15, 16, 2, (1, 1), 1, 0, 1, (4, 5), 0, "planes"),         # 1x1 under 16 channels
+    (15, 16, 2, (1, 1), 1, 0, 1, (4, 5), 0, "gemm_1x1"),       # 1x1 under 16 channels
+    (6, 16, 2, (1, 1), 1, 0, 1, (4, 5), 0, "gemm_1x1"),        # K = 6: padded to 8
+    (5, 8, 2, (1, 1), 2, 0, 1, (7, 7), 0, "gemm_im2col"),      # a strided 1x1, 5 channels
 ])
 def test_channels_last_gemm_routes_equal_ref(monkeypatch, c, o, nd, k, stride, padding, dilation,
                                             size, wzp, route):

@@ -602,9 +602,10 @@ def _conv_dw_cl_avx2(x, packed, x_zero_point, bias_term, multiplier, out_zero_po
 
 # the GEMM core's exactness bound on K (qops_gemm.h: 33025 * 255 * 255 < 2**31)
 _GEMM_MAX_K = 33025
-# 1x1 convs from this many channels run on the GEMM core (below, its rows are mostly the
-# padding to 16 values and the planes kernel is faster; 1 thread, Zen 3)
-_GEMM_MIN_C = 16
+# 1x1 convs from this many channels run on the GEMM core: since its depth is padded to 4
+# values (not 16) and its uint8 store is fused, it beats the planes kernel from one channel
+# on (1-12 input channels at 14x14 to 112x112, 1.2-3.4x; 1 thread, Zen 3)
+_GEMM_MIN_C = 1
 _GEMM_GRAIN = 262144      # multiply-adds per thread (as the linear family's)
 # bytes of im2col rows a thread fills and multiplies at once (kept in L2)
 _IM2COL_BLOCK_BYTES = 256 << 10
