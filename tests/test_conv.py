@@ -650,7 +650,8 @@ def test_few_channel_gemm_route_equals_ref(monkeypatch, n, c, o, k, stride, padd
         np.ascontiguousarray(raw.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2), 0.03, 77)
     cl_routes = []
     real_cl = kernels._plan_cl
-    monkeypatch.setattr(kernels, "_plan_cl", lambda *a: cl_routes.append(real_cl(*a)) or real_cl(*a))
+    monkeypatch.setattr(kernels, "_plan_cl",
+                        lambda *a: cl_routes.append(real_cl(*a)) or real_cl(*a))
     for f in (F.conv2d, F.conv2d_relu):
         want, got = _ref_and_tier("vnni", f, xcl, w, b, **args)
         np.testing.assert_array_equal(got, want)

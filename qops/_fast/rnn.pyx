@@ -64,7 +64,9 @@ def rnn_cell(gi, gh, relu):
     cdef const float* ghp = <const float*>qops_ptr(gh)
     cdef float* hop = <float*>qops_ptr(h_out, True)
     cdef int rl = 1 if relu else 0
-    cdef int nt = qops_threads_for(b * hs, GRAIN)
+    # a tanh costs about as much as an LSTM gate's share of its cell (counted 4 a row value
+    # there); relu is a memory pass
+    cdef int nt = qops_threads_for(b * hs * (1 if relu else 4), GRAIN)
     with nogil:
         for r in prange(b, schedule="static", num_threads=nt):
             qops_rnn_row(gip + r * hs, ghp + r * hs, hop + r * hs, hs, rl)
