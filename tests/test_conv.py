@@ -28,13 +28,13 @@ def backend(request):
         yield request.param
 
 
-
 def _count_calls(monkeypatch, module, name):
     """A list that grows by one on each call of module.name (which still runs)."""
     calls = []
     real = getattr(module, name)
     monkeypatch.setattr(module, name, lambda *a: calls.append(1) or real(*a))
     return calls
+
 
 def test_output_shapes_and_batch0(backend):
     x = _x((0, 4, 9, 9))
@@ -509,8 +509,10 @@ def test_depthwise_avx2_16_channel_blocks_equal_ref(monkeypatch, n, c, k, stride
     (33, 10, 2, (3, 3), (1, 50), 1, 1, (5, 9), 0, "gemm_im2col"),   # one output column
     (34, 8, 2, (3, 3), 1, 4, 1, (2, 3), 0, "gemm_im2col"),    # padding wider than the input
     (16, 8, 2, (2, 2), 1, 0, 1, (4, 5), 0, "planes"),          # K = 64: too short
+    (3, 16, 2, (3, 3), 2, 1, 1, (9, 11), 0, "planes"),         # RGB 3x3/2: a C-order copy
+    (8, 8, 2, (2, 2), (1, 2), 0, 1, (6, 9), 0, "planes"),      # strided along W: a copy
     (31, 16, 2, (1, 1), 1, 0, 1, (4, 5), 0, "gemm_1x1"),       # K under 32: padded rows
-    (15, 16, 2, (1, 1), 1, 0, 1, (4, 5), 0, "gemm_1x1"),       # 1x1 under 16 channels
+    (15, 16, 2, (1, 1), 1, 0, 1, (4, 5), 0, "gemm_1x1"),       # K = 15: padded to 16
     (6, 16, 2, (1, 1), 1, 0, 1, (4, 5), 0, "gemm_1x1"),        # K = 6: padded to 8
     (5, 8, 2, (1, 1), 2, 0, 1, (7, 7), 0, "gemm_im2col"),      # a strided 1x1, 5 channels
 ])

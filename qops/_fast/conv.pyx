@@ -602,9 +602,9 @@ def _conv_dw_cl_avx2(x, packed, x_zero_point, bias_term, multiplier, out_zero_po
 
 # the GEMM core's exactness bound on K (qops_gemm.h: 33025 * 255 * 255 < 2**31)
 _GEMM_MAX_K = 33025
-# 1x1 convs from this many channels run on the GEMM core: since its depth is padded to 4
-# values (not 16) and its uint8 store is fused, it beats the planes kernel from one channel
-# on (1-12 input channels at 14x14 to 112x112, 1.2-3.4x; 1 thread, Zen 3)
+# 1x1 convs from this many channels run on the GEMM core: with its depth padded to 4 values
+# (not 16) and its uint8 store fused into the kernel, it beats the planes kernel, which has no
+# depth to vectorize over, from one channel on (1 thread, Zen 3)
 _GEMM_MIN_C = 1
 _GEMM_GRAIN = 262144      # multiply-adds per thread (as the linear family's)
 # bytes of im2col rows a thread fills and multiplies at once (kept in L2)
@@ -796,7 +796,8 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
     _GEMM_MIN_C channels), AVX2, and 32+ channels or 16+ on small grids (_IM2COL_MAX_PIXELS per
     image), or at most 4 channels and K >= _FEW_C_MIN_K (the 7x7 RGB stems, as `conv` takes
     them): im2col rows gathered and multiplied by the GEMM core a block at a time.
-    'planes': everything else, `conv` on a C-order copy (its C-order result as a view).
+    'planes': everything else, `conv` on the same memory, or on a C-order copy where its fill
+    has no channels-last path (its C-order result as a view).
     """
     c = x.shape[4]
     kd, kh, kw = packed["kernel"]
@@ -872,10 +873,12 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
         return _conv_cl_im2col(x, packed, x_zero_point, bias_term, multiplier,
                                out_zero_point, relu, stride, padding, dilation)
     if route == "planes":
-        # the planes from a C-order copy (the tiled transpose): their fill gathers each row's
-        # channels a byte at a time from channels-last memory, slower than the copy (an RGB
-        # stem's input by 4x)
-        xc = _transposed(x.reshape(n, -1, c), (n, c, d, h, wdt))
+        # the planes' fill copies channels-last pixels 4 channels at a time at stride 1 along
+        # W (qconv_fill_rows); otherwise it gathers them byte by byte, slower than a C-order
+        # copy by the tiled transpose first (an RGB stem's input)
+        xc = x.transpose(0, 4, 1, 2, 3)
+        if stride[2] != 1 or c < 4:
+            xc = _transposed(x.reshape(n, -1, c), (n, c, d, h, wdt))
         out = conv(xc, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
                    stride, padding, dilation, groups)
         return out.transpose(0, 2, 3, 4, 1)

@@ -413,6 +413,17 @@ static inline ptrdiff_t qops_gemm_packed_paired(const int8_t *data, ptrdiff_t N,
 #endif
 }
 
+#if defined(__AVX2__)
+/* The U8 formula for 8 columns less its zero point: rint(clamp((y + bias) * mult, lo, hi))
+ * as int32 (bias NULL: none), lo and hi the clamp less zp (qg_store's scalar loop). */
+static inline __m256i qg_u8_core(__m256 y, const float *bias, const float *mult, __m256 lo,
+                                 __m256 hi) {
+    if (bias) y = _mm256_add_ps(y, _mm256_loadu_ps(bias));
+    y = _mm256_mul_ps(y, _mm256_loadu_ps(mult));
+    return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(y, lo), hi));
+}
+#endif
+
 /* ---- micro-kernels: acc[i * QG_NR + j] = sum_k A[i, k] * W[n0 + j, k] (no zero points) ---- */
 
 #ifdef QG_VNNI
@@ -592,7 +603,7 @@ typedef struct {
     int32_t corr[QG_NR] __attribute__((aligned(32)));
     float bias[QG_NR] __attribute__((aligned(32)));     /* 0 where the layer has none */
     float mult[QG_NR] __attribute__((aligned(32)));
-    float lo, hi;           /* the clamp, less zp, as qg_u8_8 */
+    float lo, hi;           /* the clamp, less zp (qg_u8_core) */
     int16_t zp;
     int half;               /* 8 columns: the panel's last, N % 16 == 8 */
     uint8_t *out;           /* row m0's first column of the panel */
@@ -602,22 +613,21 @@ typedef struct {
 /* one row: c0, c1 = its columns 0-7 and 8-15 */
 static inline void qg_os_row(__m256i c0, __m256i c1, const qg_os *s, uint8_t *out) {
     const __m256 lo = _mm256_set1_ps(s->lo), hi = _mm256_set1_ps(s->hi);
-    __m256 y0 = _mm256_cvtepi32_ps(_mm256_add_epi32(c0, _mm256_load_si256((const __m256i *)s->corr)));
-    y0 = _mm256_mul_ps(_mm256_add_ps(y0, _mm256_load_ps(s->bias)), _mm256_load_ps(s->mult));
-    y0 = _mm256_min_ps(_mm256_max_ps(y0, lo), hi);
+    const __m256i q0 = qg_u8_core(
+        _mm256_cvtepi32_ps(_mm256_add_epi32(c0, _mm256_load_si256((const __m256i *)s->corr))),
+        s->bias, s->mult, lo, hi);
     if (s->half) {
         /* int32 in [-255, 255] -> int16 (exact), + zp -> [0, 255] -> bytes */
-        const __m256i q = _mm256_cvtps_epi32(y0);
-        __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+        __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(q0), _mm256_extracti128_si256(q0, 1));
         h = _mm_add_epi16(h, _mm_set1_epi16(s->zp));
         _mm_storel_epi64((__m128i *)out, _mm_packus_epi16(h, h));
         return;
     }
-    __m256 y1 = _mm256_cvtepi32_ps(_mm256_add_epi32(c1, _mm256_load_si256((const __m256i *)(s->corr + 8))));
-    y1 = _mm256_mul_ps(_mm256_add_ps(y1, _mm256_load_ps(s->bias + 8)), _mm256_load_ps(s->mult + 8));
-    y1 = _mm256_min_ps(_mm256_max_ps(y1, lo), hi);
+    const __m256i q1 = qg_u8_core(
+        _mm256_cvtepi32_ps(_mm256_add_epi32(c1, _mm256_load_si256((const __m256i *)(s->corr + 8)))),
+        s->bias + 8, s->mult + 8, lo, hi);
     /* packs interleaves the lanes (0-3, 8-11 | 4-7, 12-15); vpermq puts them in order */
-    __m256i p = _mm256_packs_epi32(_mm256_cvtps_epi32(y0), _mm256_cvtps_epi32(y1));
+    __m256i p = _mm256_packs_epi32(q0, q1);
     p = _mm256_add_epi16(_mm256_permute4x64_epi64(p, 0xD8), _mm256_set1_epi16(s->zp));
     _mm_storeu_si128((__m128i *)out, _mm_packus_epi16(_mm256_castsi256_si128(p),
                                                       _mm256_extracti128_si256(p, 1)));
@@ -847,7 +857,6 @@ static int qg_micro_avx2(int mr, const qg_apk *ap, ptrdiff_t m0, int safe, ptrdi
     }
     const ptrdiff_t Kc = qg_kc(Kp);
     const uint8_t *A = ap->nib + m0 * 2 * Kc;
-    (void)G;
     for (int i = 0; i < mr; i += 3)
         qg_nib(mr - i < 3 ? mr - i : 3, A + i * 2 * Kc, 2 * Kc, b, Kc / (QG_CHUNK * QG_KG),
                acc + i * QG_NR);
@@ -982,10 +991,8 @@ static inline __m256i qg_u8_8(__m256 v, ptrdiff_t j, const qops_gemm_out *o) {
     const int32_t zp = o->out_zp;
     const __m256 lo = _mm256_set1_ps((float)((o->relu ? zp : 0) - zp));
     const __m256 hi = _mm256_set1_ps((float)(255 - zp));
-    if (o->bias) v = _mm256_add_ps(v, _mm256_loadu_ps(o->bias + j));
-    v = _mm256_mul_ps(v, _mm256_loadu_ps(o->mult + j));
-    v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
-    return _mm256_add_epi32(_mm256_cvtps_epi32(v), _mm256_set1_epi32(zp));
+    return _mm256_add_epi32(qg_u8_core(v, o->bias ? o->bias + j : NULL, o->mult + j, lo, hi),
+                            _mm256_set1_epi32(zp));
 }
 
 static inline void qg_f32_8(__m256 v, ptrdiff_t j, float *out, const qops_gemm_out *o) {
