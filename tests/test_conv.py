@@ -608,6 +608,30 @@ def test_im2col_gemm_blocks_across_images_equal_ref(monkeypatch, threads, block_
     assert np.std(want) > 5
 
 
+@pytest.mark.parametrize("k,size,padding", [
+    ((3, 3, 3), (6, 9, 8), 1),       # runs of 9 bytes (16-byte moves) across kernel planes
+    ((2, 7, 7), (4, 7, 7), 0),       # runs of 21 (32-byte moves); windows end at the input's end
+])
+def test_im2col_inside_rows_3d_equal_ref(k, size, padding):
+    # the im2col fill copies a window lying inside the input run by run with moves longer
+    # than a run (qconv_i2c_inside): 3-D windows (runs in several kernel planes), 3 channels,
+    # windows touching the input's last byte, equal ref
+    from qops._show import explain
+    r = u.rng(41)
+    raw = r.integers(0, 256, size=(2,) + size + (3,)).astype(np.uint8)
+    x = qops.make_per_tensor_quantized_tensor(np.moveaxis(raw, -1, 1), 0.03, 77)
+    w = _w((10, 3) + k, zp=0, seed=5, per_channel=True)
+    b = r.normal(0, 3, 10).astype(np.float32)
+    args = dict(padding=padding, scale=float(np.sqrt(3 * np.prod(k))) * 0.05, zero_point=100)
+    want, got = _ref_and_tier("vnni", F.conv3d, x, w, b, **args)
+    np.testing.assert_array_equal(got, want)
+    assert np.std(want) > 5
+    from qops import _fast
+    if _fast.ISA == "avx2":
+        routes = [e.name for e in explain(lambda: F.conv3d(x, w, b, **args))]
+        assert routes == ["conv_cl.gemm_im2col"]
+
+
 @pytest.mark.parametrize("n,c,o,k,stride,padding,size,wzp,bell", [
     (2, 3, 64, 7, 2, 3, (45, 38), 0, True),      # a ResNet/GoogLeNet stem, trained-like
     (1, 3, 20, 7, 2, 3, (31, 31), 0, False),     # full-range weights: the nibble kernel

@@ -45,39 +45,75 @@ static inline void qconv_i2c_copy(uint8_t *d, const uint8_t *s, ptrdiff_t n) {
     }
 }
 
+/* Runs per window the inside path takes (a 7x7 kernel has 7; 3-D kernels of up to 4x16). */
+#define QCONV_I2C_RUNS 64
+
+/* The row of a pixel whose whole window lies inside the input, at unit dilation along W:
+ * `runs` runs of L = KW * C bytes, run r from src + off[r]. Every run but the last is one
+ * `move`-byte copy (16 or 32, at most 2 L): the bytes it writes past its run are the next
+ * run's, which overwrites them, so nothing past the row is written. The reads past a run
+ * stay inside the input too: a move reads at most 2 L bytes from a run's start, and the next
+ * run starts at least W * C >= L bytes after it (the window fits in the input), so they end
+ * before the last run does. The last run is copied exactly. Few-channel stems (7x7x3: runs
+ * of 21 bytes) fill a row in seven moves this way. */
+static inline void qconv_i2c_inside(uint8_t *dst, const uint8_t *src, const ptrdiff_t *off,
+                                    ptrdiff_t runs, ptrdiff_t L, ptrdiff_t move) {
+    ptrdiff_t r = 0;
+    if (move == 32)
+        for (; r + 1 < runs; r++) memcpy(dst + r * L, src + off[r], 32);
+    else if (move == 16)
+        for (; r + 1 < runs; r++) memcpy(dst + r * L, src + off[r], 16);
+    for (; r < runs; r++) qconv_i2c_copy(dst + r * L, src + off[r], L);
+}
+
 /* Rows [p0, p1). The pixel's (n, od, oh, ow) advance with p (a division per row would cost
  * as much as a few-channel row's copies). */
 static void qconv_i2c_fill(const qconv_i2c_args *f, ptrdiff_t p0, ptrdiff_t p1) {
     const ptrdiff_t C = f->C, KW = f->KW, W = f->W;
     const ptrdiff_t K = f->KD * f->KH * KW * C;
     if (p0 >= p1) return;
+    /* the inside path's runs: offsets from the window's first byte, and the move that copies
+     * each (0: exact copies; none where the window has more runs than QCONV_I2C_RUNS) */
+    const ptrdiff_t L = KW * C, runs = f->KD * f->KH;
+    const ptrdiff_t move = L >= 8 && L <= 16 ? 16 : (L > 16 && L <= 32 ? 32 : 0);
+    ptrdiff_t off[QCONV_I2C_RUNS];
+    const int inside_ok = f->dw == 1 && runs <= QCONV_I2C_RUNS;
+    for (ptrdiff_t r = 0; inside_ok && r < runs; r++)
+        off[r] = ((r / f->KH) * f->dd * f->H + (r % f->KH) * f->dh) * W * C;
     ptrdiff_t ow = p0 % f->OW, r = p0 / f->OW;
     ptrdiff_t oh = r % f->OH, od = (r / f->OH) % f->OD, n = r / (f->OH * f->OD);
     for (ptrdiff_t p = p0; p < p1; p++) {
         const ptrdiff_t iw0 = ow * f->sw - f->pw;
         uint8_t *dst = f->rows + (p - f->row0) * f->ldr;
         for (ptrdiff_t k = K; k < f->ldr; k++) dst[k] = f->xz;
-        for (ptrdiff_t kd = 0; kd < f->KD; kd++)
-            for (ptrdiff_t kh = 0; kh < f->KH; kh++) {
-                const ptrdiff_t id = od * f->sd - f->pd + kd * f->dd;
-                const ptrdiff_t ih = oh * f->sh - f->ph + kh * f->dh;
-                if (id < 0 || id >= f->D || ih < 0 || ih >= f->H) {
-                    memset(dst, f->xz, (size_t)(KW * C));
-                    dst += KW * C;
-                    continue;
+        const ptrdiff_t id0 = od * f->sd - f->pd, ih0 = oh * f->sh - f->ph;
+        if (inside_ok && iw0 >= 0 && iw0 + KW <= W && id0 >= 0 &&
+            id0 + (f->KD - 1) * f->dd < f->D && ih0 >= 0 && ih0 + (f->KH - 1) * f->dh < f->H) {
+            qconv_i2c_inside(dst, f->x + (((n * f->D + id0) * f->H + ih0) * W + iw0) * C,
+                             off, runs, L, move);
+        } else {
+            for (ptrdiff_t kd = 0; kd < f->KD; kd++)
+                for (ptrdiff_t kh = 0; kh < f->KH; kh++) {
+                    const ptrdiff_t id = od * f->sd - f->pd + kd * f->dd;
+                    const ptrdiff_t ih = oh * f->sh - f->ph + kh * f->dh;
+                    if (id < 0 || id >= f->D || ih < 0 || ih >= f->H) {
+                        memset(dst, f->xz, (size_t)(KW * C));
+                        dst += KW * C;
+                        continue;
+                    }
+                    const uint8_t *src = f->x + ((n * f->D + id) * f->H + ih) * W * C;
+                    if (f->dw == 1 && iw0 >= 0 && iw0 + KW <= W) {
+                        qconv_i2c_copy(dst, src + iw0 * C, KW * C);
+                        dst += KW * C;
+                        continue;
+                    }
+                    for (ptrdiff_t kw = 0; kw < KW; kw++, dst += C) {
+                        const ptrdiff_t iw = iw0 + kw * f->dw;
+                        if (iw >= 0 && iw < W) qconv_i2c_copy(dst, src + iw * C, C);
+                        else memset(dst, f->xz, (size_t)C);
+                    }
                 }
-                const uint8_t *src = f->x + ((n * f->D + id) * f->H + ih) * W * C;
-                if (f->dw == 1 && iw0 >= 0 && iw0 + KW <= W) {
-                    qconv_i2c_copy(dst, src + iw0 * C, KW * C);
-                    dst += KW * C;
-                    continue;
-                }
-                for (ptrdiff_t kw = 0; kw < KW; kw++, dst += C) {
-                    const ptrdiff_t iw = iw0 + kw * f->dw;
-                    if (iw >= 0 && iw < W) qconv_i2c_copy(dst, src + iw * C, C);
-                    else memset(dst, f->xz, (size_t)C);
-                }
-            }
+        }
         if (++ow == f->OW) {
             ow = 0;
             if (++oh == f->OH) {
