@@ -509,7 +509,9 @@ def test_depthwise_avx2_16_channel_blocks_equal_ref(monkeypatch, n, c, k, stride
     (33, 10, 2, (3, 3), (1, 50), 1, 1, (5, 9), 0, "gemm_im2col"),   # one output column
     (34, 8, 2, (3, 3), 1, 4, 1, (2, 3), 0, "gemm_im2col"),    # padding wider than the input
     (16, 8, 2, (2, 2), 1, 0, 1, (4, 5), 0, "planes"),          # K = 64: too short
-    (3, 16, 2, (3, 3), 2, 1, 1, (9, 11), 0, "planes"),         # RGB 3x3/2: a C-order copy
+    (3, 16, 2, (3, 3), 2, 1, 1, (9, 11), 0, "gemm_im2col"),    # RGB 3x3/2: K = 27
+    (2, 16, 2, (3, 3), 1, 1, 1, (9, 11), 0, "gemm_im2col"),    # 2 channels: K = 18
+    (3, 16, 2, (1, 3), (1, 2), (0, 1), 1, (9, 11), 0, "planes"),  # K = 9: a C-order copy
     (8, 8, 2, (2, 2), (1, 2), 0, 1, (6, 9), 0, "planes"),      # strided along W: a copy
     (31, 16, 2, (1, 1), 1, 0, 1, (4, 5), 0, "gemm_1x1"),       # K under 32: padded rows
     (15, 16, 2, (1, 1), 1, 0, 1, (4, 5), 0, "gemm_1x1"),       # K = 15: padded to 16

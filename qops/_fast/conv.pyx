@@ -615,6 +615,10 @@ _IM2COL_MAX_PIXELS = 1600
 # few-channel convs (NCHW input, C <= 4) from this depth on run as im2col rows and the GEMM
 # (1 thread, Zen 3: 7x7 on RGB gains, 3x3 on RGB loses; from 8 channels the planes win)
 _FEW_C_MIN_K = 64
+# ... and channels-last ones from this depth (the 3x3 RGB stems too: there the planes route
+# would first copy the input to C order; 3x3 on 2-4 channels, 1 and 2 threads, Zen 3: the
+# im2col rows 1.1-1.4x faster)
+_FEW_C_MIN_K_CL = 16
 # C-order convs with this many channels and more than one tap (K >= 128) also run on
 # im2col rows of a channels-last copy: the copy costs less than the planes kernel loses
 # (1 thread, Zen 3: 3x3 at 7x7 to 56x56 grids, 16 to 512 channels)
@@ -794,8 +798,8 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
     bound, the conv kernels to the high one).
     'gemm_im2col': other ungrouped convs with K = taps x C >= 128 (or other 1x1 convs from
     _GEMM_MIN_C channels), AVX2, and 32+ channels or 16+ on small grids (_IM2COL_MAX_PIXELS per
-    image), or at most 4 channels and K >= _FEW_C_MIN_K (the 7x7 RGB stems, as `conv` takes
-    them): im2col rows gathered and multiplied by the GEMM core a block at a time.
+    image), or at most 4 channels and K >= _FEW_C_MIN_K_CL (the RGB stems): im2col rows
+    gathered and multiplied by the GEMM core a block at a time.
     'planes': everything else, `conv` on the same memory, or on a C-order copy where its fill
     has no channels-last path (its C-order result as a view).
     """
@@ -822,7 +826,7 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
             and _GEMM_MIN_C <= c <= _GEMM_MAX_K):
         return "gemm_1x1"
     k = kd * kh * kw * c
-    if c <= 4 and _FEW_C_MIN_K <= k <= _GEMM_MAX_K:
+    if c <= 4 and _FEW_C_MIN_K_CL <= k <= _GEMM_MAX_K:
         return "gemm_im2col"
     # (a strided or padded 1x1 from _GEMM_MIN_C channels: its rows are the input's pixels)
     if ((c >= 16 and 128 <= k <= _GEMM_MAX_K)
