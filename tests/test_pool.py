@@ -474,3 +474,23 @@ def test_channels_last_avg_pools_channel_tails_equal_ref(dtype):
             with qops.backend("fast"):
                 got = f(x, **args).int_repr()
             np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [qops.quint8, qops.qint8])
+def test_max_pool_short_rows_equal_ref(dtype):
+    # C-order planes too narrow for a whole vector of interior outputs (up to 40 wide) take
+    # padded copies of their rows and one vector chunk (qp_max_row_short on AVX2): every
+    # width 1..40 with stride 1 and 2, padding, ceil mode and wide kernels, equal ref
+    r = u.rng(5)
+    for w in range(1, 41):
+        for k, s, p, ceil in ((3, 1, 1, False), (3, 2, 0, True), (2, 2, 0, True), (5, 1, 2, True),
+                              (min(w, 9), 1, 0, False), (3, 2, 1, False)):
+            if k > w + 2 * p:
+                continue
+            x = u.random_qtensor(r, (2, 3, 4, w), dtype, scale=0.1, zero_point=0)
+            args = dict(kernel_size=(2, k), stride=(1, s), padding=(1, p), ceil_mode=ceil)
+            with qops.backend("ref"):
+                want = F.max_pool2d(x, **args).int_repr()
+            with qops.backend("fast"):
+                got = F.max_pool2d(x, **args).int_repr()
+            np.testing.assert_array_equal(got, want, err_msg=f"w={w} k={k} s={s} p={p}")

@@ -3,6 +3,7 @@
  * window formula on the edges. */
 #ifndef QOPS_POOL_AVX2_H
 #define QOPS_POOL_AVX2_H
+#include <string.h>
 #include "qops_pool_common.h"
 #if QP_SIMD == 1
 
@@ -47,10 +48,53 @@ QP_ALWAYS __m256i qp_max_chunk(const uint8_t *const *rows, int nr, const qp_geom
     return _mm256_permute4x64_epi64(p, 0xD8);
 }
 
+/* Bytes of a padded row of qp_max_row_short: one chunk's loads (64 input bytes at stride 2)
+ * past up to 64 taps. */
+#define QP_SHORT_BUF 128
+
+/* A row of at most 32 outputs without a whole vector of interior ones (planes up to about 40
+ * wide, which the edge formula would take output by output): its input rows copied into
+ * buffers filled with the dtype's lowest value (what a tap outside the row adds to a max),
+ * then one vector chunk over them. Unit dilation, kW <= 64: the taps of the OW outputs lie
+ * within the buffers. */
+QP_ALWAYS void qp_max_row_short(const uint8_t *const *rows, int nr, const qp_geom *g,
+                                uint8_t *o, int sgn) {
+    uint8_t buf[QP_MAX_ROWS_][QP_SHORT_BUF] __attribute__((aligned(32)));
+    const uint8_t *brow[QP_MAX_ROWS_];
+    const ptrdiff_t n = g->W < QP_SHORT_BUF - g->pW ? g->W : QP_SHORT_BUF - g->pW;
+    const __m256i low = _mm256_set1_epi8(sgn ? (char)0x80 : 0);
+    for (int r = 0; r < nr; r++) {
+        uint8_t *b = buf[r];
+        for (int i = 0; i < QP_SHORT_BUF; i += 32) _mm256_store_si256((__m256i *)(b + i), low);
+        /* fixed-size moves (a libc call per row would cost more than the row) */
+        const uint8_t *src = rows[r];
+        b += g->pW;
+        if (n >= 16 && n <= 32) {
+            _mm_storeu_si128((__m128i *)b, _mm_loadu_si128((const __m128i *)src));
+            _mm_storeu_si128((__m128i *)(b + n - 16), _mm_loadu_si128((const __m128i *)(src + n - 16)));
+        } else if (n >= 8 && n < 16) {
+            memcpy(b, src, 8);
+            memcpy(b + n - 8, src + n - 8, 8);
+        } else {
+            memcpy(b, src, (size_t)n);
+        }
+        brow[r] = buf[r];
+    }
+    qp_geom gb = *g;
+    gb.pW = 0;
+    uint8_t t[32];
+    _mm256_storeu_si256((__m256i *)t, qp_max_chunk(brow, nr, &gb, 0, sgn));
+    memcpy(o, t, (size_t)g->OW);
+}
+
 QP_ALWAYS void qp_max_row(const uint8_t *const *rows, int nr, const qp_geom *g, uint8_t *o,
                           int sgn) {
     ptrdiff_t lo, hi, ow;
     qp_interior(g, g->dW, g->sW == 1 ? 32 : 64, 32, &lo, &hi);
+    if (hi <= lo && g->dW == 1 && g->OW <= 32 && g->kW <= 64 && nr <= QP_MAX_ROWS_) {
+        qp_max_row_short(rows, nr, g, o, sgn);
+        return;
+    }
     for (ow = 0; ow < lo; ow++) o[ow] = (uint8_t)qp_max1(rows, nr, g, ow, sgn);
     if (hi > lo) {
         for (ow = lo; ow + 32 <= hi; ow += 32)
