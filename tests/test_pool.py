@@ -477,10 +477,14 @@ def test_channels_last_avg_pools_channel_tails_equal_ref(dtype):
 
 
 @pytest.mark.parametrize("dtype", [qops.quint8, qops.qint8])
-def test_max_pool_short_rows_equal_ref(dtype):
+@pytest.mark.parametrize("pool", ["max", "avg", "avg_no_pad"])
+def test_pool_short_rows_equal_ref(dtype, pool):
     # C-order planes too narrow for a whole vector of interior outputs (up to 40 wide) take
-    # padded copies of their rows and one vector chunk (qp_max_row_short on AVX2): every
-    # width 1..40 with stride 1 and 2, padding, ceil mode and wide kernels, equal ref
+    # padded copies of their rows and vector chunks (qp_max_row_short, qp_avg_row_short on
+    # AVX2): every width 1..40 with stride 1 and 2, padding, ceil mode and wide kernels,
+    # equal ref
+    fn = F.max_pool2d if pool == "max" else F.avg_pool2d
+    extra = {"count_include_pad": False} if pool == "avg_no_pad" else {}
     r = u.rng(5)
     for w in range(1, 41):
         for k, s, p, ceil in ((3, 1, 1, False), (3, 2, 0, True), (2, 2, 0, True), (5, 1, 2, True),
@@ -488,9 +492,10 @@ def test_max_pool_short_rows_equal_ref(dtype):
             if k > w + 2 * p:
                 continue
             x = u.random_qtensor(r, (2, 3, 4, w), dtype, scale=0.1, zero_point=0)
-            args = dict(kernel_size=(2, k), stride=(1, s), padding=(1, p), ceil_mode=ceil)
+            args = dict(kernel_size=(2, k), stride=(1, s), padding=(1, p), ceil_mode=ceil,
+                        **extra)
             with qops.backend("ref"):
-                want = F.max_pool2d(x, **args).int_repr()
+                want = fn(x, **args).int_repr()
             with qops.backend("fast"):
-                got = F.max_pool2d(x, **args).int_repr()
+                got = fn(x, **args).int_repr()
             np.testing.assert_array_equal(got, want, err_msg=f"w={w} k={k} s={s} p={p}")

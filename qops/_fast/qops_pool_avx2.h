@@ -48,9 +48,35 @@ QP_ALWAYS __m256i qp_max_chunk(const uint8_t *const *rows, int nr, const qp_geom
     return _mm256_permute4x64_epi64(p, 0xD8);
 }
 
-/* Bytes of a padded row of qp_max_row_short: one chunk's loads (64 input bytes at stride 2)
- * past up to 64 taps. */
+/* Bytes of a padded row of the short-row kernels: their chunks' loads (64 input bytes at
+ * stride 2) past up to 64 taps. */
 #define QP_SHORT_BUF 128
+
+/* The input rows of a short output row (qp_max_row_short, qp_avg_row_short) copied into
+ * buffers filled with `fill`, at the row's padding; brow gets the buffers. */
+QP_ALWAYS void qp_pad_rows(const uint8_t *const *rows, int nr, const qp_geom *g,
+                           uint8_t buf[][QP_SHORT_BUF], const uint8_t **brow, char fill) {
+    const ptrdiff_t n = g->W < QP_SHORT_BUF - g->pW ? g->W : QP_SHORT_BUF - g->pW;
+    const __m256i f = _mm256_set1_epi8(fill);
+    for (int r = 0; r < nr; r++) {
+        uint8_t *b = buf[r];
+        for (int i = 0; i < QP_SHORT_BUF; i += 32) _mm256_store_si256((__m256i *)(b + i), f);
+        /* fixed-size moves (a libc call per row would cost more than the row) */
+        const uint8_t *src = rows[r];
+        b += g->pW;
+        if (n >= 16 && n <= 32) {
+            _mm_storeu_si128((__m128i *)b, _mm_loadu_si128((const __m128i *)src));
+            _mm_storeu_si128((__m128i *)(b + n - 16),
+                             _mm_loadu_si128((const __m128i *)(src + n - 16)));
+        } else if (n >= 8 && n < 16) {
+            memcpy(b, src, 8);
+            memcpy(b + n - 8, src + n - 8, 8);
+        } else {
+            memcpy(b, src, (size_t)n);
+        }
+        brow[r] = buf[r];
+    }
+}
 
 /* A row of at most 32 outputs without a whole vector of interior ones (planes up to about 40
  * wide, which the edge formula would take output by output): its input rows copied into
@@ -61,25 +87,7 @@ QP_ALWAYS void qp_max_row_short(const uint8_t *const *rows, int nr, const qp_geo
                                 uint8_t *o, int sgn) {
     uint8_t buf[QP_MAX_ROWS_][QP_SHORT_BUF] __attribute__((aligned(32)));
     const uint8_t *brow[QP_MAX_ROWS_];
-    const ptrdiff_t n = g->W < QP_SHORT_BUF - g->pW ? g->W : QP_SHORT_BUF - g->pW;
-    const __m256i low = _mm256_set1_epi8(sgn ? (char)0x80 : 0);
-    for (int r = 0; r < nr; r++) {
-        uint8_t *b = buf[r];
-        for (int i = 0; i < QP_SHORT_BUF; i += 32) _mm256_store_si256((__m256i *)(b + i), low);
-        /* fixed-size moves (a libc call per row would cost more than the row) */
-        const uint8_t *src = rows[r];
-        b += g->pW;
-        if (n >= 16 && n <= 32) {
-            _mm_storeu_si128((__m128i *)b, _mm_loadu_si128((const __m128i *)src));
-            _mm_storeu_si128((__m128i *)(b + n - 16), _mm_loadu_si128((const __m128i *)(src + n - 16)));
-        } else if (n >= 8 && n < 16) {
-            memcpy(b, src, 8);
-            memcpy(b + n - 8, src + n - 8, 8);
-        } else {
-            memcpy(b, src, (size_t)n);
-        }
-        brow[r] = buf[r];
-    }
+    qp_pad_rows(rows, nr, g, buf, brow, sgn ? (char)0x80 : 0);
     qp_geom gb = *g;
     gb.pW = 0;
     uint8_t t[32];
@@ -156,6 +164,28 @@ QP_ALWAYS void qp_avg_chunk(const uint8_t *const *rows, int nr, const qp_geom *g
     _mm_storeu_si128((__m128i *)(o + ow0), b);
 }
 
+/* An average pool row of at most 32 outputs without a whole interior vector: as
+ * qp_max_row_short, the rows padded with zeros (a tap outside the row adds nothing to the
+ * sum; the tables z, mul hold each output's count of taps), the requantize tables copied
+ * into 32-entry buffers, and two chunks of 16. */
+QP_ALWAYS void qp_avg_row_short(const uint8_t *const *rows, int nr, const qp_geom *g, uint8_t *o,
+                                const int32_t *z, const float *mul, __m256 zpf, __m256i vlo,
+                                __m256i vhi, int sgn) {
+    uint8_t buf[QP_MAX_ROWS_][QP_SHORT_BUF] __attribute__((aligned(32)));
+    const uint8_t *brow[QP_MAX_ROWS_];
+    int32_t zt[32] = {0};
+    float mt[32] = {0};
+    uint8_t t[32];
+    qp_pad_rows(rows, nr, g, buf, brow, 0);
+    memcpy(zt, z, (size_t)g->OW * sizeof(int32_t));
+    memcpy(mt, mul, (size_t)g->OW * sizeof(float));
+    qp_geom gb = *g;
+    gb.pW = 0;
+    qp_avg_chunk(brow, nr, &gb, t, zt, mt, 0, zpf, vlo, vhi, sgn);
+    if (g->OW > 16) qp_avg_chunk(brow, nr, &gb, t, zt, mt, 16, zpf, vlo, vhi, sgn);
+    memcpy(o, t, (size_t)g->OW);
+}
+
 QP_ALWAYS void qp_avg_row(const uint8_t *const *rows, int nr, const qp_geom *g, uint8_t *o,
                           const int32_t *z, const float *mul, float zp, int32_t qmin,
                           int32_t qmax, int sgn) {
@@ -163,6 +193,10 @@ QP_ALWAYS void qp_avg_row(const uint8_t *const *rows, int nr, const qp_geom *g, 
     const __m256 zpf = _mm256_set1_ps(zp);
     const __m256i vlo = _mm256_set1_epi32(qmin), vhi = _mm256_set1_epi32(qmax);
     qp_interior(g, 1, g->sW == 1 ? 16 : 32, 16, &lo, &hi);
+    if (hi <= lo && g->OW <= 32 && g->kW <= 64 && nr <= QP_MAX_ROWS_) {
+        qp_avg_row_short(rows, nr, g, o, z, mul, zpf, vlo, vhi, sgn);
+        return;
+    }
     for (ow = 0; ow < lo; ow++)
         o[ow] = qp_requant1(qp_sum1(rows, nr, g, ow, sgn), z[ow], mul[ow], zp, qmin, qmax);
     if (hi > lo) {
