@@ -615,9 +615,9 @@ _IM2COL_MAX_PIXELS = 1600
 # few-channel convs (NCHW input, C <= 4) from this depth on run as im2col rows and the GEMM
 # (1 thread, Zen 3: 7x7 on RGB gains, 3x3 on RGB loses; from 8 channels the planes win)
 _FEW_C_MIN_K = 64
-# ... and channels-last ones from this depth (the 3x3 RGB stems too: there the planes route
-# would first copy the input to C order; 3x3 on 2-4 channels, 1 and 2 threads, Zen 3: the
-# im2col rows 1.1-1.4x faster)
+# ... and channels-last ones from this depth (the 3x3 RGB stems too): the planes route would
+# first copy such an input to C order, which costs more than the im2col rows (measured on
+# 3x3 convs of 2-4 channels, 1 and 2 threads, Zen 3)
 _FEW_C_MIN_K_CL = 16
 # C-order convs with this many channels and more than one tap (K >= 128) also run on
 # im2col rows of a channels-last copy: the copy costs less than the planes kernel loses

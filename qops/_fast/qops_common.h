@@ -9,11 +9,29 @@
 #include <math.h>
 #include <stdint.h>
 #include <stddef.h>
+#include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 /* Threads worth starting for `work` units when one thread should get at least `grain`. */
+/* n bytes from s to d by at most two overlapping fixed-size copies for short runs (GCC
+ * inlines them as moves; a libc call costs more than the copy there), memcpy otherwise. */
+static inline void qops_copy_short(uint8_t *d, const uint8_t *s, ptrdiff_t n) {
+    if (n >= 16 && n <= 32) {
+        memcpy(d, s, 16);
+        memcpy(d + n - 16, s + n - 16, 16);
+    } else if (n >= 8 && n < 16) {
+        memcpy(d, s, 8);
+        memcpy(d + n - 8, s + n - 8, 8);
+    } else if (n >= 4 && n < 8) {
+        memcpy(d, s, 4);
+        memcpy(d + n - 4, s + n - 4, 4);
+    } else {
+        memcpy(d, s, (size_t)n);
+    }
+}
+
 static inline int qops_threads_for(ptrdiff_t work, ptrdiff_t grain) {
 #ifdef _OPENMP
     ptrdiff_t n = omp_get_max_threads();

@@ -28,23 +28,6 @@ typedef struct {
     ptrdiff_t row0;                    /* the pixel of rows' first row */
 } qconv_i2c_args;
 
-/* n bytes, by at most two overlapping fixed-size copies for the short runs of few-channel
- * inputs (a libc call costs more than the copy there). */
-static inline void qconv_i2c_copy(uint8_t *d, const uint8_t *s, ptrdiff_t n) {
-    if (n >= 16 && n <= 32) {
-        memcpy(d, s, 16);
-        memcpy(d + n - 16, s + n - 16, 16);
-    } else if (n >= 8 && n < 16) {
-        memcpy(d, s, 8);
-        memcpy(d + n - 8, s + n - 8, 8);
-    } else if (n >= 4 && n < 8) {
-        memcpy(d, s, 4);
-        memcpy(d + n - 4, s + n - 4, 4);
-    } else {
-        memcpy(d, s, (size_t)n);
-    }
-}
-
 /* Runs per window the inside path takes (a 7x7 kernel has 7; 3-D kernels of up to 4x16). */
 #define QCONV_I2C_RUNS 64
 
@@ -63,7 +46,7 @@ static inline void qconv_i2c_inside(uint8_t *dst, const uint8_t *src, const ptrd
         for (; r + 1 < runs; r++) memcpy(dst + r * L, src + off[r], 32);
     else if (move == 16)
         for (; r + 1 < runs; r++) memcpy(dst + r * L, src + off[r], 16);
-    for (; r < runs; r++) qconv_i2c_copy(dst + r * L, src + off[r], L);
+    for (; r < runs; r++) qops_copy_short(dst + r * L, src + off[r], L);
 }
 
 /* Rows [p0, p1). The pixel's (n, od, oh, ow) advance with p (a division per row would cost
@@ -103,13 +86,13 @@ static void qconv_i2c_fill(const qconv_i2c_args *f, ptrdiff_t p0, ptrdiff_t p1) 
                     }
                     const uint8_t *src = f->x + ((n * f->D + id) * f->H + ih) * W * C;
                     if (f->dw == 1 && iw0 >= 0 && iw0 + KW <= W) {
-                        qconv_i2c_copy(dst, src + iw0 * C, KW * C);
+                        qops_copy_short(dst, src + iw0 * C, KW * C);
                         dst += KW * C;
                         continue;
                     }
                     for (ptrdiff_t kw = 0; kw < KW; kw++, dst += C) {
                         const ptrdiff_t iw = iw0 + kw * f->dw;
-                        if (iw >= 0 && iw < W) qconv_i2c_copy(dst, src + iw * C, C);
+                        if (iw >= 0 && iw < W) qops_copy_short(dst, src + iw * C, C);
                         else memset(dst, f->xz, (size_t)C);
                     }
                 }

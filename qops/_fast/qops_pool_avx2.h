@@ -3,7 +3,7 @@
  * window formula on the edges. */
 #ifndef QOPS_POOL_AVX2_H
 #define QOPS_POOL_AVX2_H
-#include <string.h>
+#include "qops_common.h"
 #include "qops_pool_common.h"
 #if QP_SIMD == 1
 
@@ -61,19 +61,7 @@ QP_ALWAYS void qp_pad_rows(const uint8_t *const *rows, int nr, const qp_geom *g,
     for (int r = 0; r < nr; r++) {
         uint8_t *b = buf[r];
         for (int i = 0; i < QP_SHORT_BUF; i += 32) _mm256_store_si256((__m256i *)(b + i), f);
-        /* fixed-size moves (a libc call per row would cost more than the row) */
-        const uint8_t *src = rows[r];
-        b += g->pW;
-        if (n >= 16 && n <= 32) {
-            _mm_storeu_si128((__m128i *)b, _mm_loadu_si128((const __m128i *)src));
-            _mm_storeu_si128((__m128i *)(b + n - 16),
-                             _mm_loadu_si128((const __m128i *)(src + n - 16)));
-        } else if (n >= 8 && n < 16) {
-            memcpy(b, src, 8);
-            memcpy(b + n - 8, src + n - 8, 8);
-        } else {
-            memcpy(b, src, (size_t)n);
-        }
+        qops_copy_short(b + g->pW, rows[r], n);
         brow[r] = buf[r];
     }
 }
