@@ -193,13 +193,13 @@ static inline __attribute__((always_inline)) void qops_eb_store(int bits, int nv
             qops_eb_put(out + 8 * k + 8, _mm256_permute2f128_ps(lo, hi, 0x31), stream);
         }
     }
-    #pragma GCC unroll 8
+    #pragma GCC unroll 16
     for (; k < nv; k++)
         qops_eb_put(out + 8 * k, acc[k], stream);
 }
 
-/* Columns [c0, c0 + 8 nv) of one bag's sum (or weighted sum), the nv accumulators held in
- * registers over all the bag's entries: the same operations, in the same order per column,
+/* Columns [c0, c0 + 8 nv) of one bag's sum (or weighted sum), the nv accumulators (at most
+ * 8, or 16 for 8-bit rows) held in registers over all the bag's entries: the same operations, in the same order per column,
  * as the row loops. nv, bits and whether there are weights are constants at each call, so
  * every load has a constant displacement. The mean's division is done before the store.
  * With `prefetch`, the row QOPS_EB_PREFETCH entries ahead is prefetched: pf_bytes from the
@@ -213,8 +213,8 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols(
     const ptrdiff_t vals = row_bytes - 8;
     const uint8_t *base = table + (bits == 8 ? c0 : c0 / 2);
     ptrdiff_t count = 0;
-    __m256 acc[8], v[2];
-    #pragma GCC unroll 8
+    __m256 acc[16], v[2];
+    #pragma GCC unroll 16
     for (int k = 0; k < nv; k++)
         acc[k] = _mm256_setzero_ps();
     for (ptrdiff_t i = lo; i < hi; i++) {
@@ -239,7 +239,17 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols(
         const __m256 vs = _mm256_set1_ps(scale), vc = _mm256_set1_ps(bias);
         const uint8_t *p = base + r * row_bytes;
         /* two vectors at a time, each used as soon as loaded: eight accumulators and all
-         * the loaded vectors would not fit in the 16 registers and GCC would spill */
+         * the loaded vectors would not fit in the 16 registers and GCC would spill; with
+         * sixteen (8-bit D = 128 in one pass) one at a time, and GCC spills a few anyway */
+        if (bits == 8 && nv > 8) {
+            #pragma GCC unroll 16
+            for (int k = 0; k < nv; k++) {
+                qops_eb_loadv(bits, 1, p + 8 * k, v);
+                acc[k] = _mm256_fmadd_ps(vs, v[0], _mm256_add_ps(acc[k], vc));
+            }
+            count++;
+            continue;
+        }
         #pragma GCC unroll 8
         for (int k = 0; k < nv; k += 2) {
             qops_eb_loadv(bits, nv - k < 2 ? 1 : 2, p + (bits == 8 ? 8 * k : 4 * k), v);
@@ -251,7 +261,7 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols(
     }
     if (mean && count > 0) {
         const __m256 n = _mm256_set1_ps((float)count);
-        #pragma GCC unroll 8
+        #pragma GCC unroll 16
         for (int k = 0; k < nv; k++)
             acc[k] = _mm256_div_ps(acc[k], n);
     }
@@ -290,6 +300,14 @@ static inline __attribute__((always_inline)) void qops_eb_sum8(
     }
     /* wider rows in passes of 64 columns, each prefetching what it reads (as
      * qops_eb_sum8_f32); D = 128 with the row's size a constant */
+    if (d == 128 && bits == 8 && prefetch) {
+        /* tables past the caches: one pass of sixteen accumulators, the whole row
+         * prefetched; two passes (below) leave the next rows' misses unissued while the
+         * second runs. In cache the two passes are faster: GCC spills some of the sixteen. */
+        qops_eb_cols(8, 16, table, 136, idx, lo, hi, n_idx, psw, padding_idx, mean, out, 0,
+                     prefetch, 136, 0, stream);
+        return;
+    }
     if (d == 128) {
         /* the first pass prefetches the whole row (3 lines at 8 bits, 2 at 4), the second
          * none: it reads lines the first brought in (faster than each pass prefetching its
