@@ -330,8 +330,9 @@ def test_dequantize_is_one_entry_bags(table):
 @pytest.mark.parametrize("kind", ["quint8", "quint4x2", "float"])
 def test_large_tables_prefetch_path(kind):
     """Tables above 1 MB take the kernels' prefetching loops (rows a few entries ahead, sizes
-    constant per D up to 64 and for 8-bit D = 128 in one pass, a loop beyond): fast equals ref bit for bit at 1 and 2 threads,
-    for D around the vector widths, every mode, weights and padding, bags of 0 to 40 entries."""
+    constant per D up to 64 and for 8-bit D = 128 in one pass, a loop beyond): fast equals
+    ref bit for bit at 1 and 2 threads, for D around the vector widths, every mode, weights
+    and padding, bags of 0 to 40 entries."""
     from qops._registry.embedding import random_packed
     r = np.random.default_rng(23)
     for d in (6, 16, 40, 64, 72, 128):

@@ -241,12 +241,40 @@ def test_channels_last_max_pool_blocks_and_tails_equal_ref(dtype):
         for kw in (dict(kernel_size=3, stride=1, padding=1, ceil_mode=True),
                    dict(kernel_size=3, stride=2, padding=0, ceil_mode=True),
                    dict(kernel_size=2, stride=2),
-                   dict(kernel_size=3, stride=2, padding=1, dilation=2)):
+                   dict(kernel_size=3, stride=2, padding=1, dilation=2),
+                   # windows of 1, 3, 16 and 25 taps (the loops; 3x3 ones inside the
+                   # input take the AVX2 straight-line code)
+                   dict(kernel_size=1), dict(kernel_size=(1, 3), stride=1, padding=(0, 1)),
+                   dict(kernel_size=4, stride=3, padding=2),
+                   dict(kernel_size=5, stride=2, padding=2)):
             with qops.backend("fast"):
                 got = F.max_pool2d(x, **kw)
             with qops.backend("ref"):
                 want = F.max_pool2d(x, **kw)
             np.testing.assert_array_equal(got.int_repr(), want.int_repr(), err_msg=f"{c} {kw}")
+
+
+def test_channels_last_max_pool_checks_every_call():
+    # the pools memoize their argument checks per call signature: arguments equal to a
+    # memoized call's but of another type (1 for True, 3.0 for 3) and a per-channel input of
+    # the same shape are still refused after a call that filled the memo
+    raw = u.rng(5).integers(0, 256, size=(1, 40, 9, 9)).astype(np.uint8)
+    x = _cl(raw)
+    first = F.max_pool2d(x, 3, 2, 1, 1, True)
+    again = F.max_pool2d(x, 3, 2, 1, 1, True)
+    with qops.backend("ref"):
+        want = F.max_pool2d(x, 3, 2, 1, 1, True)
+    for y in (first, again):
+        np.testing.assert_array_equal(y.int_repr(), want.int_repr())
+        assert (y.q_scale(), y.q_zero_point()) == (x.q_scale(), x.q_zero_point())
+    for args in ((3, 2, 1, 1, 1), (3.0, 2, 1, 1, True), (3, (2, 2.0), 1, 1, True)):
+        with pytest.raises(TypeError):
+            F.max_pool2d(x, *args)
+    pc = qops.make_per_channel_quantized_tensor(u._layout(raw, "cl"), np.full(40, 0.1),
+                                                np.zeros(40, np.int64), 1)
+    assert pc._int.strides == x._int.strides
+    with pytest.raises(TypeError, match="per-tensor"):
+        F.max_pool2d(pc, 3, 2, 1, 1, True)
 
 
 # issue 19 #3: channels-last avg/adaptive/max pools shared a struct filled in a prange body

@@ -223,10 +223,59 @@ static void NAME(const T *const *rows, T *restrict out, const qpc_mrow *g) {    
     }                                                                                          \
 }
 #if defined(__AVX2__) && !defined(__AVX512BW__)
+/* AVX2, 8-bit, a pixel of a 3x3 window inside the input (3 valid rows, 3 valid taps each):
+ * the max of channels [0, C) as straight-line code over the rows' pointers p[0..3) and tap
+ * steps 0, s, 2s, by blocks of 64, 32 and 16 bytes and the last channels one by one. The
+ * general loops below (rows, then taps) took as many instructions as the loads and maxes; a
+ * list of the taps' pointers instead cost a load per tap and ran slower on 128-256 channels. */
+#define QPC_MAX_3X3_AVX2(NAME, T, MAX256, MAX128)                                              \
+static inline __attribute__((always_inline)) void NAME(const T *r0, const T *r1, const T *r2, \
+                                                       ptrdiff_t s, T *o, ptrdiff_t C) {       \
+    const ptrdiff_t s2 = 2 * s;                                                                \
+    ptrdiff_t c = 0;                                                                           \
+    for (; c + 32 <= C; c += 32) {                                                             \
+        __m256i a = _mm256_loadu_si256((const __m256i *)(r0 + c));                             \
+        __m256i b = _mm256_loadu_si256((const __m256i *)(r1 + c));                             \
+        a = MAX256(a, _mm256_loadu_si256((const __m256i *)(r0 + c + s)));                      \
+        b = MAX256(b, _mm256_loadu_si256((const __m256i *)(r1 + c + s)));                      \
+        a = MAX256(a, _mm256_loadu_si256((const __m256i *)(r0 + c + s2)));                     \
+        b = MAX256(b, _mm256_loadu_si256((const __m256i *)(r1 + c + s2)));                     \
+        a = MAX256(a, _mm256_loadu_si256((const __m256i *)(r2 + c)));                          \
+        b = MAX256(b, _mm256_loadu_si256((const __m256i *)(r2 + c + s)));                      \
+        a = MAX256(a, _mm256_loadu_si256((const __m256i *)(r2 + c + s2)));                     \
+        _mm256_storeu_si256((__m256i *)(o + c), MAX256(a, b));                                 \
+    }                                                                                          \
+    if (c + 16 <= C) {                                                                         \
+        __m128i a = _mm_loadu_si128((const __m128i *)(r0 + c));                                \
+        a = MAX128(a, _mm_loadu_si128((const __m128i *)(r0 + c + s)));                         \
+        a = MAX128(a, _mm_loadu_si128((const __m128i *)(r0 + c + s2)));                        \
+        a = MAX128(a, _mm_loadu_si128((const __m128i *)(r1 + c)));                             \
+        a = MAX128(a, _mm_loadu_si128((const __m128i *)(r1 + c + s)));                         \
+        a = MAX128(a, _mm_loadu_si128((const __m128i *)(r1 + c + s2)));                        \
+        a = MAX128(a, _mm_loadu_si128((const __m128i *)(r2 + c)));                             \
+        a = MAX128(a, _mm_loadu_si128((const __m128i *)(r2 + c + s)));                         \
+        a = MAX128(a, _mm_loadu_si128((const __m128i *)(r2 + c + s2)));                        \
+        _mm_storeu_si128((__m128i *)(o + c), a);                                               \
+        c += 16;                                                                               \
+    }                                                                                          \
+    for (; c < C; c++) {                                                                       \
+        const T *t[9] = {r0 + c, r0 + c + s, r0 + c + s2, r1 + c, r1 + c + s, r1 + c + s2,     \
+                         r2 + c, r2 + c + s, r2 + c + s2};                                      \
+        T m = *t[0];                                                                           \
+        for (int j = 1; j < 9; j++)                                                            \
+            m = *t[j] > m ? *t[j] : m;                                                         \
+        o[c] = m;                                                                              \
+    }                                                                                          \
+}
+QPC_MAX_3X3_AVX2(qpc_max_3x3_u8, uint8_t, _mm256_max_epu8, _mm_max_epu8)
+QPC_MAX_3X3_AVX2(qpc_max_3x3_s8, int8_t, _mm256_max_epi8, _mm_max_epi8)
+#undef QPC_MAX_3X3_AVX2
+
 /* AVX2, 8-bit: the same loops with the block in two ymm (one for 32 channels, an xmm for
  * 16), each tap's address a step from the last: GCC kept the generic 64-byte block on the
- * stack, stored it in xmm pieces and recomputed each tap's address. */
-#define QPC_MAX_ROW_AVX2(NAME, T, LO, MAX256, MAX128)                                          \
+ * stack, stored it in xmm pieces and recomputed each tap's address. Pixels of 3x3 windows inside
+ * the input take TAPS. */
+#define QPC_MAX_ROW_AVX2(NAME, T, LO, MAX256, MAX128, TAPS)                                    \
 static void NAME(const T *const *rows, T *restrict out, const qpc_mrow *g) {                  \
     const ptrdiff_t C = g->C, step = g->dW * C;                                                \
     const __m256i lo = _mm256_set1_epi8((char)(LO));                                           \
@@ -237,6 +286,10 @@ static void NAME(const T *const *rows, T *restrict out, const qpc_mrow *g) {    
         if (k1 < k0) k1 = k0;                                                                  \
         const ptrdiff_t nt = k1 - k0, off = (base + k0 * g->dW) * C;                           \
         T *o = out + ow * C;                                                                   \
+        if (g->nrows == 3 && nt == 3) {                                                        \
+            TAPS(rows[0] + off, rows[1] + off, rows[2] + off, step, o, C);                     \
+            continue;                                                                          \
+        }                                                                                      \
         ptrdiff_t c0 = 0;                                                                      \
         for (; c0 + 64 <= C; c0 += 64) {                                                       \
             __m256i a0 = lo, a1 = lo;                                                          \
@@ -281,8 +334,9 @@ static void NAME(const T *const *rows, T *restrict out, const qpc_mrow *g) {    
         }                                                                                      \
     }                                                                                          \
 }
-QPC_MAX_ROW_AVX2(qpc_max_row_u8, uint8_t, 0, _mm256_max_epu8, _mm_max_epu8)
-QPC_MAX_ROW_AVX2(qpc_max_row_s8, int8_t, -128, _mm256_max_epi8, _mm_max_epi8)
+QPC_MAX_ROW_AVX2(qpc_max_row_u8, uint8_t, 0, _mm256_max_epu8, _mm_max_epu8, qpc_max_3x3_u8)
+QPC_MAX_ROW_AVX2(qpc_max_row_s8, int8_t, -128, _mm256_max_epi8, _mm_max_epi8,
+                 qpc_max_3x3_s8)
 #undef QPC_MAX_ROW_AVX2
 #else
 QPC_MAX_ROW(qpc_max_row_u8, uint8_t, 0)
