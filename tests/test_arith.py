@@ -191,3 +191,29 @@ def test_mul_by_channel_scale_rows_equals_ref(dtype, relu):
             for args in ((x, s), (s, x)):
                 np.testing.assert_array_equal(f(*args, 0.07, 5).int_repr(), want)
             np.testing.assert_array_equal(f(x.contiguous(), s, 0.07, 5).int_repr(), want)
+
+
+def test_cat_channels_last_images_checked_every_call():
+    """The channels-last image cat memoizes its checks per call signature (layouts, dtypes,
+    qparams): a repeated call gives the general path's result, with qparams taken from the
+    inputs when not given, and what must fail still fails after a memoized call (True for a
+    zero point, a per-channel input of the same layout); qparams given as one-element arrays
+    work and are not memoized."""
+    parts = [_q(shape=(1, c, 4, 5), scale=0.03 + 0.01 * i, zp=3 + i, seed=c, layout="cl")
+             for i, c in enumerate((40, 24))]
+    plain = [p.contiguous() for p in parts]
+    for kw in ({"scale": 0.05, "zero_point": 0}, {}, {"scale": np.array([0.05]),
+                                                     "zero_point": np.array([0])}):
+        want = F.cat(plain, 1, **kw)
+        for _ in range(2):
+            got = F.cat(parts, 1, **kw)
+            np.testing.assert_array_equal(got.int_repr(), want.int_repr())
+            assert (got.q_scale(), got.q_zero_point()) == (want.q_scale(), want.q_zero_point())
+    with pytest.raises(TypeError):
+        F.cat(parts, 1, 0.05, False)
+    with pytest.raises(TypeError):
+        F.cat(parts, 1, 0.05, 0.0)
+    pc = qops.make_per_channel_quantized_tensor(parts[1]._int, np.full(24, 0.1),
+                                                np.zeros(24, np.int64), 1)
+    with pytest.raises(TypeError, match="per-tensor"):
+        F.cat([parts[0], pc], 1, 0.05, 0)

@@ -301,35 +301,76 @@ def _cat_check(tensors, dim, what):
     return dim
 
 
+_CAT_IMAGES: dict = {}
+# memo of the channels-last image cats a model repeats: the inputs' layouts and qparams and
+# the output's -> the kernel's arguments (checking and deriving them took about two thirds of
+# the Python side of a 7x7 cat of two inputs)
+
+
 def _cat_images(tensors, scale, zero_point, relu):
     """cat along C of per-tensor (N, C, H, W) images all lying channels last (H, W, C > 1),
-    as an inception block's branches: checked and laid out in one pass, the general path's
-    result. None for any other input, which the general path then takes."""
+    as an inception block's branches: the general path's result, checked and laid out in one
+    pass, the checks memoized per call signature. None for any other input, which the general
+    path then takes."""
+    # the types of the output qparams are part of the key: True == 1 must not find 1's entry
+    key = [type(scale), scale, type(zero_point), zero_point]
+    for t in tensors:
+        if type(t) is not QTensor or t._axis is not None:
+            return None
+        r = t._int
+        key += (r.shape, r.strides, t._dtype, t._scale, t._zero_point)
+    try:
+        key = tuple(key)
+        hit = _CAT_IMAGES.get(key)
+    except TypeError:           # an array for a qparam: checked, not memoized
+        key, hit = None, None
+    if hit is None:
+        hit = _cat_images_plan(tensors, scale, zero_point) or False
+        if key is not None:
+            if len(_CAT_IMAGES) >= 256:
+                _CAT_IMAGES.clear()
+            _CAT_IMAGES[key] = hit
+    if hit is False:            # not such images (known from the key's layouts and dtypes)
+        return None
+    shape, sizes, offsets, scales, zps, inv, requants, scale, zero_point = hit
+    rows = shape[0] * shape[1] * shape[2]
     first = tensors[0]
-    if type(first) is not QTensor or first._dtype not in _DTYPES or first._int.ndim != 4:
+    qs = [t._int.transpose(_CL4).reshape(rows, c) for t, c in zip(tensors, sizes)]
+    out = np.empty(shape, dtype=first._int.dtype)
+    _kernels().cat_into(qs, out.reshape(rows, shape[3]), offsets, scales, zps, inv, zero_point,
+                        requants, relu)
+    return QTensor._make(out.transpose(_CL4_BACK), first._dtype, scale, zero_point)
+
+
+def _cat_images_plan(tensors, scale, zero_point):
+    """_cat_images' checks and kernel arguments: (output shape (N, H, W, C), sizes, column
+    offsets, input scales and zero points, output inverse scale, requantize flags, output
+    scale and zero point), or None when the inputs are not such images."""
+    first = tensors[0]
+    if first._dtype not in _DTYPES or first._int.ndim != 4:
         return None
     dt = first._dtype
     n, _, h, w = first._int.shape
-    qs, sizes = [], []
+    sizes = []
     for t in tensors:
-        if type(t) is not QTensor or t._axis is not None or t._dtype is not dt:
-            return None
         r = t._int
-        if r.ndim != 4 or memory_order(r) is not _CL4:
+        if t._dtype is not dt or r.ndim != 4 or memory_order(r) is not _CL4:
             return None
         tn, c, th, tw = r.shape
         if tn != n or th != h or tw != w:
             return None
-        qs.append(r.transpose(_CL4).reshape(n * h * w, c))
         sizes.append(c)
-    out = np.empty((n, h, w, sum(sizes)), dtype=first._int.dtype)
-    scale, zero_point = _cat_into(tensors, qs, sizes, 1, out, scale, zero_point, relu)
-    return QTensor._make(out.transpose(_CL4_BACK), dt, scale, zero_point)
+    scale, zero_point, scales, zps, requants = _cat_qparams(tensors, scale, zero_point)
+    offsets = [0] * len(sizes)
+    for i in range(1, len(sizes)):
+        offsets[i] = offsets[i - 1] + sizes[i - 1]
+    return ((n, h, w, sum(sizes)), sizes, offsets, scales, zps, qp.inv_scale(scale), requants,
+            scale, zero_point)
 
 
-def _cat_into(tensors, qs, sizes, inner, out, scale, zero_point, relu):
-    """Run the cat kernel: qs[i] (outer, sizes[i] * inner) into out, whose memory is (outer,
-    sum(sizes) * inner); returns the output qparams (None: the first tensor's)."""
+def _cat_qparams(tensors, scale, zero_point):
+    """The output qparams (None: the first tensor's), checked, and the inputs' float32 scales,
+    zero points and whether each needs requantizing."""
     first = tensors[0]
     scale = first._scale if scale is None else qp.check_scale(scale)
     zero_point = first._zero_point if zero_point is None else \
@@ -340,6 +381,13 @@ def _cat_into(tensors, qs, sizes, inner, out, scale, zero_point, relu):
     # Equal qparams reproduce the input exactly (Q_fma(D_sc(q)) == q for a normal scale).
     normal = so >= 1.2e-38
     requants = [not (normal and si == so and z == zero_point) for si, z in zip(scales, zps)]
+    return scale, zero_point, scales, zps, requants
+
+
+def _cat_into(tensors, qs, sizes, inner, out, scale, zero_point, relu):
+    """Run the cat kernel: qs[i] (outer, sizes[i] * inner) into out, whose memory is (outer,
+    sum(sizes) * inner); returns the output qparams (None: the first tensor's)."""
+    scale, zero_point, scales, zps, requants = _cat_qparams(tensors, scale, zero_point)
     offsets = [0] * len(sizes)
     for i in range(1, len(sizes)):
         offsets[i] = offsets[i - 1] + sizes[i - 1] * inner
