@@ -14,7 +14,6 @@
 #include <omp.h>
 #endif
 
-/* Threads worth starting for `work` units when one thread should get at least `grain`. */
 /* n bytes from s to d by at most two overlapping fixed-size copies for short runs (GCC
  * inlines them as moves; a libc call costs more than the copy there), memcpy otherwise. */
 static inline void qops_copy_short(uint8_t *d, const uint8_t *s, ptrdiff_t n) {
@@ -32,6 +31,7 @@ static inline void qops_copy_short(uint8_t *d, const uint8_t *s, ptrdiff_t n) {
     }
 }
 
+/* Threads worth starting for `work` units when one thread should get at least `grain`. */
 static inline int qops_threads_for(ptrdiff_t work, ptrdiff_t grain) {
 #ifdef _OPENMP
     ptrdiff_t n = omp_get_max_threads();

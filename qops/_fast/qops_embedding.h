@@ -199,8 +199,8 @@ static inline __attribute__((always_inline)) void qops_eb_store(int bits, int nv
 }
 
 /* Columns [c0, c0 + 8 nv) of one bag's sum (or weighted sum), the nv accumulators (at most
- * 8, or 16 for 8-bit rows) held in registers over all the bag's entries: the same operations, in the same order per column,
- * as the row loops. nv, bits and whether there are weights are constants at each call, so
+ * 8, or 16 for 8-bit rows) held in registers over all the bag's entries: the same operations,
+ * in the same order per column, as the row loops. nv, bits and whether there are weights are constants at each call, so
  * every load has a constant displacement. The mean's division is done before the store.
  * With `prefetch`, the row QOPS_EB_PREFETCH entries ahead is prefetched: pf_bytes from the
  * pass's first column (the whole row in one pass) and, with pf_tail, the row's scale and

@@ -303,8 +303,8 @@ def _cat_check(tensors, dim, what):
 
 _CAT_IMAGES: dict = {}
 # memo of the channels-last image cats a model repeats: the inputs' layouts and qparams and
-# the output's -> the kernel's arguments (checking and deriving them took about two thirds of
-# the Python side of a 7x7 cat of two inputs)
+# the output's -> the kernel's arguments (checking and deriving them is most of the Python
+# side of a small cat)
 
 
 def _cat_images(tensors, scale, zero_point, relu):
@@ -361,11 +361,16 @@ def _cat_images_plan(tensors, scale, zero_point):
             return None
         sizes.append(c)
     scale, zero_point, scales, zps, requants = _cat_qparams(tensors, scale, zero_point)
+    return ((n, h, w, sum(sizes)), sizes, _col_offsets(sizes, 1), scales, zps,
+            qp.inv_scale(scale), requants, scale, zero_point)
+
+
+def _col_offsets(sizes, inner):
+    """Where each cat input's columns start in a row of the output."""
     offsets = [0] * len(sizes)
     for i in range(1, len(sizes)):
-        offsets[i] = offsets[i - 1] + sizes[i - 1]
-    return ((n, h, w, sum(sizes)), sizes, offsets, scales, zps, qp.inv_scale(scale), requants,
-            scale, zero_point)
+        offsets[i] = offsets[i - 1] + sizes[i - 1] * inner
+    return offsets
 
 
 def _cat_qparams(tensors, scale, zero_point):
@@ -388,9 +393,7 @@ def _cat_into(tensors, qs, sizes, inner, out, scale, zero_point, relu):
     """Run the cat kernel: qs[i] (outer, sizes[i] * inner) into out, whose memory is (outer,
     sum(sizes) * inner); returns the output qparams (None: the first tensor's)."""
     scale, zero_point, scales, zps, requants = _cat_qparams(tensors, scale, zero_point)
-    offsets = [0] * len(sizes)
-    for i in range(1, len(sizes)):
-        offsets[i] = offsets[i - 1] + sizes[i - 1] * inner
+    offsets = _col_offsets(sizes, inner)
     total = offsets[-1] + sizes[-1] * inner
     _kernels().cat_into(qs, out.reshape(qs[0].shape[0], total), offsets, scales, zps,
                         qp.inv_scale(scale), zero_point, requants, relu)
