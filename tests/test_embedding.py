@@ -329,7 +329,8 @@ def test_dequantize_is_one_entry_bags(table):
 
 @pytest.mark.parametrize("kind", ["quint8", "quint4x2", "float"])
 def test_large_tables_prefetch_path(kind):
-    """Tables above 1 MB take the kernels' prefetching loops (rows a few entries ahead, sizes
+    """Tables past the prefetch thresholds (64 KB, 256 KB at D <= 32, 512 KB float; 1.5 MB
+    here) take the kernels' prefetching loops (rows a few entries ahead, sizes
     constant per D up to 64 and for 8-bit D = 128 in one pass, a loop beyond): fast equals
     ref bit for bit at 1 and 2 threads, for D around the vector widths, every mode, weights
     and padding, bags of 0 to 40 entries."""
@@ -339,7 +340,7 @@ def test_large_tables_prefetch_path(kind):
         if kind == "quint4x2" and d % 2:
             continue
         row = 4 * d if kind == "float" else (d if kind == "quint8" else d // 2) + 8
-        n = (3 << 19) // row                      # 1.5 MB: past the 1 MB threshold
+        n = (3 << 19) // row                      # 1.5 MB: past every threshold
         table = (r.standard_normal((n, d)).astype(F32) if kind == "float"
                  else random_packed(r, n, d, kind))
         run = (F.embedding_bag if kind == "float" else

@@ -301,9 +301,10 @@ static inline __attribute__((always_inline)) void qops_eb_sum8(
     /* wider rows in passes of 64 columns, each prefetching what it reads (as
      * qops_eb_sum8_f32); D = 128 with the row's size a constant */
     if (d == 128 && bits == 8 && prefetch) {
-        /* tables past the caches: one pass of sixteen accumulators, the whole row
-         * prefetched; two passes (below) leave the next rows' misses unissued while the
-         * second runs. In cache the two passes are faster: GCC spills some of the sixteen. */
+        /* tables that take prefetches (embedding.pyx: past 64 KB): one pass of sixteen
+         * accumulators, the whole row prefetched; two passes (below) leave the next rows'
+         * misses unissued while the second runs. Without prefetch the two passes are
+         * faster: GCC spills some of the sixteen. */
         qops_eb_cols(8, 16, table, 136, idx, lo, hi, n_idx, psw, padding_idx, mean, out, 0,
                      prefetch, 136, 0, stream);
         return;
@@ -407,7 +408,7 @@ static inline __attribute__((always_inline)) void qops_eb_cols2(
     qops_eb_store(bits, nv, out0 + d + c0, a1, 0);
 }
 
-/* Two bags' sums or means for D a multiple of 8 up to 64, in passes of 32 columns. */
+/* Two bags' sums or means for D a multiple of 8 up to 32, in one pass. */
 static inline __attribute__((always_inline)) void qops_eb_sum8x2(
         int bits, const uint8_t *table, ptrdiff_t row_bytes, const int64_t *idx, ptrdiff_t lo,
         ptrdiff_t mid, ptrdiff_t hi, const float *psw, int64_t padding_idx, int mean,
@@ -415,22 +416,22 @@ static inline __attribute__((always_inline)) void qops_eb_sum8x2(
 #define QOPS_EB_COLS2(NV, C0) \
     qops_eb_cols2(bits, NV, table, row_bytes, idx, lo, mid, hi, psw, padding_idx, mean, out0, \
                   d, C0)
-    for (ptrdiff_t c0 = 0; c0 < d; c0 += 32) {
-        switch ((d - c0) / 8) {
-        case 1: QOPS_EB_COLS2(1, c0); break;
-        case 2: QOPS_EB_COLS2(2, c0); break;
-        case 3: QOPS_EB_COLS2(3, c0); break;
-        default: QOPS_EB_COLS2(4, c0); break;
-        }
+    switch (d / 8) {
+    case 1: QOPS_EB_COLS2(1, 0); break;
+    case 2: QOPS_EB_COLS2(2, 0); break;
+    case 3: QOPS_EB_COLS2(3, 0); break;
+    default: QOPS_EB_COLS2(4, 0); break;
     }
 #undef QOPS_EB_COLS2
 }
 #endif
 
 /* Two consecutive bags, [lo, mid) into out0[0:d] and [mid, hi) into out0[d:2d], interleaved
- * where that is faster (sum and mean, D a multiple of 8 up to 64, a table small enough to
+ * where that is faster (sum and mean, D a multiple of 8 up to 32, a table small enough to
  * need no prefetch: there the bag's dependency chain is the limit, not memory); otherwise
- * one at a time. */
+ * one at a time. Pairs of wider rows would take two passes of 32 columns (eight accumulators
+ * a bag do not fit twice in 16 registers), each reading the entries' indices, scales and
+ * biases again: at D = 64 one bag at a time in one pass was faster. */
 static inline void qops_eb_bag2_q(int bits, const uint8_t *table, ptrdiff_t row_bytes,
                                   const int64_t *idx, ptrdiff_t lo, ptrdiff_t mid, ptrdiff_t hi,
                                   ptrdiff_t n_idx, const float *psw, int mode,
@@ -702,7 +703,7 @@ static inline void qops_eb_bag2_q(int bits, const uint8_t *table, ptrdiff_t row_
                                   ptrdiff_t n_idx, const float *psw, int mode,
                                   int64_t padding_idx, float *out0, ptrdiff_t d, int flags) {
 #if defined(__AVX2__)
-    if (!(flags & QOPS_EB_PF) && mode != QOPS_EB_MAX && d % 8 == 0 && d > 0 && d <= 64) {
+    if (!(flags & QOPS_EB_PF) && mode != QOPS_EB_MAX && d % 8 == 0 && d > 0 && d <= 32) {
         const int mean = mode == QOPS_EB_MEAN;
         if (bits == 8 && psw)
             qops_eb_sum8x2(8, table, row_bytes, idx, lo, mid, hi, psw, padding_idx, mean,
