@@ -361,12 +361,12 @@ def test_large_tables_prefetch_path(kind):
 
 @pytest.mark.parametrize("kind", ["quint8", "quint4x2", "float"])
 def test_large_outputs_streamed(kind):
-    """Outputs above 1 MB are written with non-temporal stores (D a multiple of 8): fast
-    equals ref bit for bit at 1 and 2 threads, an odd bag count leaving one bag to the
-    calling thread, sum, mean with padding, weights."""
+    """Outputs above 1 MB are written with non-temporal stores (D a multiple of 8; the bag
+    pairs of D <= 32 too): fast equals ref bit for bit at 1 and 2 threads, an odd bag count
+    leaving one bag to the calling thread, sum, mean with padding, weights."""
     from qops._registry.embedding import random_packed
     r = np.random.default_rng(29)
-    for d in (64, 128):
+    for d in (16, 32, 64, 128):
         n_bags = (1 << 20) // (4 * d) + 1        # odd: a bag pair short
         table = (r.standard_normal((300, d)).astype(F32) if kind == "float"
                  else random_packed(r, 300, d, kind))

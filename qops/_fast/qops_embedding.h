@@ -26,8 +26,8 @@
 /* `flags` of the lookups: prefetch rows ahead (tables past the caches); store the bags'
  * sums with non-temporal stores (outputs past the caches, rows 32-byte aligned: the stores
  * then skip the read of each output line, a tenth of the memory traffic of an 8-bit lookup
- * of D = 64; the caller runs qops_eb_fence before the results are read; the bag pairs of
- * tables in cache store plainly) */
+ * of D = 64, and most of it for short bags of tables in cache; the caller runs qops_eb_fence
+ * before the results are read) */
 #define QOPS_EB_PF 1
 #define QOPS_EB_NT 2
 #ifndef QOPS_EB_PREFETCH
@@ -374,7 +374,7 @@ static inline __attribute__((always_inline)) int qops_eb_entry(
 static inline __attribute__((always_inline)) void qops_eb_cols2(
         int bits, int nv, const uint8_t *table, ptrdiff_t row_bytes, const int64_t *idx,
         ptrdiff_t lo, ptrdiff_t mid, ptrdiff_t hi, const float *psw, int64_t padding_idx,
-        int mean, float *out0, ptrdiff_t d, ptrdiff_t c0) {
+        int mean, float *out0, ptrdiff_t d, ptrdiff_t c0, int stream) {
     __m256 a0[4], a1[4];
     ptrdiff_t n0 = 0, n1 = 0;
     #pragma GCC unroll 8
@@ -404,18 +404,18 @@ static inline __attribute__((always_inline)) void qops_eb_cols2(
         for (int k = 0; k < nv; k++)
             a1[k] = _mm256_div_ps(a1[k], n);
     }
-    qops_eb_store(bits, nv, out0 + c0, a0, 0);
-    qops_eb_store(bits, nv, out0 + d + c0, a1, 0);
+    qops_eb_store(bits, nv, out0 + c0, a0, stream);
+    qops_eb_store(bits, nv, out0 + d + c0, a1, stream);
 }
 
 /* Two bags' sums or means for D a multiple of 8 up to 32, in one pass. */
 static inline __attribute__((always_inline)) void qops_eb_sum8x2(
         int bits, const uint8_t *table, ptrdiff_t row_bytes, const int64_t *idx, ptrdiff_t lo,
         ptrdiff_t mid, ptrdiff_t hi, const float *psw, int64_t padding_idx, int mean,
-        float *out0, ptrdiff_t d) {
+        float *out0, ptrdiff_t d, int stream) {
 #define QOPS_EB_COLS2(NV, C0) \
     qops_eb_cols2(bits, NV, table, row_bytes, idx, lo, mid, hi, psw, padding_idx, mean, out0, \
-                  d, C0)
+                  d, C0, stream)
     switch (d / 8) {
     case 1: QOPS_EB_COLS2(1, 0); break;
     case 2: QOPS_EB_COLS2(2, 0); break;
@@ -707,22 +707,22 @@ static inline void qops_eb_bag2_q(int bits, const uint8_t *table, ptrdiff_t row_
         const int mean = mode == QOPS_EB_MEAN;
         if (bits == 8 && psw)
             qops_eb_sum8x2(8, table, row_bytes, idx, lo, mid, hi, psw, padding_idx, mean,
-                           out0, d);
+                           out0, d, flags & QOPS_EB_NT);
         else if (bits == 8 && mean)
             qops_eb_sum8x2(8, table, row_bytes, idx, lo, mid, hi, NULL, padding_idx, 1,
-                           out0, d);
+                           out0, d, flags & QOPS_EB_NT);
         else if (bits == 8)
             qops_eb_sum8x2(8, table, row_bytes, idx, lo, mid, hi, NULL, padding_idx, 0,
-                           out0, d);
+                           out0, d, flags & QOPS_EB_NT);
         else if (psw)
             qops_eb_sum8x2(4, table, row_bytes, idx, lo, mid, hi, psw, padding_idx, mean,
-                           out0, d);
+                           out0, d, flags & QOPS_EB_NT);
         else if (mean)
             qops_eb_sum8x2(4, table, row_bytes, idx, lo, mid, hi, NULL, padding_idx, 1,
-                           out0, d);
+                           out0, d, flags & QOPS_EB_NT);
         else
             qops_eb_sum8x2(4, table, row_bytes, idx, lo, mid, hi, NULL, padding_idx, 0,
-                           out0, d);
+                           out0, d, flags & QOPS_EB_NT);
         return;
     }
 #endif
