@@ -34,11 +34,11 @@ cdef extern from "<stdint.h>" nogil:
     int64_t INT64_MAX
 
 DEF GRAIN = 16384       # looked-up values per thread below which one thread is faster
-# Tables past these sizes have the rows of later entries prefetched; smaller ones stay in the
-# core's caches, where the prefetches only cost issue slots. Quantized tables in L2 (a Zen 3
-# core's is 512 KB) gain from them too (measured 1.04-1.6x from 72 KB to 720 KB at D = 64),
-# except where the bag pairs run (D <= 32, no prefetch): the pairs are faster up to about
-# 240 KB. Float tables lost at 75 KB and 250 KB (D = 128) and gained at 750 KB.
+# Tables past these sizes have the rows of later entries prefetched: past a core's L1 the
+# prefetches hide the latency of L2 (a Zen 3 core's is 512 KB) as well as of L3 and memory;
+# smaller tables stay in L1, where they only cost issue slots. The bag pairs (D <= 32) run
+# without prefetch and stay the faster below about half of L2. Float tables only gained past
+# L2 (at 250 KB, D = 128, they lost).
 DEF PREFETCH_BYTES = 1 << 16
 DEF PAIRS_PREFETCH_BYTES = 1 << 18
 DEF F32_PREFETCH_BYTES = 1 << 19
