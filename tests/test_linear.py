@@ -241,6 +241,45 @@ def test_gemm_pair_bound(xmax):
             _check_acc(xq, wq, r.integers(-3, 4, wq.shape[0]))
 
 
+def _quad_rows(quads, k, r):
+    # rows whose k values (8h, 8h + 1, 8h + 4, 8h + 5) and (8h + 2, 8h + 3, 8h + 6, 8h + 7),
+    # the four products one int16 lane of AVX2's double kernel adds, are the given quads
+    rows = []
+    for quad in quads:
+        row = np.zeros(k + 8, np.int8)
+        for h in range(0, k, 8):
+            for lane in (0, 2):
+                q = np.asarray(quad[r.integers(len(quad))], np.int8)
+                row[[h + lane, h + lane + 1, h + lane + 4, h + lane + 5]] = r.permutation(q)
+        rows.append(row[:k])
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize("xmax", [127, 255])
+def test_gemm_double_kernel_bound(xmax):
+    # AVX2 adds two groups' vpmaddubsw pair sums in int16 before widening where the tile's
+    # largest value times S4 (the panel's largest per-sign sum over such quads) is at most
+    # 32767: S4 = 128 does for x <= 255, 258 for x <= 127; one more must take another kernel.
+    # Quads at the bound, past it (each pair still pair-safe at 127, 255 needs reordering or
+    # the split), K with an odd last group and tails.
+    r = u.rng(57)
+    if xmax == 255:
+        at = [(32, 32, 32, 32), (-32, -32, -32, -32), (125, 1, 1, 1), (0, 0, 0, 0)]
+        past = [(33, 32, 32, 32), (126, 1, 1, 1)]
+    else:
+        at = [(65, 65, 64, 64), (-65, -65, -64, -64), (127, 127, 3, 1), (0, 0, 0, 0)]
+        past = [(65, 65, 65, 64), (127, 127, 4, 1)]
+    for k in (8, 12, 40, 64, 100, 256):
+        for quads in (at, at + past[:1], at + past[1:], past):
+            wq = _quad_rows([quads] * 37, k, r)
+            assert np.abs(wq).max() <= 127
+            for m in (1, 6, 7, 20):
+                xq = r.integers(0, xmax + 1, (m, k)).astype(np.uint8)
+                xq[0] = xmax                 # the worst row: every quad at its largest
+                _check_acc(xq, wq)
+            _check_acc(xq, wq, r.integers(-3, 4, wq.shape[0]))
+
+
 def test_gemm_full_range_tails():
     # K not a multiple of a group (4) or of a nibble chunk (32), M and N tails of every size
     r = u.rng(51)

@@ -98,7 +98,8 @@ def _pair_max(w):
 cdef list _TRACE = TRACE      # the trace of qops/_fast/_routes.py
 
 _TIER = ("AVX-512 VNNI" if QL_TIER == 2 else
-         "AVX2: pair-safe or nibble kernel per panel by the input's max" if QL_TIER == 1
+         "AVX2: pair-safe (or its two-group int16 form) or nibble kernel per panel by the "
+         "input's max" if QL_TIER == 1
          else "portable C")
 _MINMAX_TIER = "AVX-512" if QL_TIER == 2 else ("SSE2" if QL_TIER == 1 else "SSE2 or C")
 

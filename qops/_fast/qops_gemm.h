@@ -51,6 +51,9 @@
  *       parts, of W[n,2i], W[n,2i+1];
  *       at most 256; stored at pack time). Always true for xmax <= 127 (dynamic linear with
  *       reduce_range quantizes to [0, 127]) and for S <= 128 (most trained weights).
+ *       Its "double" form adds two groups' pair sums in int16 before widening (QG_DBL_ROW),
+ *       exact when xmax * S4 <= 32767 (S4: the same sum over the four weights one int16 lane
+ *       then adds; k order only): 6 multiply uops per 64 products instead of 8.
  *   "nibble": any weights. A is split x = 16*xh + xl (xh, xl in [0, 15]); each vpmaddubsw
  *       pair sum is then at most 2*15*128 = 3840 in magnitude, so 8 of them (32 values of k)
  *       add up in int16 (<= 30720) before one vpmaddwd by 1 (xl) or 16 (xh) widens them:
@@ -169,8 +172,9 @@ static inline ptrdiff_t qops_gemm_packed_size(ptrdiff_t N, ptrdiff_t K) {
     ptrdiff_t size = qg_npanels(N) * per_panel;
 #ifdef QG_AVX2
     /* after the panels in k order: the panels again with k reordered (see "Pairing" below),
-     * then per panel S, the pairing flag, the k order and S of the reordered copy */
-    size += qg_npanels(N) * (per_panel + 3 * (ptrdiff_t)sizeof(int32_t) + qg_groups(K) * QG_KG);
+     * then per panel S, the pairing flag, the k order, S of the reordered copy and S4 in k
+     * order (QG_DBL_ROW) */
+    size += qg_npanels(N) * (per_panel + 4 * (ptrdiff_t)sizeof(int32_t) + qg_groups(K) * QG_KG);
     /* the nibble kernel reads whole chunks: up to a chunk of groups past the last panel, times
      * zero nibbles (qg_kc) */
     size += QG_CHUNK * QG_KG * QG_NR;
@@ -189,8 +193,9 @@ static inline const int8_t *qg_panel_re(const int8_t *data, ptrdiff_t N, ptrdiff
     return qg_panel_ptr(data, K, qg_npanels(N) + p);
 }
 
-/* S per panel (int32 x P), then the flags (int32 x P), the orders (Kp bytes x P) and the
- * reordered copies' S (int32 x P). */
+/* S per panel (int32 x P), then the flags (int32 x P), the orders (Kp bytes x P), the
+ * reordered copies' S (int32 x P), S4 per panel (int32 x P) and the reordered copies' S4
+ * (int32 x P). */
 static inline int32_t *qg_meta(const int8_t *data, ptrdiff_t N, ptrdiff_t K) {
     return (int32_t *)(void *)qg_panel_ptr(data, K, 2 * qg_npanels(N));
 }
@@ -212,7 +217,10 @@ static inline int32_t *qg_meta(const int8_t *data, ptrdiff_t N, ptrdiff_t K) {
  * Layout: the panels in k order, the reordered panels (zeros where there is none), then
  * qg_meta: S per panel in k order (int32 x P), the flags (int32 x P, 1 = reordered), the
  * orders (Kp bytes a panel: position k holds k value k - k % 16 + order[k] of W; values
- * past K pick zero padding), S per reordered panel (int32 x P; = S where none). */
+ * past K pick zero padding), S per reordered panel (int32 x P; = S where none), then S4 in k
+ * order (int32 x P; QG_DBL_ROW). The double kernel runs on the copy in k order only: on a
+ * reordered copy (S4 <= 2 S <= 256, inputs up to 127 would fit) reordering each tile's rows
+ * cost what the kernel saved (measured, Zen 3). */
 
 /* whether k values a and b may share a vpmaddubsw pair: no column's same-sign sum past 128 */
 static int qg_pair_fits(const int8_t *T, ptrdiff_t N, int a, int b) {
@@ -305,19 +313,29 @@ static void qg_pack_panel(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_t
 
 #ifdef QG_AVX2
 /* S of panel p in the given k order (or NULL): the largest per-sign sum over a pair (k
- * even, k + 1, in packed order) of one column. */
+ * even, k + 1, in packed order) of one column. quads: S4 instead, the same over the four k
+ * values one int16 lane of QG_DBL_ROW adds (4g + 2i, +1, +4, +5 for g even, i = 0, 1; the
+ * pairs of a last odd group alone). */
 static int32_t qg_pair_bound(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_t K,
-                             ptrdiff_t p, const uint8_t *order) {
+                             ptrdiff_t p, const uint8_t *order, int quads) {
     const ptrdiff_t Kp = qg_groups(K) * QG_KG;
     int32_t m = 0;
     for (ptrdiff_t j = 0; j < QG_NR && p * QG_NR + j < N; j++) {
         const int8_t *row = W + (p * QG_NR + j) * ldw;
         for (ptrdiff_t k = 0; k < Kp; k += 2) {
-            const ptrdiff_t s0 = order ? k - k % 16 + order[k] : k;
-            const ptrdiff_t s1 = order ? k + 1 - (k + 1) % 16 + order[k + 1] : k + 1;
-            int32_t w0 = s0 < K ? row[s0] : 0, w1 = s1 < K ? row[s1] : 0;
-            int32_t pos = (w0 > 0 ? w0 : 0) + (w1 > 0 ? w1 : 0);
-            int32_t neg = (w0 < 0 ? -w0 : 0) + (w1 < 0 ? -w1 : 0);
+            /* the lane's k values: k, k + 1, and with quads (k in the even group of a pair
+             * of groups) k + 4, k + 5 */
+            int n = 2;
+            if (quads && (k / 4) % 2 == 1) continue;        /* added with k - 4 */
+            if (quads && k + 4 < Kp) n = 4;
+            int32_t pos = 0, neg = 0;
+            for (int t = 0; t < n; t++) {
+                const ptrdiff_t kk = k + t % 2 + (t / 2) * 4;
+                const ptrdiff_t src = order ? kk - kk % 16 + order[kk] : kk;
+                const int32_t w = src < K ? row[src] : 0;
+                pos += w > 0 ? w : 0;
+                neg += w < 0 ? -w : 0;
+            }
             m = pos > m ? pos : m;
             m = neg > m ? neg : m;
         }
@@ -339,7 +357,7 @@ static void qops_gemm_pack(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_
     const ptrdiff_t Kp = qg_groups(K) * QG_KG;
     int32_t *S = qg_meta(packed, N, K), *flag = S + P;
     uint8_t *orders = (uint8_t *)(flag + P);
-    int32_t *Sr = (int32_t *)(void *)(orders + P * Kp);
+    int32_t *Sr = (int32_t *)(void *)(orders + P * Kp), *S4 = Sr + P;
 #endif
     for (ptrdiff_t p = 0; p < P; p++) {
         qg_pack_panel(W, ldw, N, K, p, NULL, (int8_t *)qg_panel_ptr(packed, K, p));
@@ -353,11 +371,12 @@ static void qops_gemm_pack(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_
             for (ptrdiff_t k = 0; k < Kp; k++) flag[p] |= order[k] != k % 16;
         if (!flag[p])
             for (ptrdiff_t k = 0; k < Kp; k++) order[k] = (uint8_t)(k % 16);
-        S[p] = qg_pair_bound(W, ldw, N, K, p, NULL);
+        S[p] = qg_pair_bound(W, ldw, N, K, p, NULL, 0);
+        S4[p] = qg_pair_bound(W, ldw, N, K, p, NULL, 1);
         Sr[p] = S[p];
         if (flag[p]) {
             qg_pack_panel(W, ldw, N, K, p, order, (int8_t *)qg_panel_re(packed, N, K, p));
-            Sr[p] = qg_pair_bound(W, ldw, N, K, p, order);
+            Sr[p] = qg_pair_bound(W, ldw, N, K, p, order, 0);
         }
 #endif
     }
@@ -383,15 +402,18 @@ static inline const int32_t *qg_s_re(const qops_gemm_b *B) {
                                            P * qg_groups(B->K) * QG_KG);
 }
 
-/* The largest S over the panels, each in the better of its two orders (*seff), and in k
- * order (*sid). */
-static inline void qg_s_max(const qops_gemm_b *B, int32_t *seff, int32_t *sid) {
-    const int32_t *S = qg_s(B), *Sr = qg_s_re(B);
-    *seff = *sid = 0;
-    for (ptrdiff_t p = 0; p < qg_npanels(B->N); p++) {
+/* The largest S over the panels, each in the better of its two orders (*seff), in k order
+ * (*sid), and the largest S4 (in k order, *s4). */
+static inline void qg_s_max(const qops_gemm_b *B, int32_t *seff, int32_t *sid,
+                            int32_t *s4) {
+    const ptrdiff_t P = qg_npanels(B->N);
+    const int32_t *S = qg_s(B), *Sr = qg_s_re(B), *S4 = Sr + P;
+    *seff = *sid = *s4 = 0;
+    for (ptrdiff_t p = 0; p < P; p++) {
         const int32_t e = Sr[p] < S[p] ? Sr[p] : S[p];
         *seff = e > *seff ? e : *seff;
         *sid = S[p] > *sid ? S[p] : *sid;
+        *s4 = S4[p] > *s4 ? S4[p] : *s4;
     }
 }
 #endif
@@ -595,6 +617,37 @@ static const int16_t qg_sixteens16[16] __attribute__((aligned(32))) =
               [b0] "m"(*(const __m256i *)(const void *)(bp)), \
               [b1] "m"(*(const __m256i *)(const void *)((bp) + 32)), [one] "x"(one)); }
 
+/* Two groups g, g + 1 of one row summed in int16 before one widening (the "double" kernel):
+ * x0 += madd(maddubs(a_g, b[0:32]) + maddubs(a_g+1, b[64:96]), 1), x1 likewise with b[32:64]
+ * and b[96:128]. Each int16 lane then adds four products, k values 4g+2i, 4g+2i+1, 4g+4+2i,
+ * 4g+5+2i (i = 0, 1): exact where the tile's largest value times S4, the panel's largest
+ * per-sign sum over those quads, is at most 32767. 6 multiply uops per 64 products of a row
+ * instead of 8. Run on at most 3 rows a pass (qg_safe_mr): 6 accumulators, 4 temporaries and
+ * the ones in registers; 6 rows a pass (the ones then a memory operand) was no faster than
+ * the pairsafe kernel on Zen 3, 3 rows are 1.13x faster. */
+#define QG_DBL_ROW(x0, x1, ap, bp) { \
+    __m256i av_, aw_, t_, u_; \
+    __asm__("vpbroadcastd %[a0], %[av]\n\t" \
+            "vpbroadcastd %[a1], %[aw]\n\t" \
+            "vpmaddubsw %[b0], %[av], %[t]\n\t" \
+            "vpmaddubsw %[b2], %[aw], %[u]\n\t" \
+            "vpaddw %[u], %[t], %[t]\n\t" \
+            "vpmaddwd %[one], %[t], %[t]\n\t" \
+            "vpaddd %[t], %[c0], %[c0]\n\t" \
+            "vpmaddubsw %[b1], %[av], %[av]\n\t" \
+            "vpmaddubsw %[b3], %[aw], %[aw]\n\t" \
+            "vpaddw %[aw], %[av], %[av]\n\t" \
+            "vpmaddwd %[one], %[av], %[av]\n\t" \
+            "vpaddd %[av], %[c1], %[c1]" \
+            : [c0] "+x"(x0), [c1] "+x"(x1), [av] "=&x"(av_), [aw] "=&x"(aw_), [t] "=&x"(t_), \
+              [u] "=&x"(u_) \
+            : [a0] "m"(*(const int32_t *)(const void *)(ap)), \
+              [a1] "m"(*(const int32_t *)(const void *)((ap) + 4)), \
+              [b0] "m"(*(const __m256i *)(const void *)(bp)), \
+              [b1] "m"(*(const __m256i *)(const void *)((bp) + 32)), \
+              [b2] "m"(*(const __m256i *)(const void *)((bp) + 64)), \
+              [b3] "m"(*(const __m256i *)(const void *)((bp) + 96)), [one] "x"(one)); }
+
 /* The uint8 output stage of one panel, fused into the pairsafe kernel: the formulas of
  * qg_store for 16 (or the first 8) columns, with the column terms gathered once per panel
  * (qg_os_init) and each row's accumulators requantized from their registers. For
@@ -633,24 +686,49 @@ static inline void qg_os_row(__m256i c0, __m256i c1, const qg_os *s, uint8_t *ou
                                                       _mm256_extracti128_si256(p, 1)));
 }
 
-/* os: the output stage to apply (rows' outputs written), or NULL (acc_out written) */
-QG_INLINE void qg_safe(const int mr, const uint8_t *A, ptrdiff_t lda, ptrdiff_t G,
-                       const int8_t *b, int32_t *acc_out, const qg_os *os) {
-    const __m256i one = _mm256_load_si256((const __m256i *)qg_ones16);
+/* os: the output stage to apply (rows' outputs written), or NULL (acc_out written); dbl: the
+ * double kernel (QG_DBL_ROW) on pairs of groups, the last odd group alone */
+QG_INLINE void qg_safe(const int mr, const int dbl, const uint8_t *A, ptrdiff_t lda,
+                       ptrdiff_t G, const int8_t *b, int32_t *acc_out, const qg_os *os) {
     const __m256i z = _mm256_setzero_si256();
     __m256i c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z;
     __m256i c30 = z, c31 = z, c40 = z, c41 = z, c50 = z, c51 = z;
     const uint8_t *a0 = A, *a1 = A + lda, *a2 = A + 2 * lda, *a3 = A + 3 * lda;
     const uint8_t *a4 = A + 4 * lda, *a5 = A + 5 * lda;
-    for (ptrdiff_t g = 0; g < G; g++) {
-        const ptrdiff_t o = 4 * g;
-        QG_SAFE_ROW(c00, c01, a0 + o, b)
-        if (mr > 1) QG_SAFE_ROW(c10, c11, a1 + o, b)
-        if (mr > 2) QG_SAFE_ROW(c20, c21, a2 + o, b)
-        if (mr > 3) QG_SAFE_ROW(c30, c31, a3 + o, b)
-        if (mr > 4) QG_SAFE_ROW(c40, c41, a4 + o, b)
-        if (mr > 5) QG_SAFE_ROW(c50, c51, a5 + o, b)
-        b += 64;
+    if (dbl) {
+        const __m256i one = _mm256_load_si256((const __m256i *)qg_ones16);
+        ptrdiff_t g = 0;
+        for (; g + 2 <= G; g += 2) {
+            const ptrdiff_t o = 4 * g;
+            QG_DBL_ROW(c00, c01, a0 + o, b)
+            if (mr > 1) QG_DBL_ROW(c10, c11, a1 + o, b)
+            if (mr > 2) QG_DBL_ROW(c20, c21, a2 + o, b)
+            if (mr > 3) QG_DBL_ROW(c30, c31, a3 + o, b)
+            if (mr > 4) QG_DBL_ROW(c40, c41, a4 + o, b)
+            if (mr > 5) QG_DBL_ROW(c50, c51, a5 + o, b)
+            b += 128;
+        }
+        if (g < G) {
+            const ptrdiff_t o = 4 * g;
+            QG_SAFE_ROW(c00, c01, a0 + o, b)
+            if (mr > 1) QG_SAFE_ROW(c10, c11, a1 + o, b)
+            if (mr > 2) QG_SAFE_ROW(c20, c21, a2 + o, b)
+            if (mr > 3) QG_SAFE_ROW(c30, c31, a3 + o, b)
+            if (mr > 4) QG_SAFE_ROW(c40, c41, a4 + o, b)
+            if (mr > 5) QG_SAFE_ROW(c50, c51, a5 + o, b)
+        }
+    } else {
+        const __m256i one = _mm256_load_si256((const __m256i *)qg_ones16);
+        for (ptrdiff_t g = 0; g < G; g++) {
+            const ptrdiff_t o = 4 * g;
+            QG_SAFE_ROW(c00, c01, a0 + o, b)
+            if (mr > 1) QG_SAFE_ROW(c10, c11, a1 + o, b)
+            if (mr > 2) QG_SAFE_ROW(c20, c21, a2 + o, b)
+            if (mr > 3) QG_SAFE_ROW(c30, c31, a3 + o, b)
+            if (mr > 4) QG_SAFE_ROW(c40, c41, a4 + o, b)
+            if (mr > 5) QG_SAFE_ROW(c50, c51, a5 + o, b)
+            b += 64;
+        }
     }
     if (os) {
 #define QG_OS2(i) if (mr > i) qg_os_row(c##i##0, c##i##1, os, os->out + i * os->ldc);
@@ -816,22 +894,55 @@ static __attribute__((noinline)) void qg_split(const uint8_t *A, ptrdiff_t la, i
     }
 }
 
-QG_INLINE void qg_safe_mr(int mr, const uint8_t *A, ptrdiff_t la, ptrdiff_t G, const int8_t *b,
-                          int32_t *acc, const qg_os *os) {
-    switch (mr) {
-    case 1: qg_safe(1, A, la, G, b, acc, os); break;
-    case 2: qg_safe(2, A, la, G, b, acc, os); break;
-    case 3: qg_safe(3, A, la, G, b, acc, os); break;
-    case 4: qg_safe(4, A, la, G, b, acc, os); break;
-    case 5: qg_safe(5, A, la, G, b, acc, os); break;
-    default: qg_safe(6, A, la, G, b, acc, os); break;
+/* The double kernel on mr rows (QG_DBL_ROW), at most 3 rows a pass: 6 accumulators, 4
+ * temporaries and the ones in registers. Out of line: inlined beside the pairsafe kernel's
+ * six forms it moved their code and made them slower (Zen 3). */
+static __attribute__((noinline)) void qg_dbl_mr(int mr, const uint8_t *A, ptrdiff_t la,
+                                                ptrdiff_t G, const int8_t *b, int32_t *acc,
+                                                const qg_os *os) {
+    const int m1 = mr < 3 ? mr : 3;
+    switch (m1) {
+    case 1: qg_safe(1, 1, A, la, G, b, acc, os); break;
+    case 2: qg_safe(2, 1, A, la, G, b, acc, os); break;
+    default: qg_safe(3, 1, A, la, G, b, acc, os); break;
+    }
+    if (mr > 3) {
+        qg_os os2;
+        if (os) {
+            os2 = *os;
+            os2.out += 3 * os->ldc;
+        }
+        const uint8_t *A2 = A + 3 * la;
+        int32_t *acc2 = acc + 3 * QG_NR;
+        switch (mr - 3) {
+        case 1: qg_safe(1, 1, A2, la, G, b, acc2, os ? &os2 : NULL); break;
+        case 2: qg_safe(2, 1, A2, la, G, b, acc2, os ? &os2 : NULL); break;
+        default: qg_safe(3, 1, A2, la, G, b, acc2, os ? &os2 : NULL); break;
+        }
     }
 }
 
-/* order: the panel's k order (or NULL), tmp: QG_TMP_ROWS * Kp bytes. Not safe: the nibble
- * kernel where the block was nibble-split, else the pairsafe kernel on the tile's two
- * halves (qg_split; both read the panel in k order, see "Pairing"). os: where the safe
- * kernel stores the outputs itself (qg_os), or NULL; returns whether it did. */
+QG_INLINE void qg_safe_mr(int mr, int dbl, const uint8_t *A, ptrdiff_t la, ptrdiff_t G,
+                          const int8_t *b, int32_t *acc, const qg_os *os) {
+    if (dbl) {
+        qg_dbl_mr(mr, A, la, G, b, acc, os);
+        return;
+    }
+    switch (mr) {
+    case 1: qg_safe(1, 0, A, la, G, b, acc, os); break;
+    case 2: qg_safe(2, 0, A, la, G, b, acc, os); break;
+    case 3: qg_safe(3, 0, A, la, G, b, acc, os); break;
+    case 4: qg_safe(4, 0, A, la, G, b, acc, os); break;
+    case 5: qg_safe(5, 0, A, la, G, b, acc, os); break;
+    default: qg_safe(6, 0, A, la, G, b, acc, os); break;
+    }
+}
+
+/* order: the panel's k order (or NULL), tmp: QG_TMP_ROWS * Kp bytes. safe: the pairsafe
+ * kernel (2: its double form, QG_DBL_ROW). Not safe: the nibble kernel where the block was
+ * nibble-split, else the pairsafe kernel on the tile's two halves (qg_split; both read the
+ * panel in k order, see "Pairing"). os: where the safe kernel stores the outputs itself
+ * (qg_os), or NULL; returns whether it did. */
 static int qg_micro_avx2(int mr, const qg_apk *ap, ptrdiff_t m0, int safe, ptrdiff_t G,
                          const uint8_t *order, uint8_t *tmp, const int8_t *b, int32_t *acc,
                          const qg_os *os) {
@@ -839,8 +950,8 @@ static int qg_micro_avx2(int mr, const qg_apk *ap, ptrdiff_t m0, int safe, ptrdi
     if (!safe && !ap->nib) {
         int32_t acc2[QG_MR * QG_NR] __attribute__((aligned(32)));
         qg_split(ap->raw + m0 * ap->lr, ap->lr, mr, Kp, tmp, tmp + QG_MR * Kp);
-        qg_safe_mr(mr, tmp, Kp, G, b, acc, NULL);
-        qg_safe_mr(mr, tmp + QG_MR * Kp, Kp, G, b, acc2, NULL);
+        qg_safe_mr(mr, 0, tmp, Kp, G, b, acc, NULL);
+        qg_safe_mr(mr, 0, tmp + QG_MR * Kp, Kp, G, b, acc2, NULL);
         for (int i = 0; i < mr * QG_NR; i++) acc[i] += acc2[i];
         return 0;
     }
@@ -852,7 +963,7 @@ static int qg_micro_avx2(int mr, const qg_apk *ap, ptrdiff_t m0, int safe, ptrdi
             A = tmp;
             la = Kp;
         }
-        qg_safe_mr(mr, A, la, G, b, acc, os);
+        qg_safe_mr(mr, safe == 2, A, la, G, b, acc, os);
         return os != NULL;
     }
     const ptrdiff_t Kc = qg_kc(Kp);
@@ -1134,6 +1245,7 @@ static void qg_panels_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t
 #ifdef QG_AVX2
     const ptrdiff_t G = qg_groups(K);
     const int32_t *S = qg_s(B), *Sr = qg_s_re(B);
+    const int32_t *S4 = Sr + qg_npanels(N);
     /* rows of A in a reordered panel's k order (see "Pairing"): the calling thread's own */
     uint8_t *tmp = ap ? ap->tmp : NULL;
 #else
@@ -1160,7 +1272,7 @@ static void qg_panels_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t
         /* the panel in k order, and its reordered copy if it has one (see "Pairing") */
         const uint8_t *order = qg_order(B, p);
         const int8_t *bre = order ? qg_panel_re(B->data, N, K, p) : bp;
-        const int32_t Sp = S[p], Srp = Sr[p];
+        const int32_t Sp = S[p], Srp = Sr[p], S4p = S4[p];
         (void)width;
         /* the fused output stage where it applies: uint8 out, no row sums, 16 or 8 columns */
         qg_os os_, *os = NULL;
@@ -1188,8 +1300,9 @@ static void qg_panels_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t
             mr = left > QG_MR && left < QG_MR + 4 ? (left + 1) / 2 : (left < QG_MR ? left : QG_MR);
             const uint8_t *Am = A + m0 * lda;
 #ifdef QG_AVX2
-            /* exact in int16 pairs where the tile's largest value times S fits: in k order
-             * if it does there, else on the reordered copy if it does there */
+            /* exact in int16 where the tile's largest value times the bound fits: the
+             * double kernel (quads, S4) on the copy in k order, else the pairsafe kernel
+             * (pairs, S) in k order if it fits there, else on the reordered copy */
             int32_t tmax = ap ? ap->xmax : 0;
             if (ap && ap->rmax) {
                 tmax = 0;
@@ -1198,6 +1311,8 @@ static void qg_panels_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t
             if (os) os->out = (uint8_t *)o->out + m0 * o->ldc + n0;
             int done = 0;
             if (!ap) qg_micro_scalar((int)mr, Am, lda, K, NULL, bp, acc);
+            else if (tmax * S4p <= 32767)
+                done = qg_micro_avx2((int)mr, ap, m0, 2, G, NULL, tmp, bp, acc, os);
             else if (tmax * Sp <= 32767)
                 done = qg_micro_avx2((int)mr, ap, m0, 1, G, NULL, tmp, bp, acc, os);
             else if (order && tmax * Srp <= 32767)
@@ -1377,15 +1492,16 @@ static inline ptrdiff_t qg_block_bytes(ptrdiff_t rows, ptrdiff_t Kp) {
  * it for most tiles. The rest take qg_split's two halves, or, where more than a quarter of
  * the rows need them, the nibble kernel on A split once for the block. */
 static void qg_block(qg_apk *ap, const uint8_t *A, ptrdiff_t lda, ptrdiff_t rows, ptrdiff_t K,
-                     ptrdiff_t Kp, int32_t smax, int32_t sid, int32_t xmax, uint8_t *buf,
-                     int nthreads) {
+                     ptrdiff_t Kp, int32_t smax, int32_t sid, int32_t s4, int32_t xmax,
+                     uint8_t *buf, int nthreads) {
     uint8_t *rmax = buf + rows * (Kp + 2 * qg_kc(Kp));
     ptrdiff_t unsafe = 0;
     ap->Kp = Kp;
     ap->rmax = NULL;
     /* the rows' maxima where a tile's kernel or weight copy depends on them (smax: the
-     * panels' largest S in the better of their orders; sid: in k order, >= smax) */
-    if (xmax * sid > 32767) {
+     * panels' largest S in the better of their orders; sid: in k order, >= smax; s4: the
+     * panels' largest S4 in the better of their orders) */
+    if (xmax * sid > 32767 || xmax * s4 > 32767) {
         xmax = 0;
         for (ptrdiff_t i = 0; i < rows; i++) {
             const uint8_t m = qg_row_max(A + i * lda, K);
@@ -1411,8 +1527,8 @@ static void qg_block(qg_apk *ap, const uint8_t *A, ptrdiff_t lda, ptrdiff_t rows
 static void qg_run(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
                    const qops_gemm_b *B, const qops_gemm_out *out, int nthreads) {
     const ptrdiff_t K = B->K, G = qg_groups(K), Kp = G * QG_KG;
-    int32_t smax, sid;
-    qg_s_max(B, &smax, &sid);
+    int32_t smax, sid, s4;
+    qg_s_max(B, &smax, &sid, &s4);
     ptrdiff_t sb = QG_APACK_BYTES / qg_block_bytes(1, Kp);
     sb = sb < QG_MB ? QG_MB : (sb / QG_MB) * QG_MB;
     if (sb > M) sb = M;
@@ -1428,7 +1544,7 @@ static void qg_run(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
         const ptrdiff_t rows = M - r0 < sb ? M - r0 : sb;
         const uint8_t *Ab = A + r0 * lda;
         qg_apk ap;
-        qg_block(&ap, Ab, lda, rows, K, Kp, smax, sid, 255, buf, nthreads);
+        qg_block(&ap, Ab, lda, rows, K, Kp, smax, sid, s4, 255, buf, nthreads);
         ap.tmp = buf + qg_block_bytes(sb, Kp);
         const qops_gemm_out o = qg_out_from(out, r0);
         qg_tiles(Ab, lda, rows, a_zp, B, &o, nthreads, &ap);
@@ -1459,10 +1575,10 @@ static void qops_gemm_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t
     const ptrdiff_t P = qg_npanels(B->N);
 #ifdef QG_AVX2
     const ptrdiff_t K = B->K, G = qg_groups(K), Kp = G * QG_KG;
-    int32_t smax, sid;
-    qg_s_max(B, &smax, &sid);
+    int32_t smax, sid, s4;
+    qg_s_max(B, &smax, &sid, &s4);
     qg_apk ap;
-    qg_block(&ap, A, lda, M, K, Kp, smax, sid, xmax, scratch, 1);
+    qg_block(&ap, A, lda, M, K, Kp, smax, sid, s4, xmax, scratch, 1);
     ap.tmp = scratch + qg_block_bytes(M, Kp);
     qg_panels(A, lda, M, a_zp, B, 0, P, out, &ap);
 #else
