@@ -695,41 +695,20 @@ QG_INLINE void qg_safe(const int mr, const int dbl, const uint8_t *A, ptrdiff_t 
     __m256i c30 = z, c31 = z, c40 = z, c41 = z, c50 = z, c51 = z;
     const uint8_t *a0 = A, *a1 = A + lda, *a2 = A + 2 * lda, *a3 = A + 3 * lda;
     const uint8_t *a4 = A + 4 * lda, *a5 = A + 5 * lda;
-    if (dbl) {
-        const __m256i one = _mm256_load_si256((const __m256i *)qg_ones16);
-        ptrdiff_t g = 0;
-        for (; g + 2 <= G; g += 2) {
-            const ptrdiff_t o = 4 * g;
-            QG_DBL_ROW(c00, c01, a0 + o, b)
-            if (mr > 1) QG_DBL_ROW(c10, c11, a1 + o, b)
-            if (mr > 2) QG_DBL_ROW(c20, c21, a2 + o, b)
-            if (mr > 3) QG_DBL_ROW(c30, c31, a3 + o, b)
-            if (mr > 4) QG_DBL_ROW(c40, c41, a4 + o, b)
-            if (mr > 5) QG_DBL_ROW(c50, c51, a5 + o, b)
-            b += 128;
-        }
-        if (g < G) {
-            const ptrdiff_t o = 4 * g;
-            QG_SAFE_ROW(c00, c01, a0 + o, b)
-            if (mr > 1) QG_SAFE_ROW(c10, c11, a1 + o, b)
-            if (mr > 2) QG_SAFE_ROW(c20, c21, a2 + o, b)
-            if (mr > 3) QG_SAFE_ROW(c30, c31, a3 + o, b)
-            if (mr > 4) QG_SAFE_ROW(c40, c41, a4 + o, b)
-            if (mr > 5) QG_SAFE_ROW(c50, c51, a5 + o, b)
-        }
-    } else {
-        const __m256i one = _mm256_load_si256((const __m256i *)qg_ones16);
-        for (ptrdiff_t g = 0; g < G; g++) {
-            const ptrdiff_t o = 4 * g;
-            QG_SAFE_ROW(c00, c01, a0 + o, b)
-            if (mr > 1) QG_SAFE_ROW(c10, c11, a1 + o, b)
-            if (mr > 2) QG_SAFE_ROW(c20, c21, a2 + o, b)
-            if (mr > 3) QG_SAFE_ROW(c30, c31, a3 + o, b)
-            if (mr > 4) QG_SAFE_ROW(c40, c41, a4 + o, b)
-            if (mr > 5) QG_SAFE_ROW(c50, c51, a5 + o, b)
-            b += 64;
-        }
-    }
+    const __m256i one = _mm256_load_si256((const __m256i *)qg_ones16);
+    /* STEP (QG_SAFE_ROW or QG_DBL_ROW) on each row of the tile at k offset o */
+#define QG_ROWS(STEP, o) { \
+        STEP(c00, c01, a0 + (o), b) \
+        if (mr > 1) STEP(c10, c11, a1 + (o), b) \
+        if (mr > 2) STEP(c20, c21, a2 + (o), b) \
+        if (mr > 3) STEP(c30, c31, a3 + (o), b) \
+        if (mr > 4) STEP(c40, c41, a4 + (o), b) \
+        if (mr > 5) STEP(c50, c51, a5 + (o), b) }
+    ptrdiff_t g = 0;
+    if (dbl)
+        for (; g + 2 <= G; g += 2, b += 128) QG_ROWS(QG_DBL_ROW, 4 * g)
+    for (; g < G; g++, b += 64) QG_ROWS(QG_SAFE_ROW, 4 * g)
+#undef QG_ROWS
     if (os) {
 #define QG_OS2(i) if (mr > i) qg_os_row(c##i##0, c##i##1, os, os->out + i * os->ldc);
         QG_OS2(0) QG_OS2(1) QG_OS2(2) QG_OS2(3) QG_OS2(4) QG_OS2(5)
