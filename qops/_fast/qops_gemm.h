@@ -194,8 +194,7 @@ static inline const int8_t *qg_panel_re(const int8_t *data, ptrdiff_t N, ptrdiff
 }
 
 /* S per panel (int32 x P), then the flags (int32 x P), the orders (Kp bytes x P), the
- * reordered copies' S (int32 x P), S4 per panel (int32 x P) and the reordered copies' S4
- * (int32 x P). */
+ * reordered copies' S (int32 x P) and S4 per panel in k order (int32 x P). */
 static inline int32_t *qg_meta(const int8_t *data, ptrdiff_t N, ptrdiff_t K) {
     return (int32_t *)(void *)qg_panel_ptr(data, K, 2 * qg_npanels(N));
 }
@@ -220,7 +219,7 @@ static inline int32_t *qg_meta(const int8_t *data, ptrdiff_t N, ptrdiff_t K) {
  * past K pick zero padding), S per reordered panel (int32 x P; = S where none), then S4 in k
  * order (int32 x P; QG_DBL_ROW). The double kernel runs on the copy in k order only: on a
  * reordered copy (S4 <= 2 S <= 256, inputs up to 127 would fit) reordering each tile's rows
- * cost what the kernel saved (measured, Zen 3). */
+ * per panel costs what the kernel saves. */
 
 /* whether k values a and b may share a vpmaddubsw pair: no column's same-sign sum past 128 */
 static int qg_pair_fits(const int8_t *T, ptrdiff_t N, int a, int b) {
@@ -622,9 +621,10 @@ static const int16_t qg_sixteens16[16] __attribute__((aligned(32))) =
  * and b[96:128]. Each int16 lane then adds four products, k values 4g+2i, 4g+2i+1, 4g+4+2i,
  * 4g+5+2i (i = 0, 1): exact where the tile's largest value times S4, the panel's largest
  * per-sign sum over those quads, is at most 32767. 6 multiply uops per 64 products of a row
- * instead of 8. Run on at most 3 rows a pass (qg_safe_mr): 6 accumulators, 4 temporaries and
- * the ones in registers; 6 rows a pass (the ones then a memory operand) was no faster than
- * the pairsafe kernel on Zen 3, 3 rows are 1.13x faster. */
+ * instead of 8. Run on at most 3 rows a pass (qg_dbl_mr): 6 accumulators, 4 temporaries and
+ * the ones in registers. With 6 rows the ones would have to be a memory operand (12
+ * accumulators and 4 temporaries fill the 16 registers), and the extra loads cancel the
+ * saved multiplies. */
 #define QG_DBL_ROW(x0, x1, ap, bp) { \
     __m256i av_, aw_, t_, u_; \
     __asm__("vpbroadcastd %[a0], %[av]\n\t" \
@@ -874,8 +874,8 @@ static __attribute__((noinline)) void qg_split(const uint8_t *A, ptrdiff_t la, i
 }
 
 /* The double kernel on mr rows (QG_DBL_ROW), at most 3 rows a pass: 6 accumulators, 4
- * temporaries and the ones in registers. Out of line: inlined beside the pairsafe kernel's
- * six forms it moved their code and made them slower (Zen 3). */
+ * temporaries and the ones in registers. Out of line, so that the pairsafe kernel's six forms
+ * keep the code placement they had (inlined beside them, it slowed them down). */
 static __attribute__((noinline)) void qg_dbl_mr(int mr, const uint8_t *A, ptrdiff_t la,
                                                 ptrdiff_t G, const int8_t *b, int32_t *acc,
                                                 const qg_os *os) {
@@ -1479,7 +1479,7 @@ static void qg_block(qg_apk *ap, const uint8_t *A, ptrdiff_t lda, ptrdiff_t rows
     ap->rmax = NULL;
     /* the rows' maxima where a tile's kernel or weight copy depends on them (smax: the
      * panels' largest S in the better of their orders; sid: in k order, >= smax; s4: the
-     * panels' largest S4 in the better of their orders) */
+     * panels' largest S4, in k order) */
     if (xmax * sid > 32767 || xmax * s4 > 32767) {
         xmax = 0;
         for (ptrdiff_t i = 0; i < rows; i++) {
