@@ -319,14 +319,14 @@ class QTensor:
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> QTensor:
         """Merge dimensions start_dim..end_dim into one."""
-        nd = max(self.ndim, 1)
+        nd = self._int.ndim or 1
         s = _axis_arg(start_dim, nd, "start_dim")
         e = _axis_arg(end_dim, nd, "end_dim")
-        if self.ndim == 0:
+        if nd == 1 and self._int.ndim == 0:
             return self.reshape(1)
         if s > e:
             raise ValueError("flatten(): start_dim cannot come after end_dim")
-        merged = int(np.prod(self.shape[s:e + 1], dtype=np.int64))
+        merged = math.prod(self.shape[s:e + 1])
         shape = self.shape[:s] + (merged,) + self.shape[e + 1:]
         if self._axis is not None and s <= self._axis <= e and s != e:
             raise ValueError(f"flatten(): cannot merge dims {s}..{e} of a per-channel tensor: "
@@ -582,6 +582,14 @@ def _shape_arg(shape, what, argname="shape", negative="one -1"):
     negative: "one -1" (reshape, view: at most one -1, inferred), "-1" (expand: -1 keeps a
     size), "none" (resize_) or "any" (permute's dims, checked by the caller).
     """
+    if len(shape) == 1 and type(shape[0]) is tuple:
+        shape = shape[0]
+    # the usual call, plain ints in range: its checks in one pass (the general ones below
+    # go through numbers.Integral, several times the cost of a small op's kernel)
+    if negative == "one -1" and all(type(n) is int and -1 <= n <= _MAX_BYTES for n in shape):
+        if shape.count(-1) > 1:
+            raise ValueError(f"{what}(): {argname}={shape} has more than one -1")
+        return shape
     if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
         try:
             shape = tuple(shape[0])
@@ -605,6 +613,8 @@ def _shape_arg(shape, what, argname="shape", negative="one -1"):
 
 def _axis_arg(axis, ndim, argname="axis"):
     """Normalize a possibly negative axis; error naming `argname` when out of range."""
+    if type(axis) is int and -ndim <= axis < ndim:
+        return axis % ndim
     if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
         raise TypeError(f"{argname} must be an int; got {axis!r}")
     axis = int(axis)

@@ -450,6 +450,20 @@ def test_issue19_qtensor_from_torch_checks_qparams(torch):
     np.testing.assert_array_equal(v.dequantize(), c.dequantize()[:, 1].numpy())
 
 
+def test_qtensor_from_torch_keeps_memory_layout(torch):
+    # a quantized conv's channels-last output stays channels last (the layout-following ops
+    # then run as PyTorch's on it); other strided views come over as C-order copies
+    from qops._layout import is_channels_last
+    from qops.nn._torch import qtensor_from_torch
+    t = torch.quantize_per_tensor(torch.rand(2, 5, 3, 4), 0.02, 3, torch.quint8)
+    cl = t.contiguous(memory_format=torch.channels_last)
+    for src, want_cl in ((cl, True), (t, False), (cl[:, :, 1:], True), (t[:, :, :, ::2], False)):
+        v = qtensor_from_torch(src)
+        assert is_channels_last(v._int) == want_cl
+        np.testing.assert_array_equal(v.int_repr(), src.int_repr().numpy())
+        assert not np.shares_memory(v._int, src.int_repr().numpy())
+
+
 # issue 19 #2: no view of a per-channel tensor may have other than one scale per channel
 # (random basic keys, bools among them, and the reshaping views, against numpy)
 def test_issue19_per_channel_views_fuzz():

@@ -9,6 +9,7 @@ from qops._fast._routes import Route, TRACE, trace_routes as _trace_routes
 import numpy as np
 from qops._layout import memory_order
 from cython.parallel cimport prange, threadid
+from libc.math cimport isfinite
 from qops._fast._common cimport *
 
 DEF GRAIN = 1 << 20       # multiply-adds below which a second thread costs more than it gives
@@ -364,8 +365,25 @@ def plan(op, x, packed, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1, 1, 1),
 
 def _out_sizes(sizes, kernel, stride, padding, dilation):
     """(OD, OH, OW) of a conv over `sizes` (D, H, W), all arguments 3-tuples."""
-    return tuple((n + 2 * p - d * (k - 1) - 1) // st + 1
-                 for n, k, st, p, d in zip(sizes, kernel, stride, padding, dilation))
+    # written out: a generator over zip costs more than a small conv's kernel
+    return ((sizes[0] + 2 * padding[0] - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1,
+            (sizes[1] + 2 * padding[1] - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1,
+            (sizes[2] + 2 * padding[2] - dilation[2] * (kernel[2] - 1) - 1) // stride[2] + 1)
+
+
+cdef bint _finite(a) except -1:
+    """True when every value of float32 array `a` is finite: np.isfinite(a).all() in one
+    pass without temporaries (the GEMM routes check their bias terms and multipliers on
+    every call)."""
+    a = np.ascontiguousarray(a, np.float32)
+    cdef Py_ssize_t i, n = a.size
+    if n == 0:
+        return True
+    cdef const float *p = <const float*>qops_ptr(a)
+    for i in range(n):
+        if not isfinite(p[i]):
+            return False
+    return True
 
 
 def _amx_b_tiles(w):
@@ -819,8 +837,7 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
             and x.size > 0):
         return "amx_im2col" if packed["Cg"] < _NHWC_MIN_C else "amx_padded"
     if (_MODE[0] != 1 or not _AVX2 or packed["kind"] != "grouped" or groups != 1
-            or x.size == 0 or not np.isfinite(bias_term).all()
-            or not np.isfinite(multiplier).all()):
+            or x.size == 0 or not _finite(bias_term) or not _finite(multiplier)):
         return "planes"
     if ((kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1) and tuple(padding) == (0, 0, 0)
             and _GEMM_MIN_C <= c <= _GEMM_MAX_K):
@@ -1009,12 +1026,11 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
             and d * h * wdt == 1 and (kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1)
             and tuple(padding) == (0, 0, 0) and _GEMM_MIN_C <= c <= _GEMM_MAX_K
             and n > 0 and x.flags.c_contiguous and bias_term is not None
-            and np.isfinite(bias_term).all() and np.isfinite(multiplier).all()):
+            and _finite(bias_term) and _finite(multiplier)):
         return "gemm_1x1", mode, 0
     gemm_ok = (not dw and _MODE[0] == 1 and _AVX2 and groups == 1
                and packed["kind"] == "grouped" and n * od * oh * ow > 0
-               and bias_term is not None and np.isfinite(bias_term).all()
-               and np.isfinite(multiplier).all())
+               and bias_term is not None and _finite(bias_term) and _finite(multiplier))
     if (gemm_ok and (kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1)
             and tuple(padding) == (0, 0, 0) and _GEMM_MIN_C <= c <= _GEMM_MAX_K):
         return "gemm_1x1_cl", mode, 0

@@ -19,6 +19,9 @@ __all__ = ["from_torch", "from_torch_quantized", "qtensor_from_torch"]
 
 def qtensor_from_torch(t: Any) -> QTensor:
     """A QTensor with the integer values and qparams of a quantized torch tensor."""
+    import numpy as np
+
+    from qops import _layout
     from qops import _qparams as qp
     from qops._dtypes import (
         as_qdtype,
@@ -30,7 +33,11 @@ def qtensor_from_torch(t: Any) -> QTensor:
     from qops._qtensor import QTensor, _axis_arg
     t = t.detach()
     dtype = as_qdtype(str(t.dtype).replace("torch.", ""))
-    data = t.int_repr().contiguous().numpy().copy()
+    # the integers in the memory order torch keeps them (a quantized conv's channels-last
+    # output stays channels last, so qops' layout-following ops see what PyTorch's see);
+    # any other strided layout becomes C order
+    raw = t.int_repr().numpy()
+    data = np.array(raw, order="K" if _layout.memory_order(raw) is not None else "C")
     qscheme = str(t.qscheme()).replace("torch.", "")
     # PyTorch validates neither scales nor (after some views) the channel axis: check them as
     # qops' own constructors do, so a QTensor never has unusable or mismatched qparams
