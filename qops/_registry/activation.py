@@ -279,7 +279,10 @@ def _leaky_kwargs(r, q):
 SPECS = [
     OpSpec("relu", "activation", ("clamp_raw",), F.relu, _unary_cases(1), _unary_strategy(),
            bench={"relu_64_112": lambda: Case((_bench_q(),)),
-                  "relu_8x64_112": lambda: Case((_bench_q(shape=_LARGE),))}, torch=_torch_relu),
+                  "relu_8x64_112": lambda: Case((_bench_q(shape=_LARGE),)),
+                  # the fixed cost of a call: 1 KB of work
+                  "relu_64_4x4": lambda: Case((_bench_q(shape=(1, 64, 4, 4)),))},
+           torch=_torch_relu),
     OpSpec("relu_", "activation", ("clamp_raw",), F.relu_, _unary_cases(2), _unary_strategy(),
            bench={"relu_inplace_64_112": lambda: Case((_bench_q(),))}, torch=_torch_relu_,
            runner=_relu_inplace_runner),

@@ -240,7 +240,9 @@ SPECS = [
     OpSpec("add", "arith", ("add",), F.add, _binary_cases(1), _binary_strategy,
            bench={"add_64_112": lambda: Case(_bench_pair((1, 64, 112, 112)) + (0.1, 128)),
                   "add_256_56": lambda: Case(_bench_pair((1, 256, 56, 56)) + (0.1, 128)),
-                  "add_8x64_112": lambda: Case(_bench_pair((8, 64, 112, 112)) + (0.1, 128))},
+                  "add_8x64_112": lambda: Case(_bench_pair((8, 64, 112, 112)) + (0.1, 128)),
+                  # the fixed cost of a call: 1 KB of work
+                  "add_64_4x4": lambda: Case(_bench_pair((1, 64, 4, 4)) + (0.1, 128))},
            torch=_torch_binary("add"), compare=tie_compare("add", _add_y(False)),
            tolerance=_TIE_REASON),
     OpSpec("add_relu", "arith", ("add",), F.add_relu, _binary_cases(2), _binary_strategy,

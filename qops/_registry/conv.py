@@ -318,6 +318,11 @@ def _benches(nd):
         "conv2d_stem3to32_s2_224_b1": _bench(2, 1, 3, 32, (224, 224), 3, padding=1, stride=2),
         "conv2d_stem3to32_s2_224_b1_channels_last": _bench(2, 1, 3, 32, (224, 224), 3, layout="cl",
                                                            padding=1, stride=2),
+        # a layer's fixed cost: a squeeze-excite block's 1x1 conv on one pixel, a 3x3 conv on
+        # a 4x4 grid (the work is a few microseconds; the rest is the call)
+        "conv2d_1x1_64to64_1px_b1": _bench(2, 1, 64, 64, (1, 1), 1),
+        "conv2d_r3x3_16_4x4_b1_channels_last": _bench(2, 1, 16, 16, (4, 4), 3, layout="cl",
+                                                      padding=1),
     }
 
 
