@@ -582,13 +582,14 @@ def test_c_order_depthwise_through_channels_last_equals_ref(tier, c, nd, k, stri
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("block_bytes", [1, 3000, 200000])
-@pytest.mark.parametrize("c,layout", [(3, "c"), (24, "cl")])
+@pytest.mark.parametrize("c,layout", [(3, "c"), (24, "cl"), (11, "cl"), (42, "cl"), (43, "cl")])
 def test_im2col_gemm_blocks_across_images_equal_ref(monkeypatch, threads, block_bytes, c,
                                                     layout):
     # the im2col route fills and multiplies a block of rows at a time per thread: blocks of
     # 6 rows (the least), of a few dozen, and of all rows (the GEMM then sweeps its small
     # weight by groups of rows), starting and ending inside images, with odd grids, padding
-    # and a weight zero point, equal ref at 1 and 2 threads
+    # and a weight zero point, equal ref at 1 and 2 threads; kernel rows of 33, 72 and 126
+    # bytes (32-byte moves, the last overlapping) and of 129 (a library copy)
     from qops import _fast
     kernels = _fast.load("conv")
     if _fast.ISA != "avx2":

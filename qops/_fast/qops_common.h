@@ -14,10 +14,15 @@
 #include <omp.h>
 #endif
 
-/* n bytes from s to d by at most two overlapping fixed-size copies for short runs (GCC
+/* n bytes from s to d by fixed-size copies for short runs, the last two overlapping (GCC
  * inlines them as moves; a libc call costs more than the copy there), memcpy otherwise. */
 static inline void qops_copy_short(uint8_t *d, const uint8_t *s, ptrdiff_t n) {
-    if (n >= 16 && n <= 32) {
+    if (n > 32 && n <= 128) {
+        /* 32-byte moves, the last one ending at n (a library call costs more here: a 3x3
+         * conv's im2col row of 32 channels is three runs of 96 bytes) */
+        for (ptrdiff_t i = 0; i < n - 32; i += 32) memcpy(d + i, s + i, 32);
+        memcpy(d + n - 32, s + n - 32, 32);
+    } else if (n >= 16 && n <= 32) {
         memcpy(d, s, 16);
         memcpy(d + n - 16, s + n - 16, 16);
     } else if (n >= 8 && n < 16) {
