@@ -402,15 +402,17 @@ static inline const int32_t *qg_s_re(const qops_gemm_b *B) {
 }
 
 /* The largest S over the panels, each in the better of its two orders (*seff), in k order
- * (*sid). */
-static inline void qg_s_max(const qops_gemm_b *B, int32_t *seff, int32_t *sid) {
+ * (*sid), and the largest S4 (in k order, *s4). */
+static inline void qg_s_max(const qops_gemm_b *B, int32_t *seff, int32_t *sid,
+                            int32_t *s4) {
     const ptrdiff_t P = qg_npanels(B->N);
-    const int32_t *S = qg_s(B), *Sr = qg_s_re(B);
-    *seff = *sid = 0;
+    const int32_t *S = qg_s(B), *Sr = qg_s_re(B), *S4 = Sr + P;
+    *seff = *sid = *s4 = 0;
     for (ptrdiff_t p = 0; p < P; p++) {
         const int32_t e = Sr[p] < S[p] ? Sr[p] : S[p];
         *seff = e > *seff ? e : *seff;
         *sid = S[p] > *sid ? S[p] : *sid;
+        *s4 = S4[p] > *s4 ? S4[p] : *s4;
     }
 }
 #endif
@@ -1469,20 +1471,21 @@ static inline ptrdiff_t qg_block_bytes(ptrdiff_t rows, ptrdiff_t Kp) {
  * it for most tiles. The rest take qg_split's two halves, or, where more than a quarter of
  * the rows need them, the nibble kernel on A split once for the block. */
 static void qg_block(qg_apk *ap, const uint8_t *A, ptrdiff_t lda, ptrdiff_t rows, ptrdiff_t K,
-                     ptrdiff_t Kp, int32_t smax, int32_t sid, int32_t xmax,
+                     ptrdiff_t Kp, int32_t smax, int32_t sid, int32_t s4,
+                     ptrdiff_t npanels, int32_t xmax,
                      uint8_t *buf, int nthreads) {
     uint8_t *rmax = buf + rows * (Kp + 2 * qg_kc(Kp));
     ptrdiff_t unsafe = 0;
     ap->Kp = Kp;
     ap->rmax = NULL;
-    /* the rows' maxima where a tile's pair-sum kernel or weight copy depends on them (smax:
-     * the panels' largest S in the better of their orders; sid: in k order, >= smax). Not
-     * for the double kernel alone (its bound S4, per panel): where A's largest value
-     * already keeps every pair sum exact (a conv's im2col rows of inputs to 127), a row of
-     * per-channel weights' S4 would need rows of at most about 80, which real inputs seldom
-     * have, and the pass costs 4-5% of a GEMM of 32 columns; the double kernel still runs
-     * wherever the block's largest value allows it. */
-    if (xmax * sid > 32767) {
+    /* the rows' maxima where a tile's kernel or weight copy depends on them (smax: the
+     * panels' largest S in the better of their orders; sid: in k order, >= smax; s4: the
+     * panels' largest S4, in k order). For the two-group kernel alone (A's largest value
+     * keeps every pair sum exact, but not every quad sum: a conv's im2col rows of inputs to
+     * 127) only where the weight has 4+ panels: the pass costs 4-5% of a GEMM of 2 panels
+     * (32 columns), under 1% past 8, while the rows it lets take the faster kernel (those of
+     * small values, common in real activations) gain in proportion to the panels. */
+    if (xmax * sid > 32767 || (xmax * s4 > 32767 && npanels >= 4)) {
         xmax = 0;
         for (ptrdiff_t i = 0; i < rows; i++) {
             const uint8_t m = qg_row_max(A + i * lda, K);
@@ -1509,8 +1512,8 @@ static void qg_block(qg_apk *ap, const uint8_t *A, ptrdiff_t lda, ptrdiff_t rows
 static void qg_run(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
                    const qops_gemm_b *B, const qops_gemm_out *out, int nthreads) {
     const ptrdiff_t K = B->K, G = qg_groups(K), Kp = G * QG_KG;
-    int32_t smax, sid;
-    qg_s_max(B, &smax, &sid);
+    int32_t smax, sid, s4;
+    qg_s_max(B, &smax, &sid, &s4);
     ptrdiff_t sb = QG_APACK_BYTES / qg_block_bytes(1, Kp);
     sb = sb < QG_MB ? QG_MB : (sb / QG_MB) * QG_MB;
     if (sb > M) sb = M;
@@ -1526,7 +1529,8 @@ static void qg_run(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
         const ptrdiff_t rows = M - r0 < sb ? M - r0 : sb;
         const uint8_t *Ab = A + r0 * lda;
         qg_apk ap;
-        qg_block(&ap, Ab, lda, rows, K, Kp, smax, sid, 255, buf, nthreads);
+        qg_block(&ap, Ab, lda, rows, K, Kp, smax, sid, s4, qg_npanels(B->N), 255, buf,
+                 nthreads);
         ap.tmp = buf + qg_block_bytes(sb, Kp);
         const qops_gemm_out o = qg_out_from(out, r0);
         qg_tiles(Ab, lda, rows, a_zp, B, &o, nthreads, &ap);
@@ -1557,10 +1561,10 @@ static void qops_gemm_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t
     const ptrdiff_t P = qg_npanels(B->N);
 #ifdef QG_AVX2
     const ptrdiff_t K = B->K, G = qg_groups(K), Kp = G * QG_KG;
-    int32_t smax, sid;
-    qg_s_max(B, &smax, &sid);
+    int32_t smax, sid, s4;
+    qg_s_max(B, &smax, &sid, &s4);
     qg_apk ap;
-    qg_block(&ap, A, lda, M, K, Kp, smax, sid, xmax, scratch, 1);
+    qg_block(&ap, A, lda, M, K, Kp, smax, sid, s4, P, xmax, scratch, 1);
     ap.tmp = scratch + qg_block_bytes(M, Kp);
     qg_panels(A, lda, M, a_zp, B, 0, P, out, &ap);
 #else
