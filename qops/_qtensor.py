@@ -322,7 +322,7 @@ class QTensor:
         nd = self._int.ndim or 1
         s = _axis_arg(start_dim, nd, "start_dim")
         e = _axis_arg(end_dim, nd, "end_dim")
-        if nd == 1 and self._int.ndim == 0:
+        if self._int.ndim == 0:
             return self.reshape(1)
         if s > e:
             raise ValueError("flatten(): start_dim cannot come after end_dim")
@@ -582,14 +582,13 @@ def _shape_arg(shape, what, argname="shape", negative="one -1"):
     negative: "one -1" (reshape, view: at most one -1, inferred), "-1" (expand: -1 keeps a
     size), "none" (resize_) or "any" (permute's dims, checked by the caller).
     """
-    if len(shape) == 1 and type(shape[0]) is tuple:
-        shape = shape[0]
-    # the usual call, plain ints in range: its checks in one pass (the general ones below
-    # go through numbers.Integral, several times the cost of a small op's kernel)
-    if negative == "one -1" and all(type(n) is int and -1 <= n <= _MAX_BYTES for n in shape):
-        if shape.count(-1) > 1:
-            raise ValueError(f"{what}(): {argname}={shape} has more than one -1")
-        return shape
+    # the usual call, plain ints in range (or one tuple of them): its checks in one pass (the
+    # general ones below go through numbers.Integral, several times a small op's kernel)
+    plain = shape[0] if len(shape) == 1 and type(shape[0]) is tuple else shape
+    if negative == "one -1" and all(type(n) is int and -1 <= n <= _MAX_BYTES for n in plain):
+        if plain.count(-1) > 1:
+            raise ValueError(f"{what}(): {argname}={plain} has more than one -1")
+        return plain
     if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
         try:
             shape = tuple(shape[0])

@@ -450,6 +450,24 @@ def test_issue19_qtensor_from_torch_checks_qparams(torch):
     np.testing.assert_array_equal(v.dequantize(), c.dequantize()[:, 1].numpy())
 
 
+def test_shape_args_fast_path_checks_as_general():
+    # reshape/view/flatten take plain ints by a fast path: the same results and errors as
+    # the general checks (one level of tuple only, bools and floats refused, one -1)
+    t = q((2, 3))
+    assert t.reshape(3, 2).shape == t.reshape((3, 2)).shape == t.reshape([3, 2]).shape == (3, 2)
+    assert t.reshape(-1).shape == (6,) and t.reshape(np.int64(6)).shape == (6,)
+    assert t.flatten().shape == t.flatten(0, -1).shape == (6,)
+    with pytest.raises(TypeError):
+        t.reshape(((2, 3),))                  # a tuple in a tuple
+    bad_args = [((True, 6), TypeError), ((2.0, 3), TypeError),
+                ((-1, -1), ValueError), ((2, -2), ValueError), ((2 ** 63, 1), ValueError)]
+    for args, err in bad_args:
+        with pytest.raises(err):
+            t.reshape(*args)
+    with pytest.raises(ValueError, match="end_dim"):
+        t.flatten(0, 2)
+
+
 def test_qtensor_from_torch_keeps_memory_layout(torch):
     # a quantized conv's channels-last output stays channels last (the layout-following ops
     # then run as PyTorch's on it); other strided views come over as C-order copies

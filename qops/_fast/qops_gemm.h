@@ -1482,9 +1482,9 @@ static void qg_block(qg_apk *ap, const uint8_t *A, ptrdiff_t lda, ptrdiff_t rows
      * panels' largest S in the better of their orders; sid: in k order, >= smax; s4: the
      * panels' largest S4, in k order). For the two-group kernel alone (A's largest value
      * keeps every pair sum exact, but not every quad sum: a conv's im2col rows of inputs to
-     * 127) only where the weight has 4+ panels: the pass costs 4-5% of a GEMM of 2 panels
-     * (32 columns), under 1% past 8, while the rows it lets take the faster kernel (those of
-     * small values, common in real activations) gain in proportion to the panels. */
+     * 127) only where the weight has 4+ panels: the pass reads each row once whatever the
+     * width, while what the faster kernel saves on a row of small values grows with the
+     * panels it is multiplied by, so on a narrow weight the pass costs more than it saves. */
     if (xmax * sid > 32767 || (xmax * s4 > 32767 && npanels >= 4)) {
         xmax = 0;
         for (ptrdiff_t i = 0; i < rows; i++) {
