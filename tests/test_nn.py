@@ -168,6 +168,9 @@ def _cases():
         ("hardswish", lambda: t.Hardswish(), (3, 17)),
         ("sigmoid", lambda: t.Sigmoid(), (3, 17)),
         ("tanh", lambda: t.Tanh(), (3, 17)),
+        ("silu", lambda: t.SiLU(), (3, 17)),
+        ("gelu", lambda: t.GELU(), (3, 17)),
+        ("gelu_tanh", lambda: t.GELU(approximate="tanh"), (3, 17)),
         ("maxpool1d", lambda: t.MaxPool1d(3, 2, 1), (2, 3, 10)),
         ("maxpool2d", lambda: t.MaxPool2d(3, 2, 1, dilation=1, ceil_mode=True), (1, 3, 10, 9)),
         ("maxpool2d_dil", lambda: t.MaxPool2d(2, 1, 0, dilation=2), (1, 2, 7, 7)),
@@ -198,8 +201,9 @@ _CASE_IDS = ["conv1d", "conv2d", "conv2d_groups", "conv2d_reflect", "conv2d_same
              "conv2d_circular", "conv1d_replicate", "conv3d",
              "linear", "bn1d", "bn2d", "bn3d", "layernorm", "groupnorm", "instnorm1d",
              "instnorm2d", "instnorm3d", "relu", "relu6", "elu", "leaky", "hardtanh",
-             "hardsigmoid", "hardswish", "sigmoid", "tanh", "maxpool1d", "maxpool2d",
-             "maxpool2d_dil", "maxpool3d", "avgpool1d", "avgpool2d", "avgpool2d_div", "avgpool3d",
+             "hardsigmoid", "hardswish", "sigmoid", "tanh", "silu", "gelu", "gelu_tanh",
+             "maxpool1d", "maxpool2d", "maxpool2d_dil", "maxpool3d", "avgpool1d", "avgpool2d",
+             "avgpool2d_div", "avgpool3d",
              "adaptive1d", "adaptive2d", "adaptive2d_up", "adaptive3d", "up_nearest",
              "up_nearest_size", "up_nearest3d", "up_bilinear", "up_bilinear_ac", "upnearest2d",
              "upbilinear2d", "flatten", "identity", "dropout"]
@@ -239,6 +243,27 @@ def test_float_layer_matches_torch(torch, case):
     out = qm(x)
     assert out.dtype == F32 and out.shape == ref.shape
     _close(out, ref)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_and_silu_over_their_whole_range(torch, approximate):
+    # numpy has no erf: the exact GELU is 0.5 x erfc(-x / sqrt 2) from a fit of erfc good to
+    # 1.2e-7 relative, in float64. PyTorch computes 0.5 x (1 + erf(x / sqrt 2)) in float32,
+    # whose 1 + erf loses the left tail to cancellation (0 below x = -5.5, steps of 2^-24
+    # before): hence an absolute tolerance of 4e-7 there, not a relative one
+    x = np.linspace(-12, 12, 24001, dtype=F32)
+    tx = torch.from_numpy(x)
+    want = torch.nn.functional.gelu(tx, approximate=approximate).numpy()
+    got = nn.GELU(approximate)(x)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=4e-7)
+    np.testing.assert_allclose(nn.SiLU()(x), torch.nn.functional.silu(tx).numpy(),
+                               rtol=2e-6, atol=1e-30)
+    with pytest.raises(ValueError, match="approximate"):
+        nn.GELU("fast")
+    q = qops.quantize_per_tensor(x, 0.1, 128, qops.quint8)
+    for m in (nn.GELU(), nn.SiLU()):
+        with pytest.raises(TypeError, match="float"):
+            m(q)
 
 
 @pytest.mark.parametrize("cls", ["BatchNorm2d", "InstanceNorm2d"])

@@ -150,14 +150,36 @@ def _models():
             x = x.view(x.size(0), -1)
             return self.dequant(self.fc2(self.relu(self.fc1(x))))
 
+    class ConvNeXtBlock(nn.Module):
+        """ConvNeXt's and EfficientNet's float idioms: SiLU, a depthwise conv, F.layer_norm
+        over channels of a permuted tensor, GELU, a learned layer scale."""
+
+        def __init__(self, c=8):
+            super().__init__()
+            self.c = c
+            self.stem = nn.Conv2d(3, c, 3, padding=1)
+            self.dw = nn.Conv2d(c, c, 3, padding=1, groups=c)
+            self.norm_weight = nn.Parameter(torch.rand(c) + 0.5)
+            self.norm_bias = nn.Parameter(torch.randn(c) * 0.1)
+            self.fc1, self.act, self.fc2 = nn.Linear(c, 2 * c), nn.GELU(), nn.Linear(2 * c, c)
+            self.layer_scale = nn.Parameter(torch.full((c, 1, 1), 0.5))
+
+        def forward(self, x):
+            x = TF.silu(self.stem(x))
+            y = self.dw(x).permute(0, 2, 3, 1)
+            y = TF.layer_norm(y, (self.c,), self.norm_weight, self.norm_bias, 1e-6)
+            y = self.fc2(self.act(self.fc1(y))).permute(0, 3, 1, 2)
+            return x + self.layer_scale * y
+
     return dict(residual_plus=functools.partial(Residual, False),
                 residual_functional=functools.partial(Residual, True),
                 inverted_residual=InvertedResidual, float_se=FloatSE, shuffle=Shuffle,
-                inception=Inception, float_inception=FloatInception, mlp=MLP)
+                inception=Inception, float_inception=FloatInception, mlp=MLP,
+                convnext_block=ConvNeXtBlock)
 
 
 FLOAT = ["residual_plus", "residual_functional", "inverted_residual", "float_se", "shuffle",
-         "inception", "float_inception", "mlp"]
+         "inception", "float_inception", "mlp", "convnext_block"]
 INT8 = {"residual_functional": [["conv1", "bn1", "relu"], ["conv2", "bn2"]],
         "inverted_residual": [], "shuffle": [], "inception": [], "mlp": [["fc1", "relu"]]}
 
@@ -351,7 +373,8 @@ def test_qtensor_chunk_split_and_flatten_work_like_torch():
     np.testing.assert_array_equal(METHODS["flatten"](x, 1), torch.from_numpy(x).flatten(1))
 
 
-@pytest.mark.parametrize("name", ["residual_plus", "inverted_residual", "shuffle", "mlp"])
+@pytest.mark.parametrize("name", ["residual_plus", "inverted_residual", "shuffle", "mlp",
+                                  "convnext_block"])
 def test_captured_models_save_and_load(name, tmp_path):
     torch = torch_or_skip()
     m = _model(name)
@@ -417,7 +440,7 @@ def test_quantized_calls_left_in_graphs_run():
 
 
 @pytest.mark.parametrize("name", ["residual_plus", "float_se", "float_inception", "mlp",
-                                  "shuffle"])
+                                  "shuffle", "convnext_block"])
 def test_models_converted_by_torch_fx_import_exactly(name):
     # PyTorch's graph mode (prepare_fx / convert_fx) leaves quantize_per_tensor,
     # torch.ops.quantized.* calls and dequantize in the converted graph.
@@ -435,3 +458,95 @@ def test_models_converted_by_torch_fx_import_exactly(name):
     with torch.no_grad():
         want = q(x).numpy()
     np.testing.assert_array_equal(g(x.numpy()), want)
+
+
+def test_layer_subclasses_functional_convs_and_stochastic_depth():
+    # torchvision's video ResNets use nn.Conv3d subclasses that keep its forward (converted as
+    # Conv3d); a forward may call F.conv2d with its own parameters; torchvision's stochastic
+    # depth is the identity in eval mode and refused in training mode.
+    torch = torch_or_skip()
+    nn, TF = torch.nn, torch.nn.functional
+
+    class Conv3DSimple(nn.Conv3d):
+        @staticmethod
+        def get_downsample_stride(stride):
+            return stride, stride, stride
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = Conv3DSimple(3, 4, 3, padding=1)
+            self.w = nn.Parameter(torch.randn(5, 4, 3, 3) * 0.2)
+            self.b = nn.Parameter(torch.randn(5))
+
+        def forward(self, x):
+            y = self.conv(x).mean(2)
+            return TF.conv2d(y, self.w, self.b, stride=2, padding=1)
+
+    torch.manual_seed(0)
+    m = Net().eval()
+    g = qnn.from_torch(m)
+    assert type(g.conv).__name__ == "Conv3d"
+    x = torch.randn(2, 3, 4, 8, 8)
+    with torch.no_grad():
+        want = m(x).numpy()
+    np.testing.assert_allclose(g(x.numpy()), want, rtol=1e-5, atol=1e-5)
+    from qops.nn._graph import FUNCTIONS
+    a = np.ones((2, 3), np.float32)
+    assert FUNCTIONS["stochastic_depth"](a, 0.2, "row", False) is a
+    with pytest.raises(ValueError, match="training mode"):
+        FUNCTIONS["stochastic_depth"](a, 0.2, "row", True)
+
+
+def test_float_import_of_a_quantized_model_points_to_the_quantized_import():
+    torch = torch_or_skip()
+    tc = torch.ao.nn.quantized.Conv2d(3, 4, 1)
+    with pytest.raises(TypeError, match="qops.nn.quantized.from_torch"):
+        qnn.from_torch(tc)
+    with pytest.raises(TypeError, match="qops.nn.quantized.from_torch"):
+        qnn.from_torch(torch.nn.Sequential(torch.nn.Conv2d(3, 3, 1), tc))
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_functional_convs_and_linears_quantized_by_torch_fx_import_exactly(nd):
+    # PyTorch's graph mode quantizes F.conv*d / F.linear calls on a forward's own parameters
+    # into torch.ops.quantized.conv*d(x, packed_weight, scale, zero_point) (and _relu forms)
+    # with the packed weight a script object: qops unpacks each into a quantized module.
+    torch = torch_or_skip()
+    nn, TF = torch.nn, torch.nn.functional
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+    conv = getattr(TF, f"conv{nd}d")
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w1 = nn.Parameter(torch.randn((6, 3) + (3,) * nd) * 0.3)
+            self.b1 = nn.Parameter(torch.randn(6))
+            self.w2 = nn.Parameter(torch.randn((6, 3) + (3,) * nd) * 0.3)
+            self.fc_w = nn.Parameter(torch.randn(5, 6) * 0.3)
+
+        def forward(self, x):
+            # (PyTorch's convert needs list arguments: its prepack op takes no ints)
+            one = [1] * nd
+            y = TF.relu(conv(x, self.w1, self.b1, [2] * nd, one, one, 1))
+            y = conv(y, self.w2, None, one, one, one, 2)
+            y = y.mean(tuple(range(2, 2 + nd)))
+            return TF.relu(TF.linear(y, self.fc_w))
+
+    torch.manual_seed(0)
+    m = Net().eval()
+    shape = (2, 3) + (7, 8, 5)[:nd]
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(shape, generator=g)
+    p = prepare_fx(copy.deepcopy(m), get_default_qconfig_mapping("x86"), (x,))
+    with torch.no_grad():
+        for _ in range(2):
+            p(torch.randn(shape, generator=g))
+    q = convert_fx(p)
+    code = q.code
+    assert f"quantized.conv{nd}d_relu" in code and "quantized.linear_relu" in code
+    imported = nnq.from_torch(q)
+    with torch.no_grad():
+        want = q(x).numpy()
+    np.testing.assert_array_equal(imported(x.numpy()), want)

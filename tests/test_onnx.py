@@ -483,6 +483,28 @@ def test_float_parts_after_dequantize():
     assert rep["outputs"][0]["max_steps"] < 1e-5, format_compare(rep)
 
 
+@pytest.mark.parametrize("opset", [17, 20])
+def test_silu_and_gelu_float(opset):
+    # EfficientNet's SiLU and ConvNeXt's GELU: Sigmoid * x, and Gelu (opset 20) or its Erf /
+    # Tanh formula before. Float32 formulas in another order than qops' (GELU in float64 with an
+    # erfc fit): within a few ulp of the values' size
+    if opset > onnx.defs.onnx_opset_version():
+        pytest.skip(f"this onnx has no opset {opset}")
+    r = np.random.default_rng(0)
+    m = qnn.Sequential(qnn.Conv2d(3, 4, 3, padding=1), qnn.SiLU(), qnn.GELU(),
+                       qnn.Conv2d(4, 4, 1), qnn.GELU("tanh"))
+    x = r.normal(0, 2, (2, 3, 6, 6)).astype(F32)
+    buf = io.BytesIO()
+    try:
+        export(m, x, buf, opset_version=opset)
+        rep = compare(m, buf.getvalue(), x)
+    except Exception as e:     # an onnxruntime without opset 20 kernels
+        if opset == 20 and "opset" in str(e).lower():
+            pytest.skip(str(e))
+        raise
+    assert rep["outputs"][0]["max_steps"] < 2e-5, format_compare(rep)
+
+
 def test_import_qops_does_not_import_onnx():
     import subprocess
     import sys

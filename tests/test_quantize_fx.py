@@ -90,11 +90,12 @@ def _compare(torch, tq, gq, x):
     # qparams of the quantize nodes PyTorch keeps as buffers (inputs, adds, muls, ...)
     their_q = sorted(float(b) for n, b in tq.named_buffers() if n.endswith("scale_0")
                      or "_scale_" in n)
-    our_q = sorted(n.args[1] if n.target in ("quantize_per_tensor", "quantized.hardswish")
-                   else n.args[2]
+    at = {"quantize_per_tensor": 1, "quantized.hardswish": 1, "quantized.layer_norm": 5}
+    our_q = sorted(n.args[at.get(n.target, 2)]
                    for n in gq.nodes if n.op == "function" and n.target in (
                        "quantize_per_tensor", "quantized.add", "quantized.add_relu",
-                       "quantized.mul", "quantized.mul_relu", "quantized.hardswish"))
+                       "quantized.mul", "quantized.mul_relu", "quantized.hardswish",
+                       "quantized.layer_norm"))
     assert len(their_q) == len(our_q)
     rel += [abs(a - b) / b for a, b in zip(our_q, their_q)]
     with torch.no_grad():

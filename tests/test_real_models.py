@@ -161,6 +161,76 @@ def test_torchvision_fx_quantized_import_is_exact(name):
     np.testing.assert_array_equal(g(x.numpy()), want)
 
 
+# torchvision's float classes beyond the quantizable seven, whose forwards use what those do
+# not: SiLU and sigmoid squeeze-excitation and stochastic depth (EfficientNet), GELU,
+# F.layer_norm on permuted tensors and learned layer scales (ConvNeXt), grouped convs with
+# squeeze-excitation (RegNet).
+MORE = {"efficientnet_b0": 64, "convnext_tiny": 64, "regnet_y_400mf": 64}
+
+
+@pytest.mark.parametrize("name", sorted(MORE))
+def test_torchvision_more_models_import_and_graph_mode(name):
+    torch = torch_or_skip()
+    _tv()
+    import torchvision.models as tvm
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+    from qops.quantization import quantize_fx as qfx
+    tq = torch.ao.quantization
+    torch.manual_seed(0)
+    m = getattr(tvm, name)(weights=None).eval()
+    size = MORE[name]
+    x, calib = _data(torch, size, 1, 2)[0], _data(torch, size, 1, 1)
+    # 1. the float import: numpy float32 layers, sums in another order than oneDNN's
+    g = qnn.from_torch(m)
+    with torch.no_grad():
+        want = m(x).numpy()
+    np.testing.assert_allclose(g(x.numpy()), want, rtol=1e-4,
+                               atol=1e-5 * float(np.abs(want).max()))
+    # 2. PyTorch's graph-mode int8 model imports with its outputs bit for bit (ConvNeXt's
+    # converted graph calls torch.ops.quantized.layer_norm)
+    act = dict(activation=tq.MinMaxObserver.with_args(reduce_range=True),
+               weight=tq.get_default_qconfig("x86").weight)
+    p = prepare_fx(copy.deepcopy(m), get_default_qconfig_mapping("x86").set_global(
+        tq.QConfig(**act)), (x,))
+    with torch.no_grad():
+        for c in calib:
+            p(c)
+    theirs = convert_fx(p)
+    with torch.no_grad():
+        want = theirs(x).numpy()
+    np.testing.assert_array_equal(nnq.from_torch(theirs)(x.numpy()), want)
+    # 3. qops' own graph mode on the float import, same mapping and data: the same modules
+    # and qparams (to float drift: the observers see float layers summed in another order)
+    ours_map = qfx.get_default_qconfig_mapping("x86").set_global(
+        qq.QConfig(activation=qq.MinMaxObserver.with_args(reduce_range=True),
+                   weight=qq.get_default_qconfig("x86").weight))
+    gp = qfx.prepare_fx(g, ours_map, (x.numpy(),))
+    for c in calib:
+        gp(c.numpy())
+    ours = qfx.convert_fx(gp)
+    mods = dict(ours.named_modules())
+    checked = 0
+    for n, mm in theirs.named_modules():
+        if hasattr(mm, "scale") and not callable(mm.scale):
+            mine = mods[n]
+            assert type(mine).__name__ == type(mm).__name__, n
+            assert abs(int(np.asarray(mine.zero_point).ravel()[0]) - int(mm.zero_point)) <= 1
+            np.testing.assert_allclose(float(np.asarray(mine.scale).ravel()[0]),
+                                       float(mm.scale), rtol=SCALE_RTOL, err_msg=n)
+            checked += 1
+    assert checked > 20
+    got = ours(x.numpy())
+    assert (got.argmax(1) == want.argmax(1)).all()
+    # 4. both save and load (ConvNeXt's layer scales are "attr" nodes deep in the tree)
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        for model, out in ((g, g(x.numpy())), (ours, got)):
+            qops.save(model, os.path.join(tmp, "m.npz"))
+            np.testing.assert_array_equal(qops.load(os.path.join(tmp, "m.npz"))(x.numpy()), out)
+
+
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_large"])
 def test_torchvision_graph_mode_in_qops_matches_torch(name):
     # issue 21: the unmodified float torchvision class, quantized by qops' own prepare_fx /

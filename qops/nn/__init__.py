@@ -8,6 +8,7 @@ from qops.nn._embedding import Embedding, EmbeddingBag  # noqa: F401
 from qops.nn._graph import GraphModule  # noqa: F401
 from qops.nn._layers import (  # noqa: F401
     ELU,
+    GELU,
     AdaptiveAvgPool1d,
     AdaptiveAvgPool2d,
     AdaptiveAvgPool3d,
@@ -36,6 +37,7 @@ from qops.nn._layers import (  # noqa: F401
     ReLU,
     ReLU6,
     Sigmoid,
+    SiLU,
     Tanh,
     Upsample,
     UpsamplingBilinear2d,

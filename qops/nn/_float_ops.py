@@ -215,6 +215,44 @@ def tanh(x):
     return np.tanh(as_f32(x))
 
 
+def silu(x):
+    """x * sigmoid(x), computed as PyTorch's kernel does: x / (1 + exp(-x))."""
+    x = as_f32(x)
+    with np.errstate(over="ignore"):
+        return (x / (F32(1) + np.exp(-x))).astype(F32)
+
+
+def _erfc(z):
+    """erfc of a float64 array, to a relative error below 1.2e-7 everywhere (numpy has no erf).
+
+    The Chebyshev fit of Numerical Recipes (erfcc): t = 1 / (1 + z/2) for z = |x|,
+    erfc(z) = t exp(-z^2 + P(t)), and erfc(-z) = 2 - erfc(z)."""
+    a = np.abs(z)
+    t = 1.0 / (1.0 + 0.5 * a)
+    # P(t) = c0 + c1 t + ... + c9 t^9, by Horner's rule
+    coeffs = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807,
+              -1.13520398, 1.48851587, -0.82215223, 0.17087277)
+    poly = np.full_like(t, coeffs[-1])
+    for c in coeffs[-2::-1]:
+        poly = poly * t + c
+    r = t * np.exp(-a * a + poly)
+    return np.where(z >= 0, r, 2.0 - r)
+
+
+def gelu(x, approximate="none"):
+    """x * Phi(x): 0.5 x erfc(-x / sqrt 2) (exact form, to float32 precision), or PyTorch's
+    tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) with approximate="tanh"."""
+    x = as_f32(x)
+    if approximate == "tanh":
+        x64 = x.astype(np.float64)
+        inner = np.sqrt(2.0 / np.pi) * (x64 + 0.044715 * x64 ** 3)
+        return (0.5 * x64 * (1.0 + np.tanh(inner))).astype(F32)
+    if approximate != "none":
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh'; got {approximate!r}")
+    x64 = x.astype(np.float64)
+    return (0.5 * x64 * _erfc(-x64 / np.sqrt(2.0))).astype(F32)
+
+
 def _pool_out(L, k, s, p, d, ceil_mode):
     num = L + 2 * p - d * (k - 1) - 1
     o = (-(-num // s) if ceil_mode else num // s) + 1

@@ -31,6 +31,8 @@ def _function_names(torch):
         F.relu: "relu", F.relu6: "relu6", F.sigmoid: "sigmoid", F.tanh: "tanh",
         F.hardtanh: "hardtanh", F.hardsigmoid: "hardsigmoid", F.hardswish: "hardswish",
         F.elu: "elu", F.leaky_relu: "leaky_relu", F.dropout: "dropout",
+        F.silu: "silu", F.gelu: "gelu", F.layer_norm: "layer_norm",
+        F.conv1d: "conv1d", F.conv2d: "conv2d", F.conv3d: "conv3d",
         F.max_pool1d: "max_pool1d", F.max_pool2d: "max_pool2d", F.max_pool3d: "max_pool3d",
         F.avg_pool1d: "avg_pool1d", F.avg_pool2d: "avg_pool2d", F.avg_pool3d: "avg_pool3d",
         F.adaptive_avg_pool1d: "adaptive_avg_pool1d",
@@ -46,13 +48,63 @@ def _function_names(torch):
             names[getattr(F, fname)] = fname.replace("_with_indices", "")
     q = torch.ops.quantized
     for op in ("add", "add_relu", "mul", "mul_relu", "add_scalar", "mul_scalar", "cat",
-               "hardswish"):
+               "hardswish", "layer_norm"):
         packet = getattr(q, op, None)
         if packet is not None:
             names[packet] = f"quantized.{op}"
             for overload in packet.overloads():
                 names[getattr(packet, overload)] = f"quantized.{op}"
     return names
+
+
+# Functions of libraries beside torch, by module and name (not imported here: torchvision's
+# package may not load beside this torch, its model code still can).
+_LIBRARY_FUNCTIONS = {("torchvision.ops.stochastic_depth", "stochastic_depth"):
+                      "stochastic_depth"}
+
+
+def _packed_ops(torch):
+    """torch.ops.quantized op (packet or overload) -> (layer, relu) for the ops PyTorch's graph
+    mode leaves where a forward called F.conv*d / F.linear with weights of its own: their
+    packed weights are get_attr nodes of a script object, which qops unpacks into a module."""
+    q = torch.ops.quantized
+    ops = {}
+    for layer in ("conv1d", "conv2d", "conv3d", "linear"):
+        for relu in (False, True):
+            packet = getattr(q, layer + ("_relu" if relu else ""), None)
+            if packet is None:
+                continue
+            ops[packet] = (layer, relu)
+            for overload in packet.overloads():
+                ops[getattr(packet, overload)] = (layer, relu)
+    return ops
+
+
+def _packed_module(torch, layer, relu, packed, scale, zero_point):
+    """The qops quantized Conv*d / Linear (+ReLU) of a PyTorch packed weight and qparams."""
+    from qops.nn._torch import _np
+    from qops.nn.intrinsic import quantized as nniq
+    from qops.nn.quantized import _modules as nnq
+    w, b = packed.unpack()
+    if layer == "linear":
+        m = (nniq.LinearReLU if relu else nnq.Linear)(w.shape[1], w.shape[0],
+                                                      bias_=b is not None)
+    else:
+        if packed.transpose():
+            raise ValueError("a transposed conv's packed weight (qops has no ConvTranspose)")
+        nd = int(layer[4])
+        stride, padding, dilation = (tuple(int(v) for v in f()) for f in (
+            packed.stride, packed.padding, packed.dilation))
+        if nd == 1 and w.dim() == 4:
+            # PyTorch packs conv1d as a conv2d of height 1
+            w, stride, padding, dilation = w.squeeze(2), stride[1:], padding[1:], dilation[1:]
+        groups = int(packed.groups())
+        cls = getattr(nniq if relu else nnq, f"ConvReLU{nd}d" if relu else f"Conv{nd}d")
+        m = cls(w.shape[1] * groups, w.shape[0], tuple(w.shape[2:]), stride, padding,
+                dilation, groups, bias=b is not None)
+    m.set_weight_bias(_np(w), _np(b))
+    m.scale, m.zero_point = float(scale), int(zero_point)
+    return m
 
 
 def _module_method(path, method, *args, **kwargs):
@@ -199,11 +251,24 @@ def _capture(module, table, what, leaf_modules, convert, record_stack_traces):
         module.train(was_training)
 
     names = _function_names(torch)
+    packed_ops = _packed_ops(torch)
     nodes, modules, buffers, problems = [], {}, {}, []
+    packed, ready = {}, {}    # packed-weight get_attr nodes; qops modules built from them
     mods = dict(module.named_modules())
+    params = dict(module.named_parameters())
     node_name = {}
 
+    def attr_value(target):
+        if target in params:
+            return params[target]
+        owner_path, _, leaf = target.rpartition(".")
+        return getattr(module.get_submodule(owner_path) if owner_path else module, leaf)
+
     def ref_of(n):
+        if n.name in packed:
+            problems.append(f"node %{n.name}: a packed weight read by an op qops does not "
+                            f"unpack")
+            return None
         return Ref(node_name[n.name])
 
     def arg(a, where):
@@ -236,6 +301,21 @@ def _capture(module, table, what, leaf_modules, convert, record_stack_traces):
         where = _where(n)
         label = f"node %{name} ({n.op} {getattr(n.target, '__name__', n.target)})" + \
             (f" at {where}" if where else "")
+        if n.op == "call_function" and n.target in packed_ops and len(n.args) == 4 \
+                and isinstance(n.args[1], fx.Node) and n.args[1].name in packed:
+            # torch.ops.quantized.conv2d(x, packed, scale, zero_point) and the like: a module
+            layer, relu = packed_ops[n.target]
+            qparams = [attr_value(a.target) if isinstance(a, fx.Node) and a.op == "get_attr"
+                       else a for a in n.args[2:]]
+            try:
+                ready[n.args[1].target] = _packed_module(
+                    torch, layer, relu, packed[n.args[1].name], *qparams)
+            except (TypeError, ValueError, RuntimeError) as e:
+                problems.append(f"{label}: cannot unpack its weight: {e}")
+                continue
+            nodes.append(Node(name, "module", n.args[1].target, (arg(n.args[0], label),), {},
+                              where))
+            continue
         args = tuple(arg(a, label) for a in n.args)
         kwargs = {k: arg(v, label) for k, v in n.kwargs.items()}
         if n.op == "placeholder":
@@ -253,12 +333,10 @@ def _capture(module, table, what, leaf_modules, convert, record_stack_traces):
                 modules[n.target] = tm
             nodes.append(Node(name, "module", n.target, args, kwargs, where))
         elif n.op == "get_attr":
-            value = module.get_parameter(n.target) if n.target in dict(
-                module.named_parameters()) else None
-            if value is None:
-                owner_path, _, leaf = n.target.rpartition(".")
-                value = getattr(module.get_submodule(owner_path) if owner_path else module, leaf)
-            if isinstance(value, torch.Tensor):
+            value = attr_value(n.target)
+            if isinstance(value, torch.ScriptObject) and hasattr(value, "unpack"):
+                packed[n.name] = value            # unpacked by the op that reads it
+            elif isinstance(value, torch.Tensor):
                 from qops.nn.module import _to_numpy
                 buffers[n.target] = _to_numpy(value)
                 nodes.append(Node(name, "attr", n.target, where=where))
@@ -277,7 +355,8 @@ def _capture(module, table, what, leaf_modules, convert, record_stack_traces):
                 nodes.append(Node(name, "module_method", (path, method), args[2:], kwargs,
                                   where))
                 continue
-            fname = names.get(n.target)
+            fname = names.get(n.target) or _LIBRARY_FUNCTIONS.get(
+                (getattr(n.target, "__module__", None), getattr(n.target, "__name__", None)))
             if fname is None:
                 target = getattr(n.target, "__qualname__", None) or str(n.target)
                 mod = getattr(n.target, "__module__", "") or ""
@@ -302,6 +381,7 @@ def _capture(module, table, what, leaf_modules, convert, record_stack_traces):
                           "qops model; see qops.nn.from_torch)")
     # Converted only once the whole graph is known to run (weights are copied and packed).
     modules = {path: convert_module(tm, path) for path, tm in modules.items()}
+    modules.update(ready)
     gm = GraphModule(nodes, modules, buffers, class_name=type(module).__name__)
     # Keep the torch names of the levels the graph went through (for printing).
     for path, m in gm.named_modules():

@@ -19,7 +19,7 @@ import numpy as np
 from qops._dtypes import QDtype, as_qdtype
 from qops._qtensor import QTensor
 from qops.nn import _float_ops as fo
-from qops.nn.module import Module, _Children
+from qops.nn.module import Module, _Children, _to_numpy
 
 __all__ = ["GraphModule", "Node", "Ref", "FUNCTIONS", "METHODS"]
 
@@ -356,6 +356,14 @@ def _q_hardswish(input, output_scale, output_zero_point):
     return _F().hardswish(input, float(output_scale), int(output_zero_point))
 
 
+def _q_layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5,
+                  output_scale=1.0, output_zero_point=0):
+    # torch.ops.quantized.layer_norm(Tensor input, int[] normalized_shape, Tensor? weight,
+    #     Tensor? bias, float eps, float output_scale, int output_zero_point)
+    return _F().layer_norm(input, tuple(normalized_shape), weight, bias, float(eps),
+                           float(output_scale), int(output_zero_point))
+
+
 def _add(a, b, alpha=1):
     _no_q("add", a, b)
     return _f32(a + alpha * b if alpha != 1 else a + b)
@@ -380,6 +388,37 @@ def _relu(x, inplace=False):
 
 def _hardsigmoid(x, inplace=False):
     return _F().hardsigmoid(x) if _is_q(x) else fo.hardsigmoid(x)
+
+
+def _conv(n):
+    def call(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        _no_q(f"conv{n}d (functional)", input)
+        return fo.conv(input, weight, bias, stride, padding, dilation, groups)
+    call.__name__ = f"conv{n}d"
+    return call
+
+
+def _silu(x, inplace=False):
+    _no_q("silu", x)
+    return fo.silu(x)
+
+
+def _gelu(x, approximate="none"):
+    _no_q("gelu", x)
+    return fo.gelu(x, approximate)
+
+
+def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    _no_q("layer_norm (functional, without output qparams)", x)
+    return fo.layer_norm(x, tuple(normalized_shape), weight, bias, eps)
+
+
+def _stochastic_depth(x, p, mode, training=True):
+    # torchvision.ops.stochastic_depth: the identity in eval mode (as dropout)
+    if training and p > 0:
+        raise ValueError("stochastic_depth in training mode is not supported by a captured "
+                         "graph; call model.eval() before capturing it")
+    return x
 
 
 def _squeeze(x, dim=None):
@@ -429,6 +468,11 @@ FUNCTIONS = {
     "elu": _elu,
     "leaky_relu": _leaky_relu,
     "dropout": _dropout,
+    "silu": _silu,
+    "conv1d": _conv(1), "conv2d": _conv(2), "conv3d": _conv(3),
+    "gelu": _gelu,
+    "layer_norm": _layer_norm,
+    "stochastic_depth": _stochastic_depth,
     "max_pool1d": _pool("max", 1), "max_pool2d": _pool("max", 2), "max_pool3d": _pool("max", 3),
     "avg_pool1d": _pool("avg", 1), "avg_pool2d": _pool("avg", 2), "avg_pool3d": _pool("avg", 3),
     "adaptive_avg_pool1d": _adaptive(1), "adaptive_avg_pool2d": _adaptive(2),
@@ -445,6 +489,7 @@ FUNCTIONS = {
     "quantized.mul_scalar": _q_scalar("mul_scalar"),
     "quantized.cat": _q_cat,
     "quantized.hardswish": _q_hardswish,
+    "quantized.layer_norm": _q_layer_norm,
     "numel": _numel,
     "int": int, "float": float, "len": len,
 }
@@ -481,8 +526,22 @@ METHODS = {
 
 
 # -- the graph module ------------------------------------------------------------------------
+def _fill_placeholders(module, state, prefix):
+    """Buffers qops.load registered as None (the values of a graph's "attr" nodes, which no
+    constructor declares) take the kind and shape of the state's entries, then load as any."""
+    for name, b in module._buffers.items():
+        if b is None and prefix + name in state:
+            module._buffers[name] = _to_numpy(state[prefix + name])
+
+
 class GraphSubmodules(Module):
     """A level of the submodule tree of a GraphModule (a torch module the graph went through)."""
+
+    _attr_buffers = True        # holds buffers of "attr" nodes (qops.load registers them)
+
+    def _load_from_state_dict(self, state, prefix, errors):
+        _fill_placeholders(self, state, prefix)
+        super()._load_from_state_dict(state, prefix, errors)
 
     def __init__(self, original_name: str = "") -> None:
         super().__init__()
@@ -549,6 +608,7 @@ class GraphModule(Module):
     """
 
     _state_attrs = ("nodes", "class_name")
+    _attr_buffers = True
 
     def __init__(self, nodes: Iterable[Node] = (), modules: Optional[dict[str, Module]] = None,
                  buffers: Optional[dict[str, Any]] = None,
@@ -569,6 +629,10 @@ class GraphModule(Module):
         self.__dict__["nodes"] = list(nodes)
         self._check()
         self.__dict__["_plan"] = None
+
+    def _load_from_state_dict(self, state, prefix, errors):
+        _fill_placeholders(self, state, prefix)
+        super()._load_from_state_dict(state, prefix, errors)
 
     def _level(self, owner, name):
         child = owner._modules.get(name)

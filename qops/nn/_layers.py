@@ -24,9 +24,9 @@ F32 = np.float32
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "Linear", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
            "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
            "ReLU", "ReLU6", "ELU", "LeakyReLU", "Hardtanh", "Hardsigmoid", "Hardswish",
-           "Sigmoid", "Tanh", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d",
-           "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
-           "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d"]
+           "Sigmoid", "Tanh", "SiLU", "GELU", "MaxPool1d", "MaxPool2d", "MaxPool3d",
+           "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
+           "AdaptiveAvgPool3d", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d"]
 
 _rng = np.random.default_rng()
 
@@ -436,6 +436,41 @@ class Sigmoid(Module):
         if isinstance(input, QTensor):
             return qfunctional("sigmoid")(input)
         return fo.sigmoid(input)
+
+
+class SiLU(Module):
+    """x * sigmoid(x) (float only: PyTorch has no quantized SiLU; its graph mode runs it in
+    float between a dequantize and a quantize, as qops' does)."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input: Tensor) -> Tensor:
+        if isinstance(input, QTensor):
+            raise TypeError("SiLU takes a float array; PyTorch has no quantized SiLU "
+                            "(dequantize first)")
+        return fo.silu(input)
+
+
+class GELU(Module):
+    """x * Phi(x), the Gaussian CDF's exact form or (approximate="tanh") its tanh form (float
+    only, as SiLU)."""
+
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"GELU: approximate must be 'none' or 'tanh'; got {approximate!r}")
+        self.approximate = approximate
+
+    def forward(self, input: Tensor) -> Tensor:
+        if isinstance(input, QTensor):
+            raise TypeError("GELU takes a float array; qops has no quantized GELU "
+                            "(dequantize first)")
+        return fo.gelu(input, self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
 
 
 class Tanh(Module):

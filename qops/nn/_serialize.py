@@ -495,8 +495,9 @@ class _Plan:
             if k in m._parameters or k in m._buffers or k in m._modules:
                 raise _Bad(f"attribute {k!r} at {where} names a parameter, buffer or child")
             object.__setattr__(m, k, v)
-        if hasattr(m, "_graph_data"):
-            # Buffers read by the graph's "attr" nodes are registered before the state loads.
+        if getattr(cls, "_attr_buffers", False):
+            # Buffers read by the graph's "attr" nodes (at any level of its submodule tree)
+            # are registered as placeholders before the state loads.
             for k in self.state:
                 if k not in m._parameters and k not in m._buffers and k not in m._modules:
                     m.register_buffer(k, None)

@@ -130,10 +130,10 @@ def _float_table(torch):
     for name in ("Conv1d", "Conv2d", "Conv3d", "Linear", "BatchNorm1d", "BatchNorm2d",
                  "BatchNorm3d", "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
                  "InstanceNorm3d", "ReLU", "ReLU6", "ELU", "LeakyReLU", "Hardtanh", "Hardsigmoid",
-                 "Hardswish", "Sigmoid", "Tanh", "MaxPool1d", "MaxPool2d", "MaxPool3d",
-                 "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
-                 "AdaptiveAvgPool3d", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
-                 "Identity", "Flatten", "Dropout"):
+                 "Hardswish", "Sigmoid", "Tanh", "SiLU", "GELU", "MaxPool1d", "MaxPool2d",
+                 "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d",
+                 "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "Upsample", "UpsamplingNearest2d",
+                 "UpsamplingBilinear2d", "Identity", "Flatten", "Dropout"):
         table[getattr(tnn, name)] = _float_generic(getattr(qnn, name))
     from qops.nn import _rnn
     table.update(_rnn.torch_converters(torch))
@@ -269,6 +269,7 @@ def _copy_into(target, torch_module, table, what):
     from qops.nn.module import Module
     if not isinstance(target, Module):
         raise TypeError(f"{what}: target must be a qops.nn.Module; got {type(target).__name__}")
+    table = _with_subclasses(table, torch_module)
     t_mods = dict(torch_module.named_modules())
     q_names = {n for n, _ in target.named_modules()}
     # Leaf-most convertible modules: convert each and swap it into the target by name.
@@ -292,10 +293,30 @@ def _copy_into(target, torch_module, table, what):
     return target
 
 
+def _with_subclasses(table, module):
+    """`table` plus the subclasses of its layers found in `module` that keep their base's
+    forward (torchvision's Conv3DSimple is an nn.Conv3d with a helper method): each
+    converts as that base. A subclass with a forward of its own is traced into instead."""
+    import torch
+    containers = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
+    table = dict(table)
+    for m in module.modules():
+        cls = type(m)
+        if cls in table:
+            continue
+        for base in cls.__mro__[1:]:
+            if base in table and base not in containers:
+                if cls.forward is base.forward:
+                    table[cls] = table[base]
+                break
+    return table
+
+
 def _convert_or_capture(module, table, what, leaf_modules):
     import torch
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"{what}: expected a torch.nn.Module; got {type(module).__name__}")
+    table = _with_subclasses(table, module)
     if type(module) in table and not leaf_modules:
         return _convert(module, table, what)
     # A model class with its own forward: capture that forward as a graph.
@@ -322,6 +343,13 @@ def from_torch(module: Any, target: Optional[Module] = None,
     """
     import torch
     table = _float_table(torch)
+    if isinstance(module, torch.nn.Module):
+        quantized = _quantized_table(torch)
+        found = sorted({type(m).__name__ for m in module.modules()
+                        if type(m) in quantized and type(m) not in table})
+        if found:
+            raise TypeError(f"qops.nn.from_torch imports float models; this one has quantized "
+                            f"layers ({', '.join(found)}): use qops.nn.quantized.from_torch")
     if target is not None:
         return _copy_into(target, module, table, "qops.nn.from_torch")
     return _convert_or_capture(module, table, "qops.nn.from_torch", tuple(leaf_modules))

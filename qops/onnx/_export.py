@@ -362,6 +362,43 @@ def emit_unary(b, rec, x, out, kind, params=()):
     return b.q(y, out, h)
 
 
+def _bind_float(b, name, out):
+    val = _Val(name, np.shape(out))
+    b.bind(out, val)
+    return val
+
+
+def emit_silu(b, rec, x, out):
+    """x * Sigmoid(x) (float only, as qops.nn.SiLU)."""
+    h = rec.label
+    xv = b.get(x, rec.where)
+    y = b.node("Mul", [xv.name, b.node("Sigmoid", [xv.name], hint=h)], hint=h)
+    return _bind_float(b, y, out)
+
+
+def emit_gelu(b, rec, x, out, approximate):
+    """Gelu (opset 20) or its formula: 0.5 x (1 + Erf(x / sqrt 2)), or the tanh form."""
+    h = rec.label
+    xv = b.get(x, rec.where)
+    if b.opset >= 20:
+        return _bind_float(b, b.node("Gelu", [xv.name], hint=h, approximate=approximate),
+                           out)
+
+    def c(name, v):
+        return b.const(f"{h}_{name}", np.array(v, F32))
+    if approximate == "tanh":
+        cube = b.node("Mul", [xv.name, b.node("Mul", [xv.name, xv.name], hint=h)], hint=h)
+        inner = b.node("Add", [xv.name, b.node("Mul", [cube, c("k", 0.044715)], hint=h)],
+                       hint=h)
+        t = b.node("Tanh", [b.node("Mul", [inner, c("s", np.sqrt(2.0 / np.pi))], hint=h)],
+                   hint=h)
+    else:
+        t = b.node("Erf", [b.node("Mul", [xv.name, c("r", np.sqrt(0.5))], hint=h)], hint=h)
+    half_x = b.node("Mul", [xv.name, c("half", 0.5)], hint=h)
+    y = b.node("Mul", [half_x, b.node("Add", [t, c("one", 1.0)], hint=h)], hint=h)
+    return _bind_float(b, y, out)
+
+
 def _q_bound(v, xv):
     if v is None or not np.isfinite(v):
         if v is None:
@@ -1291,6 +1328,10 @@ def _module_step(b, rec, mod, args, out):
         return emit_unary(b, rec, x, out, "elu", (mod.alpha,))
     if isinstance(mod, fl.Hardswish):
         return emit_unary(b, rec, x, out, "hardswish")
+    if isinstance(mod, fl.SiLU):
+        return emit_silu(b, rec, x, out)
+    if isinstance(mod, fl.GELU):
+        return emit_gelu(b, rec, x, out, mod.approximate)
     if isinstance(mod, fl._MaxPoolNd):
         return emit_maxpool(b, rec, x, out, mod._NDIM, mod.kernel_size, mod.stride, mod.padding,
                             mod.dilation, mod.ceil_mode)

@@ -110,7 +110,14 @@ def _fixed(kind, is_qat=False):
 
 
 def _default_mapping(qconfig, is_qat):
+    from qops.quantization import observer as obs
+    from qops.quantization.qconfig import QConfig
     m = QConfigMapping().set_global(qconfig)
+    # layer norms get the backend's activation qconfig by type, as in PyTorch's mapping (its
+    # weights stay float): a set_global() afterwards does not reach them
+    layernorm = QConfig(activation=qconfig.activation, weight=obs.default_placeholder_observer)
+    for kind in (fl.LayerNorm, "layer_norm"):
+        m.set_object_type(kind, layernorm)
     zero_one, neg_one = _fixed("0to1", is_qat), _fixed("neg1to1", is_qat)
     for kind in (fl.Hardsigmoid, "hardsigmoid", fl.Sigmoid, "sigmoid"):
         m.set_object_type(kind, zero_one)
@@ -365,11 +372,14 @@ _SHARE_FUNCTIONS = {"relu", "relu6", "hardtanh", "clamp", "dropout", "flatten", 
 _SHARE_METHODS = {"view", "reshape", "flatten", "contiguous", "permute", "transpose", "mean",
                   "squeeze", "unsqueeze", "relu", "clamp"}
 _FIXED_FUNCTIONS = {"sigmoid", "hardsigmoid", "tanh"}
+# functions with an output observer of their own; only their first argument is an
+# activation (layer_norm's weight and bias stay float, as PyTorch's)
+_OWN_FUNCTIONS = {"hardswish", "layer_norm"}
 _BINARY = {"add", "torch.add", "mul", "torch.mul"}
 
 
 def _role(model, node, kinds):
-    """'own', 'share', 'fixed', 'cat', 'binary', 'hardswish' or None (float) for a node."""
+    """'own', 'share', 'fixed', 'cat', 'binary', 'own_fn' or None (float) for a node."""
     if node.op == "module":
         name = type(model.get_submodule(node.target)).__name__
         if name in _OWN_MODULES:
@@ -386,8 +396,8 @@ def _role(model, node, kinds):
             return "binary" if len(tensors) == 2 else None
         if t == "cat":
             return "cat"
-        if t == "hardswish":
-            return "hardswish"
+        if t in _OWN_FUNCTIONS:
+            return "own_fn"
         if t in _FIXED_FUNCTIONS:
             return "fixed"
         if t in _SHARE_FUNCTIONS:
@@ -523,6 +533,8 @@ def _prepare(model, qconfig_mapping, example_inputs, is_qat):
             qparams_of[relu_after[node.name]] = qparams_of[node.name]
             continue
         src_ins = [r for r in orig_refs if kinds.get(r) in ("tensor", "tensors")]
+        if role == "own_fn":
+            src_ins = [r for r in _refs(list(node.args[:1])) if r in src_ins]
         if role is None or kind not in ("tensor", "tensors"):
             continue
         if role == "share":
@@ -538,7 +550,7 @@ def _prepare(model, qconfig_mapping, example_inputs, is_qat):
                     _observer_node(node, qparams_of[first], new_nodes, observed)
             continue
         if not all(r in qnodes for r in src_ins) and role in ("own", "binary", "cat",
-                                                                     "hardswish"):
+                                                                     "own_fn"):
             # a float input: observe it where it is produced (PyTorch's input observer)
             for r in src_ins:
                 if not input_quantized(r):
@@ -694,6 +706,7 @@ def convert_fx(graph_module: Module, convert_custom_config: Optional[dict[Any, A
                  and n.name in info["qnodes"]}
     quantized = set()     # names of nodes whose value is a QTensor in the converted graph
     alias = {}            # observer node name -> the node it observed
+    quantize_of = {}      # float node name -> the quantize node made of it
 
     def q_ref(r):
         return alias.get(r, r)
@@ -736,16 +749,19 @@ def convert_fx(graph_module: Module, convert_custom_config: Optional[dict[Any, A
             out_nodes.append(node)
             continue
         path = qparams_of[node.name]
-        # float inputs of a quantized node: quantize them with their observed qparams
+        # float inputs of a quantized node: quantize them with their observed qparams, once
+        # for all the nodes that read them (as PyTorch's convert)
         for r in ins:
             if r not in quantized and r in qparams_of and info["kinds"].get(r) == "tensor":
-                s, z = _qparams(model, qparams_of[r])
-                qn = Node(f"{r}_quantize_for_{node.name}", "function", "quantize_per_tensor",
-                          [Ref(r), s, z, _quint8()])
-                out_nodes.append(qn)
-                node.args = _replace_refs(node.args, r, qn.name)
-                node.kwargs = _replace_refs(node.kwargs, r, qn.name)
-                quantized.add(qn.name)
+                if r not in quantize_of:
+                    s, z = _qparams(model, qparams_of[r])
+                    qn = Node(f"{r}_quantize_for_{node.name}", "function",
+                              "quantize_per_tensor", [Ref(r), s, z, _quint8()])
+                    out_nodes.append(qn)
+                    quantized.add(qn.name)
+                    quantize_of[r] = qn.name
+                node.args = _replace_refs(node.args, r, quantize_of[r])
+                node.kwargs = _replace_refs(node.kwargs, r, quantize_of[r])
         if node.op == "module":
             mod = model.get_submodule(node.target)
             if type(mod) in mapping and getattr(mod, "qconfig", None) is not None:
@@ -764,6 +780,12 @@ def convert_fx(graph_module: Module, convert_custom_config: Optional[dict[Any, A
         elif node.op == "function" and node.target == "hardswish":
             s, z = _qparams(model, path)
             node.target, node.args, node.kwargs = "quantized.hardswish", (node.args[0], s, z), {}
+        elif node.op == "function" and node.target == "layer_norm":
+            s, z = _qparams(model, path)
+            a = _bound(_LAYER_NORM_ARGS, node)
+            node.target, node.kwargs = "quantized.layer_norm", {}
+            node.args = (a["input"], a["normalized_shape"], a["weight"], a["bias"], a["eps"],
+                         s, z)
         out_nodes.append(node)
         quantized.add(node.name)
     # add + relu: quantized.add_relu (relu then shares its qparams, as in PyTorch)
@@ -772,6 +794,19 @@ def convert_fx(graph_module: Module, convert_custom_config: Optional[dict[Any, A
         del model._modules[path]
     model.__dict__.pop("_qops_fx", None)
     return _rebuild(model, out_nodes)
+
+
+# torch.nn.functional.layer_norm's arguments and defaults
+_LAYER_NORM_ARGS = (("input", None), ("normalized_shape", None), ("weight", None),
+                    ("bias", None), ("eps", 1e-5))
+
+
+def _bound(params, node):
+    """{argument name: value} of a function node's args and kwargs, defaults filled in."""
+    values = dict(params)
+    values.update(zip((p for p, _ in params), node.args))
+    values.update(node.kwargs)
+    return values
 
 
 def _quint8():
