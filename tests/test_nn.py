@@ -368,3 +368,46 @@ def test_hook_order_prepend_and_deepcopy():
     twin.fc.weight[...] = 0
     assert np.any(net.fc.weight != 0)
     assert [n for n, _ in twin.named_modules()] == [n for n, _ in net.named_modules()]
+
+
+@pytest.mark.parametrize("case", ["packed", "kdim_vdim_bias_kv_zero_attn", "batch_first",
+                                  "unbatched"])
+def test_multihead_attention_matches_torch(torch, case):
+    # float attention (transformers' encoders); PyTorch has no quantized one either
+    kw = dict(kdim=12, vdim=8, add_bias_kv=True, add_zero_attn=True) \
+        if case == "kdim_vdim_bias_kv_zero_attn" else {}
+    first = case == "batch_first"
+    tm = torch.nn.MultiheadAttention(16, 4, batch_first=first, **kw)
+    _randomize(tm, torch)
+    tm.eval()
+    qm = nn.from_torch(tm)
+    assert list(qm.state_dict()) == list(tm.state_dict())
+    L, S, N = 5, 7, 3
+    shapes = [(L, N, 16), (S, N, kw.get("kdim", 16)), (S, N, kw.get("vdim", 16))]
+    if first:
+        shapes = [(s[1], s[0], s[2]) for s in shapes]
+    if case == "unbatched":
+        shapes = [(s[0], s[2]) for s in shapes]
+    q, k, v = (_rand(*s, seed=i) for i, s in enumerate(shapes))
+    g = torch.Generator().manual_seed(4)
+    masks = [dict(), dict(attn_mask=torch.rand(L, S, generator=g) > 0.7),
+             dict(attn_mask=torch.randn(L, S, generator=g)),
+             dict(is_causal=True, attn_mask=None, need_weights=True)]
+    if case != "unbatched":
+        masks.append(dict(key_padding_mask=torch.rand(N, S, generator=g) > 0.8,
+                          average_attn_weights=False))
+    for extra in masks:
+        if extra.get("is_causal") and L != S:
+            extra = dict(attn_mask=torch.triu(torch.ones(L, S, dtype=torch.bool), 1))
+        targs = {k_: (v_.numpy() if hasattr(v_, "numpy") else v_) for k_, v_ in extra.items()}
+        with torch.no_grad():
+            want, want_w = tm(*(torch.from_numpy(t) for t in (q, k, v)), **extra)
+        got, got_w = qm(q, k, v, **targs)
+        _close(got, want.numpy())
+        _close(got_w, want_w.numpy())
+    out, w = qm(q, k, v, need_weights=False)
+    assert w is None
+    with pytest.raises(ValueError, match="key has"):
+        qm(q, k[..., :-1] if not first else k[..., :-1], v)
+    with pytest.raises(TypeError, match="float"):
+        qm(qops.quantize_per_tensor(q, 0.1, 0, qops.qint8), k, v)

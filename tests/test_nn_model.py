@@ -310,6 +310,7 @@ def _example(name, cls):
         "RNN": lambda: cls(3, 4, nonlinearity="relu"), "RNNBase": lambda: cls("LSTM", 3, 4),
         "LSTMCell": lambda: cls(3, 4), "GRUCell": lambda: cls(3, 4),
         "RNNCell": lambda: cls(3, 4), "RNNCellBase": lambda: cls(3, 4, True, 4),
+        "MultiheadAttention": lambda: cls(8, 2, kdim=6, vdim=4, add_bias_kv=True),
         "Sequential": lambda: cls(nn.ReLU(), nn.Tanh()),
         "ModuleList": lambda: cls([nn.ReLU()]), "ModuleDict": lambda: cls({"a": nn.ReLU()}),
     }
@@ -419,13 +420,19 @@ def test_issue19_load_raises_its_own_error(tmp_path):
     (nn.Linear, dict(in_features=60000, out_features=60000)),
     (nnq.Conv2d, dict(in_channels=4096, out_channels=4096, kernel_size={"tuple": [7, 7]})),
     (nnq.LayerNorm, dict(normalized_shape={"tuple": [40000, 40000]})),
-    (nn.BatchNorm2d, dict(num_features=10 ** 9))])
+    (nn.BatchNorm2d, dict(num_features=10 ** 9)),
+    (nn.Embedding, dict(num_embeddings=10 ** 7, embedding_dim=1000)),
+    (nn.LSTM, dict(input_size=4, hidden_size=4, num_layers=10 ** 7)),
+    (nn.GRUCell, dict(input_size=40000, hidden_size=40000)),
+    (nn.MultiheadAttention, dict(embed_dim=40000, num_heads=1))])
 def test_issue19_load_checks_sizes_before_building(tmp_path, cls, config):
     import time
     import tracemalloc
     small = {nnq.Linear: lambda: nnq.Linear(4, 4), nn.Linear: lambda: nn.Linear(4, 4),
              nnq.Conv2d: lambda: nnq.Conv2d(4, 4, 1), nnq.LayerNorm: lambda: nnq.LayerNorm(4),
-             nn.BatchNorm2d: lambda: nn.BatchNorm2d(4)}[cls]()
+             nn.BatchNorm2d: lambda: nn.BatchNorm2d(4), nn.Embedding: lambda: nn.Embedding(4, 4),
+             nn.LSTM: lambda: nn.LSTM(4, 4), nn.GRUCell: lambda: nn.GRUCell(4, 4),
+             nn.MultiheadAttention: lambda: nn.MultiheadAttention(4, 1)}[cls]()
     good = tmp_path / "small.npz"
     qops.save(small, good)
 

@@ -231,6 +231,68 @@ def test_torchvision_more_models_import_and_graph_mode(name):
             np.testing.assert_array_equal(qops.load(os.path.join(tmp, "m.npz"))(x.numpy()), out)
 
 
+def test_torchvision_vision_transformer():
+    # torchvision's ViT class, small: patch conv, class token (a parameter expanded and
+    # concatenated), torch._assert on shapes, float attention (PyTorch quantizes the linears
+    # and layer norms around it, not it), GELU.
+    torch = torch_or_skip()
+    _tv()
+    import importlib
+    vt = importlib.import_module("torchvision.models.vision_transformer")
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+    from qops.quantization import quantize_fx as qfx
+    tq = torch.ao.quantization
+    torch.manual_seed(0)
+    m = vt.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=4,
+                             hidden_dim=64, mlp_dim=128, num_classes=10).eval()
+    torch.nn.init.normal_(m.heads.head.weight)     # (torchvision zeroes the head)
+    x, calib = _data(torch, 32, 1, 2)[0], _data(torch, 32, 1, 1)
+    g = qnn.from_torch(m)
+    with torch.no_grad():
+        want = m(x).numpy()
+    np.testing.assert_allclose(g(x.numpy()), want, rtol=1e-4,
+                               atol=1e-5 * float(np.abs(want).max()))
+    p = prepare_fx(copy.deepcopy(m), get_default_qconfig_mapping("x86").set_global(
+        tq.QConfig(activation=tq.MinMaxObserver.with_args(reduce_range=True),
+                   weight=tq.get_default_qconfig("x86").weight)), (x,))
+    with torch.no_grad():
+        for c in calib:
+            p(c)
+    theirs = convert_fx(p)
+    with torch.no_grad():
+        want = theirs(x).numpy()
+    # the attention runs in float (numpy's sums, not oneDNN's) before its output is
+    # quantized: exact here, but one step off would be within the float contract
+    imported = nnq.from_torch(theirs)
+    np.testing.assert_array_equal(imported(x.numpy()), want)
+    gp = qfx.prepare_fx(g, qfx.get_default_qconfig_mapping("x86").set_global(
+        qq.QConfig(activation=qq.MinMaxObserver.with_args(reduce_range=True),
+                   weight=qq.get_default_qconfig("x86").weight)), (x.numpy(),))
+    for c in calib:
+        gp(c.numpy())
+    ours = qfx.convert_fx(gp)
+    mods = dict(ours.named_modules())
+    checked = 0
+    for n, mm in theirs.named_modules():
+        if hasattr(mm, "scale") and not callable(mm.scale):
+            mine = mods[n]
+            assert type(mine).__name__ == type(mm).__name__, n
+            assert int(np.asarray(mine.zero_point).ravel()[0]) == int(mm.zero_point), n
+            np.testing.assert_allclose(float(np.asarray(mine.scale).ravel()[0]),
+                                       float(mm.scale), rtol=SCALE_RTOL, err_msg=n)
+            checked += 1
+    assert checked >= 10
+    got = ours(x.numpy())
+    assert (got.argmax(1) == want.argmax(1)).all()
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        for model, out in ((imported, want), (ours, got)):
+            qops.save(model, os.path.join(tmp, "m.npz"))
+            np.testing.assert_array_equal(qops.load(os.path.join(tmp, "m.npz"))(x.numpy()), out)
+
+
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_large"])
 def test_torchvision_graph_mode_in_qops_matches_torch(name):
     # issue 21: the unmodified float torchvision class, quantized by qops' own prepare_fx /

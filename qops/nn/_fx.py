@@ -41,6 +41,7 @@ def _function_names(torch):
         F.interpolate: "interpolate", F.linear: "linear",
         torch.quantize_per_tensor: "quantize_per_tensor", torch.dequantize: "dequantize",
         builtins.int: "int", builtins.float: "float", builtins.len: "len",
+        torch._assert: "assert", operator.eq: "eq", operator.ne: "ne",
     }
     for fname in ("max_pool1d_with_indices", "max_pool2d_with_indices",
                   "max_pool3d_with_indices"):

@@ -421,6 +421,26 @@ def _stochastic_depth(x, p, mode, training=True):
     return x
 
 
+def _expand(x, *sizes):
+    _no_q("expand", x)
+    sizes = _shape_args(sizes)
+    lead = len(sizes) - x.ndim
+    if lead < 0:
+        raise ValueError(f"expand: {len(sizes)} sizes for a tensor of {x.ndim} dims")
+    # -1 keeps a dim; new leading dims must be given; numpy's broadcast checks the rest
+    shape = tuple(x.shape[i - lead] if s == -1 and i >= lead else s
+                  for i, s in enumerate(sizes))
+    if any(s < 0 for s in shape):
+        raise ValueError(f"expand: size -1 is only allowed for an existing dim; got {sizes}")
+    return np.broadcast_to(x, shape)
+
+
+def _assert(condition, message=""):
+    # torch._assert, as forwards use it to check shapes (torchvision's ViT)
+    if not condition:
+        raise AssertionError(message)
+
+
 def _squeeze(x, dim=None):
     if _is_q(x):
         return x.squeeze(dim)
@@ -491,6 +511,8 @@ FUNCTIONS = {
     "quantized.hardswish": _q_hardswish,
     "quantized.layer_norm": _q_layer_norm,
     "numel": _numel,
+    "assert": _assert,
+    "eq": operator.eq, "ne": operator.ne,
     "int": int, "float": float, "len": len,
 }
 
@@ -511,6 +533,7 @@ METHODS = {
     "split": _split,
     "squeeze": _squeeze,
     "unsqueeze": _unsqueeze,
+    "expand": _expand,
     "dequantize": _dequantize,
     "relu": _relu,
     "sigmoid": _sigmoid,

@@ -423,6 +423,19 @@ def _declared_numel(cls, config):
         if key in a:
             used = always or a.get("affine", True) or a.get("track_running_stats", False)
             return _dims(a[key])[0] if used else 0
+    if "num_embeddings" in a and "embedding_dim" in a:
+        # (4-bit rows store two values a byte)
+        return prod(_dims(a["num_embeddings"]) + _dims(a["embedding_dim"])) // 2
+    if "input_size" in a and "hidden_size" in a:
+        # one gate's weights of the first layer and one hidden-to-hidden weight of every layer
+        # and direction: a lower bound of what any of the recurrent types stores
+        i, h = _dims(a["input_size"])[0], _dims(a["hidden_size"])[0]
+        real = _dims(a.get("proj_size", 0) or h)[0]
+        layers = _dims(a.get("num_layers", 1))[0] * (2 if a.get("bidirectional") else 1)
+        return h * i + max(layers, 1) * h * real
+    if "embed_dim" in a and "num_heads" in a:
+        e = _dims(a["embed_dim"])[0]
+        return e * (e + _dims(a.get("kdim") or e)[0] + _dims(a.get("vdim") or e)[0])
     return 0
 
 

@@ -121,6 +121,17 @@ def _fused(qcls):
     return build
 
 
+def _attention(tm, convert):
+    """qops.nn.MultiheadAttention of a torch one (its bias and bias_kv are not attributes)."""
+    from qops.nn._attention import MultiheadAttention
+    m = MultiheadAttention(tm.embed_dim, tm.num_heads, tm.dropout,
+                           bias=tm.in_proj_bias is not None, add_bias_kv=tm.bias_k is not None,
+                           add_zero_attn=tm.add_zero_attn, kdim=tm.kdim, vdim=tm.vdim,
+                           batch_first=tm.batch_first)
+    m.load_state_dict({k: _np(v) for k, v in tm.state_dict().items()}, strict=True)
+    return m
+
+
 def _float_table(torch):
     import qops.nn as qnn
     from qops.nn import intrinsic as qnni
@@ -135,6 +146,7 @@ def _float_table(torch):
                  "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "Upsample", "UpsamplingNearest2d",
                  "UpsamplingBilinear2d", "Identity", "Flatten", "Dropout"):
         table[getattr(tnn, name)] = _float_generic(getattr(qnn, name))
+    table[tnn.MultiheadAttention] = _attention
     from qops.nn import _rnn
     table.update(_rnn.torch_converters(torch))
     from qops.nn import _embedding

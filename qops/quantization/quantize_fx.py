@@ -414,8 +414,10 @@ def _role(model, node, kinds):
 def _kind_of(value):
     if isinstance(value, (np.ndarray, QTensor)):
         return "tensor"
+    # (attention returns (output, None) without its weights)
     if isinstance(value, (tuple, list)) and value and all(
-            isinstance(v, (np.ndarray, QTensor)) for v in value):
+            isinstance(v, (np.ndarray, QTensor)) or v is None for v in value) and any(
+            v is not None for v in value):
         return "tensors"
     return "other"
 
@@ -732,7 +734,7 @@ def convert_fx(graph_module: Module, convert_custom_config: Optional[dict[Any, A
             node.args = (_dequantize_refs(node.args[0], quantized, out_nodes),)
             out_nodes.append(node)
             continue
-        ins = _refs(list(node.args)) + _refs(list(node.kwargs.values()))
+        ins = list(dict.fromkeys(_refs(list(node.args)) + _refs(list(node.kwargs.values()))))
         qin = [r for r in ins if r in quantized]
         mine = node.name in info["qnodes"]
         if not mine and info["kinds"].get(node.name) == "other":

@@ -1,0 +1,208 @@
+"""Float multi-head attention (torch.nn.MultiheadAttention's names, arguments and state_dict).
+
+Float only, as in PyTorch's quantization flows: its x86 backend config has no quantized
+attention, so graph mode runs it in float between a dequantize and a quantize (the Linear
+layers around it quantize). Eval-mode semantics; dropout on the weights is not applied.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import numpy as np
+
+from qops._qtensor import QTensor
+from qops.nn import _float_ops as fo
+from qops.nn._layers import Linear, _uniform
+from qops.nn.module import Module
+
+__all__ = ["MultiheadAttention"]
+
+F32 = np.float32
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)).astype(F32)
+
+
+class MultiheadAttention(Module):
+    """Attention of `num_heads` heads: softmax(q k^T / sqrt(head_dim) + mask) v, projected.
+
+    Parameters
+    ----------
+    embed_dim : int, the query's features (divisible by num_heads)
+    num_heads : int
+    dropout : float, attention-weight dropout (training only; refused there)
+    bias : bool, biases of the input and output projections
+    add_bias_kv : bool, a learned key and value appended to the sequence
+    add_zero_attn : bool, a zero key and value appended to the sequence
+    kdim, vdim : features of key and value (default embed_dim: one packed projection)
+    batch_first : bool, inputs and output are (N, L, E) rather than (L, N, E)
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 add_bias_kv: bool = False, add_zero_attn: bool = False,
+                 kdim: Optional[int] = None, vdim: Optional[int] = None,
+                 batch_first: bool = False, device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        embed_dim, num_heads = int(embed_dim), int(num_heads)
+        if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads:
+            raise ValueError(f"MultiheadAttention: embed_dim ({embed_dim}) must be a positive "
+                             f"multiple of num_heads ({num_heads})")
+        self.embed_dim, self.num_heads = embed_dim, num_heads
+        self.kdim = int(kdim) if kdim is not None else embed_dim
+        self.vdim = int(vdim) if vdim is not None else embed_dim
+        self.dropout = float(dropout)
+        self.add_zero_attn = bool(add_zero_attn)
+        self.batch_first = bool(batch_first)
+        self.head_dim = embed_dim // num_heads
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
+        bound = math.sqrt(6.0 / (4 * embed_dim))      # (initial values only; imports overwrite)
+        if self._qkv_same_embed_dim:
+            self.register_parameter("in_proj_weight", _uniform((3 * embed_dim, embed_dim), bound))
+        else:
+            self.register_parameter("q_proj_weight", _uniform((embed_dim, embed_dim), bound))
+            self.register_parameter("k_proj_weight", _uniform((embed_dim, self.kdim), bound))
+            self.register_parameter("v_proj_weight", _uniform((embed_dim, self.vdim), bound))
+        self.register_parameter("in_proj_bias", np.zeros(3 * embed_dim, F32) if bias else None)
+        self.out_proj = Linear(embed_dim, embed_dim, bias=bias)
+        if bias:
+            self.out_proj.bias = np.zeros(embed_dim, F32)
+        if add_bias_kv:
+            self.register_parameter("bias_k", _uniform((1, 1, embed_dim), 0.1))
+            self.register_parameter("bias_v", _uniform((1, 1, embed_dim), 0.1))
+        else:
+            self.register_parameter("bias_k", None)
+            self.register_parameter("bias_v", None)
+
+    def _config(self):
+        return dict(embed_dim=self.embed_dim, num_heads=self.num_heads, dropout=self.dropout,
+                    bias=self.in_proj_bias is not None, add_bias_kv=self.bias_k is not None,
+                    add_zero_attn=self.add_zero_attn, kdim=self.kdim, vdim=self.vdim,
+                    batch_first=self.batch_first)
+
+    def extra_repr(self) -> str:
+        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
+                f"batch_first={self.batch_first}")
+
+    def _projections(self):
+        e = self.embed_dim
+        b = self.in_proj_bias
+        bq, bk, bv = (None, None, None) if b is None else (b[:e], b[e:2 * e], b[2 * e:])
+        if self._qkv_same_embed_dim:
+            w = self.in_proj_weight
+            return (w[:e], bq), (w[e:2 * e], bk), (w[2 * e:], bv)
+        return (self.q_proj_weight, bq), (self.k_proj_weight, bk), (self.v_proj_weight, bv)
+
+    def forward(self, query: Any, key: Any, value: Any, key_padding_mask: Any = None,
+                need_weights: bool = True, attn_mask: Any = None,
+                average_attn_weights: bool = True, is_causal: bool = False) -> Any:
+        """(attention output, attention weights or None), as torch.nn.MultiheadAttention.
+
+        Parameters
+        ----------
+        query, key, value : float arrays (L, N, E) / (S, N, kdim) / (S, N, vdim), batch first
+            if `batch_first`, or unbatched (L, E) / (S, kdim) / (S, vdim)
+        key_padding_mask : (N, S) bool (True: ignore that key) or float (added), or None
+        need_weights : bool, also return the weights (averaged over heads if
+            `average_attn_weights`)
+        attn_mask : (L, S) or (N * num_heads, L, S), bool (True: not allowed) or float (added)
+        is_causal : bool, a hint PyTorch takes with attn_mask given; without one, a causal mask
+        """
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if isinstance(t, QTensor):
+                raise TypeError(f"MultiheadAttention: {name} must be a float array (PyTorch "
+                                f"has no quantized attention: dequantize first)")
+        if self.training and self.dropout > 0:
+            raise ValueError("MultiheadAttention: attention dropout in training mode is not "
+                             "supported; call eval()")
+        q, k, v = (fo.as_f32(t) for t in (query, key, value))
+        unbatched = q.ndim == 2
+        if unbatched:
+            q, k, v = q[:, None], k[:, None], v[:, None]
+        elif self.batch_first:
+            q, k, v = (np.swapaxes(t, 0, 1) for t in (q, k, v))
+        if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
+            raise ValueError(f"MultiheadAttention: query, key and value must be 2-d or 3-d; got "
+                             f"{query.ndim}, {key.ndim} and {value.ndim} dims")
+        L, N, E = q.shape
+        for name, t, want in (("query", q, self.embed_dim), ("key", k, self.kdim),
+                              ("value", v, self.vdim)):
+            if t.shape[2] != want:
+                raise ValueError(f"MultiheadAttention: {name} has {t.shape[2]} features, "
+                                 f"expected {want}")
+            if t.shape[1] != N:
+                raise ValueError(f"MultiheadAttention: {name} has batch {t.shape[1]}, query "
+                                 f"has {N}")
+        if k.shape[0] != v.shape[0]:
+            raise ValueError(f"MultiheadAttention: key has {k.shape[0]} positions, value "
+                             f"{v.shape[0]}")
+        (wq, bq), (wk, bk), (wv, bv) = self._projections()
+        q, k, v = fo.linear(q, wq, bq), fo.linear(k, wk, bk), fo.linear(v, wv, bv)
+        if self.bias_k is not None:
+            k = np.concatenate([k, np.broadcast_to(self.bias_k, (1, N, E))], 0)
+            v = np.concatenate([v, np.broadcast_to(self.bias_v, (1, N, E))], 0)
+        mask = self._mask(attn_mask, key_padding_mask, is_causal, L, N, k.shape[0],
+                          self.bias_k is not None)
+        H, D = self.num_heads, self.head_dim
+
+        def heads(t):                  # (S, N, E) -> (N * H, S, D)
+            return np.ascontiguousarray(t.reshape(t.shape[0], N * H, D).transpose(1, 0, 2))
+        q, k, v = heads(q), heads(k), heads(v)
+        if self.add_zero_attn:
+            k = np.concatenate([k, np.zeros((N * H, 1, D), F32)], 1)
+            v = np.concatenate([v, np.zeros((N * H, 1, D), F32)], 1)
+            if mask is not None:
+                mask = np.concatenate([mask, np.zeros(mask.shape[:-1] + (1,), F32)], -1)
+        scores = (q * F32(1.0 / math.sqrt(D))) @ k.transpose(0, 2, 1)
+        if mask is not None:
+            scores = scores + mask
+        attn = _softmax(scores)
+        out = (attn @ v).transpose(1, 0, 2).reshape(L, N, E)
+        out = fo.linear(out, self.out_proj.weight, self.out_proj.bias)
+        if unbatched:
+            out = out[:, 0]
+        elif self.batch_first:
+            out = np.ascontiguousarray(np.swapaxes(out, 0, 1))
+        if not need_weights:
+            return out, None
+        w = attn.reshape(N, H, L, -1)
+        if average_attn_weights:
+            w = w.mean(axis=1, dtype=F32)
+        return out, (w[0] if unbatched else w)
+
+    def _mask(self, attn_mask, key_padding_mask, is_causal, L, N, S, with_bias_kv):
+        """The additive mask (N * H, L, S) or (L, S), or None."""
+        H = self.num_heads
+
+        def additive(m, what):
+            m = np.asarray(m)
+            if m.dtype == np.bool_:
+                return np.where(m, F32(-np.inf), F32(0))
+            if not np.issubdtype(m.dtype, np.floating):
+                raise TypeError(f"MultiheadAttention: {what} must be bool or float; got "
+                                f"{m.dtype}")
+            return m.astype(F32)
+        mask = None
+        if attn_mask is None and is_causal:
+            attn_mask = np.triu(np.ones((L, S), np.bool_), 1)
+        if attn_mask is not None:
+            mask = additive(attn_mask, "attn_mask")
+            if with_bias_kv:
+                mask = np.concatenate([mask, np.zeros(mask.shape[:-1] + (1,), F32)], -1)
+            if mask.shape not in ((L, S), (N * H, L, S)):
+                raise ValueError(f"MultiheadAttention: attn_mask has shape {mask.shape}; "
+                                 f"expected {(L, S)} or {(N * H, L, S)}")
+        if key_padding_mask is not None:
+            kp = additive(key_padding_mask, "key_padding_mask")
+            if kp.ndim == 1:
+                kp = kp[None]
+            if with_bias_kv:
+                kp = np.concatenate([kp, np.zeros((kp.shape[0], 1), F32)], -1)
+            if kp.shape != (N, S):
+                raise ValueError(f"MultiheadAttention: key_padding_mask has shape {kp.shape}; "
+                                 f"expected {(N, S)}")
+            kp = np.repeat(kp, H, axis=0)[:, None, :]
+            mask = kp if mask is None else mask + kp
+        return mask
