@@ -411,3 +411,96 @@ def test_multihead_attention_matches_torch(torch, case):
         qm(q, k[..., :-1] if not first else k[..., :-1], v)
     with pytest.raises(TypeError, match="float"):
         qm(qops.quantize_per_tensor(q, 0.1, 0, qops.qint8), k, v)
+
+
+@pytest.mark.parametrize("batch_first, norm_first, activation",
+                         [(True, False, "relu"), (False, True, "gelu")])
+def test_transformer_encoder_float_and_dynamic_match_torch(torch, batch_first, norm_first,
+                                                           activation):
+    # the classic dynamic-quantization target: an encoder whose feed-forward linears run
+    # int8 (attention's output projection stays float, in PyTorch and in qops)
+    import copy
+    t = torch.nn
+    import qops.nn.quantized as nnq
+    import qops.quantization as qq
+
+    class Net(t.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = t.Linear(8, 32)
+            layer = t.TransformerEncoderLayer(32, 4, 64, activation=activation,
+                                              batch_first=batch_first, norm_first=norm_first)
+            self.enc = t.TransformerEncoder(layer, 2, norm=t.LayerNorm(32),
+                                            enable_nested_tensor=False)
+            self.fc = t.Linear(32, 5)
+
+        def forward(self, x, mask=None, key_padding_mask=None):
+            return self.fc(self.enc(self.emb(x), mask=mask,
+                                    src_key_padding_mask=key_padding_mask))
+
+    torch.manual_seed(0)
+    m = Net().eval()
+    x = _rand(*((3, 7, 8) if batch_first else (7, 3, 8)), seed=5)
+    g = torch.Generator().manual_seed(6)
+    pad = torch.rand(3, 7, generator=g) > 0.7
+    pad[:, 0] = False
+    causal = t.Transformer.generate_square_subsequent_mask(7)
+    ours = nn.from_torch(m)
+    with torch.no_grad():
+        _close(ours(x), m(torch.from_numpy(x)).numpy())
+        _close(ours(x, causal.numpy(), pad.numpy()),
+               m(torch.from_numpy(x), causal, pad).numpy())
+    # PyTorch 2.13's encoder fast path fails on dynamic-quantized linears with batch_first
+    # ("'function' object has no attribute 'device'"): its slow path runs the same math
+    fast = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        d = torch.ao.quantization.quantize_dynamic(copy.deepcopy(m), {t.Linear},
+                                                   dtype=torch.qint8)
+        with torch.no_grad():
+            want = d(torch.from_numpy(x)).numpy()
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fast)
+    # a dynamic linear comes last: its input quantization absorbs the float parts' rounding
+    # differences (attention and norms sum in another order), so the outputs are identical
+    # here; in general they agree to float32 rounding
+    np.testing.assert_array_equal(nnq.from_torch(d)(x), want)
+    q = qq.quantize_dynamic(nn.from_torch(m), {nn.Linear}, dtype=qops.qint8)
+    kinds = {n: type(mm).__name__ for n, mm in q.named_modules()}
+    assert kinds["enc.layers.0.self_attn.out_proj"] == "NonDynamicallyQuantizableLinear"
+    assert type(q.enc.layers[0].linear1).__module__.startswith("qops.nn.quantized.dynamic")
+    np.testing.assert_array_equal(q(x), want)
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_transformer_float_and_dynamic_match_torch(torch, batch_first):
+    # torch.nn.Transformer: an encoder and a decoder with attention over the encoder's memory
+    import copy
+    t = torch.nn
+    import qops.nn.quantized as nnq
+    import qops.quantization as qq
+    torch.manual_seed(0)
+    m = t.Transformer(16, 2, 2, 1, 32, activation="gelu", batch_first=batch_first,
+                      norm_first=batch_first).eval()
+    src = _rand(*((2, 6, 16) if batch_first else (6, 2, 16)), seed=7)
+    tgt = _rand(*((2, 5, 16) if batch_first else (5, 2, 16)), seed=8)
+    causal = t.Transformer.generate_square_subsequent_mask(5)
+    ours = nn.from_torch(m)
+    assert type(ours).__name__ == "Transformer"
+    with torch.no_grad():
+        _close(ours(src, tgt, tgt_mask=causal.numpy()),
+               m(torch.from_numpy(src), torch.from_numpy(tgt), tgt_mask=causal).numpy())
+    fast = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)      # (see the encoder test)
+    try:
+        d = torch.ao.quantization.quantize_dynamic(copy.deepcopy(m), {t.Linear},
+                                                   dtype=torch.qint8)
+        with torch.no_grad():
+            want = d(torch.from_numpy(src), torch.from_numpy(tgt), tgt_mask=causal).numpy()
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fast)
+    # the int8 linears are exact; attention and the norms are float (numpy's sums, not
+    # oneDNN's), and here a norm comes last: float32 rounding apart
+    _close(nnq.from_torch(d)(src, tgt, tgt_mask=causal.numpy()), want)
+    q = qq.quantize_dynamic(nn.from_torch(m), {nn.Linear}, dtype=qops.qint8)
+    _close(q(src, tgt, tgt_mask=causal.numpy()), want)

@@ -288,7 +288,7 @@ def _example(name, cls):
         return cls(*parts)
     if short.startswith(("Conv", "ConvReLU")) and ".qat." not in name:
         return cls(2, 4, 3)
-    if short in ("Linear", "LinearReLU"):
+    if short in ("Linear", "LinearReLU", "NonDynamicallyQuantizableLinear"):
         return cls(3, 2)
     if short.startswith(("BatchNorm", "BNReLU", "InstanceNorm")):
         return cls(4)
@@ -311,6 +311,14 @@ def _example(name, cls):
         "LSTMCell": lambda: cls(3, 4), "GRUCell": lambda: cls(3, 4),
         "RNNCell": lambda: cls(3, 4), "RNNCellBase": lambda: cls(3, 4, True, 4),
         "MultiheadAttention": lambda: cls(8, 2, kdim=6, vdim=4, add_bias_kv=True),
+        "TransformerEncoderLayer": lambda: cls(8, 2, 16, activation="gelu", norm_first=True),
+        "TransformerEncoder": lambda: cls(nn.TransformerEncoderLayer(8, 2, 16), 2,
+                                          nn.LayerNorm(8)),
+        "TransformerDecoderLayer": lambda: cls(8, 2, 16),
+        "TransformerDecoder": lambda: cls(nn.TransformerDecoderLayer(8, 2, 16), 2),
+        "Transformer": lambda: cls(nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16)),
+                                   nn.TransformerDecoder(nn.TransformerDecoderLayer(8, 2, 16)),
+                                   8, 2),
         "Sequential": lambda: cls(nn.ReLU(), nn.Tanh()),
         "ModuleList": lambda: cls([nn.ReLU()]), "ModuleDict": lambda: cls({"a": nn.ReLU()}),
     }
@@ -424,7 +432,8 @@ def test_issue19_load_raises_its_own_error(tmp_path):
     (nn.Embedding, dict(num_embeddings=10 ** 7, embedding_dim=1000)),
     (nn.LSTM, dict(input_size=4, hidden_size=4, num_layers=10 ** 7)),
     (nn.GRUCell, dict(input_size=40000, hidden_size=40000)),
-    (nn.MultiheadAttention, dict(embed_dim=40000, num_heads=1))])
+    (nn.MultiheadAttention, dict(embed_dim=40000, num_heads=1)),
+    (nn.TransformerEncoderLayer, dict(d_model=20000, nhead=1, dim_feedforward=20000))])
 def test_issue19_load_checks_sizes_before_building(tmp_path, cls, config):
     import time
     import tracemalloc
@@ -432,14 +441,15 @@ def test_issue19_load_checks_sizes_before_building(tmp_path, cls, config):
              nnq.Conv2d: lambda: nnq.Conv2d(4, 4, 1), nnq.LayerNorm: lambda: nnq.LayerNorm(4),
              nn.BatchNorm2d: lambda: nn.BatchNorm2d(4), nn.Embedding: lambda: nn.Embedding(4, 4),
              nn.LSTM: lambda: nn.LSTM(4, 4), nn.GRUCell: lambda: nn.GRUCell(4, 4),
-             nn.MultiheadAttention: lambda: nn.MultiheadAttention(4, 1)}[cls]()
+             nn.MultiheadAttention: lambda: nn.MultiheadAttention(4, 1),
+             nn.TransformerEncoderLayer: lambda: nn.TransformerEncoderLayer(4, 1, 8)}[cls]()
     good = tmp_path / "small.npz"
     qops.save(small, good)
 
     def grow(m):
         m["model"]["config"].update(config)
     bad = _rewrite(good, tmp_path / "big.npz", grow)
-    assert bad.stat().st_size < 8000
+    assert bad.stat().st_size < 16000     # (an encoder layer: 16 small arrays)
     tracemalloc.start()
     t0 = time.perf_counter()
     try:
@@ -501,3 +511,15 @@ def test_attributes_set_after_construction_are_saved_or_refused(tmp_path):
     m[1].hook = lambda x: x
     with pytest.raises(TypeError, match="attribute 'hook'.*set after it was built"):
         qops.save(m, tmp_path / "b.npz")
+
+
+def test_transformer_of_real_size_saves_and_loads(tmp_path):
+    # qops.load's size check counts a transformer layer's weights in its children (which its
+    # constructor builds); a container Transformer declares none of its own
+    m = nn.Transformer(nn.TransformerEncoder(nn.TransformerEncoderLayer(256, 4, 512), 1),
+                       nn.TransformerDecoder(nn.TransformerDecoderLayer(256, 4, 512), 1),
+                       256, 4).eval()
+    qops.save(m, tmp_path / "t.npz")
+    back = qops.load(tmp_path / "t.npz")
+    x = np.random.default_rng(0).normal(size=(3, 2, 256)).astype(np.float32)
+    np.testing.assert_array_equal(back(x, x[:2]), m(x, x[:2]))

@@ -4,7 +4,15 @@ Float layers (numpy forward) under PyTorch's names, the `Module` base, and the s
 `qops.nn.quantized` (+ `.dynamic`), `qops.nn.intrinsic` (+ `.quantized`, `.qat`) and
 `qops.nn.qat`. `qops.save` / `qops.load` store and restore whole models without pickle.
 """
-from qops.nn._attention import MultiheadAttention  # noqa: F401
+from qops.nn._attention import (  # noqa: F401
+    MultiheadAttention,
+    NonDynamicallyQuantizableLinear,
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 from qops.nn._embedding import Embedding, EmbeddingBag  # noqa: F401
 from qops.nn._graph import GraphModule  # noqa: F401
 from qops.nn._layers import (  # noqa: F401
@@ -64,7 +72,9 @@ __all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "Identity", "Flat
            "Dropout", "GraphModule", "from_torch", "register_module_type",
            "module_type_table"] + list(_layers_all) + [
                "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"] + [
-               "Embedding", "EmbeddingBag", "MultiheadAttention"]
+               "Embedding", "EmbeddingBag", "MultiheadAttention",
+               "NonDynamicallyQuantizableLinear", "TransformerEncoderLayer", "TransformerEncoder",
+               "TransformerDecoderLayer", "TransformerDecoder", "Transformer"]
 
 _SUBPACKAGES = ("quantized", "intrinsic", "qat", "utils")
 

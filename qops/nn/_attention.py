@@ -1,8 +1,10 @@
-"""Float multi-head attention (torch.nn.MultiheadAttention's names, arguments and state_dict).
+"""Attention and transformer layers (torch.nn's names, arguments and state_dict keys).
 
-Float only, as in PyTorch's quantization flows: its x86 backend config has no quantized
-attention, so graph mode runs it in float between a dequantize and a quantize (the Linear
-layers around it quantize). Eval-mode semantics; dropout on the weights is not applied.
+`MultiheadAttention` is float only, as in PyTorch's quantization flows: its x86 backend config
+has no quantized attention, so graph mode runs it in float between a dequantize and a quantize,
+and `quantize_dynamic` leaves its output projection float (a `NonDynamicallyQuantizableLinear`,
+as PyTorch's). The feed-forward Linear layers of `TransformerEncoderLayer` quantize like any
+Linear (dynamically, typically). Eval-mode semantics: dropout is not applied.
 """
 from __future__ import annotations
 
@@ -13,10 +15,11 @@ import numpy as np
 
 from qops._qtensor import QTensor
 from qops.nn import _float_ops as fo
-from qops.nn._layers import Linear, _uniform
-from qops.nn.module import Module
+from qops.nn._layers import LayerNorm, Linear, _uniform
+from qops.nn.module import Dropout, Module, ModuleList
 
-__all__ = ["MultiheadAttention"]
+__all__ = ["MultiheadAttention", "NonDynamicallyQuantizableLinear", "TransformerEncoderLayer",
+           "TransformerEncoder", "TransformerDecoderLayer", "TransformerDecoder", "Transformer"]
 
 F32 = np.float32
 
@@ -24,6 +27,11 @@ F32 = np.float32
 def _softmax(x):
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return (e / e.sum(axis=-1, keepdims=True)).astype(F32)
+
+
+class NonDynamicallyQuantizableLinear(Linear):
+    """The output projection of MultiheadAttention: a Linear that quantize_dynamic (which
+    matches exact types) leaves float, because attention reads its weight directly."""
 
 
 class MultiheadAttention(Module):
@@ -66,7 +74,7 @@ class MultiheadAttention(Module):
             self.register_parameter("k_proj_weight", _uniform((embed_dim, self.kdim), bound))
             self.register_parameter("v_proj_weight", _uniform((embed_dim, self.vdim), bound))
         self.register_parameter("in_proj_bias", np.zeros(3 * embed_dim, F32) if bias else None)
-        self.out_proj = Linear(embed_dim, embed_dim, bias=bias)
+        self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias)
         if bias:
             self.out_proj.bias = np.zeros(embed_dim, F32)
         if add_bias_kv:
@@ -206,3 +214,236 @@ class MultiheadAttention(Module):
             kp = np.repeat(kp, H, axis=0)[:, None, :]
             mask = kp if mask is None else mask + kp
         return mask
+
+
+_ACTIVATIONS = {"relu": fo.relu, "gelu": fo.gelu}
+
+
+class TransformerEncoderLayer(Module):
+    """Self-attention and a feed-forward block, each with a residual and a layer norm.
+
+    Parameters
+    ----------
+    d_model : int, the features
+    nhead : int, attention heads
+    dim_feedforward : int, the hidden size of the feed-forward block
+    dropout : float (training only)
+    activation : "relu" or "gelu", of the feed-forward block
+    layer_norm_eps : float
+    batch_first : bool, (N, S, E) rather than (S, N, E)
+    norm_first : bool, the norms before attention and feed-forward rather than after
+    bias : bool, biases of the linear layers and norms
+    """
+
+    _weights_in_children = True     # (qops.load checks the sizes against the subtree's)
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048,
+                 dropout: float = 0.1, activation: str = "relu", layer_norm_eps: float = 1e-5,
+                 batch_first: bool = False, norm_first: bool = False, bias: bool = True,
+                 device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"TransformerEncoderLayer: activation must be 'relu' or 'gelu'; got "
+                             f"{activation!r}")
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                            batch_first=batch_first)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias)
+        self.norm_first = bool(norm_first)
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+        self.activation = activation
+
+    def _config(self):
+        # read back from the layers (quantize_dynamic may have swapped the linear ones)
+        return dict(d_model=self.self_attn.embed_dim, nhead=self.self_attn.num_heads,
+                    dim_feedforward=int(self.linear1.out_features),
+                    dropout=float(self.dropout.p), activation=self.activation,
+                    layer_norm_eps=float(self.norm1.eps), batch_first=self.self_attn.batch_first,
+                    norm_first=self.norm_first, bias=self.norm1.bias is not None)
+
+    def forward(self, src: Any, src_mask: Any = None, src_key_padding_mask: Any = None,
+                is_causal: bool = False) -> Any:
+        """The layer's output for src (S, N, E) or batch first (N, S, E), as PyTorch's."""
+        x = src
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
+            x = x + self._ff_block(self.norm2(x))
+        else:
+            x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal))
+            x = self.norm2(x + self._ff_block(x))
+        return x
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
+        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                           need_weights=False, is_causal=is_causal)[0]
+        return self.dropout1(x)
+
+    def _ff_block(self, x):
+        h = _ACTIVATIONS[self.activation](self.linear1(x))
+        return self.dropout2(self.linear2(self.dropout(h)))
+
+
+class TransformerEncoder(Module):
+    """A stack of encoder layers, then an optional norm.
+
+    Parameters
+    ----------
+    encoder_layer : TransformerEncoderLayer, copied num_layers times (None: the layers are
+        added afterwards, as qops.load and from_torch do)
+    num_layers : int
+    norm : optional Module applied to the output
+    """
+
+    def __init__(self, encoder_layer: Optional[TransformerEncoderLayer] = None,
+                 num_layers: int = 1, norm: Optional[Module] = None,
+                 enable_nested_tensor: bool = True, mask_check: bool = True) -> None:
+        super().__init__()
+        import copy
+        self.num_layers = int(num_layers)
+        self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(self.num_layers)]
+                                 if encoder_layer is not None else [])
+        self.norm = norm
+
+    def _config(self):
+        return dict(num_layers=self.num_layers)
+
+    def forward(self, src: Any, mask: Any = None, src_key_padding_mask: Any = None,
+                is_causal: Optional[bool] = None) -> Any:
+        """Every layer in turn, then the norm. (PyTorch's eval fast path with a key padding
+        mask returns zeros at the padded positions; qops returns the values computed there.)"""
+        out = src
+        for layer in self.layers:
+            out = layer(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
+                        is_causal=bool(is_causal))
+        return self.norm(out) if self.norm is not None else out
+
+
+class TransformerDecoderLayer(Module):
+    """Self-attention, attention over the encoder's memory and a feed-forward block, each with
+    a residual and a layer norm (arguments as TransformerEncoderLayer)."""
+
+    _weights_in_children = True
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048,
+                 dropout: float = 0.1, activation: str = "relu", layer_norm_eps: float = 1e-5,
+                 batch_first: bool = False, norm_first: bool = False, bias: bool = True,
+                 device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"TransformerDecoderLayer: activation must be 'relu' or 'gelu'; got "
+                             f"{activation!r}")
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                            batch_first=batch_first)
+        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                                 batch_first=batch_first)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias)
+        self.norm_first = bool(norm_first)
+        for i in (1, 2, 3):
+            self.add_module(f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias))
+            self.add_module(f"dropout{i}", Dropout(dropout))
+        self.activation = activation
+
+    def _config(self):
+        return dict(d_model=self.self_attn.embed_dim, nhead=self.self_attn.num_heads,
+                    dim_feedforward=int(self.linear1.out_features),
+                    dropout=float(self.dropout.p), activation=self.activation,
+                    layer_norm_eps=float(self.norm1.eps), batch_first=self.self_attn.batch_first,
+                    norm_first=self.norm_first, bias=self.norm1.bias is not None)
+
+    def forward(self, tgt: Any, memory: Any, tgt_mask: Any = None, memory_mask: Any = None,
+                tgt_key_padding_mask: Any = None, memory_key_padding_mask: Any = None,
+                tgt_is_causal: bool = False, memory_is_causal: bool = False) -> Any:
+        """The layer's output for tgt given the encoder's memory, as PyTorch's."""
+        x = tgt
+
+        def sa(y):
+            y = self.self_attn(y, y, y, attn_mask=tgt_mask, key_padding_mask=tgt_key_padding_mask,
+                               need_weights=False, is_causal=tgt_is_causal)[0]
+            return self.dropout1(y)
+
+        def mha(y):
+            y = self.multihead_attn(y, memory, memory, attn_mask=memory_mask,
+                                    key_padding_mask=memory_key_padding_mask,
+                                    need_weights=False, is_causal=memory_is_causal)[0]
+            return self.dropout2(y)
+
+        def ff(y):
+            h = _ACTIVATIONS[self.activation](self.linear1(y))
+            return self.dropout3(self.linear2(self.dropout(h)))
+        if self.norm_first:
+            x = x + sa(self.norm1(x))
+            x = x + mha(self.norm2(x))
+            x = x + ff(self.norm3(x))
+        else:
+            x = self.norm1(x + sa(x))
+            x = self.norm2(x + mha(x))
+            x = self.norm3(x + ff(x))
+        return x
+
+
+class TransformerDecoder(Module):
+    """A stack of decoder layers, then an optional norm (arguments as TransformerEncoder)."""
+
+    def __init__(self, decoder_layer: Optional[TransformerDecoderLayer] = None,
+                 num_layers: int = 1, norm: Optional[Module] = None) -> None:
+        super().__init__()
+        import copy
+        self.num_layers = int(num_layers)
+        self.layers = ModuleList([copy.deepcopy(decoder_layer) for _ in range(self.num_layers)]
+                                 if decoder_layer is not None else [])
+        self.norm = norm
+
+    def _config(self):
+        return dict(num_layers=self.num_layers)
+
+    def forward(self, tgt: Any, memory: Any, tgt_mask: Any = None, memory_mask: Any = None,
+                tgt_key_padding_mask: Any = None, memory_key_padding_mask: Any = None,
+                tgt_is_causal: Optional[bool] = None, memory_is_causal: bool = False) -> Any:
+        """Every layer in turn on tgt with the encoder's memory, then the norm."""
+        out = tgt
+        for layer in self.layers:
+            out = layer(out, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                        tgt_key_padding_mask=tgt_key_padding_mask,
+                        memory_key_padding_mask=memory_key_padding_mask,
+                        tgt_is_causal=bool(tgt_is_causal), memory_is_causal=memory_is_causal)
+        return self.norm(out) if self.norm is not None else out
+
+
+class Transformer(Module):
+    """An encoder and a decoder (torch.nn.Transformer; built empty here and filled by
+    from_torch or qops.load, or given `encoder` and `decoder` modules).
+
+    Parameters
+    ----------
+    encoder, decoder : TransformerEncoder / TransformerDecoder (or compatible modules)
+    d_model, nhead : int, recorded as PyTorch's attributes
+    batch_first : bool
+    """
+
+    def __init__(self, encoder: Optional[Module] = None, decoder: Optional[Module] = None,
+                 d_model: int = 512, nhead: int = 8, batch_first: bool = False) -> None:
+        super().__init__()
+        self.encoder, self.decoder = encoder, decoder
+        self.d_model, self.nhead, self.batch_first = int(d_model), int(nhead), bool(batch_first)
+
+    def _config(self):
+        return dict(d_model=self.d_model, nhead=self.nhead, batch_first=self.batch_first)
+
+    def forward(self, src: Any, tgt: Any, src_mask: Any = None, tgt_mask: Any = None,
+                memory_mask: Any = None, src_key_padding_mask: Any = None,
+                tgt_key_padding_mask: Any = None, memory_key_padding_mask: Any = None,
+                src_is_causal: Optional[bool] = None, tgt_is_causal: Optional[bool] = None,
+                memory_is_causal: bool = False) -> Any:
+        """decoder(tgt, encoder(src)), masks passed on as PyTorch's."""
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask,
+                              is_causal=src_is_causal)
+        return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                            tgt_key_padding_mask=tgt_key_padding_mask,
+                            memory_key_padding_mask=memory_key_padding_mask,
+                            tgt_is_causal=tgt_is_causal, memory_is_causal=memory_is_causal)

@@ -309,13 +309,16 @@ def _capture(module, table, what, leaf_modules, convert, record_stack_traces):
             qparams = [attr_value(a.target) if isinstance(a, fx.Node) and a.op == "get_attr"
                        else a for a in n.args[2:]]
             try:
-                ready[n.args[1].target] = _packed_module(
-                    torch, layer, relu, packed[n.args[1].name], *qparams)
+                m = _packed_module(torch, layer, relu, packed[n.args[1].name], *qparams)
             except (TypeError, ValueError, RuntimeError) as e:
                 problems.append(f"{label}: cannot unpack its weight: {e}")
                 continue
-            nodes.append(Node(name, "module", n.args[1].target, (arg(n.args[0], label),), {},
-                              where))
+            # a weight read by several calls gets a module per call (their qparams differ)
+            path, k = n.args[1].target, 1
+            while path in ready:
+                path, k = f"{n.args[1].target}_{k}", k + 1
+            ready[path] = m
+            nodes.append(Node(name, "module", path, (arg(n.args[0], label),), {}, where))
             continue
         args = tuple(arg(a, label) for a in n.args)
         kwargs = {k: arg(v, label) for k, v in n.kwargs.items()}

@@ -433,6 +433,10 @@ def _declared_numel(cls, config):
         real = _dims(a.get("proj_size", 0) or h)[0]
         layers = _dims(a.get("num_layers", 1))[0] * (2 if a.get("bidirectional") else 1)
         return h * i + max(layers, 1) * h * real
+    if "d_model" in a and "nhead" in a and getattr(cls, "_weights_in_children", False):
+        # attention's four projections and the two feed-forward weights
+        d, ff = _dims(a["d_model"])[0], _dims(a.get("dim_feedforward", 2048))[0]
+        return 4 * d * d + 2 * d * ff
     if "embed_dim" in a and "num_heads" in a:
         e = _dims(a["embed_dim"])[0]
         return e * (e + _dims(a.get("kdim") or e)[0] + _dims(a.get("vdim") or e)[0])
@@ -492,7 +496,7 @@ class _Plan:
             Module.__init__(m)
             m.__dict__["_init_config"] = {}
         else:
-            stored = sum(v.numel for v in self.state.values())
+            stored = self.stored_numel(getattr(cls, "_weights_in_children", False))
             declared = _declared_numel(cls, self.config)
             if declared > stored + _SLACK:
                 raise _Bad(f"{where} ({self.name}) declares {declared} elements with its "
@@ -531,6 +535,14 @@ class _Plan:
                            f"but {tuple(cur.shape)} from the module's arguments")
         m.__dict__["training"] = self.training
         return m
+
+    def stored_numel(self, subtree=False):
+        """Elements the file stores for this module (and, with `subtree`, its descendants:
+        for types whose constructor builds the children that hold their weights)."""
+        n = sum(v.numel for v in self.state.values())
+        if subtree:
+            n += sum(p.stored_numel(True) for p in self.children.values() if p is not None)
+        return n
 
     def read_state(self, ar, out):
         """Read every state entry into `out` under its dotted key."""

@@ -121,6 +121,11 @@ def _fused(qcls):
     return build
 
 
+def _nondynamic_linear():
+    from qops.nn._attention import NonDynamicallyQuantizableLinear
+    return NonDynamicallyQuantizableLinear
+
+
 def _attention(tm, convert):
     """qops.nn.MultiheadAttention of a torch one (its bias and bias_kv are not attributes)."""
     from qops.nn._attention import MultiheadAttention
@@ -129,6 +134,53 @@ def _attention(tm, convert):
                            add_zero_attn=tm.add_zero_attn, kdim=tm.kdim, vdim=tm.vdim,
                            batch_first=tm.batch_first)
     m.load_state_dict({k: _np(v) for k, v in tm.state_dict().items()}, strict=True)
+    return m
+
+
+def _encoder_layer(tm, convert):
+    """qops.nn.TransformerEncoder/DecoderLayer of a torch one (float or with quantized
+    linears)."""
+    import torch
+
+    from qops.nn import _attention as att
+    F = torch.nn.functional
+    act = tm.activation
+    name = ("relu" if act is F.relu or isinstance(act, torch.nn.ReLU) else
+            "gelu" if act is F.gelu or (isinstance(act, torch.nn.GELU)
+                                        and act.approximate == "none") else None)
+    if name is None:
+        raise TypeError(f"{type(tm).__name__}: activation {act!r} has no qops equivalent "
+                        f"(relu and gelu have)")
+    sa = tm.self_attn
+    cls = att.TransformerDecoderLayer if hasattr(tm, "multihead_attn") else \
+        att.TransformerEncoderLayer
+    m = cls(sa.embed_dim, sa.num_heads, tm.linear1.out_features,
+                                tm.dropout.p, name, tm.norm1.eps, sa.batch_first, tm.norm_first,
+                                bias=tm.norm1.bias is not None)
+    for cname, child in tm.named_children():
+        if cname != "activation":
+            m.add_module(cname, convert(child, cname))
+    return m
+
+
+def _encoder(tm, convert):
+    """qops.nn.TransformerEncoder/Decoder of a torch one: its layers and norm converted."""
+    import torch
+
+    from qops.nn import _attention as att
+    cls = att.TransformerDecoder if isinstance(tm, torch.nn.TransformerDecoder) else \
+        att.TransformerEncoder
+    m = cls(None, tm.num_layers)
+    m.add_module("layers", convert(tm.layers, "layers"))
+    m.add_module("norm", None if tm.norm is None else convert(tm.norm, "norm"))
+    return m
+
+
+def _transformer(tm, convert):
+    from qops.nn._attention import Transformer
+    m = Transformer(None, None, tm.d_model, tm.nhead, tm.batch_first)
+    m.add_module("encoder", convert(tm.encoder, "encoder"))
+    m.add_module("decoder", convert(tm.decoder, "decoder"))
     return m
 
 
@@ -147,6 +199,13 @@ def _float_table(torch):
                  "UpsamplingBilinear2d", "Identity", "Flatten", "Dropout"):
         table[getattr(tnn, name)] = _float_generic(getattr(qnn, name))
     table[tnn.MultiheadAttention] = _attention
+    table[tnn.TransformerEncoderLayer] = _encoder_layer
+    table[tnn.TransformerEncoder] = _encoder
+    table[tnn.TransformerDecoderLayer] = _encoder_layer
+    table[tnn.TransformerDecoder] = _encoder
+    table[tnn.Transformer] = _transformer
+    table[tnn.modules.linear.NonDynamicallyQuantizableLinear] = _float_generic(
+        _nondynamic_linear())
     from qops.nn import _rnn
     table.update(_rnn.torch_converters(torch))
     from qops.nn import _embedding
