@@ -486,8 +486,8 @@ def test_float_parts_after_dequantize():
 @pytest.mark.parametrize("opset", [17, 20])
 def test_silu_and_gelu_float(opset):
     # EfficientNet's SiLU and ConvNeXt's GELU: Sigmoid * x, and Gelu (opset 20) or its Erf /
-    # Tanh formula before. Float32 formulas in another order than qops' (GELU in float64 with an
-    # erfc fit): within a few ulp of the values' size
+    # Tanh formula before. Float32 formulas in another order than qops' (GELU from an erfc
+    # fit): within a few ulp of the values' size
     if opset > onnx.defs.onnx_opset_version():
         pytest.skip(f"this onnx has no opset {opset}")
     r = np.random.default_rng(0)

@@ -108,7 +108,13 @@ def linear(x, weight, bias):
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear: input has {x.shape[-1]} features, weight expects "
                          f"{weight.shape[1]}")
-    out = np.matmul(x, weight.T)
+    if x.ndim > 2:
+        # one GEMM over all rows: numpy's matmul of a stack runs one product per leading index
+        # (a matrix-vector product each for (L, 1, E) sequences, the weight read L times)
+        lead = x.shape[:-1]
+        out = np.matmul(x.reshape(-1, x.shape[-1]), weight.T).reshape(lead + (weight.shape[0],))
+    else:
+        out = np.matmul(x, weight.T)
     if bias is not None:
         out = out + bias
     return out.astype(F32, copy=False)
@@ -222,35 +228,74 @@ def silu(x):
         return (x / (F32(1) + np.exp(-x))).astype(F32)
 
 
-def _erfc(z):
-    """erfc of a float64 array, to a relative error below 1.2e-7 everywhere (numpy has no erf).
+_ERFC_COEFFS = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807,
+                -1.13520398, 1.48851587, -0.82215223, 0.17087277)
 
-    The Chebyshev fit of Numerical Recipes (erfcc): t = 1 / (1 + z/2) for z = |x|,
-    erfc(z) = t exp(-z^2 + P(t)), and erfc(-z) = 2 - erfc(z)."""
+
+def _erfc(z):
+    """erfc of a float array, to a relative error of about 1.2e-7 (numpy has no erf).
+
+    The Chebyshev fit of Numerical Recipes (erfcc): t = 1 / (1 + |z|/2),
+    erfc(|z|) = t exp(-z^2 + P(t)) with P of degree 9, and erfc(-z) = 2 - erfc(z).
+    Evaluated in z's precision."""
     a = np.abs(z)
-    t = 1.0 / (1.0 + 0.5 * a)
-    # P(t) = c0 + c1 t + ... + c9 t^9, by Horner's rule
-    coeffs = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807,
-              -1.13520398, 1.48851587, -0.82215223, 0.17087277)
-    poly = np.full_like(t, coeffs[-1])
-    for c in coeffs[-2::-1]:
-        poly = poly * t + c
-    r = t * np.exp(-a * a + poly)
-    return np.where(z >= 0, r, 2.0 - r)
+    t = 1 / (1 + a * z.dtype.type(0.5))
+    poly = np.full_like(t, _ERFC_COEFFS[-1])
+    for c in _ERFC_COEFFS[-2::-1]:        # Horner's rule
+        poly *= t
+        poly += z.dtype.type(c)
+    poly -= a * a
+    r = t * np.exp(poly)
+    return np.where(z >= 0, r, 2 - r)
 
 
 def gelu(x, approximate="none"):
-    """x * Phi(x): 0.5 x erfc(-x / sqrt 2) (exact form, to float32 precision), or PyTorch's
-    tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) with approximate="tanh"."""
+    """x * Phi(x), or PyTorch's tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    with approximate="tanh". The exact form as relu(x) - |x|/2 erfc(|x| / sqrt 2) (the same
+    as 0.5 x erfc(-x / sqrt 2), without a select), erfc from the fit of `_erfc`. float32, in
+    blocks that stay in cache, each step in place (a transformer's feed-forward holds
+    millions of values)."""
     x = as_f32(x)
-    if approximate == "tanh":
-        x64 = x.astype(np.float64)
-        inner = np.sqrt(2.0 / np.pi) * (x64 + 0.044715 * x64 ** 3)
-        return (0.5 * x64 * (1.0 + np.tanh(inner))).astype(F32)
-    if approximate != "none":
+    if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh'; got {approximate!r}")
-    x64 = x.astype(np.float64)
-    return (0.5 * x64 * _erfc(-x64 / np.sqrt(2.0))).astype(F32)
+    flat = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty_like(flat)
+    step = 1 << 14
+    a, t, p = (np.empty(min(step, flat.size), F32) for _ in range(3))
+    for i in range(0, flat.size, step):
+        v, o = flat[i:i + step], out[i:i + step]
+        n = v.size
+        a_, t_, p_ = a[:n], t[:n], p[:n]
+        if approximate == "tanh":
+            np.multiply(v, v, out=a_)
+            a_ *= F32(0.044715)
+            a_ += F32(1)
+            a_ *= v
+            a_ *= F32(np.sqrt(2.0 / np.pi))
+            np.tanh(a_, out=a_)
+            a_ += F32(1)
+            np.multiply(v, F32(0.5), out=o)
+            o *= a_
+            continue
+        np.abs(v, out=a_)
+        a_ *= F32(np.sqrt(0.5))                        # |x| / sqrt 2
+        np.multiply(a_, F32(0.5), out=t_)
+        t_ += F32(1)
+        np.reciprocal(t_, out=t_)                      # t = 1 / (1 + a/2)
+        p_.fill(F32(_ERFC_COEFFS[-1]))
+        for c in _ERFC_COEFFS[-2::-1]:                 # Horner's rule
+            p_ *= t_
+            p_ += F32(c)
+        np.multiply(a_, a_, out=a_)
+        p_ -= a_
+        np.exp(p_, out=p_)
+        p_ *= t_                                       # erfc(|x| / sqrt 2)
+        np.abs(v, out=a_)
+        a_ *= F32(0.5)
+        p_ *= a_
+        np.maximum(v, F32(0), out=o)
+        o -= p_
+    return out.reshape(x.shape)
 
 
 def _pool_out(L, k, s, p, d, ceil_mode):
