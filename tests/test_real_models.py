@@ -57,6 +57,32 @@ def _float_model(name):
     return m
 
 
+def _minmax_mapping(mapping, q):
+    """`mapping` (PyTorch's or qops' x86 default) with min/max activation observers
+    (reduce_range) globally; `q` is torch.ao.quantization or qops.quantization."""
+    return mapping.set_global(q.QConfig(activation=q.MinMaxObserver.with_args(reduce_range=True),
+                                        weight=q.get_default_qconfig("x86").weight))
+
+
+def _same_modules_and_qparams(theirs, ours, zp_tol=1):
+    """Every quantized module of PyTorch's converted model is in qops' under its name, of the
+    same type, its zero point within zp_tol (a scale's last-ulp drift can move one) and its
+    scale within SCALE_RTOL (observers see float layers summed in another order); returns
+    how many there are."""
+    mods = dict(ours.named_modules())
+    checked = 0
+    for n, mm in theirs.named_modules():
+        if hasattr(mm, "scale") and not callable(mm.scale):
+            mine = mods[n]
+            assert type(mine).__name__ == type(mm).__name__, n
+            zp = int(np.asarray(mine.zero_point).ravel()[0])
+            assert abs(zp - int(mm.zero_point)) <= zp_tol, n
+            np.testing.assert_allclose(float(np.asarray(mine.scale).ravel()[0]),
+                                       float(mm.scale), rtol=SCALE_RTOL, err_msg=n)
+            checked += 1
+    return checked
+
+
 def _data(torch, size, n, seed):
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(2, 3, size, size, generator=g) for _ in range(n)]
@@ -148,9 +174,7 @@ def test_torchvision_fx_quantized_import_is_exact(name):
     size = MODELS[name]
     x = _data(torch, size, 1, 2)[0]
     # PyTorch's x86 mapping (fixed-qparams ops included) with min/max activation observers
-    mapping = get_default_qconfig_mapping("x86").set_global(
-        tq.QConfig(activation=tq.MinMaxObserver.with_args(reduce_range=True),
-                   weight=tq.get_default_qconfig("x86").weight))
+    mapping = _minmax_mapping(get_default_qconfig_mapping("x86"), tq)
     p = prepare_fx(m, mapping, (x,))
     with torch.no_grad():
         p(_data(torch, size, 1, 1)[0])
@@ -168,67 +192,59 @@ def test_torchvision_fx_quantized_import_is_exact(name):
 MORE = {"efficientnet_b0": 64, "convnext_tiny": 64, "regnet_y_400mf": 64}
 
 
-@pytest.mark.parametrize("name", sorted(MORE))
-def test_torchvision_more_models_import_and_graph_mode(name):
-    torch = torch_or_skip()
-    _tv()
-    import torchvision.models as tvm
+def _import_and_graph_mode(torch, m, size, zp_tol=1, modules=20):
+    """A float torchvision model `m` (eval) through every route into qops, checked against
+    PyTorch: the float import; PyTorch's graph-mode int8 model imported (exact); qops' own
+    graph mode on the float import with the same mapping and data (PyTorch's modules and
+    qparams, at least `modules` of them, to float drift); both saved and loaded."""
     from torch.ao.quantization import get_default_qconfig_mapping
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
     from qops.quantization import quantize_fx as qfx
     tq = torch.ao.quantization
-    torch.manual_seed(0)
-    m = getattr(tvm, name)(weights=None).eval()
-    size = MORE[name]
     x, calib = _data(torch, size, 1, 2)[0], _data(torch, size, 1, 1)
-    # 1. the float import: numpy float32 layers, sums in another order than oneDNN's
+    # numpy float32 layers, sums in another order than oneDNN's
     g = qnn.from_torch(m)
     with torch.no_grad():
         want = m(x).numpy()
     np.testing.assert_allclose(g(x.numpy()), want, rtol=1e-4,
                                atol=1e-5 * float(np.abs(want).max()))
-    # 2. PyTorch's graph-mode int8 model imports with its outputs bit for bit (ConvNeXt's
-    # converted graph calls torch.ops.quantized.layer_norm)
-    act = dict(activation=tq.MinMaxObserver.with_args(reduce_range=True),
-               weight=tq.get_default_qconfig("x86").weight)
-    p = prepare_fx(copy.deepcopy(m), get_default_qconfig_mapping("x86").set_global(
-        tq.QConfig(**act)), (x,))
+    p = prepare_fx(copy.deepcopy(m), _minmax_mapping(get_default_qconfig_mapping("x86"), tq),
+                   (x,))
     with torch.no_grad():
         for c in calib:
             p(c)
     theirs = convert_fx(p)
     with torch.no_grad():
         want = theirs(x).numpy()
-    np.testing.assert_array_equal(nnq.from_torch(theirs)(x.numpy()), want)
-    # 3. qops' own graph mode on the float import, same mapping and data: the same modules
-    # and qparams (to float drift: the observers see float layers summed in another order)
-    ours_map = qfx.get_default_qconfig_mapping("x86").set_global(
-        qq.QConfig(activation=qq.MinMaxObserver.with_args(reduce_range=True),
-                   weight=qq.get_default_qconfig("x86").weight))
-    gp = qfx.prepare_fx(g, ours_map, (x.numpy(),))
+    # (where attention runs in float before its output is quantized, numpy's sums could move
+    # a value by a step; exact on these models)
+    imported = nnq.from_torch(theirs)
+    np.testing.assert_array_equal(imported(x.numpy()), want)
+    gp = qfx.prepare_fx(g, _minmax_mapping(qfx.get_default_qconfig_mapping("x86"), qq),
+                        (x.numpy(),))
     for c in calib:
         gp(c.numpy())
     ours = qfx.convert_fx(gp)
-    mods = dict(ours.named_modules())
-    checked = 0
-    for n, mm in theirs.named_modules():
-        if hasattr(mm, "scale") and not callable(mm.scale):
-            mine = mods[n]
-            assert type(mine).__name__ == type(mm).__name__, n
-            assert abs(int(np.asarray(mine.zero_point).ravel()[0]) - int(mm.zero_point)) <= 1
-            np.testing.assert_allclose(float(np.asarray(mine.scale).ravel()[0]),
-                                       float(mm.scale), rtol=SCALE_RTOL, err_msg=n)
-            checked += 1
-    assert checked > 20
+    assert _same_modules_and_qparams(theirs, ours, zp_tol) >= modules
     got = ours(x.numpy())
     assert (got.argmax(1) == want.argmax(1)).all()
-    # 4. both save and load (ConvNeXt's layer scales are "attr" nodes deep in the tree)
+    # (ConvNeXt's layer scales and ViT's class token are "attr" nodes of the graph)
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
-        for model, out in ((g, g(x.numpy())), (ours, got)):
+        for model, out in ((g, g(x.numpy())), (imported, want), (ours, got)):
             qops.save(model, os.path.join(tmp, "m.npz"))
             np.testing.assert_array_equal(qops.load(os.path.join(tmp, "m.npz"))(x.numpy()), out)
+
+
+@pytest.mark.parametrize("name", sorted(MORE))
+def test_torchvision_more_models_import_and_graph_mode(name):
+    # ConvNeXt's converted graph calls torch.ops.quantized.layer_norm
+    torch = torch_or_skip()
+    _tv()
+    import torchvision.models as tvm
+    torch.manual_seed(0)
+    _import_and_graph_mode(torch, getattr(tvm, name)(weights=None).eval(), MORE[name])
 
 
 def test_torchvision_vision_transformer():
@@ -239,58 +255,11 @@ def test_torchvision_vision_transformer():
     _tv()
     import importlib
     vt = importlib.import_module("torchvision.models.vision_transformer")
-    from torch.ao.quantization import get_default_qconfig_mapping
-    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
-
-    from qops.quantization import quantize_fx as qfx
-    tq = torch.ao.quantization
     torch.manual_seed(0)
     m = vt.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=4,
                              hidden_dim=64, mlp_dim=128, num_classes=10).eval()
     torch.nn.init.normal_(m.heads.head.weight)     # (torchvision zeroes the head)
-    x, calib = _data(torch, 32, 1, 2)[0], _data(torch, 32, 1, 1)
-    g = qnn.from_torch(m)
-    with torch.no_grad():
-        want = m(x).numpy()
-    np.testing.assert_allclose(g(x.numpy()), want, rtol=1e-4,
-                               atol=1e-5 * float(np.abs(want).max()))
-    p = prepare_fx(copy.deepcopy(m), get_default_qconfig_mapping("x86").set_global(
-        tq.QConfig(activation=tq.MinMaxObserver.with_args(reduce_range=True),
-                   weight=tq.get_default_qconfig("x86").weight)), (x,))
-    with torch.no_grad():
-        for c in calib:
-            p(c)
-    theirs = convert_fx(p)
-    with torch.no_grad():
-        want = theirs(x).numpy()
-    # the attention runs in float (numpy's sums, not oneDNN's) before its output is
-    # quantized: exact here, but one step off would be within the float contract
-    imported = nnq.from_torch(theirs)
-    np.testing.assert_array_equal(imported(x.numpy()), want)
-    gp = qfx.prepare_fx(g, qfx.get_default_qconfig_mapping("x86").set_global(
-        qq.QConfig(activation=qq.MinMaxObserver.with_args(reduce_range=True),
-                   weight=qq.get_default_qconfig("x86").weight)), (x.numpy(),))
-    for c in calib:
-        gp(c.numpy())
-    ours = qfx.convert_fx(gp)
-    mods = dict(ours.named_modules())
-    checked = 0
-    for n, mm in theirs.named_modules():
-        if hasattr(mm, "scale") and not callable(mm.scale):
-            mine = mods[n]
-            assert type(mine).__name__ == type(mm).__name__, n
-            assert int(np.asarray(mine.zero_point).ravel()[0]) == int(mm.zero_point), n
-            np.testing.assert_allclose(float(np.asarray(mine.scale).ravel()[0]),
-                                       float(mm.scale), rtol=SCALE_RTOL, err_msg=n)
-            checked += 1
-    assert checked >= 10
-    got = ours(x.numpy())
-    assert (got.argmax(1) == want.argmax(1)).all()
-    import tempfile
-    with tempfile.TemporaryDirectory() as tmp:
-        for model, out in ((imported, want), (ours, got)):
-            qops.save(model, os.path.join(tmp, "m.npz"))
-            np.testing.assert_array_equal(qops.load(os.path.join(tmp, "m.npz"))(x.numpy()), out)
+    _import_and_graph_mode(torch, m, 32, zp_tol=0, modules=10)
 
 
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_large"])
@@ -310,32 +279,18 @@ def test_torchvision_graph_mode_in_qops_matches_torch(name):
     size = MODELS[name]
     x = _data(torch, size, 1, 2)[0]
     calib = _data(torch, size, 1, 1)
-    theirs_map = get_default_qconfig_mapping("x86").set_global(
-        tq.QConfig(activation=tq.MinMaxObserver.with_args(reduce_range=True),
-                   weight=tq.get_default_qconfig("x86").weight))
+    theirs_map = _minmax_mapping(get_default_qconfig_mapping("x86"), tq)
     p = prepare_fx(copy.deepcopy(m), theirs_map, (x,))
     with torch.no_grad():
         for c in calib:
             p(c)
     theirs = convert_fx(p)
-    ours_map = qfx.get_default_qconfig_mapping("x86").set_global(
-        qq.QConfig(activation=qq.MinMaxObserver.with_args(reduce_range=True),
-                   weight=qq.get_default_qconfig("x86").weight))
+    ours_map = _minmax_mapping(qfx.get_default_qconfig_mapping("x86"), qq)
     gp = qfx.prepare_fx(qnn.from_torch(m), ours_map, (x.numpy(),))
     for c in calib:
         gp(c.numpy())
     ours = qfx.convert_fx(gp)
-    mods = dict(ours.named_modules())
-    checked = 0
-    for n, mm in theirs.named_modules():
-        if hasattr(mm, "scale") and not callable(mm.scale):
-            mine = mods[n]
-            assert type(mine).__name__ == type(mm).__name__, n
-            assert abs(int(np.asarray(mine.zero_point).ravel()[0]) - int(mm.zero_point)) <= 1
-            np.testing.assert_allclose(float(np.asarray(mine.scale).ravel()[0]),
-                                       float(mm.scale), rtol=SCALE_RTOL, err_msg=n)
-            checked += 1
-    assert checked > 20
+    assert _same_modules_and_qparams(theirs, ours) > 20
     with torch.no_grad():
         want = theirs(x).numpy()
     assert (ours(x.numpy()).argmax(1) == want.argmax(1)).all()

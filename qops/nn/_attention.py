@@ -219,7 +219,56 @@ class MultiheadAttention(Module):
 _ACTIVATIONS = {"relu": fo.relu, "gelu": fo.gelu}
 
 
-class TransformerEncoderLayer(Module):
+class _TransformerLayer(Module):
+    """What encoder and decoder layers share: attention over the input (and, for a decoder,
+    over the encoder's memory), a feed-forward block, a norm and a dropout per block."""
+
+    _weights_in_children = True     # (qops.load checks the sizes against the subtree's)
+    _CROSS = False                  # a decoder's attention over the memory
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048,
+                 dropout: float = 0.1, activation: str = "relu", layer_norm_eps: float = 1e-5,
+                 batch_first: bool = False, norm_first: bool = False, bias: bool = True,
+                 device: Any = None, dtype: Any = None) -> None:
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"{type(self).__name__}: activation must be 'relu' or 'gelu'; got "
+                             f"{activation!r}")
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                            batch_first=batch_first)
+        if self._CROSS:
+            self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                                     batch_first=batch_first)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias)
+        self.norm_first = bool(norm_first)
+        blocks = 3 if self._CROSS else 2
+        for i in range(1, blocks + 1):
+            self.add_module(f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias))
+        for i in range(1, blocks + 1):
+            self.add_module(f"dropout{i}", Dropout(dropout))
+        self.activation = activation
+
+    def _config(self):
+        # read back from the layers (quantize_dynamic may have swapped the linear ones)
+        return dict(d_model=self.self_attn.embed_dim, nhead=self.self_attn.num_heads,
+                    dim_feedforward=int(self.linear1.out_features),
+                    dropout=float(self.dropout.p), activation=self.activation,
+                    layer_norm_eps=float(self.norm1.eps), batch_first=self.self_attn.batch_first,
+                    norm_first=self.norm_first, bias=self.norm1.bias is not None)
+
+    def _attend(self, attn, x, memory, mask, key_padding_mask, is_causal, dropout):
+        x = attn(x, memory, memory, attn_mask=mask, key_padding_mask=key_padding_mask,
+                 need_weights=False, is_causal=is_causal)[0]
+        return dropout(x)
+
+    def _ff_block(self, x, dropout):
+        h = _ACTIVATIONS[self.activation](self.linear1(x))
+        return dropout(self.linear2(self.dropout(h)))
+
+
+class TransformerEncoderLayer(_TransformerLayer):
     """Self-attention and a feed-forward block, each with a residual and a layer norm.
 
     Parameters
@@ -235,56 +284,30 @@ class TransformerEncoderLayer(Module):
     bias : bool, biases of the linear layers and norms
     """
 
-    _weights_in_children = True     # (qops.load checks the sizes against the subtree's)
-
-    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048,
-                 dropout: float = 0.1, activation: str = "relu", layer_norm_eps: float = 1e-5,
-                 batch_first: bool = False, norm_first: bool = False, bias: bool = True,
-                 device: Any = None, dtype: Any = None) -> None:
-        super().__init__()
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"TransformerEncoderLayer: activation must be 'relu' or 'gelu'; got "
-                             f"{activation!r}")
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                            batch_first=batch_first)
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias)
-        self.norm_first = bool(norm_first)
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.activation = activation
-
-    def _config(self):
-        # read back from the layers (quantize_dynamic may have swapped the linear ones)
-        return dict(d_model=self.self_attn.embed_dim, nhead=self.self_attn.num_heads,
-                    dim_feedforward=int(self.linear1.out_features),
-                    dropout=float(self.dropout.p), activation=self.activation,
-                    layer_norm_eps=float(self.norm1.eps), batch_first=self.self_attn.batch_first,
-                    norm_first=self.norm_first, bias=self.norm1.bias is not None)
-
     def forward(self, src: Any, src_mask: Any = None, src_key_padding_mask: Any = None,
                 is_causal: bool = False) -> Any:
         """The layer's output for src (S, N, E) or batch first (N, S, E), as PyTorch's."""
+        def sa(y):
+            return self._attend(self.self_attn, y, y, src_mask, src_key_padding_mask,
+                                is_causal, self.dropout1)
         x = src
         if self.norm_first:
-            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
-            x = x + self._ff_block(self.norm2(x))
+            x = x + sa(self.norm1(x))
+            x = x + self._ff_block(self.norm2(x), self.dropout2)
         else:
-            x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal))
-            x = self.norm2(x + self._ff_block(x))
+            x = self.norm1(x + sa(x))
+            x = self.norm2(x + self._ff_block(x, self.dropout2))
         return x
 
-    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
-        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
-                           need_weights=False, is_causal=is_causal)[0]
-        return self.dropout1(x)
 
-    def _ff_block(self, x):
-        h = _ACTIVATIONS[self.activation](self.linear1(x))
-        return self.dropout2(self.linear2(self.dropout(h)))
+def _stack(m, layer, num_layers, norm):
+    """m.layers: num_layers copies of `layer` (none when it is None: from_torch and qops.load
+    add them); m.norm."""
+    import copy
+    m.num_layers = int(num_layers)
+    m.layers = ModuleList([copy.deepcopy(layer) for _ in range(m.num_layers)]
+                          if layer is not None else [])
+    m.norm = norm
 
 
 class TransformerEncoder(Module):
@@ -302,11 +325,7 @@ class TransformerEncoder(Module):
                  num_layers: int = 1, norm: Optional[Module] = None,
                  enable_nested_tensor: bool = True, mask_check: bool = True) -> None:
         super().__init__()
-        import copy
-        self.num_layers = int(num_layers)
-        self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(self.num_layers)]
-                                 if encoder_layer is not None else [])
-        self.norm = norm
+        _stack(self, encoder_layer, num_layers, norm)
 
     def _config(self):
         return dict(num_layers=self.num_layers)
@@ -322,68 +341,32 @@ class TransformerEncoder(Module):
         return self.norm(out) if self.norm is not None else out
 
 
-class TransformerDecoderLayer(Module):
+class TransformerDecoderLayer(_TransformerLayer):
     """Self-attention, attention over the encoder's memory and a feed-forward block, each with
     a residual and a layer norm (arguments as TransformerEncoderLayer)."""
 
-    _weights_in_children = True
-
-    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048,
-                 dropout: float = 0.1, activation: str = "relu", layer_norm_eps: float = 1e-5,
-                 batch_first: bool = False, norm_first: bool = False, bias: bool = True,
-                 device: Any = None, dtype: Any = None) -> None:
-        super().__init__()
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"TransformerDecoderLayer: activation must be 'relu' or 'gelu'; got "
-                             f"{activation!r}")
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                            batch_first=batch_first)
-        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                                 batch_first=batch_first)
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias)
-        self.norm_first = bool(norm_first)
-        for i in (1, 2, 3):
-            self.add_module(f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias))
-            self.add_module(f"dropout{i}", Dropout(dropout))
-        self.activation = activation
-
-    def _config(self):
-        return dict(d_model=self.self_attn.embed_dim, nhead=self.self_attn.num_heads,
-                    dim_feedforward=int(self.linear1.out_features),
-                    dropout=float(self.dropout.p), activation=self.activation,
-                    layer_norm_eps=float(self.norm1.eps), batch_first=self.self_attn.batch_first,
-                    norm_first=self.norm_first, bias=self.norm1.bias is not None)
+    _CROSS = True
 
     def forward(self, tgt: Any, memory: Any, tgt_mask: Any = None, memory_mask: Any = None,
                 tgt_key_padding_mask: Any = None, memory_key_padding_mask: Any = None,
                 tgt_is_causal: bool = False, memory_is_causal: bool = False) -> Any:
         """The layer's output for tgt given the encoder's memory, as PyTorch's."""
-        x = tgt
-
         def sa(y):
-            y = self.self_attn(y, y, y, attn_mask=tgt_mask, key_padding_mask=tgt_key_padding_mask,
-                               need_weights=False, is_causal=tgt_is_causal)[0]
-            return self.dropout1(y)
+            return self._attend(self.self_attn, y, y, tgt_mask, tgt_key_padding_mask,
+                                tgt_is_causal, self.dropout1)
 
         def mha(y):
-            y = self.multihead_attn(y, memory, memory, attn_mask=memory_mask,
-                                    key_padding_mask=memory_key_padding_mask,
-                                    need_weights=False, is_causal=memory_is_causal)[0]
-            return self.dropout2(y)
-
-        def ff(y):
-            h = _ACTIVATIONS[self.activation](self.linear1(y))
-            return self.dropout3(self.linear2(self.dropout(h)))
+            return self._attend(self.multihead_attn, y, memory, memory_mask,
+                                memory_key_padding_mask, memory_is_causal, self.dropout2)
+        x = tgt
         if self.norm_first:
             x = x + sa(self.norm1(x))
             x = x + mha(self.norm2(x))
-            x = x + ff(self.norm3(x))
+            x = x + self._ff_block(self.norm3(x), self.dropout3)
         else:
             x = self.norm1(x + sa(x))
             x = self.norm2(x + mha(x))
-            x = self.norm3(x + ff(x))
+            x = self.norm3(x + self._ff_block(x, self.dropout3))
         return x
 
 
@@ -393,11 +376,7 @@ class TransformerDecoder(Module):
     def __init__(self, decoder_layer: Optional[TransformerDecoderLayer] = None,
                  num_layers: int = 1, norm: Optional[Module] = None) -> None:
         super().__init__()
-        import copy
-        self.num_layers = int(num_layers)
-        self.layers = ModuleList([copy.deepcopy(decoder_layer) for _ in range(self.num_layers)]
-                                 if decoder_layer is not None else [])
-        self.norm = norm
+        _stack(self, decoder_layer, num_layers, norm)
 
     def _config(self):
         return dict(num_layers=self.num_layers)
