@@ -392,13 +392,12 @@ def test_multihead_attention_matches_torch(torch, case):
     g = torch.Generator().manual_seed(4)
     masks = [dict(), dict(attn_mask=torch.rand(L, S, generator=g) > 0.7),
              dict(attn_mask=torch.randn(L, S, generator=g)),
-             dict(is_causal=True, attn_mask=None, need_weights=True)]
+             dict(is_causal=True,
+                  attn_mask=torch.triu(torch.ones(L, S, dtype=torch.bool), 1))]
     if case != "unbatched":
         masks.append(dict(key_padding_mask=torch.rand(N, S, generator=g) > 0.8,
                           average_attn_weights=False))
     for extra in masks:
-        if extra.get("is_causal") and L != S:
-            extra = dict(attn_mask=torch.triu(torch.ones(L, S, dtype=torch.bool), 1))
         targs = {k_: (v_.numpy() if hasattr(v_, "numpy") else v_) for k_, v_ in extra.items()}
         with torch.no_grad():
             want, want_w = tm(*(torch.from_numpy(t) for t in (q, k, v)), **extra)
@@ -411,6 +410,10 @@ def test_multihead_attention_matches_torch(torch, case):
         qm(q, k[..., :-1] if not first else k[..., :-1], v)
     with pytest.raises(TypeError, match="float"):
         qm(qops.quantize_per_tensor(q, 0.1, 0, qops.qint8), k, v)
+    with pytest.raises(ValueError, match="is_causal"):
+        qm(q, k, v, is_causal=True)
+    with pytest.raises(ValueError, match="2-d or all 3-d"):
+        qm(q, k[None], v)
 
 
 @pytest.mark.parametrize("batch_first, norm_first, activation",

@@ -116,7 +116,7 @@ class MultiheadAttention(Module):
         need_weights : bool, also return the weights (averaged over heads if
             `average_attn_weights`)
         attn_mask : (L, S) or (N * num_heads, L, S), bool (True: not allowed) or float (added)
-        is_causal : bool, a hint PyTorch takes with attn_mask given; without one, a causal mask
+        is_causal : bool, a hint that attn_mask is the causal mask (it must be given)
         """
         for name, t in (("query", query), ("key", key), ("value", value)):
             if isinstance(t, QTensor):
@@ -126,14 +126,14 @@ class MultiheadAttention(Module):
             raise ValueError("MultiheadAttention: attention dropout in training mode is not "
                              "supported; call eval()")
         q, k, v = (fo.as_f32(t) for t in (query, key, value))
+        if not (q.ndim == k.ndim == v.ndim and q.ndim in (2, 3)):
+            raise ValueError(f"MultiheadAttention: query, key and value must all be 2-d or all "
+                             f"3-d; got {q.ndim}, {k.ndim} and {v.ndim} dims")
         unbatched = q.ndim == 2
         if unbatched:
             q, k, v = q[:, None], k[:, None], v[:, None]
         elif self.batch_first:
             q, k, v = (np.swapaxes(t, 0, 1) for t in (q, k, v))
-        if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
-            raise ValueError(f"MultiheadAttention: query, key and value must be 2-d or 3-d; got "
-                             f"{query.ndim}, {key.ndim} and {value.ndim} dims")
         L, N, E = q.shape
         for name, t, want in (("query", q, self.embed_dim), ("key", k, self.kdim),
                               ("value", v, self.vdim)):
@@ -192,9 +192,10 @@ class MultiheadAttention(Module):
                 raise TypeError(f"MultiheadAttention: {what} must be bool or float; got "
                                 f"{m.dtype}")
             return m.astype(F32)
+        if is_causal and attn_mask is None:
+            # (PyTorch refuses it too: the hint says what attn_mask is, it does not replace it)
+            raise ValueError("MultiheadAttention: is_causal=True needs the causal attn_mask")
         mask = None
-        if attn_mask is None and is_causal:
-            attn_mask = np.triu(np.ones((L, S), np.bool_), 1)
         if attn_mask is not None:
             mask = additive(attn_mask, "attn_mask")
             if with_bias_kv:

@@ -454,8 +454,9 @@ class SiLU(Module):
 
 
 class GELU(Module):
-    """x * Phi(x), the Gaussian CDF's exact form or (approximate="tanh") its tanh form (float
-    only, as SiLU)."""
+    """x * Phi(x), the Gaussian CDF's exact form or (approximate="tanh") its tanh form. Float
+    only: PyTorch's graph mode runs it in float, but its eager GELU also takes a quantized
+    tensor, which qops refuses (no quantized GELU yet)."""
 
     def __init__(self, approximate: str = "none") -> None:
         super().__init__()

@@ -121,12 +121,7 @@ def _fused(qcls):
     return build
 
 
-def _nondynamic_linear():
-    from qops.nn._attention import NonDynamicallyQuantizableLinear
-    return NonDynamicallyQuantizableLinear
-
-
-def _attention(tm, convert):
+def _multihead_attention(tm, convert):
     """qops.nn.MultiheadAttention of a torch one (its bias and bias_kv are not attributes)."""
     from qops.nn._attention import MultiheadAttention
     m = MultiheadAttention(tm.embed_dim, tm.num_heads, tm.dropout,
@@ -137,7 +132,7 @@ def _attention(tm, convert):
     return m
 
 
-def _encoder_layer(tm, convert):
+def _transformer_layer(tm, convert):
     """qops.nn.TransformerEncoder/DecoderLayer of a torch one (float or with quantized
     linears)."""
     import torch
@@ -154,16 +149,15 @@ def _encoder_layer(tm, convert):
     sa = tm.self_attn
     cls = att.TransformerDecoderLayer if hasattr(tm, "multihead_attn") else \
         att.TransformerEncoderLayer
-    m = cls(sa.embed_dim, sa.num_heads, tm.linear1.out_features,
-                                tm.dropout.p, name, tm.norm1.eps, sa.batch_first, tm.norm_first,
-                                bias=tm.norm1.bias is not None)
+    m = cls(sa.embed_dim, sa.num_heads, tm.linear1.out_features, tm.dropout.p, name,
+            tm.norm1.eps, sa.batch_first, tm.norm_first, bias=tm.norm1.bias is not None)
     for cname, child in tm.named_children():
         if cname != "activation":
             m.add_module(cname, convert(child, cname))
     return m
 
 
-def _encoder(tm, convert):
+def _transformer_stack(tm, convert):
     """qops.nn.TransformerEncoder/Decoder of a torch one: its layers and norm converted."""
     import torch
 
@@ -198,14 +192,12 @@ def _float_table(torch):
                  "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "Upsample", "UpsamplingNearest2d",
                  "UpsamplingBilinear2d", "Identity", "Flatten", "Dropout"):
         table[getattr(tnn, name)] = _float_generic(getattr(qnn, name))
-    table[tnn.MultiheadAttention] = _attention
-    table[tnn.TransformerEncoderLayer] = _encoder_layer
-    table[tnn.TransformerEncoder] = _encoder
-    table[tnn.TransformerDecoderLayer] = _encoder_layer
-    table[tnn.TransformerDecoder] = _encoder
+    table[tnn.MultiheadAttention] = _multihead_attention
+    table[tnn.TransformerEncoderLayer] = table[tnn.TransformerDecoderLayer] = _transformer_layer
+    table[tnn.TransformerEncoder] = table[tnn.TransformerDecoder] = _transformer_stack
     table[tnn.Transformer] = _transformer
     table[tnn.modules.linear.NonDynamicallyQuantizableLinear] = _float_generic(
-        _nondynamic_linear())
+        qnn.NonDynamicallyQuantizableLinear)
     from qops.nn import _rnn
     table.update(_rnn.torch_converters(torch))
     from qops.nn import _embedding

@@ -27,6 +27,7 @@ PyTorch's x86 backend configuration (docs/semantics.md §16.1):
 from __future__ import annotations
 
 import copy
+import inspect
 import re
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -784,10 +785,12 @@ def convert_fx(graph_module: Module, convert_custom_config: Optional[dict[Any, A
             node.target, node.args, node.kwargs = "quantized.hardswish", (node.args[0], s, z), {}
         elif node.op == "function" and node.target == "layer_norm":
             s, z = _qparams(model, path)
-            a = _bound(_LAYER_NORM_ARGS, node)
+            # the float call's arguments, defaults filled in, then the output qparams
+            from qops.nn._graph import FUNCTIONS
+            bound = inspect.signature(FUNCTIONS["layer_norm"]).bind(*node.args, **node.kwargs)
+            bound.apply_defaults()
             node.target, node.kwargs = "quantized.layer_norm", {}
-            node.args = (a["input"], a["normalized_shape"], a["weight"], a["bias"], a["eps"],
-                         s, z)
+            node.args = tuple(bound.arguments.values()) + (s, z)
         out_nodes.append(node)
         quantized.add(node.name)
     # add + relu: quantized.add_relu (relu then shares its qparams, as in PyTorch)
@@ -796,19 +799,6 @@ def convert_fx(graph_module: Module, convert_custom_config: Optional[dict[Any, A
         del model._modules[path]
     model.__dict__.pop("_qops_fx", None)
     return _rebuild(model, out_nodes)
-
-
-# torch.nn.functional.layer_norm's arguments and defaults
-_LAYER_NORM_ARGS = (("input", None), ("normalized_shape", None), ("weight", None),
-                    ("bias", None), ("eps", 1e-5))
-
-
-def _bound(params, node):
-    """{argument name: value} of a function node's args and kwargs, defaults filled in."""
-    values = dict(params)
-    values.update(zip((p for p, _ in params), node.args))
-    values.update(node.kwargs)
-    return values
 
 
 def _quint8():
