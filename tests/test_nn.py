@@ -247,8 +247,8 @@ def test_float_layer_matches_torch(torch, case):
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 def test_gelu_and_silu_over_their_whole_range(torch, approximate):
-    # numpy has no erf: the exact GELU is 0.5 x erfc(-x / sqrt 2) from a fit of erfc good to
-    # 1.2e-7 relative, in float32. PyTorch computes 0.5 x (1 + erf(x / sqrt 2)) in float32,
+    # qops' exact GELU is x/2 erfc(-x / sqrt 2) in float64 from a fit of erfc good to 1.2e-7
+    # relative (2.2 float32 ulps). PyTorch computes 0.5 x (1 + erf(x / sqrt 2)) in float32,
     # whose 1 + erf loses the left tail to cancellation (0 below x = -5.5, steps of 2^-24
     # before): hence an absolute tolerance of 4e-7 there, not a relative one
     x = np.linspace(-12, 12, 24001, dtype=F32)
@@ -261,9 +261,16 @@ def test_gelu_and_silu_over_their_whole_range(torch, approximate):
     with pytest.raises(ValueError, match="approximate"):
         nn.GELU("fast")
     q = qops.quantize_per_tensor(x, 0.1, 128, qops.quint8)
-    for m in (nn.GELU(), nn.SiLU()):
-        with pytest.raises(TypeError, match="float"):
-            m(q)
+    with pytest.raises(TypeError, match="float"):
+        nn.SiLU()(q)
+    # on a QTensor, GELU is PyTorch's quantized GELU (the registry op "gelu"): the input's
+    # qparams; equal to PyTorch's but at exact ties of y / scale (the registry test counts them)
+    got = nn.GELU(approximate)(q)
+    want = torch.nn.functional.gelu(
+        torch.quantize_per_tensor(tx, 0.1, 128, torch.quint8), approximate=approximate)
+    assert (got.q_scale(), got.q_zero_point()) == (want.q_scale(), want.q_zero_point())
+    diff = np.abs(got.int_repr().astype(int) - want.int_repr().numpy().astype(int))
+    assert diff.max() <= 1 and (diff > 0).mean() < 0.01
 
 
 @pytest.mark.parametrize("cls", ["BatchNorm2d", "InstanceNorm2d"])

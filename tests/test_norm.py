@@ -86,7 +86,12 @@ def test_input_and_qparams_errors(backend):
     with pytest.raises(TypeError, match="input"):
         F.layer_norm(x32, 4)
     with pytest.raises(TypeError, match="input"):
-        F.layer_norm(np.zeros((2, 4), np.float32), 4)
+        F.layer_norm(np.zeros((2, 4), np.int32), 4)
+    # a float array is the float layer norm (registry op layer_norm_float), without qparams
+    with pytest.raises(ValueError, match="output_scale"):
+        F.layer_norm(np.zeros((2, 4), np.float32), 4, output_scale=0.1)
+    with pytest.raises(ValueError, match="eps"):
+        F.layer_norm(np.zeros((2, 4), np.float32), 4, eps=-1.0)
     pc = qops.quantize_per_channel(np.zeros((2, 3, 4), np.float32), [0.1, 0.2, 0.3], [0, 0, 0], 1,
                                    qops.quint8)
     with pytest.raises(TypeError, match="per-tensor"):

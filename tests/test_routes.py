@@ -157,6 +157,9 @@ ACTIVATION = [
     ("clamp.shifted", F.relu, lambda: ((_qu8((4, 1000), zp=120),), {})),
     ("clamp.loop", F.relu, lambda: ((_qu8((3, 50), zp=120),), {})),
     ("clamp.loop", F.hardtanh, lambda: ((_qs8((3, 50)),), dict(min_val=-0.3, max_val=0.5))),
+    ("lut.bytes", F.gelu, lambda: ((_qs8((3, 40)),), dict(approximate="tanh"))),
+    ("gelu.f32", F.gelu, lambda: ((RNG.normal(0, 2, (3, 5000)).astype(np.float32),), {})),
+    ("empty", F.gelu, lambda: ((np.zeros((2, 0), np.float32),), {})),
 ]
 
 
@@ -222,6 +225,9 @@ NORM = [
      lambda: ((_qu8((3, 4, 40)), 40), dict(weight=RNG.normal(1, 0.2, 40),
                                           bias=RNG.normal(0, 0.2, 40), output_scale=0.03,
                                           output_zero_point=128))),
+    ("layer_norm_f32.rows", F.layer_norm,
+     lambda: ((RNG.normal(0, 2, (3, 4, 40)).astype(np.float32), 40),
+              dict(weight=RNG.normal(1, 0.2, 40), bias=RNG.normal(0, 0.2, 40)))),
     ("group_norm.lut", F.group_norm, _gn((2, 4, 24, 24), 2)),
     ("group_norm.rows", F.group_norm, _gn((2, 4, 5, 6), 2)),
     ("group_norm_cl.cl", F.group_norm, _gn((2, 8, 5, 6), 4, cl=True)),

@@ -8,7 +8,8 @@
 # (qops/_show.py). The table lookup (lut.*) runs VBMI permutes where the avx512 build finds
 # VBMI on the CPU, else the build's tier (qops_lut.h); clamp_raw runs the AVX-512 shifted-line
 # kernel for 256+ bytes whose source and output lie a multiple of 4 bytes apart, else a loop
-# GCC vectorizes (qops_clamp.h).
+# GCC vectorizes (qops_clamp.h). The float GELU (gelu_f32) is one GCC-vectorized loop in
+# float64 (qops_gelu.h), which also gives the quantized GELU's table its values.
 from qops._fast._routes import Route, TRACE, trace_routes as _trace_routes
 
 import numpy as np
@@ -24,6 +25,13 @@ cdef extern from "qops_lut.h" nogil:
         QOPS_LUT_TIER
 
 DEF GRAIN = 262144        # below this a second thread costs more than it saves (L2-resident data)
+DEF GELU_GRAIN = 16384    # float GELU values per thread (about 40 ns of work each)
+DEF GELU_BLOCK = 4096     # values per chunk a thread takes
+
+cdef extern from "qops_gelu.h" nogil:
+    float qops_gelu_erf(float x)
+    float qops_gelu_tanh(float x)
+    void qops_gelu_f32(const float *x, float *y, Py_ssize_t n, int tanh_form)
 
 LUT_VECTORIZED = bool(qops_lut_vectorized())   # also initialises the CPU check outside prange
 
@@ -41,6 +49,7 @@ ROUTES = {r.name: r for r in [
     Route("lut.bytes", _LUT_TIER, "qops_lut.h"),
     Route("clamp.shifted", "qops_clamp_shifted (AVX-512 aligned lines)", "qops_clamp.h"),
     Route("clamp.loop", "qops_clamp_u8/_s8 loop (GCC-vectorized)", "qops_clamp.h"),
+    Route("gelu.f32", "qops_gelu_f32 loop (float64, GCC-vectorized)", "qops_gelu.h"),
 ]}
 
 
@@ -59,17 +68,25 @@ cdef object R_LUT_VBMI = ROUTES["lut.vbmi"]
 cdef object R_LUT = ROUTES["lut.bytes"]
 cdef object R_CLAMP_SHIFTED = ROUTES["clamp.shifted"]
 cdef object R_CLAMP = ROUTES["clamp.loop"]
+cdef object R_GELU = ROUTES["gelu.f32"]
 cdef bint _VBMI = LUT_VECTORIZED
 
+# what a call computes, for _plan
+DEF P_LUT = 0
+DEF P_CLAMP = 1
+DEF P_GELU = 2
 
-cdef object _plan(bint clamp, Py_ssize_t n, Py_ssize_t off):
+
+cdef object _plan(int what, Py_ssize_t n, Py_ssize_t off):
     """The Route of one call: every kernel choice of the family, in one place.
 
-    clamp: clamp_raw (else a table lookup); n: elements; off: clamp's source minus output
-    address."""
+    what: P_LUT (a table activation), P_CLAMP (clamp_raw) or P_GELU (the float GELU);
+    n: elements; off: clamp's source minus output address."""
     if n == 0:
         route = R_EMPTY
-    elif clamp:
+    elif what == P_GELU:
+        route = R_GELU
+    elif what == P_CLAMP:
         # (each thread's share starts on a 64-byte boundary: the offset is the same for all)
         route = (R_CLAMP_SHIFTED if QOPS_CLAMP_SHIFTED and n >= 256 and off % 4 == 0
                  else R_CLAMP)
@@ -81,14 +98,17 @@ cdef object _plan(bint clamp, Py_ssize_t n, Py_ssize_t off):
 
 
 def plan(op, q, out=None):
-    """The Route the fast backend's activation `op` ("clamp_raw", or any table activation,
-    e.g. "sigmoid") takes for input q (and clamp_raw's `out`)."""
+    """The Route the fast backend's activation `op` ("clamp_raw", "gelu_f32", or any table
+    activation, e.g. "sigmoid") takes for input q (and clamp_raw's `out`)."""
     q = np.ascontiguousarray(q)
+    if op == "gelu_f32":
+        return _plan(P_GELU, q.size, 0)
     if op != "clamp_raw":
-        return _plan(False, q.size, 0)
+        return _plan(P_LUT, q.size, 0)
     if out is None:
         out = qops_empty(np, q.shape, q.dtype)
-    return _plan(True, q.size, q.size and (<Py_ssize_t>qops_ptr(q) - <Py_ssize_t>qops_ptr(out)))
+    return _plan(P_CLAMP, q.size,
+                 q.size and (<Py_ssize_t>qops_ptr(q) - <Py_ssize_t>qops_ptr(out)))
 
 # Which formula a table holds.
 DEF K_LEAKY = 0
@@ -97,6 +117,8 @@ DEF K_HARDSWISH = 2
 DEF K_ELU = 3
 DEF K_SIGMOID = 4
 DEF K_TANH = 5
+DEF K_GELU = 6
+DEF K_GELU_TANH = 7
 
 
 cdef inline float _f(int kind, float x, float xsc, float p) noexcept nogil:
@@ -125,6 +147,10 @@ cdef inline float _f(int kind, float x, float xsc, float p) noexcept nogil:
         c = <float>exp(-<double>xsc)
         c = one + c
         return one / c
+    if kind == K_GELU:
+        return qops_gelu_erf(x)
+    if kind == K_GELU_TANH:
+        return qops_gelu_tanh(x)
     return <float>c_tanh(<double>x)
 
 
@@ -164,7 +190,7 @@ def _map(q, int kind, float scale, int32_t zero_point, float p, float out_inv_sc
         _TABLES[key] = table
     out = qops_empty(np, shape, q.dtype)
     cdef Py_ssize_t n = q.size
-    if _plan(False, n, 0) is not R_EMPTY:
+    if _plan(P_LUT, n, 0) is not R_EMPTY:
         # int8 data is looked up through its two's-complement byte (the table is indexed so)
         qops_lut_apply_threads(<const uint8_t*>qops_ptr(q), <uint8_t*>qops_ptr(out, True), n,
                                <const uint8_t*>qops_ptr(table), qops_threads_for(n, GRAIN))
@@ -190,11 +216,11 @@ def clamp_raw(q, lo, hi, out=None):
     q = np.ascontiguousarray(q)           # (0-d becomes 1-d: out keeps the shape)
     cdef Py_ssize_t n = q.size
     if n == 0:
-        _plan(True, 0, 0)
+        _plan(P_CLAMP, 0, 0)
         return out
     cdef char* src = qops_ptr(q)
     cdef char* dst = qops_ptr(out, True)
-    _plan(True, n, <Py_ssize_t>src - <Py_ssize_t>dst)
+    _plan(P_CLAMP, n, <Py_ssize_t>src - <Py_ssize_t>dst)
     if q.dtype.kind == "u":       # (cheaper than `== np.uint8`, which builds a dtype)
         qops_clamp_u8(<const uint8_t*>src, <uint8_t*>dst, n, lo, hi, qops_threads_for(n, GRAIN))
     else:
@@ -230,3 +256,29 @@ def sigmoid(q, scale, zero_point, out_inv_scale, out_zero_point):
 def tanh(q, scale, zero_point, out_inv_scale, out_zero_point):
     """Quantized tanh: D_vec, tanh(x), Q_vec."""
     return _map(q, K_TANH, scale, zero_point, 0.0, out_inv_scale, out_zero_point)
+
+
+def gelu(q, scale, zero_point, approximate, out_inv_scale, out_zero_point):
+    """Quantized GELU: D_vec, gelu(x) (approximate "none" or "tanh", as gelu_f32), Q_vec."""
+    kind = K_GELU_TANH if approximate == "tanh" else K_GELU
+    return _map(q, kind, scale, zero_point, 0.0, out_inv_scale, out_zero_point)
+
+
+def gelu_f32(x, approximate):
+    """Float GELU of a float32 array (any shape): x/2 erfc(-x / sqrt 2) in float64 rounded
+    once, or PyTorch's tanh form with approximate="tanh" (qops_gelu.h)."""
+    shape = x.shape
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = qops_empty(np, shape, np.float32)
+    cdef Py_ssize_t n = x.size, b, n_blocks = (n + GELU_BLOCK - 1) // GELU_BLOCK, lo
+    if _plan(P_GELU, n, 0) is R_EMPTY:
+        return out
+    cdef const float *xp = <const float *>qops_ptr(x)
+    cdef float *op = <float *>qops_ptr(out, True)
+    cdef int tanh_form = approximate == "tanh"
+    cdef int nt = qops_threads_for(n, GELU_GRAIN)
+    with nogil:
+        for b in prange(n_blocks, schedule="static", num_threads=nt):
+            lo = b * GELU_BLOCK
+            qops_gelu_f32(xp + lo, op + lo, min(GELU_BLOCK, n - lo), tanh_form)
+    return out

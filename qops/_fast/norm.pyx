@@ -34,6 +34,8 @@ cdef extern from "qops_norm.h":
                      int32_t ozp, float lo, float hi, int sgn) nogil
     void qops_gn_table(const float* d, float g, float b, float inv, int32_t ozp, float lo,
                        float hi, uint8_t* table) nogil
+    void qops_lnf_row(const float *x, float *y, Py_ssize_t n, const float *w, const float *b,
+                      double eps) nogil
     enum:
         QOPS_NORM_TIER
 
@@ -64,6 +66,7 @@ ROUTES = {r.name: r for r in [
     Route("batch_norm.rows", f"qops_bn_row ({_TIER})", "qops_norm.h"),
     Route("batch_norm_cl.cl", f"qops_bn_cl ({_TIER})", "qops_norm.h"),
     Route("layer_norm.rows", f"_stats + qops_ln_row ({_TIER})", "qops_norm.h"),
+    Route("layer_norm_f32.rows", "qops_lnf_row (float64 lanes, GCC-vectorized)", "qops_norm.h"),
     Route("group_norm.lut", "per-group tables (qops_gn_table), qops_lut_vbmi", "qops_norm.h"),
     Route("group_norm.rows", f"_stats + qops_gn_row ({_TIER})", "qops_norm.h"),
     Route("group_norm_cl.cl", f"qops_norm_sums_cols + qops_gn_cl ({_TIER})", "qops_norm.h"),
@@ -81,6 +84,7 @@ cdef object R_BN_LUT = ROUTES["batch_norm.lut"]
 cdef object R_BN_ROWS = ROUTES["batch_norm.rows"]
 cdef object R_BN_CL = ROUTES["batch_norm_cl.cl"]
 cdef object R_LN_ROWS = ROUTES["layer_norm.rows"]
+cdef object R_LNF_ROWS = ROUTES["layer_norm_f32.rows"]
 cdef object R_GN_LUT = ROUTES["group_norm.lut"]
 cdef object R_GN_ROWS = ROUTES["group_norm.rows"]
 cdef object R_GN_CL = ROUTES["group_norm_cl.cl"]
@@ -90,6 +94,7 @@ DEF OP_BN_CL = 1
 DEF OP_LN = 2
 DEF OP_GN = 3
 DEF OP_GN_CL = 4
+DEF OP_LNF = 5
 
 
 cdef object _plan(int op, Py_ssize_t size, Py_ssize_t nb, Py_ssize_t length):
@@ -105,6 +110,8 @@ cdef object _plan(int op, Py_ssize_t size, Py_ssize_t nb, Py_ssize_t length):
         route = R_GN_LUT if _use_lut(length) else R_GN_ROWS
     elif op == OP_LN:
         route = R_LN_ROWS
+    elif op == OP_LNF:
+        route = R_LNF_ROWS
     elif op == OP_BN_CL:
         route = R_BN_CL
     else:
@@ -116,10 +123,11 @@ cdef object _plan(int op, Py_ssize_t size, Py_ssize_t nb, Py_ssize_t length):
 
 def plan(op, x, *args):
     """The Route the fast backend's norm op `op` takes for input x (the entry point's layout:
-    (N, C, L) for batch_norm and group_norm, (rows, n) layer_norm, channels last for *_cl)."""
+    (N, C, L) for batch_norm and group_norm, (rows, n) layer_norm and layer_norm_f32,
+    channels last for *_cl)."""
     x = np.asarray(x)
     ops = {"batch_norm": OP_BN, "batch_norm_cl": OP_BN_CL, "layer_norm": OP_LN,
-           "group_norm": OP_GN, "group_norm_cl": OP_GN_CL}
+           "group_norm": OP_GN, "group_norm_cl": OP_GN_CL, "layer_norm_f32": OP_LNF}
     if op not in ops:
         raise ValueError(f"plan: unknown norm op {op!r}")
     return _plan(ops[op], x.size, x.shape[0], x.shape[2] if x.ndim == 3 else 0)
@@ -267,6 +275,27 @@ def layer_norm(x, weight, bias, scale, zero_point, eps, inv_output_scale, output
     else:
         _layer_norm_rows[int8_t](x, out, w, b, wb_max, scale, zero_point, eps, inv_output_scale,
                                  output_zero_point, lo, hi)
+    return out
+
+
+def layer_norm_f32(x, weight, bias, eps):
+    """Float layer norm of each row of float32 `x` (M, N) over its N values: float64 mean and
+    variance, y = f32(((x - mean) / sqrt(var + eps)) * w + b) (qops_lnf_row)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = qops_empty(np, x.shape, np.float32)
+    cdef Py_ssize_t m = x.shape[0], n = x.shape[1], row
+    if _plan(OP_LNF, x.size, 0, 0) is R_EMPTY:
+        return out
+    w = None if weight is None else np.ascontiguousarray(weight, np.float32)
+    b = None if bias is None else np.ascontiguousarray(bias, np.float32)
+    cdef const float *xp = <const float *>qops_ptr(x)
+    cdef float *op = <float *>qops_ptr(out, True)
+    cdef const float *wp = NULL if w is None else <const float *>qops_ptr(w)
+    cdef const float *bp = NULL if b is None else <const float *>qops_ptr(b)
+    cdef double e = eps
+    with nogil:
+        for row in prange(m, schedule="static", num_threads=qops_threads_for(m * n, GRAIN)):
+            qops_lnf_row(xp + row * n, op + row * n, n, wp, bp, e)
     return out
 
 

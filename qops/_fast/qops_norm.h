@@ -3,6 +3,7 @@
 #ifndef QOPS_NORM_H
 #define QOPS_NORM_H
 
+#include <math.h>
 #include "qops_common.h"
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -527,6 +528,64 @@ static void qops_gn_cl(const uint8_t *x, uint8_t *out, ptrdiff_t r0, ptrdiff_t r
     if (sgn) qops_gn_cl_t(x, out, r0, r1, npix, C, s, t, zp, inv, ozp, lo, hi, 1);
     else qops_gn_cl_t(x, out, r0, r1, npix, C, s, t, zp, inv, ozp, lo, hi, 0);
 #endif
+}
+
+/* -- the float layer norm (layer_norm_f32; qops/_ref/norm.py, docs/semantics.md §13.1) -------
+ * Sums in float64 over 16 lanes, element j into lane j % 16 in index order (the first 16
+ * elements start the lanes; a last partial block adds into lanes 0..n%16-1), the lanes
+ * combined by halves (l += l + 8, then + 4, + 2, + 1): four vector chains that overlap, in an
+ * order numpy repeats exactly. */
+static inline double qops_lnf_lanes(double *acc) {
+    for (int h = 8; h >= 1; h /= 2)
+        for (int l = 0; l < h; l++)
+            acc[l] = acc[l] + acc[l + h];
+    return acc[0];
+}
+
+/* sum of x (centre unused) or, with `sq`, of (x - centre)^2, in the lane order above */
+static inline double qops_lnf_sum(const float *x, ptrdiff_t n, double centre, int sq) {
+    double acc[16];
+    ptrdiff_t n16 = n - n % 16, j = 0;
+    for (int l = 0; l < 16; l++)
+        acc[l] = 0.0;
+    if (n16 > 0) {
+        for (int l = 0; l < 16; l++) {
+            const double d = sq ? (double)x[l] - centre : (double)x[l];
+            acc[l] = sq ? d * d : d;
+        }
+        for (j = 16; j < n16; j += 16)
+            for (int l = 0; l < 16; l++) {
+                const double d = sq ? (double)x[j + l] - centre : (double)x[j + l];
+                acc[l] = acc[l] + (sq ? d * d : d);
+            }
+    }
+    for (j = n16; j < n; j++) {
+        const double d = sq ? (double)x[j] - centre : (double)x[j];
+        acc[j - n16] = acc[j - n16] + (sq ? d * d : d);
+    }
+    return qops_lnf_lanes(acc);
+}
+
+/* One row: mean and variance in float64 (two passes), r = 1 / sqrt(var + eps), then
+ * y = f32(((x - mean) * r) * w + b) in float64 (w, b may be NULL: skipped). */
+static inline void qops_lnf_row(const float *x, float *y, ptrdiff_t n, const float *w,
+                                const float *b, double eps) {
+    const double mean = qops_lnf_sum(x, n, 0.0, 0) / (double)n;
+    const double var = qops_lnf_sum(x, n, mean, 1) / (double)n;
+    const double r = 1.0 / sqrt(var + eps);
+    if (w && b) {
+        for (ptrdiff_t j = 0; j < n; j++)
+            y[j] = (float)((((double)x[j] - mean) * r) * (double)w[j] + (double)b[j]);
+    } else if (w) {
+        for (ptrdiff_t j = 0; j < n; j++)
+            y[j] = (float)((((double)x[j] - mean) * r) * (double)w[j]);
+    } else if (b) {
+        for (ptrdiff_t j = 0; j < n; j++)
+            y[j] = (float)((((double)x[j] - mean) * r) + (double)b[j]);
+    } else {
+        for (ptrdiff_t j = 0; j < n; j++)
+            y[j] = (float)(((double)x[j] - mean) * r);
+    }
 }
 
 #endif  /* QOPS_NORM_H */

@@ -6,7 +6,7 @@ sigmoid and tanh use fixed ones.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union, overload
 
 import numpy as np
 
@@ -17,8 +17,11 @@ from qops._layout import elementwise
 from qops._ops import _check
 from qops._qtensor import QTensor
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
 __all__ = ["relu", "relu_", "relu6", "hardtanh", "clamp", "elu", "leaky_relu", "hardsigmoid",
-           "hardswish", "sigmoid", "tanh"]
+           "hardswish", "sigmoid", "tanh", "gelu"]
 
 _DTYPES = (quint8, qint8)
 
@@ -315,3 +318,39 @@ def tanh(input: QTensor) -> QTensor:
     data = elementwise(_kernels().tanh, input._int,
                        _f32_scale(input), input._zero_point, inv, zp)
     return QTensor._make(data, input.dtype, scale, zp)
+
+
+@overload
+def gelu(input: QTensor, approximate: str = "none") -> QTensor: ...
+@overload
+def gelu(input: npt.ArrayLike, approximate: str = "none") -> npt.NDArray[np.float32]: ...
+
+
+def gelu(input: Union[QTensor, npt.ArrayLike],
+         approximate: str = "none") -> Union[QTensor, npt.NDArray[np.float32]]:
+    """GELU, x * Phi(x), of a QTensor or a float array (torch.nn.functional.gelu).
+
+    A QTensor gives a QTensor with the input's qparams, the scale rounded to float32 as
+    PyTorch's quantized GELU does (dequantize, GELU, quantize); a float array gives float32.
+    The exact form is accurate to 2.2 float32 ulps (docs/semantics.md §6.1); "tanh" follows
+    PyTorch's float32 steps.
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8), or a float array of any shape
+    approximate : "none" (x/2 erfc(-x / sqrt 2)) or "tanh"
+        (x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))))
+    """
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"approximate must be 'none' or 'tanh'; got {approximate!r}")
+    if not isinstance(input, QTensor):
+        x = _check.float_array(input)
+        return _kernels().gelu_f32(x, approximate)
+    _input(input)
+    sf = qp.f32(input._scale)
+    # PyTorch's output scale is the input's rounded to float32
+    out_scale = float(sf)
+    inv = qp.inv_scale_f64(out_scale)
+    data = elementwise(_kernels().gelu, input._int, sf, input._zero_point, approximate, inv,
+                       input._zero_point)
+    return QTensor._make(data, input._dtype, out_scale, input._zero_point)

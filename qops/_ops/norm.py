@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import TYPE_CHECKING, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Optional, Sequence, Union, overload
 
 import numpy as np
 
@@ -158,24 +158,7 @@ def batch_norm_relu(input: QTensor, running_mean: npt.ArrayLike, running_var: np
                        output_zero_point, True)
 
 
-def layer_norm(input: QTensor, normalized_shape: Union[int, Sequence[int]],
-               weight: Optional[npt.ArrayLike] = None, bias: Optional[npt.ArrayLike] = None,
-               eps: float = 1e-5, output_scale: float = 1.0,
-               output_zero_point: int = 0) -> QTensor:
-    """Quantized layer norm over the trailing `normalized_shape` dims
-    (torch.ops.quantized.layer_norm).
-
-    Parameters
-    ----------
-    input : per-tensor QTensor (quint8 or qint8)
-    normalized_shape : int or sequence of ints, equal to the trailing dims of input
-    weight : float array of shape normalized_shape, or None (ones)
-    bias : float array of shape normalized_shape, or None (zeros)
-    eps : float > 0, added to the variance
-    output_scale : float > 0
-    output_zero_point : int in the dtype's range
-    """
-    _check.qtensor(input, "input", dtypes=_DTYPES)
+def _normalized_shape(normalized_shape, shape):
     if isinstance(normalized_shape, (numbers.Integral, np.integer)) and \
             not isinstance(normalized_shape, bool):
         normalized_shape = (int(normalized_shape),)
@@ -185,13 +168,77 @@ def layer_norm(input: QTensor, normalized_shape: Union[int, Sequence[int]],
     ns = tuple(_check.integer(n, "normalized_shape", 0) for n in normalized_shape)
     if len(ns) == 0:
         raise ValueError("normalized_shape must have at least one dim")
-    if len(ns) > input.ndim or tuple(input.shape[input.ndim - len(ns):]) != ns:
+    if len(ns) > len(shape) or tuple(shape[len(shape) - len(ns):]) != ns:
         raise ValueError(f"normalized_shape {list(ns)} does not match the trailing dims of "
-                         f"input of shape {tuple(input.shape)}")
+                         f"input of shape {tuple(shape)}")
+    return ns
+
+
+def _layer_norm_float(input, normalized_shape, weight, bias, eps, output_scale,
+                      output_zero_point):
+    x = _check.float_array(input)
+    if output_scale is not None or output_zero_point is not None:
+        raise ValueError("output_scale and output_zero_point are for a QTensor input; a float "
+                         "input gives a float result")
+    ns = _normalized_shape(normalized_shape, x.shape)
+    weight = _param(weight, "weight", ns)
+    bias = _param(bias, "bias", ns)
+    eps = _check.real(eps, "eps")
+    if not math.isfinite(eps) or eps < 0.0:
+        raise ValueError(f"eps must be finite and >= 0; got {eps!r}")
+    n = int(np.prod(ns, dtype=np.int64))
+    m = int(np.prod(x.shape[:x.ndim - len(ns)], dtype=np.int64))
+    if m * n == 0:
+        return np.empty(x.shape, np.float32)
+    out = _config.impl("norm").layer_norm_f32(
+        x.reshape(m, n), None if weight is None else weight.reshape(n),
+        None if bias is None else bias.reshape(n), eps)
+    return out.reshape(x.shape)
+
+
+@overload
+def layer_norm(input: QTensor, normalized_shape: Union[int, Sequence[int]],
+               weight: Optional[npt.ArrayLike] = None, bias: Optional[npt.ArrayLike] = None,
+               eps: float = 1e-5, output_scale: Optional[float] = None,
+               output_zero_point: Optional[int] = None) -> QTensor: ...
+@overload
+def layer_norm(input: npt.ArrayLike, normalized_shape: Union[int, Sequence[int]],
+               weight: Optional[npt.ArrayLike] = None, bias: Optional[npt.ArrayLike] = None,
+               eps: float = 1e-5, output_scale: None = None,
+               output_zero_point: None = None) -> npt.NDArray[np.float32]: ...
+
+
+def layer_norm(input: Union[QTensor, npt.ArrayLike], normalized_shape: Union[int, Sequence[int]],
+               weight: Optional[npt.ArrayLike] = None, bias: Optional[npt.ArrayLike] = None,
+               eps: float = 1e-5, output_scale: Optional[float] = None,
+               output_zero_point: Optional[int] = None
+               ) -> Union[QTensor, npt.NDArray[np.float32]]:
+    """Layer norm over the trailing `normalized_shape` dims: quantized on a QTensor
+    (torch.ops.quantized.layer_norm), float on a float array (torch.nn.functional.layer_norm:
+    float64 statistics, one rounding to float32, docs/semantics.md §13.1).
+
+    Parameters
+    ----------
+    input : per-tensor QTensor (quint8 or qint8), or a float array
+    normalized_shape : int or sequence of ints, equal to the trailing dims of input
+    weight : float array of shape normalized_shape, or None (ones)
+    bias : float array of shape normalized_shape, or None (zeros)
+    eps : float > 0 (>= 0 for a float input), added to the variance
+    output_scale : float > 0, for a QTensor (default 1.0); None for a float input
+    output_zero_point : int in the dtype's range, for a QTensor (default 0); None for a float
+        input
+    """
+    if not isinstance(input, QTensor):
+        return _layer_norm_float(input, normalized_shape, weight, bias, eps, output_scale,
+                                 output_zero_point)
+    _check.qtensor(input, "input", dtypes=_DTYPES)
+    ns = _normalized_shape(normalized_shape, input.shape)
     weight = _param(weight, "weight", ns)
     bias = _param(bias, "bias", ns)
     eps = _eps(eps)
-    scale, zp = _out_qparams(output_scale, output_zero_point, input.dtype)
+    scale, zp = _out_qparams(1.0 if output_scale is None else output_scale,
+                             0 if output_zero_point is None else output_zero_point,
+                             input.dtype)
     n = int(np.prod(ns, dtype=np.int64))
     m = int(np.prod(input.shape[:input.ndim - len(ns)], dtype=np.int64))
     out_shape = tuple(input.shape)

@@ -8,8 +8,10 @@ Transcendentals are evaluated in float64 and rounded once to float32.
 import numpy as np
 
 from qops._ref.quant import d_sc, d_vec, q_vec
+from qops._ref.rnn import tanh_f32
 
 F32 = np.float32
+F64 = np.float64
 
 
 def _limits(dtype):
@@ -60,6 +62,57 @@ def sigmoid_y(x):
 def tanh_y(x):
     """f32(tanh(x)), tanh in float64 rounded once."""
     return np.tanh(x.astype(np.float64)).astype(F32)
+
+
+# erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z/2), z >= 0: the Chebyshev fit of Numerical
+# Recipes' erfcc (relative error below 1.2e-7); P's coefficients, degree 0 to 9
+_ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807,
+             -1.13520398, 1.48851587, -0.82215223, 0.17087277)
+# e^r's Taylor coefficients 1/k!, k = 0 to 8 (|r| <= ln2 / 2: relative error below 2.1e-10)
+_EXP8 = (1.0, 1.0, 0.5, 0.16666666666666666, 0.041666666666666664, 0.008333333333333333,
+         0.001388888888888889, 0.0001984126984126984, 2.48015873015873e-05)
+_GELU_BETA = F32(1.4142135623730951 * 1.1283791670955126 * 0.5)     # sqrt(2 / pi)
+
+
+def gelu_y(x, approximate="none"):
+    """GELU of float32 x (docs/semantics.md §6.1).
+
+    "none": f32(x/2 E) in float64, E = erfc(z) for negative x (sign bit set), 2 - erfc(z)
+    otherwise, z = |x| / sqrt 2, erfc(z) = t exp(max(P(t) - z^2, -700)) from the fit above,
+    exp by Cody-Waite reduction and a degree-8 polynomial, both polynomials by Estrin's
+    scheme. "tanh": PyTorch's float32 steps, f32(f32(0.5 x) f32(1 +
+    tanh(f32(sqrt(2/pi) f32(x + f32(0.044715 f32(x^3))))))), tanh in float64 rounded once.
+    """
+    x = np.asarray(x, dtype=F32)
+    with np.errstate(over="ignore", invalid="ignore"):     # infinities and NaN: IEEE results
+        return _gelu_y(x, approximate)
+
+
+def _gelu_y(x, approximate):
+    if approximate == "tanh":
+        x3 = x * x * x
+        inner = _GELU_BETA * (x + F32(0.044715) * x3)
+        return (F32(0.5) * x * (F32(1) + tanh_f32(inner))).astype(F32)
+    xd = x.astype(F64)
+    z = np.abs(xd) * F64(0.7071067811865476)
+    t = F64(1) / (F64(1) + F64(0.5) * z)
+    # P(t) of degree 9 and e^r of degree 8 by Estrin's scheme, grouped as the C twin
+    t2 = t * t
+    t4 = t2 * t2
+    a = [F64(lo) + F64(hi) * t for lo, hi in zip(_ERFC_FIT[::2], _ERFC_FIT[1::2])]
+    p = ((a[0] + a[1] * t2) + (a[2] + a[3] * t2) * t4) + a[4] * (t4 * t4)
+    y = np.maximum(p - z * z, F64(-700))        # (the C clamps on the bits: same values)
+    n = np.rint(y * F64(1.4426950408889634))   # e^y = 2^n e^r, Cody-Waite
+    r = (y - n * F64(0.6931471803691238)) - n * F64(1.90821492927058770002e-10)
+    r2 = r * r
+    r4 = r2 * r2
+    c = [F64(1) + r] + [F64(lo) + F64(hi) * r for lo, hi in zip(_EXP8[2:8:2], _EXP8[3:8:2])]
+    er = ((c[0] + c[1] * r2) + (c[2] + c[3] * r2) * r4) + F64(_EXP8[8]) * (r4 * r4)
+    # 2^n: n + 1023 lands in the low bits of 2^52 + n + 1023; shift it into the exponent
+    tn = ((n + F64(4503599627371519.0)).view(np.int64) << np.int64(52)).view(F64)
+    erfc_z = t * (tn * er)
+    e = np.where(np.signbit(xd), erfc_z, F64(2) - erfc_z)
+    return (F64(0.5) * xd * e).astype(F32)
 
 
 # -- kernels ----------------------------------------------------------------------------------
@@ -162,3 +215,30 @@ def tanh(q, scale, zero_point, out_inv_scale, out_zero_point):
     """
     y = tanh_y(_x(q, scale, zero_point))
     return _quantize(y, out_inv_scale, out_zero_point, q.dtype)
+
+
+def gelu(q, scale, zero_point, approximate, out_inv_scale, out_zero_point):
+    """Quantized GELU: D_vec, gelu_y(x, approximate), Q_vec (PyTorch's output qparams are the
+    input's).
+
+    Parameters
+    ----------
+    q : uint8 or int8 ndarray
+    scale, zero_point : input qparams (f32 scale)
+    approximate : "none" or "tanh"
+    out_inv_scale : float, f32(1.0 / f32(out_scale)) computed in double
+    out_zero_point : int
+    """
+    y = gelu_y(_x(q, scale, zero_point), approximate)
+    return _quantize(y, out_inv_scale, out_zero_point, q.dtype)
+
+
+def gelu_f32(x, approximate):
+    """Float GELU of a float32 array (any shape): gelu_y.
+
+    Parameters
+    ----------
+    x : float32 ndarray
+    approximate : "none" or "tanh"
+    """
+    return gelu_y(np.asarray(x, dtype=F32), approximate).reshape(np.shape(x))

@@ -102,6 +102,53 @@ def layer_norm(x, weight, bias, scale, zero_point, eps, inv_output_scale, output
     return q_vec(y, inv_output_scale, output_zero_point, qmin, qmax).astype(x.dtype)
 
 
+def _lane_sum(v):
+    """Row sums of float64 v (M, N) in the fast kernel's order: element j into lane j % 16 in
+    index order (the first block starts the lanes; a last partial block adds into the first
+    lanes), then the 16 lanes combined by halves (lane l += lane l + h, h = 8, 4, 2, 1)."""
+    m, n = v.shape
+    n16 = n - n % 16
+    if n16:
+        # cumsum is a running sum: each lane adds its elements one after another
+        lanes = np.cumsum(v[:, :n16].reshape(m, n16 // 16, 16), axis=1)[:, -1, :]
+    else:
+        lanes = np.zeros((m, 16))
+    lanes[:, :n - n16] = lanes[:, :n - n16] + v[:, n16:]
+    for h in (8, 4, 2, 1):
+        lanes[:, :h] = lanes[:, :h] + lanes[:, h:2 * h]
+    return lanes[:, 0]
+
+
+def layer_norm_f32(x, weight, bias, eps):
+    """Float layer norm of each row of float32 x (M, N) over its N values.
+
+    mean = S(x) / N, var = S((x - mean)^2) / N (float64 sums in _lane_sum's order),
+    r = 1 / sqrt(var + eps), y = f32(((x - mean) * r) * w + b) in float64.
+
+    Parameters
+    ----------
+    x : float32 ndarray (M, N)
+    weight : float32 ndarray (N,) or None (no multiply)
+    bias : float32 ndarray (N,) or None (no add)
+    eps : float, added to the variance in double
+    """
+    x = np.asarray(x, np.float32)
+    if x.size == 0:
+        return np.empty(x.shape, np.float32)
+    v = x.astype(np.float64)
+    n = x.shape[1]
+    mean = _lane_sum(v) / np.float64(n)
+    d = v - mean[:, None]
+    var = _lane_sum(d * d) / np.float64(n)
+    r = np.float64(1) / np.sqrt(var + np.float64(eps))
+    y = d * r[:, None]
+    if weight is not None:
+        y = y * np.asarray(weight, np.float32).astype(np.float64)
+    if bias is not None:
+        y = y + np.asarray(bias, np.float32).astype(np.float64)
+    return y.astype(np.float32)
+
+
 def group_norm(x, num_groups, weight, bias, scale, zero_point, eps, inv_output_scale,
                output_zero_point):
     """Normalize each (batch, group) of `x`, then a per-channel affine folded into r.

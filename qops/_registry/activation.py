@@ -1,5 +1,5 @@
 """Registry entries of the activation family: relu, relu_, relu6, hardtanh, clamp, elu,
-leaky_relu, hardsigmoid, hardswish, sigmoid, tanh."""
+leaky_relu, hardsigmoid, hardswish, sigmoid, tanh, gelu (quantized) and gelu_float."""
 import numpy as np
 
 import qops
@@ -207,6 +207,13 @@ def _torch_tanh(case):
     return lambda: torch.tanh(t)
 
 
+def _torch_gelu(case):
+    import torch
+    x = case.args[0]
+    t = _tq(x) if isinstance(x, qops.QTensor) else torch.from_numpy(np.require(x, None, "C"))
+    return lambda: torch.nn.functional.gelu(t, **case.kwargs)
+
+
 def _relu_inplace_runner(case):
     # relu_ writes into its input: run it on a fresh clone each call, as PyTorch's runner does.
     q = case.args[0]
@@ -238,6 +245,78 @@ def _y_sigmoid(case):
 
 def _y_tanh(case):
     return R.tanh_y(_xv(case.args[0]))
+
+
+def _y_gelu(case):
+    return R.gelu_y(_xv(case.args[0]), case.kwargs.get("approximate", "none"))
+
+
+# -- the float GELU ----------------------------------------------------------------------------
+
+_SPECIALS = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-40, -1e-40, 3e38, -3e38, 1e-8,
+                      -1e-8, 37.5, -37.5, 5.0, -5.0, 10.0, -10.0], np.float32)
+
+
+def _float_input(r, shape, scale):
+    return (r.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _gelu_float_cases():
+    r = u.rng(1211)
+    out = []
+    for ap in ("none", "tanh"):
+        kw = {"approximate": ap}
+        for n in u.EDGE_LENGTHS:
+            out.append(Case((_float_input(r, (n,), 3.0),), kw, label=f"{ap}-{n}"))
+        out.append(Case((_SPECIALS,), kw, label=f"{ap}-specials"))
+        out.append(Case((np.linspace(-40, 12, 5001, dtype=np.float32),), kw, label=f"{ap}-ramp"))
+        out.append(Case((_float_input(r, (33, 7), 2.0).T,), kw, label=f"{ap}-transposed"))
+        out.append(Case((_float_input(r, (2, 3, 4, 65), 6.0),), kw, label=f"{ap}-4d"))
+        out.append(Case((_float_input(r, (3, 5), 1.0).astype(np.float64),), kw,
+                        label=f"{ap}-float64"))
+    return out
+
+
+def _gelu_float_strategy():
+    from hypothesis import strategies as st
+
+    def build(args):
+        seed, shape, scale, ap, n_special = args
+        r = u.rng(seed)
+        x = _float_input(r, shape, scale)
+        flat = x.reshape(-1)
+        if flat.size and n_special:
+            at = r.integers(0, flat.size, n_special)
+            flat[at] = r.choice(_SPECIALS, n_special)
+        return Case((x,), {"approximate": ap}, label=f"{ap}-{shape}-x{scale:g}")
+    return st.tuples(st.integers(0, 2**32 - 1),
+                     st.lists(st.integers(0, 9), min_size=0, max_size=4).map(tuple),
+                     st.sampled_from([0.01, 1.0, 3.0, 10.0, 1e4]),
+                     st.sampled_from(["none", "tanh"]), st.integers(0, 3)).map(build)
+
+
+def _compare_gelu_float(case, ours, theirs):
+    a, b = np.asarray(ours, np.float64), np.asarray(theirs, np.float64)
+    x = np.asarray(case.args[0], np.float32).astype(np.float64)
+    assert a.shape == b.shape, f"gelu_float {case.label}: shape {a.shape} vs {b.shape}"
+    assert (np.isnan(a) == np.isnan(b)).all(), f"gelu_float {case.label}: NaN positions differ"
+    fin = np.isfinite(b)
+    assert (a[~fin] == b[~fin])[~np.isnan(b[~fin])].all(), \
+        f"gelu_float {case.label}: infinities differ"
+    tol = 4 * np.spacing(np.abs(b[fin]).astype(np.float32)) + 1.2e-7 * np.abs(x[fin])
+    err = np.abs(a[fin] - b[fin])
+    assert (err <= tol).all(), (
+        f"gelu_float {case.label}: {int((err > tol).sum())} values past the tolerance, e.g. x = "
+        f"{x[fin][err > tol][:3]}: {a[fin][err > tol][:3]} vs {b[fin][err > tol][:3]}")
+
+
+_GELU_FLOAT_TOLERANCE = (
+    "4 float32 ulps of PyTorch's value + 1.2e-7 abs(x): PyTorch computes 0.5 x (1 + erf(x / "
+    "sqrt 2)) in float32 with its vectorized erf, and 1 + erf cancels for negative x, so erf's "
+    "own error (up to 4 ulps of 1, 2.4e-7) reaches the result times abs(x) / 2; qops computes "
+    "x/2 erfc(-x / sqrt 2) in float64 "
+    "(2.2 ulps); the tanh form differs by PyTorch's float32 tanh (SLEEF, 1 ulp); NaN and "
+    "infinities exactly")
 
 
 _TIE_REASON = ("exact except +-1 at exact ties of y/out_scale: PyTorch quantizes the last "
@@ -316,6 +395,20 @@ SPECS = [
                   "hardswish_8x64_112": lambda: Case((_bench_q(shape=_LARGE), 0.05, 10))},
            torch=_torch_hardswish,
            compare=tie_compare("hardswish", _y_hardswish), tolerance=_TIE_REASON),
+    OpSpec("gelu", "activation", ("gelu",), F.gelu,
+           _unary_cases(12, kwargs_of=lambda r, q: {"approximate": str(r.choice(["none",
+                                                                                 "tanh"]))}),
+           _unary_strategy(kwargs_of=lambda r, q: {"approximate": str(r.choice(["none",
+                                                                                "tanh"]))}),
+           bench={"gelu_64_112": lambda: Case((_bench_q(),))}, torch=_torch_gelu,
+           compare=tie_compare("gelu", _y_gelu),
+           tolerance=_TIE_REASON + " qops evaluates GELU in float64 rounded once (2.2 ulps), "
+           "PyTorch in float32 with its vectorized erf, which again only matters at such ties."),
+    OpSpec("gelu_float", "activation", ("gelu_f32",), F.gelu, _gelu_float_cases,
+           _gelu_float_strategy,
+           bench={"gelu_f32_128x3072": lambda: Case((_float_input(u.rng(43), (128, 3072),
+                                                                  1.0),))},
+           torch=_torch_gelu, compare=_compare_gelu_float, tolerance=_GELU_FLOAT_TOLERANCE),
     OpSpec("sigmoid", "activation", ("sigmoid",), F.sigmoid,
            _unary_cases(10, scale_range=(0.01, 0.04)), _unary_strategy(),
            bench={"sigmoid_64_112": lambda: Case((_bench_q(),))}, torch=_torch_sigmoid,

@@ -1,5 +1,5 @@
 """Registry entries of the norm family: batch_norm (+relu), layer_norm, group_norm,
-instance_norm."""
+instance_norm, and the float layer norm (layer_norm_float)."""
 import numpy as np
 
 import qops
@@ -386,6 +386,93 @@ def _bench_bn(layout="c"):
 _GN_TOLERANCE = ("exact except +-1 within 1e-3 of .5 rounding ties in the scalar tail of "
                  "PyTorch's channels-last kernel (Q_leg there, Q_vec in qops)")
 
+# -- the float layer norm ----------------------------------------------------------------------
+
+def _lnf_case(r, shape, k, affine, label, offset=0.0, spread=1.0, eps=1e-5):
+    x = (r.normal(offset, spread, size=shape)).astype(np.float32)
+    ns = tuple(shape[len(shape) - k:])
+    w = r.normal(1, 0.5, ns).astype(np.float32) if affine in ("w", "wb") else None
+    b = r.normal(0, 0.5, ns).astype(np.float32) if affine in ("b", "wb") else None
+    return Case((x, ns, w, b, eps), label=f"{label}-{shape}-k{k}-{affine}")
+
+
+def _lnf_cases():
+    r = u.rng(1311)
+    out = []
+    for n in (1, 2, 15, 16, 17, 31, 33, 64, 100, 768, 1000):
+        out.append(_lnf_case(r, (3, n), 1, "wb", "n"))
+    for affine in ("none", "w", "b", "wb"):
+        out.append(_lnf_case(r, (2, 5, 24), 1, affine, "affine"))
+    out.append(_lnf_case(r, (2, 3, 4, 5), 2, "wb", "two-dims"))
+    out.append(_lnf_case(r, (2, 3, 4, 5), 3, "none", "three-dims"))
+    out.append(_lnf_case(r, (4, 40), 1, "wb", "offset", offset=1000.0, spread=0.01))
+    out.append(_lnf_case(r, (4, 40), 1, "wb", "tiny", spread=1e-6, eps=1e-12))
+    out.append(_lnf_case(r, (2, 33), 1, "wb", "wide", spread=1e4))
+    c = _lnf_case(r, (3, 17), 1, "wb", "constant-rows")
+    c.args[0][:] = 2.5
+    out.append(c)
+    t = _lnf_case(r, (6, 33), 1, "w", "transposed")
+    xt = np.asarray(t.args[0]).T.copy().T                   # (6, 33), column-major
+    out.append(Case((xt,) + t.args[1:], label="transposed-(6,33)"))
+    t = r.normal(size=(2, 0, 7)).astype(np.float32)
+    out.append(Case((t, (7,), None, None, 1e-5), label="empty"))
+    out.append(Case((r.normal(size=(3, 8)).astype(np.float64), (8,), None, None, 1e-5),
+                    label="float64-input"))
+    return out
+
+
+def _lnf_strategy():
+    from hypothesis import strategies as st
+
+    def build(args):
+        seed, lead, ns, affine, offset, spread = args
+        return _lnf_case(u.rng(seed), tuple(lead) + tuple(ns), len(ns), affine, "random",
+                         offset=offset, spread=spread)
+    return st.tuples(st.integers(0, 2**32 - 1), st.lists(st.integers(0, 5), max_size=2),
+                     st.lists(st.integers(1, 40), min_size=1, max_size=2),
+                     st.sampled_from(["none", "w", "b", "wb"]),
+                     st.sampled_from([0.0, 3.0, -50.0]),
+                     st.sampled_from([1e-3, 1.0, 100.0])).map(build)
+
+
+def _torch_lnf(case):
+    import torch
+    x, ns, w, b, eps = case.args
+    t = torch.from_numpy(np.ascontiguousarray(x, np.float32))
+    tw = None if w is None else torch.from_numpy(w)
+    tb = None if b is None else torch.from_numpy(b)
+    return lambda: torch.nn.functional.layer_norm(t, list(ns), tw, tb, eps)
+
+
+def compare_lnf(case, ours, theirs):
+    """Within PyTorch's float32 rounding of x * r + (-mean * r), then * w + b (see
+    _LNF_TOLERANCE)."""
+    x, ns, w, b, eps = case.args
+    a, t = np.asarray(ours, np.float64), np.asarray(theirs, np.float64)
+    assert a.shape == t.shape, f"layer_norm_float {case.label}: shape {a.shape} vs {t.shape}"
+    if a.size == 0:
+        return
+    k = len(ns)
+    v = np.asarray(x, np.float64).reshape(-1, int(np.prod(ns)))
+    mean = v.mean(axis=1, keepdims=True)
+    r = 1 / np.sqrt(v.var(axis=1, keepdims=True) + eps)
+    wa = np.ones(v.shape[1]) if w is None else np.abs(np.asarray(w, np.float64).reshape(-1))
+    ba = np.zeros(v.shape[1]) if b is None else np.abs(np.asarray(b, np.float64).reshape(-1))
+    tol = (2e-6 * (np.abs(v) + np.abs(mean)) * r * wa
+           + 4 * np.spacing(np.abs(t.reshape(v.shape)).astype(np.float32)) + 1e-7 * ba)
+    err = np.abs(a.reshape(v.shape) - t.reshape(v.shape))
+    assert (err <= tol).all(), (
+        f"layer_norm_float {case.label} (k={k}): {int((err > tol).sum())} values past the "
+        f"tolerance; worst {err.max():.3g}")
+
+
+_LNF_TOLERANCE = (
+    "2e-6 (abs(x) + abs(mean)) r abs(w) + 4 float32 ulps of PyTorch's value + 1e-7 abs(b): "
+    "PyTorch computes mean and variance in float32 (Welford) and y = (x * r + (-mean * r)) * w "
+    "+ b in float32, which cancels where abs(mean) >> std; qops computes the statistics in "
+    "float64 and ((x - mean) * r) * w + b in float64, rounded once")
+
+
 SPECS = [
     OpSpec("batch_norm", "norm", ("batch_norm", "batch_norm_cl"), F.batch_norm, _bn_cases,
            _bn_strategy, bench={"2d_8x64x56": _bench_bn,
@@ -399,6 +486,10 @@ SPECS = [
            # rounding (Q_leg); qops rounds every element as the vector body (Q_vec).
            tolerance="exact except +-1 at exact .5 rounding ties in PyTorch's scalar tail (Q_leg "
                      "there, Q_vec in qops)"),
+    OpSpec("layer_norm_float", "norm", ("layer_norm_f32",), F.layer_norm, _lnf_cases,
+           _lnf_strategy,
+           bench={"f32_128x768": lambda: _lnf_case(u.rng(41), (128, 768), 1, "wb", "bench")},
+           torch=_torch_lnf, compare=compare_lnf, tolerance=_LNF_TOLERANCE),
     OpSpec("group_norm", "norm", ("group_norm", "group_norm_cl"), F.group_norm, _gn_cases,
            _gn_strategy,
            bench={"8x256x28x28_g32": _bench_gn((8, 256, 28, 28), 32),

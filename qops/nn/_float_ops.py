@@ -148,20 +148,11 @@ def batch_norm(x, running_mean, running_var, weight, bias, training, momentum, e
 
 
 def layer_norm(x, normalized_shape, weight, bias, eps):
+    """Layer norm over the trailing normalized_shape dims: qops.functional.layer_norm on a
+    float array, a registry op (float64 statistics, one rounding, on the active backend)."""
     x = as_f32(x)
-    k = len(normalized_shape)
-    if tuple(x.shape[x.ndim - k:]) != tuple(normalized_shape):
-        raise ValueError(f"layer_norm: input shape {x.shape} does not end with normalized_shape "
-                         f"{tuple(normalized_shape)}")
-    axes = tuple(range(x.ndim - k, x.ndim))
-    mean = x.mean(axis=axes, keepdims=True, dtype=np.float64)
-    var = x.var(axis=axes, keepdims=True, dtype=np.float64)
-    y = ((x - mean) / np.sqrt(var + eps)).astype(F32)
-    if weight is not None:
-        y = y * weight
-    if bias is not None:
-        y = y + bias
-    return y.astype(F32)
+    from qops import functional as F
+    return F.layer_norm(x, tuple(normalized_shape), weight, bias, eps)
 
 
 def group_norm(x, num_groups, weight, bias, eps):
@@ -228,59 +219,12 @@ def silu(x):
         return (x / (F32(1) + np.exp(-x))).astype(F32)
 
 
-# erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z/2), for z >= 0, to a relative error below
-# 1.2e-7 (numpy has no erf): the Chebyshev fit of Numerical Recipes' erfcc; P's coefficients
-_ERFC_COEFFS = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807,
-                -1.13520398, 1.48851587, -0.82215223, 0.17087277)
-
-
 def gelu(x, approximate="none"):
-    """x * Phi(x), or PyTorch's tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-    with approximate="tanh". The exact form as relu(x) - |x|/2 erfc(|x| / sqrt 2) (the same
-    as 0.5 x erfc(-x / sqrt 2), without a select), erfc from the fit above. float32, in
-    blocks that stay in cache, each step in place (a transformer's feed-forward holds
-    millions of values)."""
+    """x * Phi(x), or PyTorch's tanh form with approximate="tanh": qops.functional.gelu, a
+    registry op (float64 rounded once, on the active backend)."""
     x = as_f32(x)
-    if approximate not in ("none", "tanh"):
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh'; got {approximate!r}")
-    flat = np.ascontiguousarray(x).reshape(-1)
-    out = np.empty_like(flat)
-    step = 1 << 14
-    a, t, p = (np.empty(min(step, flat.size), F32) for _ in range(3))
-    for i in range(0, flat.size, step):
-        v, o = flat[i:i + step], out[i:i + step]
-        n = v.size
-        a_, t_, p_ = a[:n], t[:n], p[:n]
-        if approximate == "tanh":
-            np.multiply(v, v, out=a_)
-            a_ *= F32(0.044715)
-            a_ += F32(1)
-            a_ *= v
-            a_ *= F32(np.sqrt(2.0 / np.pi))
-            np.tanh(a_, out=a_)
-            a_ += F32(1)
-            np.multiply(v, F32(0.5), out=o)
-            o *= a_
-            continue
-        np.abs(v, out=a_)
-        a_ *= F32(np.sqrt(0.5))                        # |x| / sqrt 2
-        np.multiply(a_, F32(0.5), out=t_)
-        t_ += F32(1)
-        np.reciprocal(t_, out=t_)                      # t = 1 / (1 + a/2)
-        p_.fill(F32(_ERFC_COEFFS[-1]))
-        for c in _ERFC_COEFFS[-2::-1]:                 # Horner's rule
-            p_ *= t_
-            p_ += F32(c)
-        np.multiply(a_, a_, out=a_)
-        p_ -= a_
-        np.exp(p_, out=p_)
-        p_ *= t_                                       # erfc(|x| / sqrt 2)
-        np.abs(v, out=a_)
-        a_ *= F32(0.5)
-        p_ *= a_
-        np.maximum(v, F32(0), out=o)
-        o -= p_
-    return out.reshape(x.shape)
+    from qops import functional as F
+    return F.gelu(x, approximate)
 
 
 def _pool_out(L, k, s, p, d, ceil_mode):

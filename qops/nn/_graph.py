@@ -404,7 +404,8 @@ def _silu(x, inplace=False):
 
 
 def _gelu(x, approximate="none"):
-    _no_q("gelu", x)
+    if isinstance(x, QTensor):
+        return _F().gelu(x, approximate)
     return fo.gelu(x, approximate)
 
 

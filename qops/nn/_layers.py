@@ -454,9 +454,8 @@ class SiLU(Module):
 
 
 class GELU(Module):
-    """x * Phi(x), the Gaussian CDF's exact form or (approximate="tanh") its tanh form. Float
-    only: PyTorch's graph mode runs it in float, but its eager GELU also takes a quantized
-    tensor, which qops refuses (no quantized GELU yet)."""
+    """x * Phi(x), the Gaussian CDF's exact form or (approximate="tanh") its tanh form; on a
+    QTensor, qops.functional.gelu (the input's qparams, as PyTorch's eager GELU)."""
 
     def __init__(self, approximate: str = "none") -> None:
         super().__init__()
@@ -466,8 +465,7 @@ class GELU(Module):
 
     def forward(self, input: Tensor) -> Tensor:
         if isinstance(input, QTensor):
-            raise TypeError("GELU takes a float array; qops has no quantized GELU "
-                            "(dequantize first)")
+            return qfunctional("gelu")(input, self.approximate)
         return fo.gelu(input, self.approximate)
 
     def extra_repr(self) -> str:

@@ -377,26 +377,31 @@ def emit_silu(b, rec, x, out):
 
 
 def emit_gelu(b, rec, x, out, approximate):
-    """Gelu (opset 20) or its formula: 0.5 x (1 + Erf(x / sqrt 2)), or the tanh form."""
+    """Gelu (opset 20) or its formula: 0.5 x (1 + Erf(x / sqrt 2)), or the tanh form; on a
+    quantized input between DequantizeLinear and QuantizeLinear (the input's qparams)."""
     h = rec.label
     xv = b.get(x, rec.where)
+    name = b.dq(xv, h + "_x") if xv.q else xv.name
+    y = _gelu_formula(b, h, name, approximate)
+    return b.q(y, out, h) if xv.q else _bind_float(b, y, out)
+
+
+def _gelu_formula(b, h, xname, approximate):
     if b.opset >= 20:
-        return _bind_float(b, b.node("Gelu", [xv.name], hint=h, approximate=approximate),
-                           out)
+        return b.node("Gelu", [xname], hint=h, approximate=approximate)
 
     def c(name, v):
         return b.const(f"{h}_{name}", np.array(v, F32))
     if approximate == "tanh":
-        cube = b.node("Mul", [xv.name, b.node("Mul", [xv.name, xv.name], hint=h)], hint=h)
-        inner = b.node("Add", [xv.name, b.node("Mul", [cube, c("k", 0.044715)], hint=h)],
+        cube = b.node("Mul", [xname, b.node("Mul", [xname, xname], hint=h)], hint=h)
+        inner = b.node("Add", [xname, b.node("Mul", [cube, c("k", 0.044715)], hint=h)],
                        hint=h)
         t = b.node("Tanh", [b.node("Mul", [inner, c("s", np.sqrt(2.0 / np.pi))], hint=h)],
                    hint=h)
     else:
-        t = b.node("Erf", [b.node("Mul", [xv.name, c("r", np.sqrt(0.5))], hint=h)], hint=h)
-    half_x = b.node("Mul", [xv.name, c("half", 0.5)], hint=h)
-    y = b.node("Mul", [half_x, b.node("Add", [t, c("one", 1.0)], hint=h)], hint=h)
-    return _bind_float(b, y, out)
+        t = b.node("Erf", [b.node("Mul", [xname, c("r", np.sqrt(0.5))], hint=h)], hint=h)
+    half_x = b.node("Mul", [xname, c("half", 0.5)], hint=h)
+    return b.node("Mul", [half_x, b.node("Add", [t, c("one", 1.0)], hint=h)], hint=h)
 
 
 def _q_bound(v, xv):
