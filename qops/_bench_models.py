@@ -6,7 +6,10 @@
 Each model (random weights) is fused, calibrated with min/max observers on one batch and
 converted by PyTorch (x86 engine), then imported with `qops.nn.quantized.from_torch`; both run
 the same input, timed in alternating blocks; the ratio is the median over the rounds of
-the two blocks of each round (_paired_ratio). `--profile` times every leaf module in both (by
+the two blocks of each round (_paired_ratio). `encoder_dynamic` is a BERT-base-sized
+transformer encoder (2 layers, d_model 768, 12 heads, feed-forward 3072, GELU) in plain torch,
+dynamic-quantized by PyTorch (`quantize_dynamic`: int8 feed-forward linears, float attention),
+on sequences of 128 (batch = sequences). `--profile` times every leaf module in both (by
 its name, through forward hooks) and prints the layers by their share of qops' time. The
 graph runner's own cost per node is measured on a chain of no-op nodes.
 """
@@ -19,11 +22,37 @@ import numpy as np
 import qops
 
 MODELS = {"resnet18": 224, "resnet50": 224, "mobilenet_v2": 224, "mobilenet_v3_large": 224,
-          "shufflenet_v2_x1_0": 224, "googlenet": 224, "inception_v3": 299}
+          "shufflenet_v2_x1_0": 224, "googlenet": 224, "inception_v3": 299,
+          "encoder_dynamic": 128}
+#: models of plain torch, not torchvision's (their size is the sequence length)
+TEXT_MODELS = ("encoder_dynamic",)
+
+
+def _encoder_dynamic(torch):
+    """(PyTorch dynamic int8 encoder, qops import, import seconds)."""
+    torch.manual_seed(0)
+    # PyTorch 2.13 cannot run its own dynamic-quantized encoder on the fast path (README)
+    torch.backends.mha.set_fastpath_enabled(False)
+    layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.0, activation="gelu")
+    enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    m = torch.ao.quantization.quantize_dynamic(enc, {torch.nn.Linear}, dtype=torch.qint8)
+    import qops.nn.quantized as nnq
+    t0 = time.perf_counter()
+    g = nnq.from_torch(m)
+    return m, g, time.perf_counter() - t0
+
+
+def _input(torch, name, batch, size):
+    if name in TEXT_MODELS:
+        return torch.randn(size, batch, 768)
+    return torch.randn(batch, 3, size, size)
 
 
 def build(torch, q, name, size):
-    """(PyTorch int8 model, qops GraphModule, import seconds) for torchvision model `name`."""
+    """(PyTorch int8 model, qops model, import seconds) for model `name` (torchvision's
+    quantizable classes from `q`, or one of TEXT_MODELS)."""
+    if name == "encoder_dynamic":
+        return _encoder_dynamic(torch)
     torch.manual_seed(0)
     kw = dict(weights=None, quantize=False)
     if name in ("googlenet", "inception_v3"):
@@ -113,23 +142,29 @@ def run(names=None, threads=(1,), batches=(1,), seconds=1.0, profile=False, out=
         return []
     torch.backends.quantized.engine = "x86"
     from qops.nn._torchvision import quantization_models
+    names = list(names or MODELS)
     q = quantization_models()
-    if q is None:
+    if q is None and any(n not in TEXT_MODELS for n in names):
         out.write("torchvision's model code is not found: install torchvision (or unpack it "
-                  "and set QOPS_TORCHVISION_PATH)\n")
-        return []
+                  "and set QOPS_TORCHVISION_PATH); running the plain-torch models only\n")
+        names = [n for n in names if n in TEXT_MODELS]
     from qops.bench import _rotated_blocks
     rows = []
     out.write(f"graph runner: {node_overhead_us():.2f} us per node (no-op nodes)\n")
-    for name in names or MODELS:
+    for name in names:
         size = MODELS[name]
         tm, g, import_s = build(torch, q, name, size)
-        nodes = len(g.nodes)
+        nodes = len(getattr(g, "nodes", ()))
         out.write(f"{name}: imported in {import_s:.2f} s, {nodes} nodes\n")
         for b in batches:
-            x = torch.randn(b, 3, size, size)
+            x = _input(torch, name, b, size)
             xn = x.numpy().copy()
-            if not np.array_equal(g(xn), tm(x).numpy()):
+            with torch.no_grad():
+                want = tm(x).numpy()
+            # the int8 models are bit-exact; the encoder's float parts agree to float32 rounding
+            same = (np.allclose(g(xn), want, rtol=1e-3, atol=1e-3) if name in TEXT_MODELS
+                    else np.array_equal(g(xn), want))
+            if not same:
                 out.write(f"  warning: {name} batch {b}: qops output differs from PyTorch's\n")
             for n in threads:
                 torch.set_num_threads(n)

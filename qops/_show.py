@@ -12,6 +12,8 @@ def config_info():
     info = {"qops": qops.__version__, "python": sys.version.split()[0], "numpy": np.__version__,
             "machine": platform.machine(), "backend": _config.get_backend(),
             "threads": _config.get_num_threads()}
+    from qops import _blas
+    info["float_blas"] = _blas.describe()
     try:
         from qops import _fast
         info.update(openmp=_fast.OPENMP, isas_compiled=_fast.ISAS, isas_cpu=_fast.CPU_ISAS,
@@ -67,7 +69,8 @@ def show_config(op=None, *args, **kwargs):
     info = config_info()
     rows = [("qops", info["qops"]), ("python", info["python"]), ("numpy", info["numpy"]),
             ("machine", info["machine"]), ("backend", info["backend"]),
-            ("threads", info["threads"])]
+            ("threads", info["threads"]),
+            ("numpy BLAS (float layers)", info["float_blas"])]
     if "fast_error" in info:
         rows.append(("fast kernels", "not available: " + info["fast_error"]))
     else:

@@ -106,7 +106,7 @@ def layers(names=None):
     if q is None:
         raise SystemExit("torchvision's model code is not found (QOPS_TORCHVISION_PATH)")
     found = {}
-    for name in names or bm.MODELS:
+    for name in names or [m for m in bm.MODELS if m not in bm.TEXT_MODELS]:
         size = bm.MODELS[name]
         _, g, _ = bm.build(torch, q, name, size)
         x = np.random.default_rng(0).standard_normal((1, 3, size, size)).astype(np.float32)

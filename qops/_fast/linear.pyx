@@ -363,3 +363,63 @@ def linear_dynamic(x, x_inv_scale, x_zero_point, packed, multiplier, bias, relu)
     else:
         _finish_f32(_acc64(xqv, x_zero_point, p), bptr, mult, 1 if relu else 0, ov)
     return out
+
+
+# -- float products through numpy's BLAS, on qops' threads (qops/_blas.py) -----------------------
+# The float layers' products call numpy's own sgemm (found by qops/_blas.py, its address passed
+# in) from qops' OpenMP threads, OpenBLAS itself held at one thread: one pool of threads, so
+# qops' kernels and the products never contend for the cores. Tasks are fixed (column blocks,
+# batch entries): each is the same sgemm call at any thread count.
+ctypedef void (*sgemm64_t)(int order, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                           float alpha, const float *a, int64_t lda, const float *b,
+                           int64_t ldb, float beta, float *c, int64_t ldc) noexcept nogil
+ctypedef void (*sgemm32_t)(int order, int ta, int tb, int m, int n, int k, float alpha,
+                           const float *a, int lda, const float *b, int ldb, float beta,
+                           float *c, int ldc) noexcept nogil
+
+DEF CBLAS_ROW_MAJOR = 101
+DEF CBLAS_NO_TRANS = 111
+DEF CBLAS_TRANS = 112
+
+
+def blas_bmm(size_t sgemm, bint ilp64, a, b, bint trans_b, Py_ssize_t blocks, int threads):
+    """out[i] = a[i] @ (b[i].T if trans_b else b[i]) for float32 C-contiguous a (B, M, K) and
+    b (B, N, K) or (B, K, N), by the sgemm at address `sgemm` (64-bit integers if ilp64),
+    each product in `blocks` column blocks, the B * blocks calls spread over `threads`."""
+    cdef const float[:, :, ::1] av = a
+    cdef const float[:, :, ::1] bv = b
+    cdef Py_ssize_t nb = av.shape[0], M = av.shape[1], K = av.shape[2]
+    cdef Py_ssize_t N = bv.shape[1] if trans_b else bv.shape[2]
+    out = np.empty((nb, M, N), np.float32)
+    if nb * M * N == 0:
+        return out
+    if K == 0:
+        out[...] = 0
+        return out
+    cdef float[:, :, ::1] ov = out
+    cdef Py_ssize_t step = (N + blocks - 1) // blocks
+    cdef Py_ssize_t nblk = (N + step - 1) // step
+    cdef Py_ssize_t t, i, n0, n1
+    cdef int tb = CBLAS_TRANS if trans_b else CBLAS_NO_TRANS
+    cdef Py_ssize_t ldb = K if trans_b else N
+    cdef sgemm64_t f64 = <sgemm64_t>sgemm
+    cdef sgemm32_t f32 = <sgemm32_t>sgemm
+    cdef const float *ap = &av[0, 0, 0]
+    cdef const float *bp = &bv[0, 0, 0]
+    cdef float *op = &ov[0, 0, 0]
+    cdef int nt = threads if threads < nb * nblk else <int>(nb * nblk)
+    with nogil:
+        for t in prange(nb * nblk, schedule="static", num_threads=nt):
+            i = t // nblk
+            n0 = (t % nblk) * step
+            n1 = n0 + step if n0 + step < N else N
+            if ilp64:
+                f64(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, tb, M, n1 - n0, K, 1.0, ap + i * M * K, K,
+                    bp + i * (N * K) + (n0 * K if trans_b else n0), ldb, 0.0,
+                    op + i * M * N + n0, N)
+            else:
+                f32(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, tb, <int>M, <int>(n1 - n0), <int>K, 1.0,
+                    ap + i * M * K, <int>K,
+                    bp + i * (N * K) + (n0 * K if trans_b else n0), <int>ldb, 0.0,
+                    op + i * M * N + n0, <int>N)
+    return out

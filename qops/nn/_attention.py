@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from qops import _blas
 from qops._qtensor import QTensor
 from qops.nn import _float_ops as fo
 from qops.nn._layers import LayerNorm, Linear, _uniform
@@ -163,11 +164,11 @@ class MultiheadAttention(Module):
             v = np.concatenate([v, np.zeros((N * H, 1, D), F32)], 1)
             if mask is not None:
                 mask = np.concatenate([mask, np.zeros(mask.shape[:-1] + (1,), F32)], -1)
-        scores = (q * F32(1.0 / math.sqrt(D))) @ k.transpose(0, 2, 1)
+        scores = _blas.bmm(q * F32(1.0 / math.sqrt(D)), k, trans_b=True)
         if mask is not None:
             scores = scores + mask
         attn = _softmax(scores)
-        out = (attn @ v).transpose(1, 0, 2).reshape(L, N, E)
+        out = _blas.bmm(attn, v).transpose(1, 0, 2).reshape(L, N, E)
         out = fo.linear(out, self.out_proj.weight, self.out_proj.bias)
         if unbatched:
             out = out[:, 0]

@@ -9,6 +9,8 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from qops import _blas
+
 F32 = np.float32
 
 
@@ -108,16 +110,16 @@ def linear(x, weight, bias):
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear: input has {x.shape[-1]} features, weight expects "
                          f"{weight.shape[1]}")
-    if x.ndim > 2:
-        # one GEMM over all rows: numpy's matmul of a stack runs one product per leading index
-        # (a matrix-vector product each for (L, 1, E) sequences, the weight read L times)
-        lead = x.shape[:-1]
-        out = np.matmul(x.reshape(-1, x.shape[-1]), weight.T).reshape(lead + (weight.shape[0],))
-    else:
-        out = np.matmul(x, weight.T)
+    w = np.asarray(weight, F32)
+    # one GEMM over all rows: numpy's matmul of a stack runs one product per leading index
+    # (a matrix-vector product each for (L, 1, E) sequences, the weight read L times); the
+    # product at qops' thread count (qops/_blas.py)
+    lead = x.shape[:-1]
+    out = _blas.linear(np.ascontiguousarray(x.reshape(-1, x.shape[-1])), w)
+    out = out.reshape(lead + (w.shape[0],))
     if bias is not None:
-        out = out + bias
-    return out.astype(F32, copy=False)
+        out += np.asarray(bias, F32)
+    return out
 
 
 def batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps):
