@@ -161,8 +161,10 @@ def run(names=None, threads=(1,), batches=(1,), seconds=1.0, profile=False, out=
             xn = x.numpy().copy()
             with torch.no_grad():
                 want = tm(x).numpy()
-            # the int8 models are bit-exact; the encoder's float parts agree to float32 rounding
-            same = (np.allclose(g(xn), want, rtol=1e-3, atol=1e-3) if name in TEXT_MODELS
+            # the int8 models are bit-exact; the encoder's float parts agree to float32
+            # rounding, which now and then moves a dynamic linear's input across a rounding
+            # step (batch 8: 0.3% of outputs off by up to 0.008, outputs up to 5)
+            same = (np.allclose(g(xn), want, rtol=1e-2, atol=2e-2) if name in TEXT_MODELS
                     else np.array_equal(g(xn), want))
             if not same:
                 out.write(f"  warning: {name} batch {b}: qops output differs from PyTorch's\n")
