@@ -186,8 +186,10 @@ def _layer_norm_float(input, normalized_shape, weight, bias, eps, output_scale,
     eps = _check.real(eps, "eps")
     if not math.isfinite(eps) or eps < 0.0:
         raise ValueError(f"eps must be finite and >= 0; got {eps!r}")
-    n = int(np.prod(ns, dtype=np.int64))
-    m = int(np.prod(x.shape[:x.ndim - len(ns)], dtype=np.int64))
+    # (math.prod of Python ints: np.prod costs microseconds a call, and a transformer calls
+    # this a few times a layer)
+    n = math.prod(ns)
+    m = math.prod(x.shape[:x.ndim - len(ns)])
     if m * n == 0:
         return np.empty(x.shape, np.float32)
     out = _config.impl("norm").layer_norm_f32(
