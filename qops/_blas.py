@@ -6,9 +6,11 @@ for the same cores: after a product OpenBLAS's threads keep polling for work whi
 kernels run on every core, and qops' threads poll while OpenBLAS works (a dynamic-quantized
 transformer encoder at 2 threads took twice its 1-thread time). So on the fast backend a float
 layer's product calls numpy's own sgemm from qops' OpenMP threads (`blas_bmm` in
-qops/_fast/linear.pyx), OpenBLAS held at one thread meanwhile: one pool for everything. The
-tasks are fixed (BLOCKS column blocks of a product, or the entries of a batch), each the same
-sgemm call at any thread count, so results do not depend on the thread count.
+qops/_fast/linear.pyx), OpenBLAS held at one thread meanwhile: one pool for everything. A
+product is one sgemm call on one thread, or one call per thread on column blocks (up to
+ROW_SPLIT rows) or row blocks; a batch is shared out by entries. OpenBLAS's rounding depends on
+the shape of each call, so, as with numpy's own threads, a float layer's last bits may differ
+between thread counts (the quantized ops' never do).
 
 OpenBLAS is found among the loaded libraries (/proc/self/maps) by the names numpy's wheels
 (scipy-openblas, 64-bit integers) and plain OpenBLAS builds export. Where it is not found
@@ -33,8 +35,9 @@ _SGEMM = ("scipy_cblas_sgemm64_", "cblas_sgemm64_", "scipy_cblas_sgemm", "cblas_
 
 #: products below this many multiply-adds run as one call (splitting costs more than it gives)
 SPLIT_MACS = 1 << 22
-#: the column blocks of a split product (fixed, whatever the thread count)
-BLOCKS = 8
+#: products of up to this many rows split by columns (each call then packs the small left
+#: operand again), longer ones by rows (each packs the weight again)
+ROW_SPLIT = 512
 
 # None: not looked yet; False: no OpenBLAS; else (get, set, sgemm address, ilp64, name)
 _found: Any = None
@@ -131,9 +134,15 @@ def bmm(a: np.ndarray, b: np.ndarray, trans_b: bool = False) -> np.ndarray:
     if k is None or (not f[3] and max(m, n, kk, nb * m * kk, nb * n * kk) >= 2 ** 31):
         return np.matmul(a, b.transpose(0, 2, 1) if trans_b else b)
     from qops import _config
-    blocks = BLOCKS if nb == 1 and m * n * kk >= SPLIT_MACS and n >= 2 * BLOCKS else 1
+    threads = _config.get_num_threads()
+    blocks, row_step = 1, 0
+    if nb == 1 and threads > 1 and m * n * kk >= SPLIT_MACS:
+        if m <= ROW_SPLIT:
+            blocks = threads if n >= 16 * threads else 1
+        else:
+            row_step = -(-m // threads)
     with single_threaded():
-        return k.blas_bmm(f[2], f[3], a, b, trans_b, blocks, _config.get_num_threads())
+        return k.blas_bmm(f[2], f[3], a, b, trans_b, blocks, row_step, threads)
 
 
 def linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:

@@ -382,10 +382,12 @@ DEF CBLAS_NO_TRANS = 111
 DEF CBLAS_TRANS = 112
 
 
-def blas_bmm(size_t sgemm, bint ilp64, a, b, bint trans_b, Py_ssize_t blocks, int threads):
+def blas_bmm(size_t sgemm, bint ilp64, a, b, bint trans_b, Py_ssize_t blocks,
+             Py_ssize_t row_step, int threads):
     """out[i] = a[i] @ (b[i].T if trans_b else b[i]) for float32 C-contiguous a (B, M, K) and
     b (B, N, K) or (B, K, N), by the sgemm at address `sgemm` (64-bit integers if ilp64),
-    each product in `blocks` column blocks, the B * blocks calls spread over `threads`."""
+    each product in `blocks` column blocks times row blocks of `row_step` rows, the calls
+    spread over `threads`."""
     cdef const float[:, :, ::1] av = a
     cdef const float[:, :, ::1] bv = b
     cdef Py_ssize_t nb = av.shape[0], M = av.shape[1], K = av.shape[2]
@@ -399,7 +401,10 @@ def blas_bmm(size_t sgemm, bint ilp64, a, b, bint trans_b, Py_ssize_t blocks, in
     cdef float[:, :, ::1] ov = out
     cdef Py_ssize_t step = (N + blocks - 1) // blocks
     cdef Py_ssize_t nblk = (N + step - 1) // step
-    cdef Py_ssize_t t, i, n0, n1
+    cdef Py_ssize_t rstep = row_step if 0 < row_step < M else M
+    cdef Py_ssize_t nrow = (M + rstep - 1) // rstep
+    cdef Py_ssize_t per = nrow * nblk
+    cdef Py_ssize_t t, i, n0, n1, m0, m1
     cdef int tb = CBLAS_TRANS if trans_b else CBLAS_NO_TRANS
     cdef Py_ssize_t ldb = K if trans_b else N
     cdef sgemm64_t f64 = <sgemm64_t>sgemm
@@ -407,19 +412,22 @@ def blas_bmm(size_t sgemm, bint ilp64, a, b, bint trans_b, Py_ssize_t blocks, in
     cdef const float *ap = &av[0, 0, 0]
     cdef const float *bp = &bv[0, 0, 0]
     cdef float *op = &ov[0, 0, 0]
-    cdef int nt = threads if threads < nb * nblk else <int>(nb * nblk)
+    cdef int nt = threads if threads < nb * per else <int>(nb * per)
     with nogil:
-        for t in prange(nb * nblk, schedule="static", num_threads=nt):
-            i = t // nblk
+        for t in prange(nb * per, schedule="static", num_threads=nt):
+            i = t // per
+            m0 = (t % per) // nblk * rstep
+            m1 = m0 + rstep if m0 + rstep < M else M
             n0 = (t % nblk) * step
             n1 = n0 + step if n0 + step < N else N
             if ilp64:
-                f64(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, tb, M, n1 - n0, K, 1.0, ap + i * M * K, K,
+                f64(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, tb, m1 - m0, n1 - n0, K, 1.0,
+                    ap + i * M * K + m0 * K, K,
                     bp + i * (N * K) + (n0 * K if trans_b else n0), ldb, 0.0,
-                    op + i * M * N + n0, N)
+                    op + i * M * N + m0 * N + n0, N)
             else:
-                f32(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, tb, <int>M, <int>(n1 - n0), <int>K, 1.0,
-                    ap + i * M * K, <int>K,
+                f32(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, tb, <int>(m1 - m0), <int>(n1 - n0),
+                    <int>K, 1.0, ap + i * M * K + m0 * K, <int>K,
                     bp + i * (N * K) + (n0 * K if trans_b else n0), <int>ldb, 0.0,
-                    op + i * M * N + n0, <int>N)
+                    op + i * M * N + m0 * N + n0, <int>N)
     return out
