@@ -483,25 +483,30 @@ def test_float_parts_after_dequantize():
     assert rep["outputs"][0]["max_steps"] < 1e-5, format_compare(rep)
 
 
-@pytest.mark.parametrize("opset", [17, 20])
-def test_silu_and_gelu_float(opset):
-    # EfficientNet's SiLU and ConvNeXt's GELU: Sigmoid * x, and Gelu (opset 20) or its Erf /
-    # Tanh formula before. Float32 formulas in another order than qops' (GELU from an erfc
-    # fit): within a few ulp of the values' size
+def _compare_at_opset(m, x, opset):
+    """Export `m` at `opset` and compare it in ONNX Runtime with qops (skips where this onnx
+    or onnxruntime lacks the opset)."""
     if opset > onnx.defs.onnx_opset_version():
         pytest.skip(f"this onnx has no opset {opset}")
-    r = np.random.default_rng(0)
-    m = qnn.Sequential(qnn.Conv2d(3, 4, 3, padding=1), qnn.SiLU(), qnn.GELU(),
-                       qnn.Conv2d(4, 4, 1), qnn.GELU("tanh"))
-    x = r.normal(0, 2, (2, 3, 6, 6)).astype(F32)
     buf = io.BytesIO()
     try:
         export(m, x, buf, opset_version=opset)
-        rep = compare(m, buf.getvalue(), x)
+        return compare(m, buf.getvalue(), x)
     except Exception as e:     # an onnxruntime without opset 20 kernels
         if opset == 20 and "opset" in str(e).lower():
             pytest.skip(str(e))
         raise
+
+
+@pytest.mark.parametrize("opset", [17, 20])
+def test_silu_and_gelu_float(opset):
+    # EfficientNet's SiLU and ConvNeXt's GELU: Sigmoid * x, and Gelu (opset 20) or its Erf /
+    # Tanh formula before. Float32 formulas in another order than qops' (GELU in float64 from
+    # an erfc fit): within a few ulp of the values' size
+    r = np.random.default_rng(0)
+    m = qnn.Sequential(qnn.Conv2d(3, 4, 3, padding=1), qnn.SiLU(), qnn.GELU(),
+                       qnn.Conv2d(4, 4, 1), qnn.GELU("tanh"))
+    rep = _compare_at_opset(m, r.normal(0, 2, (2, 3, 6, 6)).astype(F32), opset)
     assert rep["outputs"][0]["max_steps"] < 2e-5, format_compare(rep)
 
 
@@ -509,20 +514,10 @@ def test_silu_and_gelu_float(opset):
 def test_gelu_on_a_quantized_tensor(opset):
     # qops' GELU on a QTensor (PyTorch's quantized GELU, the input's qparams): exported between
     # DequantizeLinear and QuantizeLinear; ORT's float32 GELU may land across a rounding tie
-    if opset > onnx.defs.onnx_opset_version():
-        pytest.skip(f"this onnx has no opset {opset}")
     r = np.random.default_rng(1)
     m = qnn.Sequential(_q7(), _conv(r, nnq.Conv2d, 3, 4, 3, padding=1), qnn.GELU(),
                        qnn.GELU("tanh"))
-    x = r.normal(0, 2, (2, 3, 6, 6)).astype(F32)
-    buf = io.BytesIO()
-    try:
-        export(m, x, buf, opset_version=opset)
-        rep = compare(m, buf.getvalue(), x)
-    except Exception as e:     # an onnxruntime without opset 20 kernels
-        if opset == 20 and "opset" in str(e).lower():
-            pytest.skip(str(e))
-        raise
+    rep = _compare_at_opset(m, r.normal(0, 2, (2, 3, 6, 6)).astype(F32), opset)
     assert rep["outputs"][0]["max_steps"] <= 1, format_compare(rep)
     assert rep["outputs"][0]["exact"] > 0.98, format_compare(rep)
 
