@@ -273,6 +273,48 @@ def test_gelu_and_silu_over_their_whole_range(torch, approximate):
     assert diff.max() <= 1 and (diff > 0).mean() < 0.01
 
 
+@pytest.mark.parametrize("dim", [None, 0, 1, -1])
+def test_softmax_float_and_quantized(torch, dim):
+    import qops.nn.quantized as nnq
+    # float: numpy's float32 exp against PyTorch's vectorized one (within ~1 ulp); dim=None
+    # takes PyTorch's legacy rule (0 for 0-, 1- and 3-d inputs, else 1)
+    x = (_rand(4, 7, 5, seed=3) * 4).astype(F32)
+    tx = torch.from_numpy(x)
+    np.testing.assert_allclose(nn.Softmax(dim)(x), torch.nn.Softmax(dim)(tx).numpy(),
+                               rtol=1e-6, atol=1e-7)
+    # quantized: PyTorch's x86 quantized::softmax (dequantize, float softmax, quantize); the
+    # float softmax's last ulp may carry a value across a rounding step: +-1, rarely
+    q = qops.quantize_per_tensor(x, 0.05, 128, qops.quint8)
+    tq = torch.quantize_per_tensor(tx, 0.05, 128, torch.quint8)
+    got = nnq.Softmax(dim, 1.0 / 256, 0)(q)
+    want = torch.ao.nn.quantized.Softmax(dim, 1.0 / 256, 0)(tq)
+    assert (got.q_scale(), got.q_zero_point()) == (want.q_scale(), want.q_zero_point())
+    diff = np.abs(got.int_repr().astype(int) - want.int_repr().numpy().astype(int))
+    assert diff.max() <= 1 and (diff > 0).mean() < 0.01
+    with pytest.raises(TypeError, match="quantized.Softmax"):
+        nn.Softmax(1)(q)
+    with pytest.raises(TypeError, match="QTensor"):
+        nnq.Softmax(1)(x)
+    with pytest.raises(ValueError, match="dim"):
+        nn.Softmax(3)(x)
+
+
+def test_softmax_through_eager_convert_and_import(torch):
+    # qops' eager flow: nn.Softmax observed with PyTorch's fixed qparams becomes
+    # quantized.Softmax(1/256, 0); PyTorch's own converted Softmax imports as it
+    import qops.nn.quantized as nnq
+    from qops.quantization import DeQuantStub, QuantStub, convert, get_default_qconfig, prepare
+    m = nn.Sequential(QuantStub(), nn.Linear(6, 5), nn.Softmax(dim=1), DeQuantStub())
+    m.qconfig = get_default_qconfig("x86")
+    prepare(m, inplace=True)
+    m(_rand(8, 6, seed=4))
+    convert(m, inplace=True)
+    assert isinstance(m[2], nnq.Softmax) and (m[2].scale, m[2].zero_point) == (1 / 256, 0)
+    t = torch.ao.nn.quantized.Softmax(-1, 0.01, 3)
+    mine = nnq.from_torch(torch.nn.Sequential(t))
+    assert (mine[0].dim, mine[0].scale, mine[0].zero_point) == (-1, 0.01, 3)
+
+
 @pytest.mark.parametrize("cls", ["BatchNorm2d", "InstanceNorm2d"])
 def test_batchnorm_training_mode_updates_stats_like_torch(torch, cls):
     kw = {"track_running_stats": True} if cls == "InstanceNorm2d" else {}

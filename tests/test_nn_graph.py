@@ -171,15 +171,32 @@ def _models():
             y = self.fc2(self.act(self.fc1(y))).permute(0, 3, 1, 2)
             return x + self.layer_scale * y
 
+    class SoftmaxHead(nn.Module):
+        """Classifier and attention idioms: nn.Softmax after a linear (PyTorch's graph mode
+        makes it quantized.Softmax, fixed qparams 1/256), F.softmax and x.softmax (float)."""
+
+        def __init__(self, c=8):
+            super().__init__()
+            self.conv = nn.Conv2d(3, c, 3, padding=1)
+            self.q, self.k = nn.Linear(c, c), nn.Linear(c, c)
+            self.attn = nn.Softmax(dim=-1)
+            self.fc = nn.Linear(c, 10)
+
+        def forward(self, x):
+            t = torch.flatten(self.conv(x), 2).transpose(1, 2)
+            a = self.attn(self.q(t))
+            s = TF.softmax(self.k(t), dim=-1) + a.softmax(1)
+            return self.fc(s.mean(1))
+
     return dict(residual_plus=functools.partial(Residual, False),
                 residual_functional=functools.partial(Residual, True),
                 inverted_residual=InvertedResidual, float_se=FloatSE, shuffle=Shuffle,
                 inception=Inception, float_inception=FloatInception, mlp=MLP,
-                convnext_block=ConvNeXtBlock)
+                convnext_block=ConvNeXtBlock, softmax_head=SoftmaxHead)
 
 
 FLOAT = ["residual_plus", "residual_functional", "inverted_residual", "float_se", "shuffle",
-         "inception", "float_inception", "mlp", "convnext_block"]
+         "inception", "float_inception", "mlp", "convnext_block", "softmax_head"]
 INT8 = {"residual_functional": [["conv1", "bn1", "relu"], ["conv2", "bn2"]],
         "inverted_residual": [], "shuffle": [], "inception": [], "mlp": [["fc1", "relu"]]}
 
@@ -374,7 +391,7 @@ def test_qtensor_chunk_split_and_flatten_work_like_torch():
 
 
 @pytest.mark.parametrize("name", ["residual_plus", "inverted_residual", "shuffle", "mlp",
-                                  "convnext_block"])
+                                  "convnext_block", "softmax_head"])
 def test_captured_models_save_and_load(name, tmp_path):
     torch = torch_or_skip()
     m = _model(name)
@@ -440,7 +457,7 @@ def test_quantized_calls_left_in_graphs_run():
 
 
 @pytest.mark.parametrize("name", ["residual_plus", "float_se", "float_inception", "mlp",
-                                  "shuffle", "convnext_block"])
+                                  "shuffle", "convnext_block", "softmax_head"])
 def test_models_converted_by_torch_fx_import_exactly(name):
     # PyTorch's graph mode (prepare_fx / convert_fx) leaves quantize_per_tensor,
     # torch.ops.quantized.* calls and dequantize in the converted graph.

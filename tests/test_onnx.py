@@ -925,3 +925,15 @@ def test_text_model_embedding_lstm_linear(form):
     sess = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
     big = rng.integers(0, 50, (7, 6)).astype(np.int64)
     np.testing.assert_array_equal(sess.run(None, {"input": big})[0], m(big))
+
+
+@pytest.mark.parametrize("opset", [17, 20])
+def test_softmax_float_and_quantized(opset):
+    # nn.Softmax (float) and quantized.Softmax (DQ, Softmax, Q with its fixed 1/256 qparams)
+    r = np.random.default_rng(2)
+    m = qnn.Sequential(_q7(), _conv(r, nnq.Conv2d, 3, 4, 3, padding=1),
+                       nnq.Softmax(1, 1.0 / 256, 0), nnq.DeQuantize(), qnn.Softmax(dim=-1))
+    rep = _compare_at_opset(m, r.normal(0, 2, (2, 3, 6, 6)).astype(F32), opset)
+    assert rep["outputs"][0]["max_steps"] < 1e-2, format_compare(rep)
+    for op in rep["ops"]:
+        assert op["max_steps"] <= 1, format_compare(rep)

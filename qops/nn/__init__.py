@@ -47,6 +47,7 @@ from qops.nn._layers import (  # noqa: F401
     ReLU6,
     Sigmoid,
     SiLU,
+    Softmax,
     Tanh,
     Upsample,
     UpsamplingBilinear2d,

@@ -221,6 +221,27 @@ def silu(x):
         return (x / (F32(1) + np.exp(-x))).astype(F32)
 
 
+def softmax_dim(ndim):
+    """PyTorch's dim for a softmax given dim=None (its legacy rule, with a warning there)."""
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def softmax(x, dim):
+    """exp(x - max) * (1 / sum) over `dim` in float32, as PyTorch's vectorized kernel
+    multiplies by the sum's reciprocal (numpy's exp: within an ulp or so of PyTorch's)."""
+    x = as_f32(x)
+    if dim is None:
+        dim = softmax_dim(x.ndim)
+    if not -max(x.ndim, 1) <= dim < max(x.ndim, 1):
+        raise ValueError(f"softmax: dim {dim} is out of range for a {x.ndim}-d input")
+    if x.ndim == 0:
+        return np.ones((), F32) if np.isfinite(x) else np.full((), np.nan, F32)
+    e = x - x.max(axis=dim, keepdims=True)
+    np.exp(e, out=e)
+    e *= F32(1) / e.sum(axis=dim, keepdims=True)
+    return e
+
+
 def gelu(x, approximate="none"):
     """x * Phi(x), or PyTorch's tanh form with approximate="tanh": qops.functional.gelu, a
     registry op (float64 rounded once, on the active backend)."""

@@ -409,6 +409,15 @@ def _gelu(x, approximate="none"):
     return fo.gelu(x, approximate)
 
 
+def _softmax(x, dim=None, _stacklevel=3, dtype=None):
+    # F.softmax(x, dim, _stacklevel, dtype) and x.softmax(dim): float, as PyTorch's graph mode
+    # leaves the function float (nn.Softmax becomes quantized.Softmax)
+    _no_q("softmax (functional)", x)
+    if dtype is not None:
+        raise ValueError("softmax with a dtype is not supported by a captured forward")
+    return fo.softmax(x, dim)
+
+
 def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     _no_q("layer_norm (functional, without output qparams)", x)
     return fo.layer_norm(x, tuple(normalized_shape), weight, bias, eps)
@@ -492,6 +501,7 @@ FUNCTIONS = {
     "silu": _silu,
     "conv1d": _conv(1), "conv2d": _conv(2), "conv3d": _conv(3),
     "gelu": _gelu,
+    "softmax": _softmax,
     "layer_norm": _layer_norm,
     "stochastic_depth": _stochastic_depth,
     "max_pool1d": _pool("max", 1), "max_pool2d": _pool("max", 2), "max_pool3d": _pool("max", 3),
@@ -541,6 +551,7 @@ METHODS = {
     "tanh": _tanh,
     "clamp": _clamp,
     "hardsigmoid": _hardsigmoid,
+    "softmax": _softmax,
     "add": _add,
     "mul": _mul,
     "int_repr": lambda x: x.int_repr(),

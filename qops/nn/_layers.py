@@ -24,7 +24,7 @@ F32 = np.float32
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "Linear", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
            "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
            "ReLU", "ReLU6", "ELU", "LeakyReLU", "Hardtanh", "Hardsigmoid", "Hardswish",
-           "Sigmoid", "Tanh", "SiLU", "GELU", "MaxPool1d", "MaxPool2d", "MaxPool3d",
+           "Sigmoid", "Tanh", "SiLU", "GELU", "Softmax", "MaxPool1d", "MaxPool2d", "MaxPool3d",
            "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
            "AdaptiveAvgPool3d", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d"]
 
@@ -470,6 +470,24 @@ class GELU(Module):
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
+
+
+class Softmax(Module):
+    """exp(x) / sum(exp(x)) over `dim` (float; PyTorch's rule picks the dim when None). The
+    quantized layer is qops.nn.quantized.Softmax, which graph mode and convert make of this."""
+
+    def __init__(self, dim: Optional[int] = None) -> None:
+        super().__init__()
+        self.dim = None if dim is None else int(dim)
+
+    def forward(self, input: Tensor) -> Tensor:
+        if isinstance(input, QTensor):
+            raise TypeError("Softmax takes a float array; for a QTensor use "
+                            "qops.nn.quantized.Softmax (output qparams of its own)")
+        return fo.softmax(input, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
 
 
 class Tanh(Module):

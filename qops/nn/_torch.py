@@ -187,7 +187,8 @@ def _float_table(torch):
     for name in ("Conv1d", "Conv2d", "Conv3d", "Linear", "BatchNorm1d", "BatchNorm2d",
                  "BatchNorm3d", "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
                  "InstanceNorm3d", "ReLU", "ReLU6", "ELU", "LeakyReLU", "Hardtanh", "Hardsigmoid",
-                 "Hardswish", "Sigmoid", "Tanh", "SiLU", "GELU", "MaxPool1d", "MaxPool2d",
+                 "Hardswish", "Sigmoid", "Tanh", "SiLU", "GELU", "Softmax", "MaxPool1d",
+                 "MaxPool2d",
                  "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d",
                  "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "Upsample", "UpsamplingNearest2d",
                  "UpsamplingBilinear2d", "Identity", "Flatten", "Dropout"):
@@ -280,6 +281,8 @@ def _quantized_table(torch):
     table[tq.Sigmoid] = lambda tm, convert: nnq.Sigmoid(float(tm.output_scale),
                                                         int(tm.output_zero_point))
     table[tq.Dropout] = lambda tm, convert: nnq.Dropout(tm.p)
+    table[tq.Softmax] = lambda tm, convert: nnq.Softmax(tm.dim, float(tm.scale),
+                                                        int(tm.zero_point))
 
     def qfunctional(tm, convert):
         m = nnq.QFunctional()

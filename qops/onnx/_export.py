@@ -368,6 +368,20 @@ def _bind_float(b, name, out):
     return val
 
 
+def emit_softmax(b, rec, x, out, dim):
+    """Softmax over `dim` (opset 13+: along one axis, as PyTorch's); on a quantized input
+    between DequantizeLinear and QuantizeLinear with the layer's output qparams."""
+    h = rec.label
+    xv = b.get(x, rec.where)
+    nd = len(xv.shape)
+    if dim is None:
+        from qops.nn._float_ops import softmax_dim
+        dim = softmax_dim(nd)
+    name = b.dq(xv, h + "_x") if xv.q else xv.name
+    y = b.node("Softmax", [name], hint=h, axis=int(dim) % max(nd, 1))
+    return b.q(y, out, h) if xv.q else _bind_float(b, y, out)
+
+
 def emit_silu(b, rec, x, out):
     """x * Sigmoid(x) (float only, as qops.nn.SiLU)."""
     h = rec.label
@@ -1313,6 +1327,8 @@ def _module_step(b, rec, mod, args, out):
         return emit_unary(b, rec, x, out, "elu", (mod.alpha,))
     if isinstance(mod, nnq.LeakyReLU):
         return emit_unary(b, rec, x, out, "leaky_relu", (mod.negative_slope,))
+    if isinstance(mod, (nnq.Softmax, fl.Softmax)):
+        return emit_softmax(b, rec, x, out, mod.dim)
     if isinstance(mod, nnq.Sigmoid):
         return emit_unary(b, rec, x, out, "sigmoid")
     if isinstance(mod, (nnq.Tanh, fl.Tanh)):

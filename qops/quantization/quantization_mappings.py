@@ -21,6 +21,7 @@ _STATIC = [
     ("qops.quantization.stubs:QuantStub", "qops.nn.quantized:Quantize"),
     ("qops.quantization.stubs:DeQuantStub", "qops.nn.quantized:DeQuantize"),
     ("qops.nn:BatchNorm2d", "qops.nn.quantized:BatchNorm2d"),
+    ("qops.nn:Softmax", "qops.nn.quantized:Softmax"),
     ("qops.nn:BatchNorm3d", "qops.nn.quantized:BatchNorm3d"),
     ("qops.nn:Dropout", "qops.nn.quantized:Dropout"),
     ("qops.nn:Conv1d", "qops.nn.quantized:Conv1d"),
@@ -105,6 +106,7 @@ _OPERATORS = [
 _FIXED_QPARAMS_ACT = [
     ("qops.nn:Hardsigmoid", "default_fixed_qparams_range_0to1_fake_quant"),
     ("qops.nn:Sigmoid", "default_fixed_qparams_range_0to1_fake_quant"),
+    ("qops.nn:Softmax", "default_fixed_qparams_range_0to1_fake_quant"),
     ("qops.nn:Tanh", "default_fixed_qparams_range_neg1to1_fake_quant"),
 ]
 

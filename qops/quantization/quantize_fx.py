@@ -21,7 +21,7 @@ PyTorch's x86 backend configuration (docs/semantics.md §16.1):
 - the input's qparams: pools, adaptive pools, relu, relu6, hardtanh, clamp, dropout, flatten,
   reshape/view, permute/transpose, chunk/split and their items, mean, squeeze/unsqueeze,
   contiguous, interpolate, identity;
-- fixed qparams: sigmoid and hardsigmoid (1/256, 0), tanh (2/256, 128);
+- fixed qparams: sigmoid, hardsigmoid and nn.Softmax (1/256, 0), tanh (2/256, 128);
 - anything else runs in float between a dequantize and a quantize.
 """
 from __future__ import annotations
@@ -120,7 +120,8 @@ def _default_mapping(qconfig, is_qat):
     for kind in (fl.LayerNorm, "layer_norm"):
         m.set_object_type(kind, layernorm)
     zero_one, neg_one = _fixed("0to1", is_qat), _fixed("neg1to1", is_qat)
-    for kind in (fl.Hardsigmoid, "hardsigmoid", fl.Sigmoid, "sigmoid"):
+    # (nn.Softmax too, which convert turns into quantized.Softmax; F.softmax stays float)
+    for kind in (fl.Hardsigmoid, "hardsigmoid", fl.Sigmoid, "sigmoid", fl.Softmax):
         m.set_object_type(kind, zero_one)
     for kind in (fl.Tanh, "tanh"):
         m.set_object_type(kind, neg_one)
@@ -355,7 +356,7 @@ _OWN_MODULES = ("Conv1d", "Conv2d", "Conv3d", "Linear", "ConvReLU1d", "ConvReLU2
                 "ConvReLU3d", "LinearReLU", "ConvBn1d", "ConvBn2d", "ConvBn3d", "ConvBnReLU1d",
                 "ConvBnReLU2d", "ConvBnReLU3d", "BatchNorm2d", "BatchNorm3d", "BNReLU2d",
                 "BNReLU3d", "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
-                "InstanceNorm3d", "Hardswish", "ELU", "LeakyReLU")
+                "InstanceNorm3d", "Hardswish", "ELU", "LeakyReLU", "Softmax")
 _SHARE_MODULES = ("ReLU", "ReLU6", "Hardtanh", "MaxPool1d", "MaxPool2d", "MaxPool3d",
                   "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
                   "AdaptiveAvgPool3d", "Flatten", "Dropout", "Identity", "Upsample",

@@ -31,6 +31,7 @@ from qops.nn.quantized._modules import (  # noqa: F401
     Quantize,
     ReLU6,
     Sigmoid,
+    Softmax,
     Tanh,
     Upsample,
 )

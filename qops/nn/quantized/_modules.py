@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 __all__ = ["Quantize", "DeQuantize", "FloatFunctional", "QFunctional", "Conv1d", "Conv2d",
            "Conv3d", "Linear", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d",
            "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "ReLU6",
-           "ELU", "LeakyReLU", "Hardswish", "Sigmoid", "Tanh", "BatchNorm2d", "BatchNorm3d",
+           "ELU", "LeakyReLU", "Hardswish", "Sigmoid", "Tanh", "Softmax", "BatchNorm2d",
+           "BatchNorm3d",
            "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
            "Upsample", "Dropout"]
 
@@ -878,6 +879,41 @@ class Tanh(Module):
     def from_float(cls, mod: Module) -> Self:
         """This layer for an observed float one (its activation_post_process gives the qparams)."""
         return cls()
+
+
+class Softmax(Module):
+    """Quantized softmax over `dim` with output `scale` and `zero_point`, as PyTorch's x86
+    quantized::softmax: dequantize, float softmax, quantize (docs/semantics.md §6.2); graph
+    mode and convert give it PyTorch's fixed qparams (1/256, 0). As PyTorch's, its qparams
+    are attributes, not state."""
+
+    def __init__(self, dim: Optional[int] = None, scale: float = 1.0,
+                 zero_point: int = 0) -> None:
+        super().__init__()
+        self.dim = None if dim is None else int(dim)
+        self.scale = _float_arg(scale, "scale", "Softmax")
+        self.zero_point = int(zero_point)
+
+    def forward(self, input: QTensor) -> QTensor:
+        from qops.nn import _float_ops as fo
+        if not isinstance(input, QTensor):
+            raise TypeError(f"Softmax takes a QTensor; got {type(input).__name__} (the float "
+                            "layer is qops.nn.Softmax)")
+        dim = fo.softmax_dim(input.ndim) if self.dim is None else self.dim
+        y = fo.softmax(F.dequantize(input), dim)
+        return F.quantize_per_tensor(y, self.scale, self.zero_point, input.dtype)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, scale={self.scale}, zero_point={self.zero_point}"
+
+    def _config(self):
+        return dict(dim=self.dim, scale=self.scale, zero_point=self.zero_point)
+
+    @classmethod
+    def from_float(cls, mod: Module) -> Self:
+        """This layer for an observed float one (its activation_post_process gives the qparams)."""
+        scale, zp = activation_qparams(mod, cls.__name__)
+        return cls(mod.dim, scale, zp)
 
 
 # -- normalization -------------------------------------------------------------------------
