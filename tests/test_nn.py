@@ -315,6 +315,32 @@ def test_softmax_through_eager_convert_and_import(torch):
     assert (mine[0].dim, mine[0].scale, mine[0].zero_point) == (-1, 0.01, 3)
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_conv_transpose_float_like_torch(torch, n, tmp_path):
+    # the adjoint convolution (input spread by the stride, flipped kernel): strides, paddings
+    # past dilation * (k - 1) (cropped), output_padding, dilation, groups
+    r = np.random.default_rng(n)
+    cls = getattr(torch.nn, f"ConvTranspose{n}d")
+    for s, p, op, d, g in [(1, 0, 0, 1, 1), (2, 1, 1, 1, 1), (2, 0, 0, 2, 2), (3, 2, 1, 1, 1),
+                           (2, 3, 0, 1, 2), (1, 1, 0, 2, 1)]:
+        torch.manual_seed(s + p)
+        tm = cls(4, 6, 3, stride=s, padding=p, output_padding=op, dilation=d, groups=g).eval()
+        x = r.standard_normal((2, 4) + (5,) * n).astype(F32)
+        m = nn.from_torch(tm)
+        assert set(m.state_dict()) == set(tm.state_dict())
+        with torch.no_grad():
+            want = tm(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(m(x), want, rtol=1e-5, atol=1e-5)
+    qops.save(m, tmp_path / "ct.qops")
+    np.testing.assert_array_equal(qops.load(tmp_path / "ct.qops")(x), m(x))
+    with pytest.raises(ValueError, match="output_size"):
+        m(x, output_size=(9,) * n)
+    with pytest.raises(TypeError, match="float"):
+        m(qops.quantize_per_tensor(x, 0.1, 128, qops.quint8))
+    with pytest.raises(ValueError, match="padding_mode"):
+        getattr(nn, f"ConvTranspose{n}d")(4, 6, 3, padding_mode="reflect")
+
+
 @pytest.mark.parametrize("cls", ["BatchNorm2d", "InstanceNorm2d"])
 def test_batchnorm_training_mode_updates_stats_like_torch(torch, cls):
     kw = {"track_running_stats": True} if cls == "InstanceNorm2d" else {}

@@ -105,6 +105,37 @@ def conv(x, weight, bias, stride, padding, dilation, groups, padding_mode="zeros
     return out[0] if unbatched else out
 
 
+def conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation):
+    """N-d float transposed convolution (N = weight.ndim - 2; weight (C_in, C_out / groups,
+    *k)) as the convolution it is the adjoint of: the input spread `stride` apart, padded by
+    dilation * (k - 1) - padding (+ output_padding on the right; cropped where negative), and
+    convolved at stride 1 with the kernel flipped and its channel axes swapped per group."""
+    n = weight.ndim - 2
+    x, unbatched = _check_ndim(as_f32(x), n, f"conv_transpose{n}d")
+    st, pd = _tuple(stride, n), _tuple(padding, n)
+    op, dl = _tuple(output_padding, n), _tuple(dilation, n)
+    N, C = x.shape[:2]
+    if C != weight.shape[0]:
+        raise ValueError(f"conv_transpose{n}d: input has {C} channels, weight expects "
+                         f"{weight.shape[0]}")
+    ks = weight.shape[2:]
+    sizes = [(L - 1) * s + 1 for L, s in zip(x.shape[2:], st)]
+    spread = np.zeros((N, C) + tuple(sizes), F32)
+    spread[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in st)] = x
+    pads, crop = [], [slice(None), slice(None)]
+    for k, p, o, d in zip(ks, pd, op, dl):
+        lo, hi = d * (k - 1) - p, d * (k - 1) - p + o
+        pads.append((max(lo, 0), max(hi, 0)))
+        crop.append(slice(max(-lo, 0), None if hi >= 0 else hi))
+    spread = pad(spread[tuple(crop)], pads)
+    Ci = C // groups
+    w = np.asarray(weight, F32)
+    flipped = np.flip(w, axis=tuple(range(2, 2 + n)))
+    wc = np.concatenate([np.swapaxes(flipped[g * Ci:(g + 1) * Ci], 0, 1) for g in range(groups)])
+    out = conv(spread, wc, bias, 1, 0, dl, groups)
+    return out[0] if unbatched else out
+
+
 def linear(x, weight, bias):
     x = as_f32(x)
     if x.shape[-1] != weight.shape[1]:

@@ -93,7 +93,8 @@ def _packed_module(torch, layer, relu, packed, scale, zero_point):
                                                       bias_=b is not None)
     else:
         if packed.transpose():
-            raise ValueError("a transposed conv's packed weight (qops has no ConvTranspose)")
+            raise ValueError("a transposed conv's packed weight (qops has no quantized "
+                             "ConvTranspose; the float ConvTranspose1d/2d/3d import)")
         nd = int(layer[4])
         stride, padding, dilation = (tuple(int(v) for v in f()) for f in (
             packed.stride, packed.padding, packed.dilation))

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 F32 = np.float32
 
-__all__ = ["Conv1d", "Conv2d", "Conv3d", "Linear", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+           "ConvTranspose3d", "Linear", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
            "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
            "ReLU", "ReLU6", "ELU", "LeakyReLU", "Hardtanh", "Hardsigmoid", "Hardswish",
            "Sigmoid", "Tanh", "SiLU", "GELU", "Softmax", "MaxPool1d", "MaxPool2d", "MaxPool3d",
@@ -129,6 +130,80 @@ class Conv2d(_ConvNd):
 
 class Conv3d(_ConvNd):
     """3-D float convolution over (N, C, D, H, W) inputs."""
+    _NDIM = 3
+
+
+class _ConvTransposeNd(Module):
+    _NDIM = 2
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: IntOrTuple,
+                 stride: IntOrTuple = 1, padding: IntOrTuple = 0,
+                 output_padding: IntOrTuple = 0, groups: int = 1, bias: bool = True,
+                 dilation: IntOrTuple = 1, padding_mode: str = "zeros", device: Any = None,
+                 dtype: Any = None) -> None:
+        super().__init__()
+        n = self._NDIM
+        if groups <= 0 or in_channels % groups or out_channels % groups:
+            raise ValueError(f"groups={groups} must be positive and divide in_channels "
+                             f"({in_channels}) and out_channels ({out_channels})")
+        if padding_mode != "zeros":
+            raise ValueError(f"ConvTranspose{n}d supports padding_mode='zeros' only (as "
+                             f"PyTorch); got {padding_mode!r}")
+        self.in_channels = int(in_channels)
+        self.out_channels = int(out_channels)
+        self.kernel_size = _ntuple(kernel_size, n, "kernel_size")
+        self.stride = _ntuple(stride, n, "stride")
+        self.padding = _ntuple(padding, n, "padding")
+        self.output_padding = _ntuple(output_padding, n, "output_padding")
+        self.dilation = _ntuple(dilation, n, "dilation")
+        for o, s, d in zip(self.output_padding, self.stride, self.dilation):
+            if o >= max(s, d):
+                raise ValueError(f"output_padding {self.output_padding} must be smaller than "
+                                 f"stride or dilation")
+        self.groups = int(groups)
+        self.padding_mode = padding_mode
+        self.transposed = True
+        fan_in = out_channels // groups * int(np.prod(self.kernel_size))
+        bound = 1.0 / math.sqrt(fan_in) if fan_in else 0.0
+        self.register_parameter(
+            "weight", _uniform((in_channels, out_channels // groups) + self.kernel_size, bound))
+        self.register_parameter("bias", _uniform((out_channels,), bound) if bias else None)
+
+    def forward(self, input: Tensor, output_size: Any = None) -> Tensor:
+        if output_size is not None:
+            raise ValueError(f"ConvTranspose{self._NDIM}d: output_size is not supported "
+                             "(give output_padding)")
+        if isinstance(input, QTensor):
+            raise TypeError(f"ConvTranspose{self._NDIM}d takes a float array (qops has no "
+                            "quantized transposed convolution yet)")
+        return fo.conv_transpose(input, self.weight, self.bias, self.stride, self.padding,
+                                 self.output_padding, self.groups, self.dilation)
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}, "
+                f"output_padding={self.output_padding}, dilation={self.dilation}, "
+                f"groups={self.groups}, bias={self.bias is not None}")
+
+    def _config(self):
+        return dict(in_channels=self.in_channels, out_channels=self.out_channels,
+                    kernel_size=self.kernel_size, stride=self.stride, padding=self.padding,
+                    output_padding=self.output_padding, groups=self.groups,
+                    bias=self.bias is not None, dilation=self.dilation)
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    """1-D float transposed convolution over (N, C, L) inputs (float only)."""
+    _NDIM = 1
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    """2-D float transposed convolution over (N, C, H, W) inputs (float only)."""
+    _NDIM = 2
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """3-D float transposed convolution over (N, C, D, H, W) inputs (float only)."""
     _NDIM = 3
 
 

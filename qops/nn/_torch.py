@@ -184,7 +184,8 @@ def _float_table(torch):
     from qops.nn.quantized import _modules as nnq
     tnn = torch.nn
     table = {}
-    for name in ("Conv1d", "Conv2d", "Conv3d", "Linear", "BatchNorm1d", "BatchNorm2d",
+    for name in ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+                 "ConvTranspose3d", "Linear", "BatchNorm1d", "BatchNorm2d",
                  "BatchNorm3d", "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
                  "InstanceNorm3d", "ReLU", "ReLU6", "ELU", "LeakyReLU", "Hardtanh", "Hardsigmoid",
                  "Hardswish", "Sigmoid", "Tanh", "SiLU", "GELU", "Softmax", "MaxPool1d",
