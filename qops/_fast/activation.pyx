@@ -25,7 +25,7 @@ cdef extern from "qops_lut.h" nogil:
         QOPS_LUT_TIER
 
 DEF GRAIN = 262144        # below this a second thread costs more than it saves (L2-resident data)
-DEF GELU_GRAIN = 16384    # float GELU values per thread (about 40 ns of work each)
+DEF GELU_GRAIN = 16384    # float GELU values per thread (a second thread costs more below)
 DEF GELU_BLOCK = 4096     # values per chunk a thread takes
 
 cdef extern from "qops_gelu.h" nogil:

@@ -66,7 +66,7 @@ ROUTES = {r.name: r for r in [
     Route("batch_norm.rows", f"qops_bn_row ({_TIER})", "qops_norm.h"),
     Route("batch_norm_cl.cl", f"qops_bn_cl ({_TIER})", "qops_norm.h"),
     Route("layer_norm.rows", f"_stats + qops_ln_row ({_TIER})", "qops_norm.h"),
-    Route("layer_norm_f32.rows", "qops_lnf_row (float64 lanes, GCC-vectorized)", "qops_norm.h"),
+    Route("layer_norm_f32.rows", "qops_lnf_row (float64 sums in 16 lanes: AVX2 vectors, or a plain loop)", "qops_norm.h"),
     Route("group_norm.lut", "per-group tables (qops_gn_table), qops_lut_vbmi", "qops_norm.h"),
     Route("group_norm.rows", f"_stats + qops_gn_row ({_TIER})", "qops_norm.h"),
     Route("group_norm_cl.cl", f"qops_norm_sums_cols + qops_gn_cl ({_TIER})", "qops_norm.h"),

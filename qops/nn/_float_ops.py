@@ -95,10 +95,11 @@ def conv(x, weight, bias, stride, padding, dilation, groups, padding_mode="zeros
     for g in range(groups):
         wg = weight[g * Og:(g + 1) * Og].astype(F32, copy=False)
         xg = win[:, g * Cg:(g + 1) * Cg]
-        # Contract channel and kernel taps in one GEMM (einsum hands it to BLAS).
+        # Contract channel and kernel taps in one GEMM, on qops' threads (qops/_blas.py:
+        # numpy's own thread pool would contend with them)
         cols = np.ascontiguousarray(np.moveaxis(xg, 1, 1 + n).reshape(
             (N,) + out_sp + (Cg * int(np.prod(ks)),)))
-        res = cols.reshape(-1, cols.shape[-1]) @ wg.reshape(Og, -1).T
+        res = _blas.linear(cols.reshape(-1, cols.shape[-1]), wg.reshape(Og, -1))
         out[:, g * Og:(g + 1) * Og] = np.moveaxis(res.reshape((N,) + out_sp + (Og,)), -1, 1)
     if bias is not None:
         out += np.asarray(bias, dtype=F32).reshape((1, O) + (1,) * n)
@@ -267,10 +268,18 @@ def softmax(x, dim):
         raise ValueError(f"softmax: dim {dim} is out of range for a {x.ndim}-d input")
     if x.ndim == 0:
         return np.ones((), F32) if np.isfinite(x) else np.full((), np.nan, F32)
-    e = x - x.max(axis=dim, keepdims=True)
-    np.exp(e, out=e)
-    e *= F32(1) / e.sum(axis=dim, keepdims=True)
-    return e
+    return softmax_(x - x.max(axis=dim, keepdims=True), dim, shifted=True)
+
+
+def softmax_(x, dim, shifted=False):
+    """softmax(x) over `dim` computed in float32 x's own memory (attention's scores: a
+    fresh array, at batch 8 each temporary would be 6 MB); `shifted`: x's maximum over
+    `dim` is already subtracted."""
+    if not shifted:
+        x -= x.max(axis=dim, keepdims=True)
+    np.exp(x, out=x)
+    x *= F32(1) / x.sum(axis=dim, keepdims=True)
+    return x
 
 
 def gelu(x, approximate="none"):
