@@ -6,6 +6,7 @@ The implementations live in qops/_ops/<family>.py; this module is the public lis
 from qops._ops.activation import *  # noqa: F401,F403
 from qops._ops.arith import *  # noqa: F401,F403
 from qops._ops.conv import *  # noqa: F401,F403
+from qops._ops.conv_transpose import *  # noqa: F401,F403
 from qops._ops.embedding import *  # noqa: F401,F403
 from qops._ops.linear import *  # noqa: F401,F403
 from qops._ops.norm import *  # noqa: F401,F403

@@ -188,15 +188,31 @@ def _models():
             s = TF.softmax(self.k(t), dim=-1) + a.softmax(1)
             return self.fc(s.mean(1))
 
+    class Decoder(nn.Module):
+        """A segmentation decoder's upsampling: transposed convs (k3/s2 with output_padding:
+        the spread route; k2/s2: the shuffle route) after a strided conv and batch norm.
+        Channel counts not multiples of 8: PyTorch's fbgemm kernel for 2x2/2 transposed convs
+        with such counts is wrong (docs/semantics.md §16.2)."""
+
+        def __init__(self):
+            super().__init__()
+            self.down, self.bn = nn.Conv2d(3, 12, 3, 2, 1), nn.BatchNorm2d(12)
+            self.up1 = nn.ConvTranspose2d(12, 6, 3, 2, 1, 1)
+            self.up2 = nn.ConvTranspose2d(6, 5, 2, 2)
+
+        def forward(self, x):
+            y = torch.relu(self.bn(self.down(x)))
+            return self.up2(torch.relu(self.up1(y)))
+
     return dict(residual_plus=functools.partial(Residual, False),
                 residual_functional=functools.partial(Residual, True),
                 inverted_residual=InvertedResidual, float_se=FloatSE, shuffle=Shuffle,
                 inception=Inception, float_inception=FloatInception, mlp=MLP,
-                convnext_block=ConvNeXtBlock, softmax_head=SoftmaxHead)
+                convnext_block=ConvNeXtBlock, softmax_head=SoftmaxHead, decoder=Decoder)
 
 
 FLOAT = ["residual_plus", "residual_functional", "inverted_residual", "float_se", "shuffle",
-         "inception", "float_inception", "mlp", "convnext_block", "softmax_head"]
+         "inception", "float_inception", "mlp", "convnext_block", "softmax_head", "decoder"]
 INT8 = {"residual_functional": [["conv1", "bn1", "relu"], ["conv2", "bn2"]],
         "inverted_residual": [], "shuffle": [], "inception": [], "mlp": [["fc1", "relu"]]}
 
@@ -391,7 +407,7 @@ def test_qtensor_chunk_split_and_flatten_work_like_torch():
 
 
 @pytest.mark.parametrize("name", ["residual_plus", "inverted_residual", "shuffle", "mlp",
-                                  "convnext_block", "softmax_head"])
+                                  "convnext_block", "softmax_head", "decoder"])
 def test_captured_models_save_and_load(name, tmp_path):
     torch = torch_or_skip()
     m = _model(name)
@@ -457,7 +473,7 @@ def test_quantized_calls_left_in_graphs_run():
 
 
 @pytest.mark.parametrize("name", ["residual_plus", "float_se", "float_inception", "mlp",
-                                  "shuffle", "convnext_block", "softmax_head"])
+                                  "shuffle", "convnext_block", "softmax_head", "decoder"])
 def test_models_converted_by_torch_fx_import_exactly(name):
     # PyTorch's graph mode (prepare_fx / convert_fx) leaves quantize_per_tensor,
     # torch.ops.quantized.* calls and dequantize in the converted graph.

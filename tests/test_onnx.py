@@ -49,6 +49,14 @@ def _conv(rng, cls, cin, cout, k, n=2, groups=1, per_channel=True, bias=True, ou
     return m
 
 
+def _conv_t(rng, cin, cout, k, n=2, out=(0.05, 64), **kw):
+    m = getattr(nnq, f"ConvTranspose{n}d")(cin, cout, k, **kw)
+    m.set_weight_bias(_w(rng, (cin, cout) + (k,) * n, False),
+                      rng.normal(0, 0.1, cout).astype(F32))
+    m.scale, m.zero_point = out
+    return m
+
+
 def _linear(rng, cls, fin, fout, per_channel=True, out=(0.05, 64)):
     m = cls(fin, fout)
     m.set_weight_bias(_w(rng, (fout, fin), per_channel), rng.normal(0, 0.1, fout).astype(F32))
@@ -125,6 +133,12 @@ CASES = {
                          [(2, 8, 8, 8)]),
     "conv3d": (lambda r: qnn.Sequential(_q7(), _conv(r, nnq.Conv3d, 2, 4, 3, 3, padding=1)),
                [(1, 2, 4, 5, 5)]),
+    "conv_transpose2d": (lambda r: qnn.Sequential(_q7(), _conv_t(r, 4, 6, 3, stride=2,
+                                                                 padding=1, output_padding=1)),
+                         [(2, 4, 5, 5)]),
+    "conv_transpose1d_shuffle": (lambda r: qnn.Sequential(_q7(), _conv_t(r, 4, 6, 2, n=1,
+                                                                         stride=2)),
+                                 [(2, 4, 7)]),
     "linear": (lambda r: qnn.Sequential(_q7(), _linear(r, nnq.Linear, 32, 16)), [(4, 32)]),
     "linear_8bit": (lambda r: qnn.Sequential(_q8(), _linear(r, nnq.Linear, 32, 16)), [(4, 32)]),
     "linear_relu_3d": (lambda r: qnn.Sequential(_q7(), _linear(r, nniq.LinearReLU, 32, 16,
@@ -234,6 +248,11 @@ MEASURED = {
     ('conv2d_per_tensor', 'qoperator'): (1.0, 0),
     ('conv2d_relu', 'qdq'): (1.0, 0),
     ('conv2d_relu', 'qoperator'): (1.0, 0),
+    # both forms DQ -> ConvTranspose -> Q: ORT multiplies in float, one rounding step off
+    ('conv_transpose2d', 'qdq'): (0.9983333333333333, 1),
+    ('conv_transpose2d', 'qoperator'): (0.9983333333333333, 1),
+    ('conv_transpose1d_shuffle', 'qdq'): (1.0, 0),
+    ('conv_transpose1d_shuffle', 'qoperator'): (1.0, 0),
     ('conv3d', 'qdq'): (0.9975, 1),
     ('conv3d', 'qoperator'): (0.9975, 1),
     ('elu', 'qdq'): (1.0, 0),
@@ -304,6 +323,8 @@ MEASURED = {
     ('conv2d_8bit', 'qdq_unfused'): (1.0, 0),
     ('conv2d_depthwise', 'qdq_unfused'): (1.0, 0),
     ('conv2d_per_tensor', 'qdq_unfused'): (1.0, 0),
+    ('conv_transpose2d', 'qdq_unfused'): (0.9983333333333333, 1),
+    ('conv_transpose1d_shuffle', 'qdq_unfused'): (1.0, 0),
     ('conv2d_relu', 'qdq_unfused'): (1.0, 0),
     ('conv3d', 'qdq_unfused'): (0.9975, 1),
     ('elu', 'qdq_unfused'): (1.0, 0),

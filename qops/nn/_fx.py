@@ -26,7 +26,9 @@ def _function_names(torch):
         torch.flatten: "flatten", torch.reshape: "reshape", torch.permute: "permute",
         torch.transpose: "transpose", torch.chunk: "chunk", torch.split: "split",
         torch.mean: "mean", torch.squeeze: "squeeze", torch.unsqueeze: "unsqueeze",
-        torch.relu: "relu", torch.relu_: "relu", torch.sigmoid: "sigmoid", torch.tanh: "tanh",
+        # torch.relu apart from F.relu: PyTorch fuses it into add/mul only, not into convs
+        torch.relu: "torch.relu", torch.relu_: "torch.relu", torch.sigmoid: "sigmoid",
+        torch.tanh: "tanh",
         torch.clamp: "clamp", torch.clip: "clamp", torch.numel: "numel",
         F.relu: "relu", F.relu6: "relu6", F.sigmoid: "sigmoid", F.tanh: "tanh",
         F.hardtanh: "hardtanh", F.hardsigmoid: "hardsigmoid", F.hardswish: "hardswish",

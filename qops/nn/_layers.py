@@ -174,8 +174,8 @@ class _ConvTransposeNd(Module):
             raise ValueError(f"ConvTranspose{self._NDIM}d: output_size is not supported "
                              "(give output_padding)")
         if isinstance(input, QTensor):
-            raise TypeError(f"ConvTranspose{self._NDIM}d takes a float array (qops has no "
-                            "quantized transposed convolution yet)")
+            raise TypeError(f"ConvTranspose{self._NDIM}d takes a float array (the quantized "
+                            f"one is qops.nn.quantized.ConvTranspose{self._NDIM}d)")
         return fo.conv_transpose(input, self.weight, self.bias, self.stride, self.padding,
                                  self.output_padding, self.groups, self.dilation)
 
@@ -193,17 +193,17 @@ class _ConvTransposeNd(Module):
 
 
 class ConvTranspose1d(_ConvTransposeNd):
-    """1-D float transposed convolution over (N, C, L) inputs (float only)."""
+    """1-D float transposed convolution over (N, C, L) inputs."""
     _NDIM = 1
 
 
 class ConvTranspose2d(_ConvTransposeNd):
-    """2-D float transposed convolution over (N, C, H, W) inputs (float only)."""
+    """2-D float transposed convolution over (N, C, H, W) inputs."""
     _NDIM = 2
 
 
 class ConvTranspose3d(_ConvTransposeNd):
-    """3-D float transposed convolution over (N, C, D, H, W) inputs (float only)."""
+    """3-D float transposed convolution over (N, C, D, H, W) inputs."""
     _NDIM = 3
 
 

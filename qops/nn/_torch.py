@@ -252,7 +252,8 @@ def _quantized_table(torch):
     tq = torch.ao.nn.quantized
     tniq = torch.ao.nn.intrinsic.quantized
     table = {}
-    for name in ("Conv1d", "Conv2d", "Conv3d", "Linear", "BatchNorm2d", "BatchNorm3d"):
+    for name in ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+                 "ConvTranspose3d", "Linear", "BatchNorm2d", "BatchNorm3d"):
         table[getattr(tq, name)] = _with_qparams(getattr(nnq, name))
     for name in ("ConvReLU1d", "ConvReLU2d", "ConvReLU3d", "LinearReLU", "BNReLU2d", "BNReLU3d"):
         if hasattr(tniq, name):

@@ -267,6 +267,23 @@ def emit_conv(b, rec, x, out, weight, bias, stride, padding, dilation, groups, r
     return _bind(b, y, out)
 
 
+def emit_conv_transpose(b, rec, x, out, mod):
+    """A quantized transposed conv as DequantizeLinear -> ConvTranspose -> QuantizeLinear in
+    both forms (ONNX has no QLinear transposed conv; ORT fuses the QDQ group where it can)."""
+    h = rec.label
+    xv = b.get(x, rec.where)
+    weight, bias = mod.weight(), mod.bias()
+    wd, ws, wz, axis = _weight_qparams(weight)
+    ins = [b.dq(xv, h + "_x"), _dq_weight(b, h, wd, ws, wz, axis)]
+    if bias is not None:
+        bq, bscale = _int32_bias(np.asarray(bias, F32), xv.scale, ws)
+        ins.append(_dq_bias(b, h, bq, bscale, axis))
+    y = b.node("ConvTranspose", ins, hint=h, strides=list(mod.stride),
+               pads=list(mod.padding) * 2, dilations=list(mod.dilation), group=int(mod.groups),
+               kernel_shape=list(weight.shape[2:]), output_padding=list(mod.output_padding))
+    return b.q(y, out, h)
+
+
 def _bind(b, name, out):
     val = _Val(name, out.shape, float(out.q_scale()), int(out.q_zero_point()), _np_qdtype(out))
     b.bind(out, val)
@@ -1281,6 +1298,8 @@ def _module_step(b, rec, mod, args, out):
         return emit_quantize(b, rec, x, out)
     if isinstance(mod, nnq.DeQuantize):
         return emit_dequantize(b, rec, x, out)
+    if isinstance(mod, nnq._ConvTransposeNd):
+        return emit_conv_transpose(b, rec, x, out, mod)
     if isinstance(mod, nnq._ConvNd):
         return emit_conv(b, rec, x, out, mod.weight(), mod.bias(), mod.stride, mod.padding,
                          mod.dilation, mod.groups, relu, mod.padding_mode)
@@ -1407,7 +1426,7 @@ def _bind_args(fname, args, kwargs):
 def _function_step(b, rec, target, args, kwargs, out):
     """Emit a graph function or tensor method node (qops.nn._graph FUNCTIONS / METHODS)."""
     x = args[0] if args else None
-    t = target
+    t = "relu" if target == "torch.relu" else target
     if t in _RESHAPES:
         return emit_reshape(b, rec, x, out)
     if t in ("dropout", "contiguous"):

@@ -125,6 +125,14 @@ def _default_mapping(qconfig, is_qat):
         m.set_object_type(kind, zero_one)
     for kind in (fl.Tanh, "tanh"):
         m.set_object_type(kind, neg_one)
+    # transposed convs take per-tensor weights (PyTorch's mapping; its kernels have no
+    # per-channel form)
+    from qops.quantization import fake_quantize as fq
+    transpose = QConfig(activation=qconfig.activation,
+                        weight=fq.default_weight_fake_quant if is_qat
+                        else obs.default_weight_observer)
+    for kind in (fl.ConvTranspose1d, fl.ConvTranspose2d, fl.ConvTranspose3d):
+        m.set_object_type(kind, transpose)
     return m
 
 
@@ -230,10 +238,13 @@ _CONVS = (fl.Conv1d, fl.Conv2d, fl.Conv3d)
 _BNS = (fl.BatchNorm1d, fl.BatchNorm2d, fl.BatchNorm3d)
 
 
-def _is_relu(model, node):
+def _is_relu(model, node, after_binary=False):
+    """Whether `node` is a relu PyTorch's graph mode fuses into the op before it: nn.ReLU and
+    F.relu after a conv or linear; torch.relu too after add/mul; never x.relu()."""
     if node.op == "module":
         return type(model.get_submodule(node.target)) is fl.ReLU
-    return node.op in ("function", "method") and node.target == "relu"
+    return node.op == "function" and (node.target == "relu" or
+                                      (after_binary and node.target == "torch.relu"))
 
 
 _FF_METHODS = {"add": ["add"], "mul": ["mul"], "cat": ["cat"], "add_relu": ["add", "relu"],
@@ -356,7 +367,8 @@ _OWN_MODULES = ("Conv1d", "Conv2d", "Conv3d", "Linear", "ConvReLU1d", "ConvReLU2
                 "ConvReLU3d", "LinearReLU", "ConvBn1d", "ConvBn2d", "ConvBn3d", "ConvBnReLU1d",
                 "ConvBnReLU2d", "ConvBnReLU3d", "BatchNorm2d", "BatchNorm3d", "BNReLU2d",
                 "BNReLU3d", "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
-                "InstanceNorm3d", "Hardswish", "ELU", "LeakyReLU", "Softmax")
+                "InstanceNorm3d", "Hardswish", "ELU", "LeakyReLU", "Softmax", "ConvTranspose1d",
+                "ConvTranspose2d", "ConvTranspose3d")
 _SHARE_MODULES = ("ReLU", "ReLU6", "Hardtanh", "MaxPool1d", "MaxPool2d", "MaxPool3d",
                   "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
                   "AdaptiveAvgPool3d", "Flatten", "Dropout", "Identity", "Upsample",
@@ -366,11 +378,11 @@ _FIXED_MODULES = ("Sigmoid", "Hardsigmoid", "Tanh")
 # not in them: PyTorch runs them (and the items taken from their results) in float, and each
 # item a quantized op reads gets an observer of its own. x.flatten() and dropout, also outside
 # the share list, see the values their input's observer saw, so sharing gives the same ints.
-_SHARE_FUNCTIONS = {"relu", "relu6", "hardtanh", "clamp", "dropout", "flatten", "reshape",
-                    "permute", "transpose", "mean", "squeeze", "unsqueeze", "max_pool1d",
-                    "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
-                    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
-                    "interpolate"}
+_SHARE_FUNCTIONS = {"relu", "relu6", "hardtanh", "clamp", "dropout", "flatten",
+                    "reshape", "permute", "transpose", "mean", "squeeze", "unsqueeze",
+                    "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d",
+                    "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d",
+                    "adaptive_avg_pool3d", "interpolate"}
 _SHARE_METHODS = {"view", "reshape", "flatten", "contiguous", "permute", "transpose", "mean",
                   "squeeze", "unsqueeze", "relu", "clamp"}
 _FIXED_FUNCTIONS = {"sigmoid", "hardsigmoid", "tanh"}
@@ -506,7 +518,8 @@ def _prepare(model, qconfig_mapping, example_inputs, is_qat):
     relu_after = {}
     for node in nodes:
         us = users[node.name]
-        if _role(model, node, kinds) == "binary" and len(us) == 1 and _is_relu(model, us[0]) \
+        if _role(model, node, kinds) == "binary" and len(us) == 1 \
+                and _is_relu(model, us[0], after_binary=True) \
                 and _refs(list(us[0].args))[:1] == [node.name]:
             relu_after[us[0].name] = node.name
 
@@ -829,7 +842,8 @@ def _fuse_add_relu(model, nodes):
     for n in nodes:
         if n.op == "function" and n.target in ("quantized.add", "quantized.mul"):
             us = users[n.name]
-            if len(us) == 1 and _is_relu(model, us[0]) and _refs(list(us[0].args))[:1] == [n.name]:
+            if len(us) == 1 and _is_relu(model, us[0], after_binary=True) \
+                    and _refs(list(us[0].args))[:1] == [n.name]:
                 n.target += "_relu"
                 _rewire(nodes, us[0].name, n.name)
                 drop.add(us[0].name)

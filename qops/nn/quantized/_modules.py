@@ -35,10 +35,10 @@ if TYPE_CHECKING:
     from qops.nn._typing import Array, IntOrTuple, Tensor
 
 __all__ = ["Quantize", "DeQuantize", "FloatFunctional", "QFunctional", "Conv1d", "Conv2d",
-           "Conv3d", "Linear", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d",
-           "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "ReLU6",
-           "ELU", "LeakyReLU", "Hardswish", "Sigmoid", "Tanh", "Softmax", "BatchNorm2d",
-           "BatchNorm3d",
+           "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "Linear",
+           "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
+           "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "ReLU6", "ELU",
+           "LeakyReLU", "Hardswish", "Sigmoid", "Tanh", "Softmax", "BatchNorm2d", "BatchNorm3d",
            "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
            "Upsample", "Dropout"]
 
@@ -369,6 +369,7 @@ class QFunctional(_QParamsMixin, Module):
 # -- convolution ---------------------------------------------------------------------------
 class _ConvNd(_QParamsMixin, Module):
     _NDIM = 2
+    _TRANSPOSED = False
     _RELU = False
     _ZP_RANGE = (0, 255)
 
@@ -377,6 +378,11 @@ class _ConvNd(_QParamsMixin, Module):
                  groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
                  device: Any = None, dtype: Any = None) -> None:
         super().__init__()
+        self._build(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+                    bias, padding_mode, 0)
+
+    def _build(self, in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+               bias, padding_mode, output_padding):
         n = self._NDIM
         owner = type(self).__name__
         if not isinstance(groups, numbers.Integral) or groups <= 0 \
@@ -394,16 +400,18 @@ class _ConvNd(_QParamsMixin, Module):
         self.dilation = fl._ntuple(dilation, n, "dilation")
         self.groups = int(groups)
         self.padding_mode = padding_mode
-        self.transposed = False
-        self.output_padding = (0,) * n
-        w = quantize_per_tensor(
-            np.zeros((out_channels, in_channels // groups) + self.kernel_size, F32), 1.0, 0, qint8)
+        self.transposed = self._TRANSPOSED
+        self.output_padding = fl._ntuple(output_padding, n, "output_padding")
+        w = quantize_per_tensor(np.zeros(self._weight_shape(), F32), 1.0, 0, qint8)
         b = np.zeros(out_channels, F32) if bias else None
         self.set_weight_bias(w, b)
         self.scale = 1.0
         self.zero_point = 0
         name = f"conv{n}d" + ("_relu" if self._RELU else "")
         self.__dict__["_op"] = getattr(F, name)
+
+    def _weight_shape(self) -> tuple:
+        return (self.out_channels, self.in_channels // self.groups) + self.kernel_size
 
     def set_weight_bias(self, w: Any, b: Optional[npt.ArrayLike]) -> None:
         """Set and prepack the qint8 weight `w` (QTensor) and float bias `b` (or None)."""
@@ -532,6 +540,84 @@ class Conv2d(_ConvNd):
 
 class Conv3d(_ConvNd):
     """Quantized 3-D convolution: quint8 input (N, C, D, H, W), qint8 weight, float bias."""
+    _NDIM = 3
+
+
+class _ConvTransposeNd(_ConvNd):
+    """Quantized transposed convolution: PyTorch's torch.ao.nn.quantized.ConvTranspose*d
+    (arguments, state_dict, per-tensor qint8 weight (C_in, C_out / groups, kernel...))."""
+    _TRANSPOSED = True
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: IntOrTuple,
+                 stride: IntOrTuple = 1, padding: IntOrTuple = 0,
+                 output_padding: IntOrTuple = 0, groups: int = 1, bias: bool = True,
+                 dilation: IntOrTuple = 1, padding_mode: str = "zeros", device: Any = None,
+                 dtype: Any = None) -> None:
+        owner = type(self).__name__
+        if padding_mode != "zeros":
+            raise ValueError(f"{owner}: padding_mode must be 'zeros' (as PyTorch's); got "
+                             f"{padding_mode!r}")
+        Module.__init__(self)
+        self._build(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+                    bias, padding_mode, output_padding)
+        self.__dict__["_op"] = getattr(F, f"conv_transpose{self._NDIM}d")
+
+    def set_weight_bias(self, w: Any, b: Optional[npt.ArrayLike]) -> None:
+        """Set and prepack the qint8 weight `w` (C_in, C_out / groups, kernel...) and bias `b`."""
+        b = None if b is None else np.asarray(_to_numpy(b), dtype=F32)
+        pack = getattr(F, f"prepack_conv_transpose{self._NDIM}d")
+        self.__dict__["_packed_params"] = pack(_to_numpy(w), b, self.stride, self.padding,
+                                               self.output_padding, self.groups, self.dilation)
+
+    def _weight_shape(self) -> tuple:
+        return (self.in_channels, self.out_channels // self.groups) + self.kernel_size
+
+    def extra_repr(self) -> str:
+        s = super().extra_repr()
+        if self.output_padding != (0,) * self._NDIM:
+            s += f", output_padding={self.output_padding}"
+        return s
+
+    def _config(self):
+        c = super()._config()
+        c["output_padding"] = self.output_padding
+        return c
+
+    @classmethod
+    def from_float(cls, mod: Module) -> Self:
+        """A quantized transposed conv from an observed float ConvTranspose*d."""
+        owner = cls.__name__
+        _needs_qconfig(mod, owner)
+        if not isinstance(mod, fl._ConvTransposeNd) or mod._NDIM != cls._NDIM:
+            raise TypeError(f"{owner}.from_float: expected a float ConvTranspose{cls._NDIM}d; "
+                            f"got {type(mod).__name__}")
+        wobs = mod.qconfig.weight()
+        _observe(wobs, mod.weight)
+        _check_weight_dtype(wobs, owner)
+        qweight = quantize_weight(mod.weight, wobs, owner)
+        if qweight._axis is not None:
+            raise ValueError(f"{owner}.from_float: the weight observer is per-channel; a "
+                             f"transposed conv takes per-tensor weights (as PyTorch's: "
+                             f"get_default_qconfig_mapping gives them one)")
+        q = cls(mod.in_channels, mod.out_channels, mod.kernel_size, mod.stride, mod.padding,
+                mod.output_padding, mod.groups, mod.bias is not None, mod.dilation)
+        q.set_weight_bias(qweight, mod.bias)
+        q.scale, q.zero_point = activation_qparams(mod, owner)
+        return q
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    """Quantized 1-D transposed convolution: quint8 input (N, C, L), qint8 weight, float bias."""
+    _NDIM = 1
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    """Quantized 2-D transposed convolution: quint8 input (N, C, H, W)."""
+    _NDIM = 2
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """Quantized 3-D transposed convolution: quint8 input (N, C, D, H, W)."""
     _NDIM = 3
 
 
