@@ -202,3 +202,34 @@ def test_pytorch_eager_model_imports_exactly():
     sd = g.get_submodule("t1").state_dict()
     assert set(sd) == {"weight", "bias", "scale", "zero_point"}
     assert sd["weight"].shape == (12, 6, 3, 3)
+
+
+@pytest.mark.parametrize("nd", [2, 3])
+def test_functional_transposed_conv_quantized_by_torch_fx_imports_exactly(nd):
+    # PyTorch's graph mode leaves quantized::conv_transpose{nd}d(x, packed, scale, zp) where a
+    # forward calls F.conv_transpose{nd}d on weights of its own (it needs list arguments
+    # there: ints fail in its prepack, and conv_transpose1d's prepack fails in PyTorch 2.13)
+    torch = torch_or_skip()
+    import torch.nn.functional as TF
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = getattr(torch.nn, f"Conv{nd}d")(3, 6, 3)
+            self.w = torch.nn.Parameter(torch.randn((6, 5) + (3,) * nd) * 0.1)
+            self.b = torch.nn.Parameter(torch.randn(5))
+
+        def forward(self, x):
+            return getattr(TF, f"conv_transpose{nd}d")(self.c(x), self.w, self.b, [2] * nd,
+                                                       [1] * nd, [1] * nd, 1, [1] * nd)
+
+    torch.manual_seed(0)
+    x = torch.randn((2, 3) + (7,) * nd)
+    p = prepare_fx(M().eval(), get_default_qconfig_mapping("x86"), (x,))
+    p(x)
+    q = convert_fx(p)
+    g = nnq.from_torch(q)
+    assert any(type(m) is getattr(nnq, f"ConvTranspose{nd}d") for m in g.modules())
+    np.testing.assert_array_equal(g(x.numpy()), q(x).numpy())

@@ -73,7 +73,8 @@ def _packed_ops(torch):
     packed weights are get_attr nodes of a script object, which qops unpacks into a module."""
     q = torch.ops.quantized
     ops = {}
-    for layer in ("conv1d", "conv2d", "conv3d", "linear"):
+    for layer in ("conv1d", "conv2d", "conv3d", "linear", "conv_transpose1d",
+                  "conv_transpose2d", "conv_transpose3d"):
         for relu in (False, True):
             packet = getattr(q, layer + ("_relu" if relu else ""), None)
             if packet is None:
@@ -85,7 +86,8 @@ def _packed_ops(torch):
 
 
 def _packed_module(torch, layer, relu, packed, scale, zero_point):
-    """The qops quantized Conv*d / Linear (+ReLU) of a PyTorch packed weight and qparams."""
+    """The qops quantized Conv*d / ConvTranspose*d / Linear (+ReLU) of a PyTorch packed weight
+    and qparams."""
     from qops.nn._torch import _np
     from qops.nn.intrinsic import quantized as nniq
     from qops.nn.quantized import _modules as nnq
@@ -93,10 +95,19 @@ def _packed_module(torch, layer, relu, packed, scale, zero_point):
     if layer == "linear":
         m = (nniq.LinearReLU if relu else nnq.Linear)(w.shape[1], w.shape[0],
                                                       bias_=b is not None)
+    elif packed.transpose():
+        nd = int(layer[-2])
+        stride, padding, output_padding, dilation = (tuple(int(v) for v in f()) for f in (
+            packed.stride, packed.padding, packed.output_padding, packed.dilation))
+        if nd == 1 and w.dim() == 4:
+            # PyTorch packs conv_transpose1d as a conv_transpose2d of height 1
+            w, stride, padding = w.squeeze(2), stride[1:], padding[1:]
+            output_padding, dilation = output_padding[1:], dilation[1:]
+        groups = int(packed.groups())
+        m = getattr(nnq, f"ConvTranspose{nd}d")(
+            w.shape[0], w.shape[1] * groups, tuple(w.shape[2:]), stride, padding,
+            output_padding, groups, b is not None, dilation)
     else:
-        if packed.transpose():
-            raise ValueError("a transposed conv's packed weight (qops has no quantized "
-                             "ConvTranspose; the float ConvTranspose1d/2d/3d import)")
         nd = int(layer[4])
         stride, padding, dilation = (tuple(int(v) for v in f()) for f in (
             packed.stride, packed.padding, packed.dilation))
