@@ -504,6 +504,19 @@ def test_float_parts_after_dequantize():
     assert rep["outputs"][0]["max_steps"] < 1e-5, format_compare(rep)
 
 
+def test_float_prelu_after_dequantize():
+    r = np.random.default_rng(1)
+    p6 = qnn.PReLU(4)
+    p6.weight = np.linspace(-0.5, 0.5, 4).astype(F32)
+    m = qnn.Sequential(_q7(), _conv(r, nnq.Conv2d, 4, 4, 3), nnq.DeQuantize(), p6,
+                       qnn.PReLU(init=-0.2))
+    x = r.normal(0, 1, (3, 4, 6, 6)).astype(F32)
+    buf = io.BytesIO()
+    export(m, x, buf)
+    rep = compare(m, buf.getvalue(), x)
+    assert rep["outputs"][0]["max_steps"] == 0, format_compare(rep)   # one product: exact
+
+
 def _compare_at_opset(m, x, opset):
     """Export `m` at `opset` and compare it in ONNX Runtime with qops (skips where this onnx
     or onnxruntime lacks the opset)."""

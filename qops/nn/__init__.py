@@ -46,6 +46,7 @@ from qops.nn._layers import (  # noqa: F401
     MaxPool1d,
     MaxPool2d,
     MaxPool3d,
+    PReLU,
     ReLU,
     ReLU6,
     Sigmoid,

@@ -226,6 +226,23 @@ def leaky_relu(x, slope):
     return np.where(x > 0, x, x * F32(slope)).astype(F32)
 
 
+def prelu(x, weight):
+    """x if x > 0 else weight * x, one weight or one per channel (dim 1), in float32."""
+    x = as_f32(x)
+    w = np.asarray(weight, F32)
+    if w.ndim != 1 or w.size == 0:
+        raise ValueError(f"prelu: weight must be 1-D with one value or one per channel; got "
+                         f"shape {w.shape}")
+    if w.size > 1:
+        if x.ndim < 2 or x.shape[1] != w.size:
+            raise ValueError(f"prelu: {w.size} weights, but the input (shape {x.shape}) has "
+                             f"{x.shape[1] if x.ndim >= 2 else 1} channels (dim 1)")
+        w = w.reshape((1, w.size) + (1,) * (x.ndim - 2))
+    else:
+        w = w.reshape(())
+    return np.where(x > 0, x, x * w).astype(F32)
+
+
 def hardsigmoid(x):
     x = as_f32(x)
     return (np.clip(x + F32(3), F32(0), F32(6)) / F32(6)).astype(F32)

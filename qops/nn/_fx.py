@@ -32,7 +32,7 @@ def _function_names(torch):
         torch.clamp: "clamp", torch.clip: "clamp", torch.numel: "numel",
         F.relu: "relu", F.relu6: "relu6", F.sigmoid: "sigmoid", F.tanh: "tanh",
         F.hardtanh: "hardtanh", F.hardsigmoid: "hardsigmoid", F.hardswish: "hardswish",
-        F.elu: "elu", F.leaky_relu: "leaky_relu", F.dropout: "dropout",
+        F.elu: "elu", F.leaky_relu: "leaky_relu", F.prelu: "prelu", F.dropout: "dropout",
         F.silu: "silu", F.gelu: "gelu", F.layer_norm: "layer_norm", F.softmax: "softmax",
         torch.softmax: "softmax",
         F.conv1d: "conv1d", F.conv2d: "conv2d", F.conv3d: "conv3d",

@@ -241,6 +241,13 @@ def _relu6(x, inplace=False):
     return _F().relu6(x) if _is_q(x) else fo.hardtanh(x, 0.0, 6.0)
 
 
+def _prelu(x, weight):
+    if _is_q(x):
+        raise TypeError("prelu takes a float array (qops has no quantized PReLU: "
+                        "docs/semantics.md §6.3)")
+    return fo.prelu(x, weight)
+
+
 def _leaky_relu(x, negative_slope=0.01, inplace=False):
     return _F().leaky_relu(x, negative_slope) if _is_q(x) else fo.leaky_relu(x, negative_slope)
 
@@ -498,6 +505,7 @@ FUNCTIONS = {
     "hardswish": _hardswish,
     "elu": _elu,
     "leaky_relu": _leaky_relu,
+    "prelu": _prelu,
     "dropout": _dropout,
     "silu": _silu,
     "conv1d": _conv(1), "conv2d": _conv(2), "conv3d": _conv(3),

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 F32 = np.float32
 
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
-           "ConvTranspose3d", "Linear", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
+           "ConvTranspose3d", "PReLU", "Linear", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
            "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
            "ReLU", "ReLU6", "ELU", "LeakyReLU", "Hardtanh", "Hardsigmoid", "Hardswish",
            "Sigmoid", "Tanh", "SiLU", "GELU", "Softmax", "MaxPool1d", "MaxPool2d", "MaxPool3d",
@@ -478,6 +478,34 @@ class LeakyReLU(Module):
 
     def extra_repr(self) -> str:
         return f"negative_slope={self.negative_slope}"
+
+
+class PReLU(Module):
+    """x if x > 0 else weight * x, with a learned slope (one, or one per channel: dim 1).
+
+    Float only: PyTorch 2.13's quantized PReLU scales positive inputs by the quantized 1.0
+    of the weight's qparams, which its own observers leave out of range (docs/semantics.md
+    §6.3), so qops' graph mode runs PReLU in float between a dequantize and a quantize.
+    """
+
+    def __init__(self, num_parameters: int = 1, init: float = 0.25, device: Any = None,
+                 dtype: Any = None) -> None:
+        super().__init__()
+        if not isinstance(num_parameters, int) or num_parameters < 1:
+            raise ValueError(f"PReLU: num_parameters must be a positive int; got "
+                             f"{num_parameters!r}")
+        self.num_parameters = num_parameters
+        self.init = float(init)
+        self.register_parameter("weight", np.full(num_parameters, init, np.float32))
+
+    def forward(self, input: Tensor) -> Tensor:
+        if isinstance(input, QTensor):
+            raise TypeError("PReLU takes a float array (qops has no quantized PReLU: "
+                            "docs/semantics.md §6.3)")
+        return fo.prelu(input, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"num_parameters={self.num_parameters}"
 
 
 class Hardsigmoid(Module):

@@ -188,7 +188,7 @@ def _float_table(torch):
                  "ConvTranspose3d", "Linear", "BatchNorm1d", "BatchNorm2d",
                  "BatchNorm3d", "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
                  "InstanceNorm3d", "ReLU", "ReLU6", "ELU", "LeakyReLU", "Hardtanh", "Hardsigmoid",
-                 "Hardswish", "Sigmoid", "Tanh", "SiLU", "GELU", "Softmax", "MaxPool1d",
+                 "Hardswish", "Sigmoid", "Tanh", "SiLU", "GELU", "Softmax", "PReLU", "MaxPool1d",
                  "MaxPool2d",
                  "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d",
                  "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "Upsample", "UpsamplingNearest2d",

@@ -407,6 +407,17 @@ def emit_silu(b, rec, x, out):
     return _bind_float(b, y, out)
 
 
+def emit_prelu(b, rec, x, out, weight):
+    """PRelu (float only, as qops.nn.PReLU): the slopes shaped to broadcast over dim 1."""
+    h = rec.label
+    xv = b.get(x, rec.where)
+    w = np.asarray(weight, F32).reshape(-1)
+    if w.size > 1:
+        w = w.reshape((w.size,) + (1,) * max(len(xv.shape) - 2, 0))
+    y = b.node("PRelu", [xv.name, b.const(h + "_slope", w)], hint=h)
+    return _bind_float(b, y, out)
+
+
 def emit_gelu(b, rec, x, out, approximate):
     """Gelu (opset 20) or its formula: 0.5 x (1 + Erf(x / sqrt 2)), or the tanh form; on a
     quantized input between DequantizeLinear and QuantizeLinear (the input's qparams)."""
@@ -1370,6 +1381,8 @@ def _module_step(b, rec, mod, args, out):
         return emit_unary(b, rec, x, out, "hardswish")
     if isinstance(mod, fl.SiLU):
         return emit_silu(b, rec, x, out)
+    if isinstance(mod, fl.PReLU):
+        return emit_prelu(b, rec, x, out, mod.weight)
     if isinstance(mod, fl.GELU):
         return emit_gelu(b, rec, x, out, mod.approximate)
     if isinstance(mod, fl._MaxPoolNd):
