@@ -3,9 +3,9 @@
     python tools/gen_layer_zoo.py            # needs torch and torchvision's model code
     python tools/gen_layer_zoo.py --check    # exit 1 if the checked-in file is not current
 
-Each torchvision model of `qops._bench_models.MODELS` (not PLAIN_MODELS) is built as the model
-benchmark builds it (torchvision's
-quantizable class, converted by PyTorch, imported with `from_torch`) and run once at batch 1;
+Each torchvision model of `qops._bench_models.MODELS` (not its PLAIN_MODELS) is built as the
+model benchmark builds it (torchvision's quantizable class, converted by PyTorch, imported with
+`from_torch`) and run once at batch 1;
 every call of a conv, linear, pool, add, mul or cat on quantized tensors is recorded with its
 input shape (batch left out) and its arguments. Calls with equal records are one layer of the
 zoo, listed with the models it occurs in. The registry builds benchmark cases from them
