@@ -220,34 +220,41 @@ def _check_packed_args(name, pack, bias, stride, padding, dilation, groups, padd
     The pack holds the bias and the conv parameters; an argument left at its default (bias
     None, stride 1, padding 0, dilation 1, groups 1, padding_mode 'zeros') takes the pack's.
     """
+    check_same_as_pack(name, pack.ndim, bias, pack._bias, groups, pack.groups,
+                       (("stride", stride, 1, pack.stride, 1),
+                        ("padding", padding, 0, pack.padding, 0),
+                        ("dilation", dilation, 1, pack.dilation, 1)))
+    if not isinstance(padding_mode, str):
+        raise TypeError(f"{name}: padding_mode must be a str; got {type(padding_mode).__name__}")
+    if padding_mode != "zeros" and padding_mode != pack.padding_mode:
+        raise ValueError(f"{name}: padding_mode={padding_mode!r} differs from the packed "
+                         f"weight's padding_mode {pack.padding_mode!r} (the weight is packed, "
+                         f"which holds its own padding_mode; pack a new weight)")
+
+
+def check_same_as_pack(name, n, bias, packed_bias, groups, packed_groups, params):
+    """Refuse a bias, groups or an (argname, value, default, packed value, minimum) parameter
+    given beside a packed weight when it differs from the pack's (a default takes the pack's;
+    also used by the transposed convs' packs)."""
     def given(v, default):
         return not (type(v) is type(default) and v == default)
 
-    why = "the weight is a PackedConv, which holds its own"
+    why = "the weight is packed, which holds its own"
     if bias is not None:
         b = _check.float_array(bias, "bias")
-        if pack._bias is None or b.shape != pack._bias.shape \
-                or not np.array_equal(b.astype(F32), pack._bias):
+        if packed_bias is None or b.shape != packed_bias.shape \
+                or not np.array_equal(b.astype(F32), packed_bias):
             raise ValueError(f"{name}: bias differs from the packed weight's bias ({why} bias; "
                              f"pass bias=None or pack a new weight)")
-    n = pack.ndim
-    for argname, v, default, have, minimum in (("stride", stride, 1, pack.stride, 1),
-                                                ("padding", padding, 0, pack.padding, 0),
-                                                ("dilation", dilation, 1, pack.dilation, 1)):
+    for argname, v, default, have, minimum in params:
         if given(v, default):
             t = _check.int_tuple(v, n, argname, minimum=minimum)
             if t != have:
                 raise ValueError(f"{name}: {argname}={v!r} differs from the packed weight's "
                                  f"{argname} {have} ({why} {argname}; pack a new weight)")
-    if given(groups, 1) and _check.integer(groups, "groups", minimum=1) != pack.groups:
+    if given(groups, 1) and _check.integer(groups, "groups", minimum=1) != packed_groups:
         raise ValueError(f"{name}: groups={groups!r} differs from the packed weight's groups "
-                         f"{pack.groups} ({why} groups; pack a new weight)")
-    if not isinstance(padding_mode, str):
-        raise TypeError(f"{name}: padding_mode must be a str; got {type(padding_mode).__name__}")
-    if padding_mode != "zeros" and padding_mode != pack.padding_mode:
-        raise ValueError(f"{name}: padding_mode={padding_mode!r} differs from the packed "
-                         f"weight's padding_mode {pack.padding_mode!r} ({why} padding_mode; "
-                         f"pack a new weight)")
+                         f"{packed_groups} ({why} groups; pack a new weight)")
 
 
 def _acc_bound(pack, x_zp):

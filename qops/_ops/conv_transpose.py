@@ -17,7 +17,7 @@ import numpy as np
 from qops._dtypes import QDtypeLike, as_qdtype, qint8, quint8
 from qops._layout import is_channels_last
 from qops._ops import _check
-from qops._ops.conv import IntOrTuple, PackedConv, _conv
+from qops._ops.conv import IntOrTuple, PackedConv, _conv, check_same_as_pack
 from qops._qtensor import QTensor
 
 if TYPE_CHECKING:
@@ -196,7 +196,7 @@ for _n, _f in ((1, prepack_conv_transpose1d), (2, prepack_conv_transpose2d),
         "K" + d for d in "DHW"[3 - _n:]))
 
 
-def _spread(input: QTensor, pack: PackedConvTranspose, name: str) -> QTensor:
+def _spread(input: QTensor, pack: PackedConvTranspose) -> QTensor:
     """The conv's input: `input` spread by the stride and padded (cropped) as the module
     docstring says, the gaps at the input's zero point; channels-last where the input is."""
     x = input._int
@@ -208,11 +208,6 @@ def _spread(input: QTensor, pack: PackedConvTranspose, name: str) -> QTensor:
         lo = d * (k - 1) - pack.padding[i]
         hi = lo + pack.output_padding[i]
         total = (L - 1) * s + 1 + lo + hi             # the padded (or cropped) length
-        out = total - d * (k - 1)
-        if out <= 0:
-            raise ValueError(f"{name}: the output would have size {out} along spatial dim {i} "
-                             f"(input {L}, stride {s}, padding {pack.padding[i]}, kernel {k}, "
-                             f"dilation {d}, output_padding {pack.output_padding[i]})")
         first = -(-max(-lo, 0) // s)                  # the first input index not cropped
         start = first * s + lo
         count = max(0, min(L - first, -(-(total - start) // s)))
@@ -244,38 +239,28 @@ def _conv_transpose(ndim, input, weight, bias, stride, padding, output_padding, 
         pack = weight
         if pack.ndim != ndim:
             raise ValueError(f"{name}: weight was packed by prepack_conv_transpose{pack.ndim}d")
-        for argname, v, default, have in (("stride", stride, 1, pack.stride),
-                                          ("padding", padding, 0, pack.padding),
-                                          ("output_padding", output_padding, 0,
-                                           pack.output_padding),
-                                          ("dilation", dilation, 1, pack.dilation)):
-            if not (type(v) is int and v == default) and \
-                    _check.int_tuple(v, ndim, argname) != have:
-                raise ValueError(f"{name}: {argname}={v!r} differs from the packed weight's "
-                                 f"{argname} {have} (pack a new weight)")
-        if not (type(groups) is int and groups == 1) and groups != pack.groups:
-            raise ValueError(f"{name}: groups={groups!r} differs from the packed weight's "
-                             f"groups {pack.groups} (pack a new weight)")
-        if bias is not None:
-            b = _check.float_array(bias, "bias")
-            have_b = pack._conv._bias
-            if have_b is None or b.shape != have_b.shape or \
-                    not np.array_equal(b.astype(np.float32), have_b):
-                raise ValueError(f"{name}: bias differs from the packed weight's bias (pass "
-                                 f"bias=None or pack a new weight)")
+        check_same_as_pack(name, ndim, bias, pack._conv._bias, groups, pack.groups,
+                           (("stride", stride, 1, pack.stride, 1),
+                            ("padding", padding, 0, pack.padding, 0),
+                            ("output_padding", output_padding, 0, pack.output_padding, 0),
+                            ("dilation", dilation, 1, pack.dilation, 1)))
     else:
         pack = PackedConvTranspose(ndim, weight, bias, stride, padding, output_padding, groups,
                                    dilation)
     if input.shape[1] != pack.in_channels:
         raise ValueError(f"{name}: input has {input.shape[1]} channels but weight expects "
                          f"{pack.in_channels}")
+    for i, (L, s, p, d, k, op) in enumerate(zip(input.shape[2:], pack.stride, pack.padding,
+                                                pack.dilation, pack._weight.shape[2:],
+                                                pack.output_padding)):
+        out = (L - 1) * s - 2 * p + d * (k - 1) + op + 1
+        if out <= 0:
+            raise ValueError(f"{name}: the output would have size {out} along spatial dim {i} "
+                             f"(input {L}, stride {s}, padding {p}, kernel {k}, dilation {d}, "
+                             f"output_padding {op})")
     if pack.route == "conv_transpose.shuffle":
-        for i, (p, kk) in enumerate(zip(pack.padding, pack._weight.shape[2:])):
-            if input.shape[2 + i] * kk - 2 * p <= 0:
-                raise ValueError(f"{name}: the output would have size "
-                                 f"{input.shape[2 + i] * kk - 2 * p} along spatial dim {i}")
         return _shuffle(input, pack, scale, zero_point)
-    spread = _spread(input, pack, name)
+    spread = _spread(input, pack)
     return _conv(ndim, False, spread, pack._conv, None, 1, 0, 1, 1, "zeros", scale,
                  zero_point, quint8)
 
