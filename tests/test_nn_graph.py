@@ -472,6 +472,56 @@ def test_quantized_calls_left_in_graphs_run():
         np.testing.assert_array_equal(a, b.numpy())
 
 
+def test_quantized_scalar_calls_run():
+    # quantized::mul/add with a scalar (.Scalar (q, s) and .Scalar2 (s, q)): Swin V2's
+    # converted graph calls torch.ops.quantized.mul(16, sigmoid(q))
+    torch = torch_or_skip()
+
+    class Q(torch.nn.Module):
+        def forward(self, x):
+            qx = torch.quantize_per_tensor(x, 0.05, 60, torch.quint8)
+            return [r.dequantize() for r in (
+                torch.ops.quantized.mul(16, torch.sigmoid(qx)), torch.ops.quantized.mul(qx, 3),
+                torch.ops.quantized.add(qx, 0.5), torch.ops.quantized.add(-1.25, qx))]
+
+    g = qnn.from_torch(Q())
+    x = torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(5))
+    for a, b in zip(g(x.numpy()), Q()(x)):
+        np.testing.assert_array_equal(a, b.numpy())
+
+
+def test_tensor_functions_of_attention_code_match_torch():
+    # matmul/bmm/@ (batch dims broadcast), einsum (spaces, list form), roll, F.pad (modes,
+    # negative pads crop), swapaxes/swapdims, tensor_split, unbind: float, as PyTorch's graph
+    # mode leaves them
+    torch = torch_or_skip()
+    TF = torch.nn.functional
+
+    class M(torch.nn.Module):
+        def forward(self, x, w):
+            a = torch.matmul(x, w) + (x @ w[0]) + torch.bmm(x[0], w[0]).sum()
+            b = torch.einsum("b c h i, b c h j -> b c i j", x, x)
+            c = torch.einsum("bchi,bchj->bcij", [x, x]) + x.swapaxes(-1, -2).matmul(x)
+            d = torch.roll(x, (1, -2), (2, 3)) + torch.roll(x, 3)
+            e = TF.pad(x, (1, 2, -1, 0)).sum() + TF.pad(x, (1, 1, 1, 1), mode="reflect").sum()
+            f = TF.pad(x, (2, 0), value=-1.5).sum() + TF.pad(x, (1, 1, 2, 0), "replicate").sum()
+            g = torch.tensor_split(x, 3, dim=2)[2] + torch.tensor_split(x, (1, 3), 2)[1].sum()
+            u, v = torch.unbind(x, 1), x.unbind(-1)
+            h = u[0] + u[2] + v[3].sum()
+            i = torch.swapdims(x, 0, 3).sum() + x.swapdims(1, 2).sum() + torch.swapaxes(x, 1, 2)
+            return a, b, c, d, e, f, g, h, i
+
+    g = qnn.from_torch(M())
+    gen = torch.Generator().manual_seed(2)
+    x, w = torch.randn(2, 3, 5, 4, generator=gen), torch.randn(1, 3, 4, 6, generator=gen)
+    with torch.no_grad():
+        want = M()(x, w)
+    got = g(x.numpy(), w.numpy())
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-5, atol=1e-5)
+        assert np.asarray(a).dtype == np.float32
+
+
 @pytest.mark.parametrize("name", ["residual_plus", "float_se", "float_inception", "mlp",
                                   "shuffle", "convnext_block", "softmax_head", "decoder"])
 def test_models_converted_by_torch_fx_import_exactly(name):

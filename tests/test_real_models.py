@@ -84,8 +84,10 @@ def _same_modules_and_qparams(theirs, ours, zp_tol=1):
 
 
 def _data(torch, size, n, seed):
+    """n batches of 2 images size x size (or clips of the sizes in a tuple)."""
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(2, 3, size, size, generator=g) for _ in range(n)]
+    dims = (size, size) if isinstance(size, int) else tuple(size)
+    return [torch.randn(2, 3, *dims, generator=g) for _ in range(n)]
 
 
 def _torch_int8(torch, m, calib, fast_observers=False):
@@ -192,11 +194,12 @@ def test_torchvision_fx_quantized_import_is_exact(name):
 MORE = {"efficientnet_b0": 64, "convnext_tiny": 64, "regnet_y_400mf": 64}
 
 
-def _import_and_graph_mode(torch, m, size, zp_tol=1, modules=20):
+def _import_and_graph_mode(torch, m, size, zp_tol=1, modules=20, import_equal=1.0):
     """A float torchvision model `m` (eval) through every route into qops, checked against
-    PyTorch: the float import; PyTorch's graph-mode int8 model imported (exact); qops' own
-    graph mode on the float import with the same mapping and data (PyTorch's modules and
-    qparams, at least `modules` of them, to float drift); both saved and loaded."""
+    PyTorch: the float import; PyTorch's graph-mode int8 model imported (exact, or at least
+    the share `import_equal` of outputs equal where float attention feeds a quantize);
+    qops' own graph mode on the float import with the same mapping and data (PyTorch's
+    modules and qparams, at least `modules` of them, to float drift); all saved and loaded."""
     from torch.ao.quantization import get_default_qconfig_mapping
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
@@ -220,7 +223,12 @@ def _import_and_graph_mode(torch, m, size, zp_tol=1, modules=20):
     # (where attention runs in float before its output is quantized, numpy's sums could move
     # a value by a step; exact on these models)
     imported = nnq.from_torch(theirs)
-    np.testing.assert_array_equal(imported(x.numpy()), want)
+    if import_equal == 1.0:
+        np.testing.assert_array_equal(imported(x.numpy()), want)
+    else:
+        got = imported(x.numpy())
+        assert np.mean(got == want) >= import_equal
+        assert (got.argmax(1) == want.argmax(1)).all()
     gp = qfx.prepare_fx(g, _minmax_mapping(qfx.get_default_qconfig_mapping("x86"), qq),
                         (x.numpy(),))
     for c in calib:
@@ -260,6 +268,53 @@ def test_torchvision_vision_transformer():
                              hidden_dim=64, mlp_dim=128, num_classes=10).eval()
     torch.nn.init.normal_(m.heads.head.weight)     # (torchvision zeroes the head)
     _import_and_graph_mode(torch, m, 32, zp_tol=0, modules=10)
+
+
+def _small_transformer(torch, name):
+    """Small configurations of torchvision's Swin (V1, V2, 3-D) and MaxViT classes, and
+    their input size: windows smaller than the map (so shifted windows and their mask run), a
+    window larger than a later map (no shift there, padding)."""
+    import importlib
+    torch.manual_seed(0)
+    if name.startswith("swin"):
+        sw = importlib.import_module("torchvision.models.swin_transformer")
+        v2 = dict(block=sw.SwinTransformerBlockV2, downsample_layer=sw.PatchMergingV2)
+        m = sw.SwinTransformer(patch_size=[4, 4], embed_dim=32, depths=[2, 2, 2],
+                               num_heads=[2, 4, 4], window_size=[3, 3], num_classes=10,
+                               **(v2 if name == "swin_v2" else {}))
+        size = 40          # 10x10, 5x5 (padded to 6x6), 3x3 (no shift)
+    elif name == "swin3d":
+        sw = importlib.import_module("torchvision.models.video.swin_transformer")
+        m = sw.SwinTransformer3d(patch_size=[2, 4, 4], embed_dim=32, depths=[2, 2],
+                                 num_heads=[2, 4], window_size=[2, 3, 3], num_classes=10,
+                                 stochastic_depth_prob=0.0)
+        size = (4, 36, 36)    # 2x9x9, 2x5x5: no shift in time (the window covers it)
+    else:
+        mv = importlib.import_module("torchvision.models.maxvit")
+        m = mv.MaxVit(input_size=(32, 32), stem_channels=16, partition_size=2,
+                      block_channels=[16, 32], block_layers=[1, 1], head_dim=8,
+                      stochastic_depth_prob=0.0, num_classes=10)
+        size = 32
+    for mod in m.modules():
+        if isinstance(mod, torch.nn.Linear) and mod.out_features == 10:
+            torch.nn.init.normal_(mod.weight)     # (a zeroed or tiny head ties the classes)
+    return m.eval(), size
+
+
+@pytest.mark.parametrize("name", ["swin", "swin_v2", "swin3d", "maxvit"])
+def test_torchvision_windowed_transformers(name):
+    # Swin's window attention, patch merging and relative position bias are torch.fx.wrap-ped
+    # torchvision functions (PyTorch's graph mode keeps them float; qops/nn/_swin.py computes
+    # them); V2 adds cosine attention, a position MLP and quantized::mul(16, q); MaxViT's
+    # attention is torch.einsum, its partitions torch.swapaxes. Their float attention feeds a
+    # quantize: numpy's sums differ from PyTorch's in the last bits, so a value at a rounding
+    # boundary may land a step away and that step travels (measured: 1 value of 55,296 at
+    # the first such quantize of swin_v2_t at 96x96; these small ones came out exact on
+    # AVX2), so the import's outputs are compared by share.
+    torch = torch_or_skip()
+    _tv()
+    m, size = _small_transformer(torch, name)
+    _import_and_graph_mode(torch, m, size, modules=8, import_equal=0.9)
 
 
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_large"])

@@ -154,6 +154,36 @@ def linear(x, weight, bias):
     return out
 
 
+def matmul(a, b):
+    """torch.matmul of float arrays: leading (batch) dims broadcast, each product a float32
+    GEMM on qops' threads (1-D operands as numpy's matmul)."""
+    a, b = as_f32(a, "input"), as_f32(b, "other")
+    if a.ndim < 2 or b.ndim < 2:
+        return np.asarray(np.matmul(a, b), F32)
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} cannot be multiplied "
+                         f"({a.shape[-1]} != {b.shape[-2]})")
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    if b.ndim == 2:
+        # one product over every row of a (the weight read once)
+        out = _blas.bmm(a.reshape(1, -1, k), b[None])
+        return out.reshape(batch + (m, n))
+    a = np.broadcast_to(a, batch + (m, k)).reshape(-1, m, k)
+    b = np.broadcast_to(b, batch + (k, n)).reshape(-1, k, n)
+    return _blas.bmm(a, b).reshape(batch + (m, n))
+
+
+def normalize(x, p=2.0, dim=1, eps=1e-12):
+    """F.normalize: x / max(||x||_p over dim, eps) in float32."""
+    x = as_f32(x)
+    if p == 2.0:
+        norm = np.sqrt(np.sum(x * x, axis=dim, keepdims=True, dtype=F32))
+    else:
+        norm = np.sum(np.abs(x) ** F32(p), axis=dim, keepdims=True, dtype=F32) ** F32(1 / p)
+    return (x / np.maximum(norm, F32(eps))).astype(F32, copy=False)
+
+
 def batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps):
     """Batch norm over dim 1; in training mode updates the running stats in place."""
     x = as_f32(x)

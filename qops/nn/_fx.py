@@ -45,6 +45,11 @@ def _function_names(torch):
         torch.quantize_per_tensor: "quantize_per_tensor", torch.dequantize: "dequantize",
         builtins.int: "int", builtins.float: "float", builtins.len: "len",
         torch._assert: "assert", operator.eq: "eq", operator.ne: "ne",
+        torch.sum: "sum", torch.matmul: "matmul", operator.matmul: "matmul", torch.bmm: "matmul",
+        torch.einsum: "einsum", torch.roll: "roll", F.pad: "pad",
+        # (not "transpose": PyTorch's graph mode runs these in float)
+        torch.swapaxes: "swapaxes", torch.swapdims: "swapaxes",
+        torch.tensor_split: "tensor_split", torch.unbind: "unbind",
     }
     for fname in ("max_pool1d_with_indices", "max_pool2d_with_indices",
                   "max_pool3d_with_indices"):
@@ -63,8 +68,24 @@ def _function_names(torch):
 
 # Functions of libraries beside torch, by module and name (not imported here: torchvision's
 # package may not load beside this torch, its model code still can).
-_LIBRARY_FUNCTIONS = {("torchvision.ops.stochastic_depth", "stochastic_depth"):
-                      "stochastic_depth"}
+_LIBRARY_FUNCTIONS = {
+    ("torchvision.ops.stochastic_depth", "stochastic_depth"): "stochastic_depth",
+    # torch.fx.wrap-ped: their bodies branch on sizes (qops/nn/_swin.py)
+    ("torchvision.models.swin_transformer", "_patch_merging_pad"):
+        "torchvision.swin.patch_merging_pad",
+    ("torchvision.models.swin_transformer", "_get_relative_position_bias"):
+        "torchvision.swin.relative_position_bias",
+    ("torchvision.models.swin_transformer", "shifted_window_attention"):
+        "torchvision.swin.shifted_window_attention",
+    ("torchvision.models.video.swin_transformer", "_get_window_and_shift_size"):
+        "torchvision.swin.window_and_shift_size",
+    ("torchvision.models.video.swin_transformer", "_compute_pad_size_3d"):
+        "torchvision.swin.pad_size_3d",
+    ("torchvision.models.video.swin_transformer", "_get_relative_position_bias"):
+        "torchvision.swin.relative_position_bias_3d",
+    ("torchvision.models.video.swin_transformer", "shifted_window_attention_3d"):
+        "torchvision.swin.shifted_window_attention_3d",
+}
 
 
 def _packed_ops(torch):

@@ -19,6 +19,7 @@ import numpy as np
 from qops._dtypes import QDtype, as_qdtype
 from qops._qtensor import QTensor
 from qops.nn import _float_ops as fo
+from qops.nn import _swin
 from qops.nn.module import Module, _Children, _to_numpy
 
 __all__ = ["GraphModule", "Node", "Ref", "FUNCTIONS", "METHODS"]
@@ -338,7 +339,13 @@ def _dequantize(x):
 
 
 def _q_binary(name):
-    def call(a, b, scale, zero_point):
+    def call(a, b, scale=None, zero_point=None):
+        if scale is None and name in ("add", "mul") and not (_is_q(a) and _is_q(b)):
+            # quantized::add/mul.Scalar (qa, b) and .Scalar2 (b, qa): the scalar kernels
+            return getattr(_F(), f"{name}_scalar")(*((a, b) if _is_q(a) else (b, a)))
+        if scale is None:
+            raise TypeError(f"quantized.{name} of two tensors needs the output scale and "
+                            f"zero point")
         return getattr(_F(), name)(a, b, float(scale), int(zero_point))
     call.__name__ = f"quantized_{name}"
     return call
@@ -472,6 +479,74 @@ def _numel(x):
     return int(np.prod(x.shape))
 
 
+def _sum(x, dim=None, keepdim=False, dtype=None):
+    _no_q("sum", x)
+    if dtype is not None:
+        raise ValueError("sum with a dtype is not supported by a captured forward")
+    axis = tuple(dim) if isinstance(dim, (list, tuple)) else dim
+    return np.asarray(np.sum(x, axis=axis, keepdims=keepdim, dtype=np.float32), np.float32)
+
+
+def _matmul(a, b):
+    _no_q("matmul", a, b)
+    return fo.matmul(a, b)
+
+
+def _einsum(equation, *operands):
+    # torch.einsum(eq, a, b, ...) or torch.einsum(eq, [a, b, ...]); spaces allowed in eq
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    _no_q("einsum", *operands)
+    ops = [fo.as_f32(o) for o in operands]
+    return _f32(np.einsum(equation.replace(" ", ""), *ops, optimize=len(ops) > 2))
+
+
+def _roll(x, shifts, dims=None):
+    _no_q("roll", x)
+    if dims is None:
+        return np.roll(x.reshape(-1), shifts).reshape(x.shape)
+    shifts = tuple(shifts) if isinstance(shifts, (list, tuple)) else shifts
+    dims = tuple(dims) if isinstance(dims, (list, tuple)) else dims
+    return np.roll(x, shifts, axis=dims)
+
+
+def _pad(x, pad, mode="constant", value=None):
+    # F.pad: pad = (last dim's before, after, the dim before it's ..., ...); negative crops
+    _no_q("pad", x)
+    pad = [int(p) for p in pad]
+    if len(pad) % 2 or len(pad) // 2 > x.ndim:
+        raise ValueError(f"pad: {len(pad)} values for a {x.ndim}-d input (pairs, at most "
+                         f"{x.ndim})")
+    pairs = [(pad[i], pad[i + 1]) for i in range(0, len(pad), 2)][::-1]
+    lead = x.ndim - len(pairs)
+    x = x[(slice(None),) * lead + tuple(slice(max(-a, 0), x.shape[lead + i] - max(-b, 0))
+                                        for i, (a, b) in enumerate(pairs))]
+    return fo.pad(x, [(max(a, 0), max(b, 0)) for a, b in pairs], mode,
+                  0.0 if value is None else value)
+
+
+def _slices(x, dim, bounds):
+    d = _dim(dim, len(x.shape))
+    return tuple(x[(slice(None),) * d + (slice(a, b),)] for a, b in zip(bounds, bounds[1:]))
+
+
+def _tensor_split(x, indices_or_sections, dim=0):
+    n = x.shape[dim]
+    if isinstance(indices_or_sections, int):
+        k = indices_or_sections
+        if k < 1:
+            raise ValueError(f"tensor_split: sections must be at least 1; got {k}")
+        q, r = divmod(n, k)
+        sizes = [q + 1] * r + [q] * (k - r)
+        return _slices(x, dim, [sum(sizes[:i]) for i in range(k + 1)])
+    return _slices(x, dim, [0] + [int(i) for i in indices_or_sections] + [n])
+
+
+def _unbind(x, dim=0):
+    d = _dim(dim, len(x.shape))
+    return tuple(x[(slice(None),) * d + (i,)] for i in range(x.shape[d]))
+
+
 # name -> callable; the only functions a graph can name (saved files name these strings).
 FUNCTIONS = {
     "getitem": operator.getitem,
@@ -531,6 +606,21 @@ FUNCTIONS = {
     "quantized.hardswish": _q_hardswish,
     "quantized.layer_norm": _q_layer_norm,
     "numel": _numel,
+    "sum": _sum,
+    "matmul": _matmul,
+    "einsum": _einsum,
+    "roll": _roll,
+    "pad": _pad,
+    "tensor_split": _tensor_split,
+    "unbind": _unbind,
+    "swapaxes": _transpose,
+    "torchvision.swin.patch_merging_pad": _swin.patch_merging_pad,
+    "torchvision.swin.relative_position_bias": _swin.relative_position_bias,
+    "torchvision.swin.shifted_window_attention": _swin.shifted_window_attention,
+    "torchvision.swin.window_and_shift_size": _swin.window_and_shift_size,
+    "torchvision.swin.pad_size_3d": _swin.pad_size_3d,
+    "torchvision.swin.relative_position_bias_3d": _swin.relative_position_bias_3d,
+    "torchvision.swin.shifted_window_attention_3d": _swin.shifted_window_attention_3d,
     "assert": _assert,
     "eq": operator.eq, "ne": operator.ne,
     "int": int, "float": float, "len": len,
@@ -548,6 +638,14 @@ METHODS = {
     "contiguous": _contiguous,
     "permute": _permute,
     "transpose": _transpose,
+    "swapaxes": _transpose,
+    "swapdims": _transpose,
+    "sum": _sum,
+    "matmul": _matmul,
+    "bmm": _matmul,
+    "roll": _roll,
+    "tensor_split": _tensor_split,
+    "unbind": _unbind,
     "mean": _mean,
     "chunk": _chunk,
     "split": _split,
