@@ -204,15 +204,34 @@ def _models():
             y = torch.relu(self.bn(self.down(x)))
             return self.up2(torch.relu(self.up1(y)))
 
+    class Attention(nn.Module):
+        """Self-attention written out with torch.matmul, as a user's own forward has it:
+        PyTorch's graph mode makes quantized::matmul of both products (their inputs
+        quantized: the softmax's float output too), leaves the softmax float."""
+
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Conv2d(3, 8, 1)
+            self.q, self.k, self.v = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)
+            self.out = nn.Linear(8, 4)
+
+        def forward(self, x):
+            t = self.embed(x).flatten(2).transpose(1, 2)
+            s = torch.matmul(self.q(t), self.k(t).transpose(1, 2))
+            a = torch.softmax(s, -1)
+            return self.out(torch.matmul(a, self.v(t))).mean(1)
+
     return dict(residual_plus=functools.partial(Residual, False),
                 residual_functional=functools.partial(Residual, True),
                 inverted_residual=InvertedResidual, float_se=FloatSE, shuffle=Shuffle,
                 inception=Inception, float_inception=FloatInception, mlp=MLP,
-                convnext_block=ConvNeXtBlock, softmax_head=SoftmaxHead, decoder=Decoder)
+                convnext_block=ConvNeXtBlock, softmax_head=SoftmaxHead, decoder=Decoder,
+                attention=Attention)
 
 
 FLOAT = ["residual_plus", "residual_functional", "inverted_residual", "float_se", "shuffle",
-         "inception", "float_inception", "mlp", "convnext_block", "softmax_head", "decoder"]
+         "inception", "float_inception", "mlp", "convnext_block", "softmax_head", "decoder",
+         "attention"]
 INT8 = {"residual_functional": [["conv1", "bn1", "relu"], ["conv2", "bn2"]],
         "inverted_residual": [], "shuffle": [], "inception": [], "mlp": [["fc1", "relu"]]}
 
@@ -523,7 +542,8 @@ def test_tensor_functions_of_attention_code_match_torch():
 
 
 @pytest.mark.parametrize("name", ["residual_plus", "float_se", "float_inception", "mlp",
-                                  "shuffle", "convnext_block", "softmax_head", "decoder"])
+                                  "shuffle", "convnext_block", "softmax_head", "decoder",
+                                  "attention"])
 def test_models_converted_by_torch_fx_import_exactly(name):
     # PyTorch's graph mode (prepare_fx / convert_fx) leaves quantize_per_tensor,
     # torch.ops.quantized.* calls and dequantize in the converted graph.

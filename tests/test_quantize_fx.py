@@ -95,7 +95,7 @@ def _compare(torch, tq, gq, x):
                    for n in gq.nodes if n.op == "function" and n.target in (
                        "quantize_per_tensor", "quantized.add", "quantized.add_relu",
                        "quantized.mul", "quantized.mul_relu", "quantized.hardswish",
-                       "quantized.layer_norm"))
+                       "quantized.layer_norm", "quantized.matmul"))
     assert len(their_q) == len(our_q)
     rel += [abs(a - b) / b for a, b in zip(our_q, their_q)]
     with torch.no_grad():

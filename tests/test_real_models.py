@@ -271,9 +271,9 @@ def test_torchvision_vision_transformer():
 
 
 def _small_transformer(torch, name):
-    """Small configurations of torchvision's Swin (V1, V2, 3-D) and MaxViT classes, and
-    their input size: windows smaller than the map (so shifted windows and their mask run), a
-    window larger than a later map (no shift there, padding)."""
+    """Small configurations of torchvision's Swin (V1, V2, 3-D), MaxViT and MViT (V2)
+    classes, and their input size: windows smaller than the map (so shifted windows and
+    their mask run), a window larger than a later map (no shift there, padding)."""
     import importlib
     torch.manual_seed(0)
     if name.startswith("swin"):
@@ -289,6 +289,14 @@ def _small_transformer(torch, name):
                                  num_heads=[2, 4], window_size=[2, 3, 3], num_classes=10,
                                  stochastic_depth_prob=0.0)
         size = (4, 36, 36)    # 2x9x9, 2x5x5: no shift in time (the window covers it)
+    elif name == "mvit":
+        mv = importlib.import_module("torchvision.models.video.mvit")
+        cfg = [mv.MSBlockConfig(1, 16, 16, [3, 3, 3], [3, 3, 3], [1, 1, 1], [1, 2, 2]),
+               mv.MSBlockConfig(2, 16, 32, [3, 3, 3], [3, 3, 3], [1, 2, 2], [1, 1, 1])]
+        m = mv.MViT(spatial_size=(32, 32), temporal_size=4, block_setting=cfg,
+                    residual_pool=True, residual_with_cls_embed=False, rel_pos_embed=True,
+                    proj_after_attn=True, dropout=0.0, num_classes=10)
+        size = (4, 32, 32)    # 2x8x8 tokens; keys pooled 2x, then queries
     else:
         mv = importlib.import_module("torchvision.models.maxvit")
         m = mv.MaxVit(input_size=(32, 32), stem_channels=16, partition_size=2,
@@ -301,12 +309,14 @@ def _small_transformer(torch, name):
     return m.eval(), size
 
 
-@pytest.mark.parametrize("name", ["swin", "swin_v2", "swin3d", "maxvit"])
+@pytest.mark.parametrize("name", ["swin", "swin_v2", "swin3d", "maxvit", "mvit"])
 def test_torchvision_windowed_transformers(name):
     # Swin's window attention, patch merging and relative position bias are torch.fx.wrap-ped
     # torchvision functions (PyTorch's graph mode keeps them float; qops/nn/_swin.py computes
     # them); V2 adds cosine attention, a position MLP and quantized::mul(16, q); MaxViT's
-    # attention is torch.einsum, its partitions torch.swapaxes. Their float attention feeds a
+    # attention is torch.einsum, its partitions torch.swapaxes. MViT's wrapped functions
+    # add to their arguments in place (its attention calls _add_shortcut for that alone), its
+    # torch.matmul becomes quantized::matmul. Their float attention feeds a
     # quantize: numpy's sums differ from PyTorch's in the last bits, so a value at a rounding
     # boundary may land a step away and that step travels (measured: 1 value of 55,296 at
     # the first such quantize of swin_v2_t at 96x96; these small ones came out exact on

@@ -84,6 +84,12 @@ LINEAR = [
     ("linear_dynamic.gemm_paired", F.linear_dynamic, _dyn_bell(5, 300, 20)),
     ("linear_dynamic.amx", F.linear_dynamic, _dyn(33, 64, 9)),
     ("linear_dynamic.chunked", F.linear_dynamic, _dyn(2, 33100, 3)),
+    ("matmul.gemm", F.matmul,
+     lambda: ((_qu8((2, 5, 9)), _qu8((2, 9, 4))), dict(scale=0.5, zero_point=100))),
+    ("matmul.int16", F.matmul,
+     lambda: ((_qs8((3, 7, 33)), _qs8((3, 33, 18))), dict(scale=0.5, zero_point=-5))),
+    ("matmul.chunked", F.matmul,
+     lambda: ((_qs8((2, 33100)), _qs8((33100, 3))), dict(scale=0.5, zero_point=10))),
 ]
 
 # -- quant --------------------------------------------------------------------------------

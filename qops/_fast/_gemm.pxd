@@ -26,7 +26,11 @@ cdef extern from "qops_gemm.h" nogil:
     Py_ssize_t qops_gemm_kpad(Py_ssize_t K)
     void qops_gemm_pack(const int8_t *W, Py_ssize_t ldw, Py_ssize_t N, Py_ssize_t K,
                         int8_t *packed, int32_t *wsum)
+    void qops_gemm_pack_ex(const int8_t *W, Py_ssize_t ldw, Py_ssize_t N, Py_ssize_t K,
+                           int8_t *packed, int32_t *wsum, int reorder)
     Py_ssize_t qops_gemm_packed_paired(const int8_t *data, Py_ssize_t N, Py_ssize_t K)
+    void qops_gemm(const uint8_t *A, Py_ssize_t lda, Py_ssize_t M, int32_t a_zp,
+                   const qops_gemm_b *B, const qops_gemm_out *out)
     void qops_gemm_mt(const uint8_t *A, Py_ssize_t lda, Py_ssize_t M, int32_t a_zp,
                       const qops_gemm_b *B, const qops_gemm_out *out, int nthreads)
     Py_ssize_t qops_gemm_rows_scratch(Py_ssize_t M, Py_ssize_t K)

@@ -13,11 +13,15 @@
 #                 tiles for blocks of 32/16 rows, VNNI for the rest.
 #   chunked       K above K_CHUNK: exact int32 products per chunk of columns, summed in int64,
 #                 then the output stage here (_finish_u8/_finish_f32).
-# and minmax.scan, the min/max of dynamic linear's float input.
+# and minmax.scan, the min/max of dynamic linear's float input; matmul.gemm / matmul.chunked,
+# quantized matmul: each batch entry's b^T packed as a linear weight (8-bit values moved to
+# u8 x s8 by flipping the sign bit, zero points moved with them), the GEMM core's exact int32
+# (or chunked int64) sums, then matmul's output stage (_finish_mm).
 from qops._fast._routes import Route, TRACE, trace_routes as _trace_routes
 
 import numpy as np
-from cython.parallel cimport prange
+from cython.parallel cimport prange, threadid
+from libc.stdlib cimport malloc, free
 from qops._fast._common cimport *
 
 from qops._fast._gemm cimport *
@@ -56,6 +60,12 @@ cdef class PackedWeight:
 
 def pack_linear(weight, weight_zero_points):
     """Prepare an int8 weight for repeated products: pack it for the GEMM core."""
+    return _pack(weight, weight_zero_points, True)
+
+
+cdef PackedWeight _pack(weight, weight_zero_points, bint analyse):
+    # analyse: look for the AVX2 routes' pair-safe weights (worth it for a weight packed once;
+    # matmul packs an operand per call)
     cdef const int8_t[:, ::1] w = np.ascontiguousarray(weight, dtype=np.int8)
     cdef int8_t[::1] buf
     cdef int32_t[::1] sums
@@ -70,13 +80,14 @@ def pack_linear(weight, weight_zero_points):
         buf, sums = packed, wsum
         if N > 0 and k1 > k0:
             with nogil:
-                qops_gemm_pack(&w[0, k0], K, N, k1 - k0, &buf[0], &sums[0])
+                qops_gemm_pack_ex(&w[0, k0], K, N, k1 - k0, &buf[0], &sums[0], analyse)
         p.chunks.append((k0, k1, packed, wsum))
     wzp = np.ascontiguousarray(weight_zero_points, dtype=np.int32)
     p.wzp = wzp if np.any(wzp) else None
-    p.pair_max = _pair_max(np.asarray(w)) if QL_TIER == 1 and K <= K_CHUNK else 256
+    p.pair_max = _pair_max(np.asarray(w)) if analyse and QL_TIER == 1 and K <= K_CHUNK \
+        else 256
     p.paired = 0
-    if len(p.chunks) == 1 and N > 0 and K > 0 and p.pair_max > 128:
+    if analyse and len(p.chunks) == 1 and N > 0 and K > 0 and p.pair_max > 128:
         p.paired = qops_gemm_packed_paired(<const int8_t*>qops_ptr(p.chunks[0][2]), N, K)
     return p
 
@@ -117,6 +128,13 @@ def _routes():
                 Route(f"{op}.amx", "qops_gemm_mt (AMX tiles + AVX-512 VNNI)", "qops_gemm.h"),
                 Route(f"{op}.chunked", f"_acc64: qops_gemm_mt per {K_CHUNK} columns ({_TIER}),"
                       " int64 sums", "linear.pyx")]
+    out += [Route("matmul.gemm", f"per batch entry: b^T packed, qops_gemm int32 sums "
+                  f"({_TIER}), then the output stage", "linear.pyx"),
+            Route("matmul.int16", "AVX2: both operands centred to int16, vpmaddwd 6x16 "
+                  "tiles (exact: no pair sum can saturate), then the output stage",
+                  "qops_matmul.h"),
+            Route("matmul.chunked", f"per batch entry: _acc64 per {K_CHUNK} columns, int64 "
+                  f"sums, _finish_mm", "linear.pyx")]
     return {r.name: r for r in out}
 
 
@@ -125,6 +143,10 @@ def _built_here(name):
         return QL_TIER == 1
     if name.endswith(".amx"):
         return bool(qops_gemm_amx(-1))
+    if name == "matmul.int16":
+        return QL_TIER == 1
+    if name == "matmul.gemm":
+        return QL_TIER != 1
     return True
 
 
@@ -143,15 +165,22 @@ cdef object RD_SAFE = ROUTES["linear_dynamic.gemm_pairsafe"]
 cdef object RD_PAIRED = ROUTES["linear_dynamic.gemm_paired"]
 cdef object RD_AMX = ROUTES["linear_dynamic.amx"]
 cdef object RD_CHUNK = ROUTES["linear_dynamic.chunked"]
+cdef object RM_GEMM = ROUTES["matmul.gemm"]
+cdef object RM_CHUNK = ROUTES["matmul.chunked"]
+cdef object RM_INT16 = ROUTES["matmul.int16"]
 
 
-cdef object _plan(int op, Py_ssize_t M, PackedWeight p):
+cdef object _plan(int op, Py_ssize_t M, PackedWeight p, Py_ssize_t N=0, Py_ssize_t K=0):
     """The Route of one call: every kernel choice of the family, in one place.
 
-    op: 0 linear, 1 linear_dynamic, 2 minmax (M = its element count); M: rows of x;
-    p: the packed weight."""
+    op: 0 linear, 1 linear_dynamic, 2 minmax (M = its element count), 3 matmul (M: batch
+    entries times rows, N and K its sizes); M: rows of x; p: the packed weight."""
     if op == 2:
         route = R_MINMAX
+    elif op == 3:
+        # AVX2: the u8 x s8 core would need its nibble kernel (full-range operands)
+        route = R_EMPTY if M == 0 or N == 0 else (
+            RM_CHUNK if K > K_CHUNK else (RM_INT16 if QL_TIER == 1 else RM_GEMM))
     elif M == 0 or p.N == 0:
         route = R_EMPTY
     elif len(p.chunks) > 1:
@@ -172,11 +201,14 @@ cdef object _plan(int op, Py_ssize_t M, PackedWeight p):
 
 
 def plan(op, x, packed=None):
-    """The Route the fast backend's linear op `op` ("linear", "linear_dynamic" or "minmax")
-    takes for input x and PackedWeight `packed`."""
+    """The Route the fast backend's linear op `op` ("linear", "linear_dynamic", "minmax" or
+    "matmul") takes for input x and PackedWeight `packed` (matmul: the second operand)."""
     x = np.asarray(x)
     if op == "minmax":
         return _plan(2, x.size, None)
+    if op == "matmul":
+        # x: the first operand (B, M, K); packed: the second (B, K, N)
+        return _plan(3, x.shape[0] * x.shape[1], None, np.shape(packed)[2], x.shape[2])
     if op not in ("linear", "linear_dynamic"):
         raise ValueError(f"plan: unknown linear op {op!r}")
     return _plan(1 if op == "linear_dynamic" else 0, x.shape[0], packed)
@@ -363,6 +395,181 @@ def linear_dynamic(x, x_inv_scale, x_zero_point, packed, multiplier, bias, relu)
     else:
         _finish_f32(_acc64(xqv, x_zero_point, p), bptr, mult, 1 if relu else 0, ov)
     return out
+
+
+# -- quantized matmul ---------------------------------------------------------------------
+
+cdef extern from "qops_matmul.h" nogil:
+    Py_ssize_t qops_mm16_packed_len(Py_ssize_t N, Py_ssize_t K)
+    void qops_mm16_pack(const void *b, int sgn, Py_ssize_t K, Py_ssize_t N, int32_t zp,
+                        int16_t *packed)
+    void qops_mm16_center(const void *a, int sgn, Py_ssize_t K, int32_t zp, Py_ssize_t rows,
+                          int16_t *out)
+    void qops_mm16_rows(const int16_t *A, Py_ssize_t lda, Py_ssize_t m0, Py_ssize_t m1,
+                        const int16_t *packed, Py_ssize_t N, Py_ssize_t K, int32_t *acc,
+                        Py_ssize_t ldc)
+    void qops_mm_finish_u8(const int32_t *acc, Py_ssize_t n, double P, float inv, float zpf,
+                           float qmin, float qmax, uint8_t *out)
+    void qops_mm_finish_s8(const int32_t *acc, Py_ssize_t n, double P, float inv, float zpf,
+                           float qmin, float qmax, int8_t *out)
+    void qops_mm_finish64_u8(const int64_t *acc, Py_ssize_t n, double P, float inv, float zpf,
+                             float qmin, float qmax, uint8_t *out)
+    void qops_mm_finish64_s8(const int64_t *acc, Py_ssize_t n, double P, float inv, float zpf,
+                             float qmin, float qmax, int8_t *out)
+
+
+cdef inline void _finish_mm_row(const int32_t *acc32, const int64_t *acc64, Py_ssize_t n,
+                                double P, float inv, float zpf, float qmin, float qmax,
+                                int sgn, char *out) noexcept nogil:
+    # r = f32(f64(acc) * P), then Q_fma with the output's qparams (qops_matmul.h)
+    if acc32 != NULL and sgn:
+        qops_mm_finish_s8(acc32, n, P, inv, zpf, qmin, qmax, <int8_t *>out)
+    elif acc32 != NULL:
+        qops_mm_finish_u8(acc32, n, P, inv, zpf, qmin, qmax, <uint8_t *>out)
+    elif sgn:
+        qops_mm_finish64_s8(acc64, n, P, inv, zpf, qmin, qmax, <int8_t *>out)
+    else:
+        qops_mm_finish64_u8(acc64, n, P, inv, zpf, qmin, qmax, <uint8_t *>out)
+
+
+DEF MM_ROWS = 64          # rows of one output stage task
+
+
+cdef void _finish_mm(const int32_t *acc32, const int64_t *acc64, Py_ssize_t M, Py_ssize_t N,
+                     double P, float inv, float zpf, float qmin, float qmax, int sgn,
+                     char *out) noexcept nogil:
+    cdef Py_ssize_t t, m0, nt = (M + MM_ROWS - 1) // MM_ROWS
+    for t in prange(nt, schedule="static", num_threads=qops_threads_for(M * N, 65536)):
+        m0 = t * MM_ROWS
+        _finish_mm_row(acc32 + m0 * N if acc32 != NULL else NULL,
+                       acc64 + m0 * N if acc64 != NULL else NULL,
+                       (MM_ROWS if m0 + MM_ROWS <= M else M - m0) * N, P, inv, zpf, qmin, qmax,
+                       sgn, out + m0 * N)
+
+
+def matmul(a, b, a_zero_point, b_zero_point, scale_product, inv_scale, zero_point):
+    """Quantized batched matmul of raw 8-bit values, requantized to a's type."""
+    a = np.asarray(a)
+    b = np.asarray(b)
+    cdef int sgn = a.dtype == np.int8
+    cdef Py_ssize_t nb = a.shape[0], M = a.shape[1], K = a.shape[2], N = b.shape[2], i
+    out = np.empty((nb, M, N), a.dtype)
+    route = _plan(3, nb * M, None, N, K)
+    if route is R_EMPTY:
+        return out
+    cdef double P = scale_product
+    cdef float inv = inv_scale, zpf = zero_point
+    cdef float qmin = -128.0 if sgn else 0.0, qmax = 127.0 if sgn else 255.0
+    cdef char *op = <char *>qops_ptr(out, True)
+    # u8 x s8 for the GEMM core: a signed a moves up by 128 (its sign bit flipped), an
+    # unsigned b down by 128, each zero point with it: the differences, so the sums, stay
+    if route is RM_INT16:
+        _matmul16(a, b, a_zero_point, b_zero_point, P, inv, zpf, qmin, qmax, sgn, op)
+        return out
+    cdef int32_t x_zp = a_zero_point + (128 if sgn else 0)
+    cdef int32_t w_zp = b_zero_point - (0 if sgn else 128)
+    x = np.ascontiguousarray(a.view(np.uint8))
+    if sgn:
+        x = x ^ np.uint8(0x80)
+    wt = np.ascontiguousarray(b.transpose(0, 2, 1)).view(np.uint8)
+    if not sgn:
+        wt = wt ^ np.uint8(0x80)
+    wt = wt.view(np.int8)
+    wzp = np.full(N, w_zp, np.int32)
+    cdef const int64_t[:, ::1] acc64
+    cdef const uint8_t *xp = <const uint8_t *>qops_ptr(x)
+    if route is RM_CHUNK:
+        for i in range(nb):
+            acc64 = _acc64(x[i], x_zp, _pack(wt[i], wzp, False))
+            with nogil:
+                _finish_mm(NULL, &acc64[0, 0], M, N, P, inv, zpf, qmin, qmax, sgn,
+                           op + i * M * N)
+        return out
+    acc = np.empty((nb, M, N), np.int32)
+    cdef int32_t *accp = <int32_t *>qops_ptr(acc, True)
+    if K == 0:
+        acc[...] = 0
+    # each entry's b^T packed (the pair analysis would cost more than the product gains)
+    packs = [_pack(wt[i], wzp, False) for i in range(nb)] if K > 0 else []
+    cdef qops_gemm_b *bs = NULL
+    cdef qops_gemm_out o
+    cdef PackedWeight p
+    cdef int nt
+    if K > 0:
+        bs = <qops_gemm_b *>malloc(nb * sizeof(qops_gemm_b))
+        if bs == NULL:
+            raise MemoryError()
+        for i in range(nb):
+            p = packs[i]
+            bs[i].data = <const int8_t *>qops_ptr(p.chunks[0][2])
+            bs[i].wsum = <const int32_t *>qops_ptr(p.chunks[0][3])
+            bs[i].wzp = <const int32_t *>qops_ptr(p.wzp) if p.wzp is not None else NULL
+            bs[i].N, bs[i].K = N, K
+    o.kind, o.bias, o.mult, o.out_zp, o.relu, o.ldc = QOPS_GEMM_I32, NULL, NULL, 0, 0, N
+    try:
+        with nogil:
+            if nb == 1:
+                # one product: its row blocks and panels over the threads
+                if K > 0:
+                    o.out = accp
+                    qops_gemm_mt(xp, K, M, x_zp, &bs[0], &o,
+                                 qops_threads_for(M * N * K, GRAIN))
+                _finish_mm(accp, NULL, M, N, P, inv, zpf, qmin, qmax, sgn, op)
+            else:
+                # many: one entry a task (the product, then its output stage)
+                nt = qops_threads_for(nb * M * N * max(K, 1), GRAIN)
+                for i in prange(nb, schedule="dynamic", num_threads=nt if nt < nb else nb):
+                    _mm_entry(xp + i * M * K, K, M, x_zp, bs + i if K > 0 else NULL,
+                              accp + i * M * N, P, inv, zpf, qmin, qmax, sgn, op + i * M * N,
+                              N)
+    finally:
+        free(bs)
+    return out
+
+
+cdef void _matmul16(a, b, int32_t a_zp, int32_t b_zp, double P, float inv, float zpf,
+                    float qmin, float qmax, int sgn, char *op) except *:
+    # route matmul.int16 (qops_matmul.h): each entry's b packed, then tasks of MM_ROWS rows,
+    # each centring its rows of a into its thread's buffer, multiplying, finishing
+    cdef Py_ssize_t nb = a.shape[0], M = a.shape[1], K = a.shape[2], N = b.shape[2]
+    cdef Py_ssize_t K2 = (K + 1) // 2, plen = qops_mm16_packed_len(N, K), i, t, e, m0, m1
+    cdef Py_ssize_t pstride = max(plen, 1), blocks = (M + MM_ROWS - 1) // MM_ROWS
+    cdef int nt = qops_threads_for(nb * M * N * max(K, 1), GRAIN)
+    ac = np.ascontiguousarray(a)
+    bc = np.ascontiguousarray(b)
+    packed = np.empty((nb, pstride), np.int16)
+    acc = np.empty((nb, M, N), np.int32)
+    bufs = np.empty((nt, MM_ROWS * 2 * K2 + 1), np.int16)
+    cdef const char *ap = <const char *>qops_ptr(ac)
+    cdef const char *bp = <const char *>qops_ptr(bc)
+    cdef int16_t *pp = <int16_t *>qops_ptr(packed, True)
+    cdef int32_t *cp = <int32_t *>qops_ptr(acc, True)
+    cdef int16_t *wp = <int16_t *>qops_ptr(bufs, True)
+    cdef int16_t *buf
+    with nogil:
+        for i in prange(nb, schedule="static", num_threads=nt if nt < nb else nb):
+            qops_mm16_pack(bp + i * K * N, sgn, K, N, b_zp, pp + i * pstride)
+        for t in prange(nb * blocks, schedule="static", num_threads=nt):
+            e = t // blocks
+            m0 = (t % blocks) * MM_ROWS
+            m1 = m0 + MM_ROWS if m0 + MM_ROWS < M else M
+            buf = wp + threadid() * (MM_ROWS * 2 * K2 + 1)
+            qops_mm16_center(ap + (e * M + m0) * K, sgn, K, a_zp, m1 - m0, buf)
+            qops_mm16_rows(buf, 2 * K2, 0, m1 - m0, pp + e * pstride, N, K,
+                           cp + (e * M + m0) * N, N)
+            _finish_mm_row(cp + (e * M + m0) * N, NULL, (m1 - m0) * N, P, inv, zpf, qmin,
+                           qmax, sgn, op + (e * M + m0) * N)
+
+
+cdef void _mm_entry(const uint8_t *x, Py_ssize_t K, Py_ssize_t M, int32_t x_zp,
+                    const qops_gemm_b *b, int32_t *acc, double P, float inv, float zpf,
+                    float qmin, float qmax, int sgn, char *out, Py_ssize_t N) noexcept nogil:
+    cdef qops_gemm_out o
+    if b != NULL:
+        o.kind, o.bias, o.mult, o.out_zp, o.relu = QOPS_GEMM_I32, NULL, NULL, 0, 0
+        o.out, o.ldc = acc, N
+        qops_gemm(x, K, M, x_zp, b, &o)
+    _finish_mm_row(acc, NULL, M * N, P, inv, zpf, qmin, qmax, sgn, out)
 
 
 # -- float products through numpy's BLAS, on qops' threads (qops/_blas.py) -----------------------

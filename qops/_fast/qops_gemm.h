@@ -295,6 +295,20 @@ static int qg_pair_order(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_t 
 static void qg_pack_panel(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_t K,
                           ptrdiff_t p, const uint8_t *order, int8_t *base) {
     const ptrdiff_t w = qg_panel_width(N, p), Kp = qg_groups(K) * QG_KG;
+#if QG_ELEM_BYTES == 1
+    if (!order) {
+        /* k in order: whole groups of QG_KG bytes move at once (the buffer is zeroed) */
+        const ptrdiff_t G = K / QG_KG;
+        for (ptrdiff_t j = 0; j < w && p * QG_NR + j < N; j++) {
+            const int8_t *row = W + (p * QG_NR + j) * ldw;
+            for (ptrdiff_t g = 0; g < G; g++)
+                memcpy(base + (g * w + j) * QG_KG, row + g * QG_KG, QG_KG);
+            for (ptrdiff_t k = G * QG_KG; k < K; k++)
+                base[(G * w + j) * QG_KG + k % QG_KG] = row[k];
+        }
+        return;
+    }
+#endif
     for (ptrdiff_t j = 0; j < w && p * QG_NR + j < N; j++) {
         const int8_t *row = W + (p * QG_NR + j) * ldw;
         for (ptrdiff_t k = 0; k < Kp; k++) {
@@ -315,8 +329,8 @@ static void qg_pack_panel(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_t
  * even, k + 1, in packed order) of one column. quads: S4 instead, the same over the four k
  * values one int16 lane of QG_DBL_ROW adds (4g + 2i, +1, +4, +5 for g even, i = 0, 1; the
  * pairs of a last odd group alone). */
-static int32_t qg_pair_bound(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_t K,
-                             ptrdiff_t p, const uint8_t *order, int quads) {
+static int32_t qg_pair_bound_any(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_t K,
+                                 ptrdiff_t p, const uint8_t *order, int quads) {
     const ptrdiff_t Kp = qg_groups(K) * QG_KG;
     int32_t m = 0;
     for (ptrdiff_t j = 0; j < QG_NR && p * QG_NR + j < N; j++) {
@@ -341,10 +355,47 @@ static int32_t qg_pair_bound(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdif
     }
     return m;
 }
+
+/* The same bound in k order, 32 values of a column at a time: the positive parts and the
+ * magnitudes of the negative ones (unsigned bytes, 128 included) summed in pairs by
+ * vpmaddubsw with ones (at most 256: exact), with quads each pair plus the pair two lanes on
+ * (within 16 bytes) where a lane starts an even group; the column first copied into a
+ * zero-padded row (matmul packs an operand on every call). */
+static int32_t qg_pair_bound(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_t K,
+                             ptrdiff_t p, const uint8_t *order, int quads) {
+    const ptrdiff_t Kp = qg_groups(K) * QG_KG, K32 = (Kp + 31) / 32 * 32;
+    int8_t buf[1024 + 32];
+    if (order || Kp > 1024)
+        return qg_pair_bound_any(W, ldw, N, K, p, order, quads);
+    const __m256i zero = _mm256_setzero_si256(), ones = _mm256_set1_epi8(1);
+    /* int16 lanes 4i and 4i + 1 start an even group of four k values */
+    const __m256i even = _mm256_set1_epi64x(0x00000000FFFFFFFFLL);
+    __m256i mx = zero;
+    for (ptrdiff_t j = 0; j < QG_NR && p * QG_NR + j < N; j++) {
+        memset(buf, 0, (size_t)K32);
+        memcpy(buf, W + (p * QG_NR + j) * ldw, (size_t)K);
+        for (ptrdiff_t k = 0; k < K32; k += 32) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(buf + k));
+            const __m256i pos = _mm256_max_epi8(v, zero);
+            const __m256i neg = _mm256_sub_epi8(zero, _mm256_min_epi8(v, zero));
+            __m256i ps = _mm256_maddubs_epi16(pos, ones), ns = _mm256_maddubs_epi16(neg, ones);
+            if (quads) {
+                ps = _mm256_and_si256(_mm256_add_epi16(ps, _mm256_srli_si256(ps, 4)), even);
+                ns = _mm256_and_si256(_mm256_add_epi16(ns, _mm256_srli_si256(ns, 4)), even);
+            }
+            mx = _mm256_max_epi16(mx, _mm256_max_epi16(ps, ns));
+        }
+    }
+    int16_t lanes[16];
+    _mm256_storeu_si256((__m256i *)(void *)lanes, mx);
+    int32_t m = 0;
+    for (int i = 0; i < 16; i++) m = lanes[i] > m ? lanes[i] : m;
+    return m;
+}
 #endif
 
-static void qops_gemm_pack(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_t K,
-                           int8_t *packed, int32_t *wsum) {
+static void qops_gemm_pack_ex(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_t K,
+                              int8_t *packed, int32_t *wsum, int reorder) {
     ptrdiff_t P = qg_npanels(N);
     memset(packed, 0, (size_t)qops_gemm_packed_size(N, K));
     for (ptrdiff_t n = 0; n < N; n++) {
@@ -366,7 +417,8 @@ static void qops_gemm_pack(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_
         uint8_t *order = orders + p * Kp;
         const ptrdiff_t cols = N - p * QG_NR < QG_NR ? N - p * QG_NR : QG_NR;
         flag[p] = 0;
-        if (qg_pair_order(W + p * QG_NR * ldw, ldw, cols, K, Kp, order))
+        /* (the search costs more than a product gains for a matrix packed per call) */
+        if (reorder && qg_pair_order(W + p * QG_NR * ldw, ldw, cols, K, Kp, order))
             for (ptrdiff_t k = 0; k < Kp; k++) flag[p] |= order[k] != k % 16;
         if (!flag[p])
             for (ptrdiff_t k = 0; k < Kp; k++) order[k] = (uint8_t)(k % 16);
@@ -379,6 +431,14 @@ static void qops_gemm_pack(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_
         }
 #endif
     }
+#ifndef QG_AVX2
+    (void)reorder;
+#endif
+}
+
+static void qops_gemm_pack(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_t K,
+                           int8_t *packed, int32_t *wsum) {
+    qops_gemm_pack_ex(W, ldw, N, K, packed, wsum, 1);
 }
 
 /* The depth the packed weight is padded to (with zero weights): A rows this long, whose

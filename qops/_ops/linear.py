@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = ["linear", "linear_relu", "linear_dynamic", "linear_relu_dynamic", "prepack_linear",
-           "PackedLinear"]
+           "PackedLinear", "matmul"]
 
 F32 = np.float32
 SMALL_SCALE_THRESHOLD = F32(6.1e-5)
@@ -384,3 +384,63 @@ def linear_relu_dynamic(input: npt.ArrayLike, weight: Union[QTensor, PackedLinea
     reduce_range : bool, quantize the input to [0, 127] instead of [0, 255]
     """
     return _linear_dynamic(input, weight, bias, reduce_range, True)
+
+
+def matmul(input: QTensor, other: QTensor, scale: float, zero_point: int) -> QTensor:
+    """Quantized matrix product of two 8-bit tensors, requantized (torch.ops.quantized.matmul).
+
+    The exact integer sum of products, times f32(a_s) * f32(b_s) rounded once to float32,
+    quantized as torch.quantize_per_tensor (docs/semantics.md §9.1). Batch dims broadcast as
+    torch.matmul's; a 1-D operand is a row (input) or a column (other) vector, dropped after.
+
+    Parameters
+    ----------
+    input, other : per-tensor QTensors, both quint8 or both qint8
+    scale : float, the output scale
+    zero_point : int, the output zero point (in the inputs' type's range)
+    """
+    _check.qtensor(input, "input", dtypes=(quint8, qint8))
+    _check.qtensor(other, "other", dtypes=(quint8, qint8))
+    if other.dtype is not input.dtype:
+        raise TypeError(f"matmul: input and other must have the same type; got "
+                        f"{input.dtype.name} and {other.dtype.name}")
+    for x, name in ((input, "input"), (other, "other")):
+        if x.ndim == 0:
+            raise ValueError(f"matmul: {name} must have at least one dimension; got shape "
+                             f"{x.shape}")
+    scale = qp.check_scale(scale)
+    zero_point = qp.check_zero_point(zero_point, input.dtype)
+    a, b = input._int, other._int
+    a2 = a[None] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    m, k = a2.shape[-2:]
+    if b2.shape[-2] != k:
+        raise ValueError(f"matmul: input {input.shape} and other {other.shape} cannot be "
+                         f"multiplied ({k} != {b2.shape[-2]})")
+    n = b2.shape[-1]
+    try:
+        batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    except ValueError:
+        raise ValueError(f"matmul: the batch dims of input {input.shape} and other "
+                         f"{other.shape} do not broadcast") from None
+    _check.out_shape(batch + (m, n), "input", 1)
+    # (broadcast batch dims are copied: their sizes are checked as the output's)
+    _check.out_shape(batch + (m, k), "input", 1)
+    _check.out_shape(batch + (k, n), "other", 1)
+    if b2.ndim == 2:
+        # one product over every row of input (other packed once)
+        a3 = np.ascontiguousarray(a2).reshape(1, math.prod(a2.shape[:-1]), k)
+        b3 = np.ascontiguousarray(b2)[None]
+    else:
+        nb = math.prod(batch)
+        a3 = np.ascontiguousarray(np.broadcast_to(a2, batch + (m, k))).reshape(nb, m, k)
+        b3 = np.ascontiguousarray(np.broadcast_to(b2, batch + (k, n))).reshape(nb, k, n)
+    product = float(qp.f32(input._scale)) * float(qp.f32(other._scale))
+    out = _config.impl("linear").matmul(a3, b3, input._zero_point, other._zero_point, product,
+                                         qp.inv_scale(scale), zero_point)
+    out = out.reshape(batch + (m, n))
+    if a.ndim == 1:
+        out = out[..., 0, :]
+    if b.ndim == 1:
+        out = out[..., 0]
+    return QTensor._make(np.require(out, requirements="C"), input.dtype, scale, zero_point)

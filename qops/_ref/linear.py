@@ -7,10 +7,15 @@ float32 arithmetic, rounding half to even:
                     out = clamp(rint(f32(y * M_n)) + out_zp, relu ? out_zp : 0, 255)
     linear_dynamic  out = fma(f32(acc), mult_n, bias_n), relu: max(out, 0)   (float32 result)
 bterm_n, M_n and mult_n are prepared by qops._ops.linear (the same values reach both backends).
+
+Quantized matmul (docs/semantics.md §9.1) of two 8-bit tensors of one type:
+    acc = sum_k (a - a_zp) * (b - b_zp)                     exact
+    r   = f32(f64(acc) * P),  P = f64(f32(a_s)) * f64(f32(b_s))   (the real product, rounded)
+    out = Q_fma(r) with the output's qparams                (as torch.quantize_per_tensor)
 """
 import numpy as np
 
-from qops._ref.quant import fma_f32, quantize_per_tensor
+from qops._ref.quant import fma_f32, q_fma, quantize_per_tensor
 
 F32 = np.float32
 
@@ -90,3 +95,22 @@ def linear_dynamic(x, x_inv_scale, x_zero_point, packed, multiplier, bias, relu)
     if relu:
         out = np.maximum(out, F32(0))
     return out.astype(F32)
+
+
+def matmul(a, b, a_zero_point, b_zero_point, scale_product, inv_scale, zero_point):
+    """Quantized batched matmul of raw 8-bit values, requantized to a's type.
+
+    Parameters
+    ----------
+    a : uint8 or int8 ndarray (B, M, K), raw values
+    b : ndarray (B, K, N) of a's dtype, raw values
+    a_zero_point, b_zero_point : int
+    scale_product : float, P = f64(f32(a_s)) * f64(f32(b_s)) (exact in float64)
+    inv_scale : float32, inv(out_s) = f32(1 / f32(out_s))
+    zero_point : int, the output zero point
+    """
+    acc = (np.asarray(a, np.int64) - int(a_zero_point)) @ \
+        (np.asarray(b, np.int64) - int(b_zero_point))
+    r = (acc.astype(np.float64) * float(scale_product)).astype(F32)
+    info = np.iinfo(np.asarray(a).dtype)
+    return q_fma(r, F32(inv_scale), zero_point, info.min, info.max).astype(np.asarray(a).dtype)

@@ -1,4 +1,5 @@
-"""Registry entries of the linear family: linear, linear_relu, linear_dynamic, linear_relu_dynamic.
+"""Registry entries of the linear family: linear, linear_relu, linear_dynamic, linear_relu_dynamic,
+and the quantized matmul.
 
 Every qops call goes through a weight packed once (`prepack_linear`), as a model would run it;
 the PyTorch oracle likewise prepacks once (`quantized::linear_prepack`) outside the timed call.
@@ -214,6 +215,98 @@ def _torch_dynamic(relu):
     return build
 
 
+# -- matmul -------------------------------------------------------------------------------
+
+# (a shape, b shape): 1-D operands, broadcast batch dims, a 2-D second operand under a batch
+# (one product over every row), empty sizes, K = 0, and K past K_CHUNK (the chunked route)
+MM_SHAPES = [((1, 1), (1, 1)), ((3, 16), (16, 5)), ((2, 4, 33), (2, 33, 7)),
+             ((2, 1, 4, 8), (3, 8, 5)), ((8,), (8, 3)), ((4, 8), (8,)), ((9,), (9,)),
+             ((0, 5), (5, 3)), ((2, 0), (0, 3)), ((2, 3, 65), (65, 17)), ((1, 70000), (70000, 2)),
+             ((4, 12, 64), (4, 64, 12))]
+
+
+def _matmul_case(r, a_shape, b_shape, dtype="quint8", layout="c", out="spread"):
+    dt = qops.quint8 if dtype == "quint8" else qops.qint8
+    a = u.random_qtensor(r, a_shape, dt, float(r.uniform(0.01, 0.1)), layout=layout)
+    b = u.random_qtensor(r, b_shape, dt, float(r.uniform(0.01, 0.1)), layout=layout)
+    if out == "spread":
+        # about +-60 steps: centred values ~74 rms, sqrt(k) terms
+        k = a_shape[-1]
+        out = (a.q_scale() * b.q_scale() * 74.0 * 74.0 * np.sqrt(max(k, 1)) / 60.0,
+               int(r.integers(dt.qmin + 60, dt.qmax - 59)))
+    label = f"{a_shape}@{b_shape}-{dtype}-{layout}-out_{out[0]:.3g}_{out[1]}"
+    return Case((a, b, float(out[0]), int(out[1])), label=label)
+
+
+def _matmul_cases():
+    r = u.rng(34)
+    cases = [_matmul_case(r, a, b, ("quint8", "qint8")[i % 2], ("c", "t", "neg")[i % 3])
+             for i, (a, b) in enumerate(MM_SHAPES)]
+    cases.append(_matmul_case(r, (5, 20), (20, 6), "quint8", out=(1e-4, 128)))   # saturates
+    cases.append(_matmul_case(r, (5, 20), (20, 6), "qint8", out=(50.0, -128)))
+    cases.append(_matmul_case(r, (2, 5, 20), (2, 20, 6), "qint8", out=(3.0, 127)))
+    return cases
+
+
+def _matmul_strategy():
+    from hypothesis import strategies as st
+
+    def build(args):
+        batch, m, k, n, dtype, layout, seed = args
+        return _matmul_case(u.rng(seed), batch + (m, k), batch + (k, n), dtype, layout)
+    return st.tuples(st.lists(st.integers(1, 3), max_size=2).map(tuple), st.integers(1, 40),
+                     st.integers(1, 90), st.integers(1, 40),
+                     st.sampled_from(["quint8", "qint8"]), st.sampled_from(["c", "t", "neg"]),
+                     st.integers(0, 2**32 - 1)).map(build)
+
+
+def _bench_matmul(batch, m, k, n):
+    def build():
+        return _matmul_case(u.rng(35), batch + (m, k), batch + (k, n))
+    return build
+
+
+def _torch_matmul(case):
+    import torch
+    a, b, scale, zp = case.args
+    ta, tb = u.to_torch(a), u.to_torch(b)
+    return lambda: torch.ops.quantized.matmul(ta, tb, scale, zp)
+
+
+def _matmul_compare(case, ours, theirs):
+    """Exact, except +-1 where PyTorch's float32 product can lie on the other side of a
+    rounding boundary from the exact one (its sum's error bound straddles a half-step)."""
+    a, b, scale, zp = case.args
+    assert ours[:2] == theirs[:2] and ours[3:] == theirs[3:], \
+        f"{case.label}: type or qparams {ours[:2] + ours[3:]} vs {theirs[:2] + theirs[3:]}"
+    x, y = ours[2].astype(np.int64), theirs[2].astype(np.int64)
+    assert x.shape == y.shape, f"{case.label}: shape {x.shape} vs {y.shape}"
+    diff = x != y
+    if not diff.any():
+        return
+    # PyTorch: D_sc both, a float32 matmul, Q_fma. Its value is within K ulps of the
+    # float64 sum of the same products (the float32 sum's error bound, with slack).
+    da = (a._int.astype(np.float64) - a._zero_point) * float(np.float32(a._scale))
+    db = (b._int.astype(np.float64) - b._zero_point) * float(np.float32(b._scale))
+    exact = np.matmul(da, db)
+    k = a.shape[-1]
+    bound = (k + 2) * 2.0 ** -23 * np.matmul(np.abs(da), np.abs(db))
+    inv = float(np.float32(1.0) / np.float32(scale))
+    lo, hi = (exact - bound) * inv + zp, (exact + bound) * inv + zp
+    straddles = np.floor(lo + 0.5) != np.floor(hi + 0.5)
+    ok = (np.abs(x - y) == 1) & np.reshape(straddles, x.shape)
+    bad = diff & ~ok
+    assert not bad.any(), f"{case.label}: {int(bad.sum())} differences away from a rounding " \
+                          f"boundary: {x[bad][:5]} vs {y[bad][:5]}"
+
+
+_MATMUL_TOLERANCE = (
+    "qops sums the integer products exactly and rounds the real product once to float32, then "
+    "quantizes as torch.quantize_per_tensor; PyTorch's x86 build dequantizes, multiplies in "
+    "float32 (its own summation order) and quantizes: +-1 only where that float32 sum's error "
+    "bound straddles a rounding boundary (measured: 22 of 310,157 values on random cases)")
+
+
 _TOLERANCE = ("exact. On CPUs without AVX512-VNNI PyTorch's fbgemm kernels saturate 16-bit pair "
               "sums (qops is exact), so there the weights compared are clipped to [-64, 64] "
               "(_util.saturation_free)")
@@ -241,4 +334,8 @@ SPECS = [
            bench={"linear_relu_dyn_m128_768to3072": _bench_dynamic(128)},
            torch=_torch_dynamic(True), runner=_dyn_runner(F.linear_relu_dynamic),
            oracle_case=u.saturation_free, tolerance=_TOLERANCE),
+    OpSpec("matmul", "linear", ("matmul",), F.matmul, _matmul_cases, _matmul_strategy,
+           bench={"matmul_attn_12x197x64": _bench_matmul((12,), 197, 64, 197),
+                  "matmul_256x256x256": _bench_matmul((), 256, 256, 256)},
+           torch=_torch_matmul, compare=_matmul_compare, tolerance=_MATMUL_TOLERANCE),
 ]

@@ -45,7 +45,10 @@ def _function_names(torch):
         torch.quantize_per_tensor: "quantize_per_tensor", torch.dequantize: "dequantize",
         builtins.int: "int", builtins.float: "float", builtins.len: "len",
         torch._assert: "assert", operator.eq: "eq", operator.ne: "ne",
-        torch.sum: "sum", torch.matmul: "matmul", operator.matmul: "matmul", torch.bmm: "matmul",
+        # torch.matmul apart: PyTorch's graph mode quantizes it (quantized::matmul), not @,
+        # torch.bmm or x.matmul
+        torch.sum: "sum", torch.matmul: "torch.matmul", operator.matmul: "matmul",
+        torch.bmm: "matmul",
         torch.einsum: "einsum", torch.roll: "roll", F.pad: "pad",
         # (not "transpose": PyTorch's graph mode runs these in float)
         torch.swapaxes: "swapaxes", torch.swapdims: "swapaxes",
@@ -57,7 +60,7 @@ def _function_names(torch):
             names[getattr(F, fname)] = fname.replace("_with_indices", "")
     q = torch.ops.quantized
     for op in ("add", "add_relu", "mul", "mul_relu", "add_scalar", "mul_scalar", "cat",
-               "hardswish", "layer_norm"):
+               "hardswish", "layer_norm", "matmul"):
         packet = getattr(q, op, None)
         if packet is not None:
             names[packet] = f"quantized.{op}"
@@ -85,6 +88,11 @@ _LIBRARY_FUNCTIONS = {
         "torchvision.swin.relative_position_bias_3d",
     ("torchvision.models.video.swin_transformer", "shifted_window_attention_3d"):
         "torchvision.swin.shifted_window_attention_3d",
+    # (qops/nn/_mvit.py)
+    ("torchvision.models.video.mvit", "_unsqueeze"): "torchvision.mvit.unsqueeze",
+    ("torchvision.models.video.mvit", "_squeeze"): "torchvision.mvit.squeeze",
+    ("torchvision.models.video.mvit", "_add_rel_pos"): "torchvision.mvit.add_rel_pos",
+    ("torchvision.models.video.mvit", "_add_shortcut"): "torchvision.mvit.add_shortcut",
 }
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from qops._dtypes import QDtype, as_qdtype
 from qops._qtensor import QTensor
 from qops.nn import _float_ops as fo
-from qops.nn import _swin
+from qops.nn import _mvit, _swin
 from qops.nn.module import Module, _Children, _to_numpy
 
 __all__ = ["GraphModule", "Node", "Ref", "FUNCTIONS", "METHODS"]
@@ -530,7 +530,10 @@ def _slices(x, dim, bounds):
     return tuple(x[(slice(None),) * d + (slice(a, b),)] for a, b in zip(bounds, bounds[1:]))
 
 
-def _tensor_split(x, indices_or_sections, dim=0):
+def _tensor_split(x, indices_or_sections=None, dim=0, *, indices=None, sections=None):
+    # torch.tensor_split(x, indices_or_sections | indices= | sections=, dim)
+    if indices_or_sections is None:
+        indices_or_sections = sections if indices is None else tuple(indices)
     n = x.shape[dim]
     if isinstance(indices_or_sections, int):
         k = indices_or_sections
@@ -600,6 +603,7 @@ FUNCTIONS = {
     "quantized.add_relu": _q_binary("add_relu"),
     "quantized.mul": _q_binary("mul"),
     "quantized.mul_relu": _q_binary("mul_relu"),
+    "quantized.matmul": _q_binary("matmul"),
     "quantized.add_scalar": _q_scalar("add_scalar"),
     "quantized.mul_scalar": _q_scalar("mul_scalar"),
     "quantized.cat": _q_cat,
@@ -608,6 +612,7 @@ FUNCTIONS = {
     "numel": _numel,
     "sum": _sum,
     "matmul": _matmul,
+    "torch.matmul": _matmul,
     "einsum": _einsum,
     "roll": _roll,
     "pad": _pad,
@@ -621,6 +626,10 @@ FUNCTIONS = {
     "torchvision.swin.pad_size_3d": _swin.pad_size_3d,
     "torchvision.swin.relative_position_bias_3d": _swin.relative_position_bias_3d,
     "torchvision.swin.shifted_window_attention_3d": _swin.shifted_window_attention_3d,
+    "torchvision.mvit.unsqueeze": _mvit.unsqueeze_to,
+    "torchvision.mvit.squeeze": _mvit.squeeze_from,
+    "torchvision.mvit.add_rel_pos": _mvit.add_rel_pos,
+    "torchvision.mvit.add_shortcut": _mvit.add_shortcut,
     "assert": _assert,
     "eq": operator.eq, "ne": operator.ne,
     "int": int, "float": float, "len": len,

@@ -376,20 +376,23 @@ _SHARE_MODULES = ("ReLU", "ReLU6", "Hardtanh", "MaxPool1d", "MaxPool2d", "MaxPoo
 _FIXED_MODULES = ("Sigmoid", "Hardsigmoid", "Tanh")
 # PyTorch's x86 lists (backend_config/_common_operator_config_utils.py). chunk and split are
 # not in them: PyTorch runs them (and the items taken from their results) in float, and each
-# item a quantized op reads gets an observer of its own. x.flatten() and dropout, also outside
-# the share list, see the values their input's observer saw, so sharing gives the same ints.
+# item a quantized op reads gets an observer of its own; so do x.flatten(), torch.reshape and
+# torch.permute (the methods .reshape() and .permute() and torch.flatten share). Dropout is
+# outside the share list too but sees the values its input's observer saw: sharing gives the
+# same ints.
 _SHARE_FUNCTIONS = {"relu", "relu6", "hardtanh", "clamp", "dropout", "flatten",
-                    "reshape", "permute", "transpose", "mean", "squeeze", "unsqueeze",
+                    "transpose", "mean", "squeeze", "unsqueeze",
                     "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d",
                     "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d",
                     "adaptive_avg_pool3d", "interpolate"}
-_SHARE_METHODS = {"view", "reshape", "flatten", "contiguous", "permute", "transpose", "mean",
+_SHARE_METHODS = {"view", "reshape", "contiguous", "permute", "transpose", "mean",
                   "squeeze", "unsqueeze", "relu", "clamp"}
 _FIXED_FUNCTIONS = {"sigmoid", "hardsigmoid", "tanh"}
 # functions with an output observer of their own; only their first argument is an
 # activation (layer_norm's weight and bias stay float, as PyTorch's)
 _OWN_FUNCTIONS = {"hardswish", "layer_norm"}
-_BINARY = {"add", "torch.add", "mul", "torch.mul"}
+_BINARY = {"add", "torch.add", "mul", "torch.mul", "torch.matmul"}
+_BINARY_RELU = {"add", "torch.add", "mul", "torch.mul"}      # (no matmul + relu pattern)
 
 
 def _role(model, node, kinds):
@@ -428,10 +431,9 @@ def _role(model, node, kinds):
 def _kind_of(value):
     if isinstance(value, (np.ndarray, QTensor)):
         return "tensor"
-    # (attention returns (output, None) without its weights)
-    if isinstance(value, (tuple, list)) and value and all(
-            isinstance(v, (np.ndarray, QTensor)) or v is None for v in value) and any(
-            v is not None for v in value):
+    # (attention returns (output, None) without its weights; MViT's _unsqueeze (x, ndim))
+    if isinstance(value, (tuple, list)) and any(isinstance(v, (np.ndarray, QTensor))
+                                                for v in value):
         return "tensors"
     return "other"
 
@@ -518,7 +520,8 @@ def _prepare(model, qconfig_mapping, example_inputs, is_qat):
     relu_after = {}
     for node in nodes:
         us = users[node.name]
-        if _role(model, node, kinds) == "binary" and len(us) == 1 \
+        if _role(model, node, kinds) == "binary" and node.target in _BINARY_RELU \
+                and len(us) == 1 \
                 and _is_relu(model, us[0], after_binary=True) \
                 and _refs(list(us[0].args))[:1] == [node.name]:
             relu_after[us[0].name] = node.name
@@ -790,7 +793,8 @@ def convert_fx(graph_module: Module, convert_custom_config: Optional[dict[Any, A
                                                       False))
         elif node.op == "function" and node.target in _BINARY:
             s, z = _qparams(model, path)
-            op = "add" if node.target in ("add", "torch.add") else "mul"
+            op = {"add": "add", "torch.add": "add", "torch.matmul": "matmul"}.get(node.target,
+                                                                                 "mul")
             node.target = f"quantized.{op}"
             node.args = tuple(node.args[:2]) + (s, z)
             node.kwargs = {}

@@ -345,6 +345,10 @@ class QFunctional(_QParamsMixin, Module):
         return self.activation_post_process(F.mul_relu(x, y, scale=self.scale,
                                                        zero_point=self.zero_point))
 
+    def matmul(self, x: QTensor, y: QTensor) -> QTensor:
+        return self.activation_post_process(F.matmul(x, y, scale=self.scale,
+                                                     zero_point=self.zero_point))
+
     def _save_to_state_dict(self, destination, prefix):
         self._save_qparams(destination, prefix)
 
