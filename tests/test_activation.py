@@ -181,3 +181,16 @@ def test_clamps_at_every_offset_and_length(dtype):
                                           err_msg=f"hardtanh offset {off} length {n}")
             F.relu_(q)
             np.testing.assert_array_equal(q.int_repr(), want, err_msg=f"relu_ offset {off}")
+
+
+def test_float_gelu_keeps_a_channels_last_layout():
+    # a channels-last conv's dequantized output reaches GELU as it lies (no copy into C order
+    # first); the result lies alike and equals the C-order result, on both backends
+    x = np.random.default_rng(3).standard_normal((2, 5, 6, 7)).astype(np.float32)
+    cl = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    for backend in ("ref", "fast"):
+        with qops.backend(backend):
+            want = F.gelu(x)
+            got = F.gelu(cl)
+        assert got.strides == cl.strides
+        np.testing.assert_array_equal(got, want)

@@ -510,7 +510,8 @@ def test_quantized_scalar_calls_run():
 
 
 def test_tensor_functions_of_attention_code_match_torch():
-    # matmul/bmm/@ (batch dims broadcast), einsum (spaces, list form), roll, F.pad (modes,
+    # matmul/bmm/@ (batch dims broadcast), einsum (spaces, list form, the forms of
+    # fo.einsum's batched product), roll, F.pad (modes,
     # negative pads crop), swapaxes/swapdims, tensor_split, unbind: float, as PyTorch's graph
     # mode leaves them
     torch = torch_or_skip()
@@ -528,7 +529,11 @@ def test_tensor_functions_of_attention_code_match_torch():
             u, v = torch.unbind(x, 1), x.unbind(-1)
             h = u[0] + u[2] + v[3].sum()
             i = torch.swapdims(x, 0, 3).sum() + x.swapdims(1, 2).sum() + torch.swapaxes(x, 1, 2)
-            return a, b, c, d, e, f, g, h, i
+            # einsum as one batched product: summed and batch letters, a letter summed on
+            # one side first, an outer product, the output transposed; numpy's otherwise
+            j = torch.einsum("bchw,bcvw->bhv", x, x) + torch.einsum("bchw,bcvu->bvh", x, x)
+            k = torch.einsum("ij,kl->ljik", x[0, 0], x[1, 1]) + torch.einsum("bchw->bc", x).sum()
+            return a, b, c, d, e, f, g, h, i, j, k
 
     g = qnn.from_torch(M())
     gen = torch.Generator().manual_seed(2)

@@ -345,7 +345,9 @@ def gelu(input: Union[QTensor, npt.ArrayLike],
         raise ValueError(f"approximate must be 'none' or 'tanh'; got {approximate!r}")
     if not isinstance(input, QTensor):
         x = _check.float_array(input)
-        return _kernels().gelu_f32(x, approximate)
+        # in its memory order, the result laid out alike (a channels-last conv's output is
+        # not copied first)
+        return elementwise(_kernels().gelu_f32, x, approximate)
     _input(input)
     sf = qp.f32(input._scale)
     # PyTorch's output scale is the input's rounded to float32

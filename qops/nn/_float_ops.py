@@ -174,6 +174,58 @@ def matmul(a, b):
     return _blas.bmm(a, b).reshape(batch + (m, n))
 
 
+def einsum(equation, *operands):
+    """torch.einsum of float arrays. Two operands whose letters each appear once per operand
+    (no diagonals, no ellipsis) run as one batched product on qops' threads (shared output
+    letters the batch, shared others summed, the rest rows and columns); anything else is
+    numpy's einsum."""
+    ops = [as_f32(o) for o in operands]
+    eq = equation.replace(" ", "")
+    if len(ops) != 2 or "." in eq or "->" not in eq:
+        return np.asarray(np.einsum(eq, *ops, optimize=len(ops) > 2), F32)
+    ins, out = eq.split("->")
+    terms = ins.split(",")
+    a, b = ops
+    ta, tb = terms
+    if len(ta) != a.ndim or len(tb) != b.ndim or any(
+            len(set(t)) != len(t) for t in (ta, tb, out)):
+        return np.asarray(np.einsum(eq, a, b), F32)
+    # letters only one operand has and the output lacks: summed there first
+    for side in (0, 1):
+        t, x, other = (ta, a, tb) if side == 0 else (tb, b, ta)
+        alone = [i for i, c in enumerate(t) if c not in other and c not in out]
+        if alone:
+            x = x.sum(axis=tuple(alone), dtype=F32)
+            t = "".join(c for c in t if c in other or c in out)
+        if side == 0:
+            ta, a = t, x
+        else:
+            tb, b = t, x
+    batch = [c for c in out if c in ta and c in tb]
+    rows = [c for c in out if c in ta and c not in tb]
+    cols = [c for c in out if c in tb and c not in ta]
+    summed = [c for c in ta if c in tb and c not in out]
+    if set(out) != set(batch + rows + cols):
+        return np.asarray(np.einsum(eq, *ops), F32)
+    size = {}
+    for t, x in ((ta, a), (tb, b)):
+        for c, n in zip(t, x.shape):
+            if size.setdefault(c, n) != n:
+                if 1 in (size[c], n):        # (numpy's einsum broadcasts size-1 dims)
+                    return np.asarray(np.einsum(eq, *ops), F32)
+                raise ValueError(f"einsum: letter {c!r} has sizes {size[c]} and {n}")
+
+    def prod(cs):
+        return int(np.prod([size[c] for c in cs], dtype=np.int64))
+    am = np.transpose(a, [ta.index(c) for c in batch + rows + summed]).reshape(
+        prod(batch), prod(rows), prod(summed))
+    bm = np.transpose(b, [tb.index(c) for c in batch + summed + cols]).reshape(
+        prod(batch), prod(summed), prod(cols))
+    r = _blas.bmm(am, bm).reshape([size[c] for c in batch + rows + cols])
+    order = batch + rows + cols
+    return np.ascontiguousarray(np.transpose(r, [order.index(c) for c in out]))
+
+
 def normalize(x, p=2.0, dim=1, eps=1e-12):
     """F.normalize: x / max(||x||_p over dim, eps) in float32."""
     x = as_f32(x)
@@ -315,6 +367,8 @@ def softmax(x, dim):
         raise ValueError(f"softmax: dim {dim} is out of range for a {x.ndim}-d input")
     if x.ndim == 0:
         return np.ones((), F32) if np.isfinite(x) else np.full((), np.nan, F32)
+    # (reductions along a strided axis of small rows cost numpy several times a C-order pass)
+    x = np.ascontiguousarray(x)
     return softmax_(x - x.max(axis=dim, keepdims=True), dim, shifted=True)
 
 

@@ -497,8 +497,7 @@ def _einsum(equation, *operands):
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     _no_q("einsum", *operands)
-    ops = [fo.as_f32(o) for o in operands]
-    return _f32(np.einsum(equation.replace(" ", ""), *ops, optimize=len(ops) > 2))
+    return fo.einsum(equation, *operands)
 
 
 def _roll(x, shifts, dims=None):

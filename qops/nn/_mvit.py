@@ -71,8 +71,8 @@ def add_rel_pos(attn, q, q_thw, k_thw, rel_pos_h, rel_pos_w, rel_pos_t):
     rt = _resized(fo.as_f32(rel_pos_t), 2 * max(q_t, k_t) - 1)[_distances(q_t, k_t)]
     b, heads, _, dim = q.shape
     r_q = q[:, :, 1:].reshape(b, heads, q_t, q_h, q_w, dim)
-    rel_h = np.einsum("bythwc,hkc->bythwk", r_q, rh)
-    rel_w = np.einsum("bythwc,wkc->bythwk", r_q, rw)
+    rel_h = fo.einsum("bythwc,hkc->bythwk", r_q, rh)
+    rel_w = fo.einsum("bythwc,wkc->bythwk", r_q, rw)
     # time as one product per query time: (Tq, B*heads*Hq*Wq, dim) @ (Tq, dim, Tk)
     r_t = r_q.transpose(2, 0, 1, 3, 4, 5).reshape(q_t, b * heads * q_h * q_w, dim)
     rel_t = fo.matmul(r_t, rt.transpose(0, 2, 1)).transpose(1, 0, 2)
