@@ -11,7 +11,9 @@ transformer encoder (2 layers, d_model 768, 12 heads, feed-forward 3072, GELU) i
 dynamic-quantized by PyTorch (`quantize_dynamic`: int8 feed-forward linears, float attention),
 on sequences of 128 (batch = sequences). `unet` is a three-level U-Net (32-64-128 channels,
 2x2/2 transposed convs, skip connections by torch.cat) on 128x128 images, quantized by
-PyTorch's graph mode (prepare_fx / convert_fx). `--profile` times every leaf module in both (by
+PyTorch's graph mode (prepare_fx / convert_fx). `swin_t` and `maxvit_t` are torchvision's float
+classes quantized by PyTorch's graph mode the same way (its attention stays float there, as in
+qops' import). `--profile` times every leaf module in both (by
 its name, through forward hooks) and prints the layers by their share of qops' time. The
 graph runner's own cost per node is measured on a chain of no-op nodes.
 """
@@ -25,11 +27,16 @@ import qops
 
 MODELS = {"resnet18": 224, "resnet50": 224, "mobilenet_v2": 224, "mobilenet_v3_large": 224,
           "shufflenet_v2_x1_0": 224, "googlenet": 224, "inception_v3": 299,
-          "encoder_dynamic": 128, "unet": 128}
+          "encoder_dynamic": 128, "unet": 128, "swin_t": 224, "maxvit_t": 224}
 #: models of plain torch, not torchvision's (their size is the sequence length)
 TEXT_MODELS = ("encoder_dynamic",)
 #: models of plain torch (defined here; need no torchvision)
 PLAIN_MODELS = TEXT_MODELS + ("unet",)
+#: torchvision's float classes, quantized by PyTorch's graph mode: their float attention feeds
+#: quantizes, where numpy's sums can put a value a step from PyTorch's (README)
+FX_MODELS = ("swin_t", "maxvit_t")
+#: the layer zoo's models (tools/gen_layer_zoo.py): torchvision's quantizable classes
+ZOO_MODELS = tuple(m for m in MODELS if m not in PLAIN_MODELS + FX_MODELS)
 
 
 def _unet(torch):
@@ -70,6 +77,29 @@ def _unet(torch):
     return m, g, time.perf_counter() - t0
 
 
+def _fx_torchvision(torch, name, size):
+    """(PyTorch int8 model of torchvision's float class `name` converted by its graph mode with
+    min/max observers, qops import, import seconds)."""
+    import torchvision.models as tvm  # (its package made importable by quantization_models)
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+    tq = torch.ao.quantization
+    torch.manual_seed(0)
+    m = getattr(tvm, name)(weights=None).eval()
+    mapping = get_default_qconfig_mapping("x86").set_global(
+        tq.QConfig(activation=tq.MinMaxObserver.with_args(reduce_range=True),
+                   weight=tq.get_default_qconfig("x86").weight))
+    x = torch.randn(2, 3, size, size)
+    p = prepare_fx(m, mapping, (x,))
+    with torch.no_grad():
+        p(x)
+    m = convert_fx(p)
+    import qops.nn.quantized as nnq
+    t0 = time.perf_counter()
+    g = nnq.from_torch(m)
+    return m, g, time.perf_counter() - t0
+
+
 def _encoder_dynamic(torch):
     """(PyTorch dynamic int8 encoder, qops import, import seconds)."""
     torch.manual_seed(0)
@@ -97,6 +127,8 @@ def build(torch, q, name, size):
         return _encoder_dynamic(torch)
     if name == "unet":
         return _unet(torch)
+    if name in FX_MODELS:
+        return _fx_torchvision(torch, name, size)
     torch.manual_seed(0)
     kw = dict(weights=None, quantize=False)
     if name in ("googlenet", "inception_v3"):
@@ -216,6 +248,9 @@ def run(names=None, threads=(1,), batches=(1,), seconds=1.0, profile=False, out=
                 steps = np.abs(g(xn) - want).max() / float(tm.head.scale)
                 out.write(f"  batch {b}: qops vs PyTorch up to {steps:.0f} output steps "
                           f"(PyTorch's 2x2/2 transposed convs, docs/semantics.md §16.2)\n")
+            elif name in FX_MODELS:
+                out.write(f"  batch {b}: {np.mean(g(xn) == want):.1%} of outputs equal "
+                          f"PyTorch's (float attention before quantizes, README)\n")
             elif not same:
                 out.write(f"  warning: {name} batch {b}: qops output differs from PyTorch's\n")
             for n in threads:

@@ -300,9 +300,10 @@ def main(argv=None):
     if a.zoo is not None:
         from qops import _bench_models
         zoo = "all" if a.zoo == "all" else a.zoo.split(",")
-        unknown = set(zoo if zoo != "all" else ()) - set(_bench_models.MODELS)
+        unknown = set(zoo if zoo != "all" else ()) - set(_bench_models.ZOO_MODELS)
         if unknown:
-            p.error(f"unknown models {sorted(unknown)}; choose from {sorted(_bench_models.MODELS)}")
+            p.error(f"unknown models {sorted(unknown)}; choose from "
+                    f"{sorted(_bench_models.ZOO_MODELS)}")
     batches = [int(b) for b in a.batch.split(",")] if a.batch else None
     if a.list:
         try:

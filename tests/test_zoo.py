@@ -16,10 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_zoo_layers_are_registry_ops_of_every_model():
-    from qops._bench_models import MODELS, PLAIN_MODELS
+    from qops._bench_models import ZOO_MODELS
     ops = {op for op, _, _ in LAYERS}
     assert ops <= set(_zoo.ZOO_OPS)
-    assert {m for _, _, ms in LAYERS for m in ms} == set(MODELS) - set(PLAIN_MODELS)
+    assert {m for _, _, ms in LAYERS for m in ms} == set(ZOO_MODELS)
     for op in _zoo.ZOO_OPS:
         spec = get_spec(op)
         assert spec.zoo and spec.torch is not None, op

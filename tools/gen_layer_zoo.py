@@ -3,9 +3,9 @@
     python tools/gen_layer_zoo.py            # needs torch and torchvision's model code
     python tools/gen_layer_zoo.py --check    # exit 1 if the checked-in file is not current
 
-Each torchvision model of `qops._bench_models.MODELS` (not its PLAIN_MODELS) is built as the
-model benchmark builds it (torchvision's quantizable class, converted by PyTorch, imported with
-`from_torch`) and run once at batch 1;
+Each model of `qops._bench_models.ZOO_MODELS` is built as the model benchmark builds it
+(torchvision's quantizable class, converted by PyTorch, imported with `from_torch`) and run
+once at batch 1;
 every call of a conv, linear, pool, add, mul or cat on quantized tensors is recorded with its
 input shape (batch left out) and its arguments. Calls with equal records are one layer of the
 zoo, listed with the models it occurs in. The registry builds benchmark cases from them
@@ -107,7 +107,7 @@ def layers(names=None):
     if q is None:
         raise SystemExit("torchvision's model code is not found (QOPS_TORCHVISION_PATH)")
     found = {}
-    for name in names or [m for m in bm.MODELS if m not in bm.PLAIN_MODELS]:
+    for name in names or bm.ZOO_MODELS:
         size = bm.MODELS[name]
         _, g, _ = bm.build(torch, q, name, size)
         x = np.random.default_rng(0).standard_normal((1, 3, size, size)).astype(np.float32)
