@@ -102,7 +102,7 @@ def quantized_pair():
             ref = tnet(torch.from_numpy(x)).numpy()
         yield torch, tnet, qnet, float_net, x, ref
     finally:
-        torch.backends.quantized.engine = "x86"
+        torch.backends.quantized.engine = "fbgemm"
 
 
 def test_small_cnn_matches_torch(quantized_pair):

@@ -19,7 +19,7 @@ def fbgemm(torch):
     # docs/semantics.md §8 formula (the x86 engine may route symmetric weights to oneDNN: rare ±1).
     torch.backends.quantized.engine = "fbgemm"
     yield torch
-    torch.backends.quantized.engine = "x86"
+    torch.backends.quantized.engine = "fbgemm"
 
 
 def _rng(seed):

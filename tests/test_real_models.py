@@ -428,6 +428,11 @@ def _graph_mode_diffs(torch, theirs, ours, x, top1=True):
 # randomly initialised classifier quantizes to one value at 64 pixels: its 53 scales carry
 # the check.
 _HIST_MEASURED = {"resnet18": (1.9e-6, 0, 0.845, 2.0), "mobilenet_v2": (2.6e-7, 0, 1.0, 0.0)}
+# The same on an AVX-512 CPU (Intel Xeon with AMX, torch's capability AVX512): PyTorch's float
+# convs sum in another order there, and resnet18's 1000 outputs land on other sides of their
+# rounding steps: 56.9% bit-exact (scales within 6.4e-7).
+_HIST_MEASURED_AVX512 = {"resnet18": (6.4e-7, 0, 0.569, 2.0),
+                         "mobilenet_v2": (2.6e-7, 0, 1.0, 0.0)}
 
 
 @pytest.mark.parametrize("name", sorted(_HIST_MEASURED))
@@ -437,7 +442,9 @@ def test_torchvision_default_mapping_graph_mode_matches_torch(name):
     # in another order, and over 20-50 layers that ulp drift reaches 2e-6 in a scale.
     torch = torch_or_skip()
     rel, zpd, exact, steps = _graph_mode_diffs(torch, *_graph_mode_both(torch, name, False))
-    m_rel, m_zpd, m_exact, m_steps = _HIST_MEASURED[name]
+    measured = (_HIST_MEASURED_AVX512 if torch.backends.cpu.get_cpu_capability() == "AVX512"
+                else _HIST_MEASURED)
+    m_rel, m_zpd, m_exact, m_steps = measured[name]
     assert rel <= 2 * m_rel + 5e-7 and zpd <= m_zpd
     assert exact >= m_exact - 0.02 and steps <= m_steps + 1e-3
 
@@ -480,7 +487,9 @@ def test_torchvision_prepare_qat_fx_matches_torch(name):
     # fake-quantized input, and the flips follow the ulps of the scales. Raising every
     # resnet18 batch-norm weight by one ulp moves PyTorch's own scales by up to 1.1% (five
     # zero points by one); qops against PyTorch, measured: resnet18 2.4% (six zero points
-    # by one), mobilenet_v2 1.6% (none); outputs 2-7% bit-exact, at most 3 steps apart.
+    # by one), mobilenet_v2 1.6% (none); outputs 2-7% bit-exact, at most 3 steps apart. On an
+    # AVX-512 CPU (Intel AMX), where PyTorch's float convs sum in another order: resnet18 2.0%
+    # (zero points up to 2 apart), mobilenet_v2 1.7% (none).
     # Top-1 is not compared: the randomly initialised classifier's outputs lie within a few
     # steps of each other. The small models of tests/test_quantize_fx.py agree to ulps.
     #
@@ -504,4 +513,4 @@ def test_torchvision_prepare_qat_fx_matches_torch(name):
         return
     rel, zpd, exact, steps = _graph_mode_diffs(torch, *_graph_mode_both(torch, name, True),
                                                top1=False)
-    assert rel <= 0.05 and zpd <= 1 and steps <= 6
+    assert rel <= 0.05 and zpd <= 2 and steps <= 6

@@ -340,6 +340,11 @@ CONV = [
 ]
 
 
+# routes built for every x86 CPU that a wider CPU replaces with a route of its own
+SUPERSEDED = {"lut.bytes": "lut.vbmi", "requant_int.lut": "requant_int.lut_vbmi",
+              "topk.small": "topk.small_vbmi2", "conv_cl.dw_planes": "conv_cl.dw_vnni",
+              "conv_cl.planes": "conv_cl.amx_im2col"}
+
 # family -> its route table
 TABLES = {"conv": CONV, "linear": LINEAR, "quant": QUANT, "activation": ACTIVATION, "arith": ARITH,
           "norm": NORM, "reduce": REDUCE, "resize": RESIZE, "sort": SORT}
@@ -408,6 +413,9 @@ def test_route(family, route, fn, make, threads):
     _same(got, want)
     if route not in mod.BUILT:
         pytest.skip(f"{route}: not in this build or CPU ({qops._fast.ISA}); took {taken}")
+    if route in SUPERSEDED and SUPERSEDED[route] in taken:
+        # CI runs this file on the AVX2 build too, where these routes are taken
+        pytest.skip(f"{route}: this CPU takes {SUPERSEDED[route]} instead")
     assert route in taken, taken
 
 

@@ -299,11 +299,17 @@ def _compare_gelu_float(case, ours, theirs):
     a, b = np.asarray(ours, np.float64), np.asarray(theirs, np.float64)
     x = np.asarray(case.args[0], np.float32).astype(np.float64)
     assert a.shape == b.shape, f"gelu_float {case.label}: shape {a.shape} vs {b.shape}"
+    # PyTorch's exact GELU on AVX-512 CPUs overflows an intermediate above FLT_MAX / 2: inf
+    # there and NaN at +inf (measured on an Intel Xeon, whatever ATen's capability); qops, as
+    # PyTorch elsewhere, returns x
+    ovf = (x > np.finfo(np.float32).max / 2) & ~np.isfinite(b)
+    assert (a[ovf] == x[ovf]).all(), f"gelu_float {case.label}: not x above FLT_MAX / 2"
+    a, b, x = a[~ovf], b[~ovf], x[~ovf]
     assert (np.isnan(a) == np.isnan(b)).all(), f"gelu_float {case.label}: NaN positions differ"
     fin = np.isfinite(b)
     assert (a[~fin] == b[~fin])[~np.isnan(b[~fin])].all(), \
         f"gelu_float {case.label}: infinities differ"
-    tol = 4 * np.spacing(np.abs(b[fin]).astype(np.float32)) + 1.2e-7 * np.abs(x[fin])
+    tol = 4 * np.spacing(np.abs(b[fin]).astype(np.float32)) + 3.2e-7 * np.abs(x[fin])
     err = np.abs(a[fin] - b[fin])
     assert (err <= tol).all(), (
         f"gelu_float {case.label}: {int((err > tol).sum())} values past the tolerance, e.g. x = "
@@ -311,12 +317,14 @@ def _compare_gelu_float(case, ours, theirs):
 
 
 _GELU_FLOAT_TOLERANCE = (
-    "4 float32 ulps of PyTorch's value + 1.2e-7 abs(x): PyTorch computes 0.5 x (1 + erf(x / "
+    "4 float32 ulps of PyTorch's value + 3.2e-7 abs(x): PyTorch computes 0.5 x (1 + erf(x / "
     "sqrt 2)) in float32 with its vectorized erf, and 1 + erf cancels for negative x, so erf's "
-    "own error (up to 4 ulps of 1, 2.4e-7) reaches the result times abs(x) / 2; qops computes "
+    "own error reaches the result times abs(x) / 2: up to 4 ulps of 1 (2.4e-7) with its AVX2 "
+    "erf, up to 10 (5.9e-7, measured 2.97e-7 abs(x)) with its AVX-512 one; qops computes "
     "x/2 erfc(-x / sqrt 2) in float64 "
     "(2.2 ulps); the tanh form differs by PyTorch's float32 tanh (SLEEF, 1 ulp); NaN and "
-    "infinities exactly")
+    "infinities exactly, but above FLT_MAX / 2 on AVX-512 CPUs, where PyTorch's exact GELU "
+    "overflows (inf, NaN at +inf) and qops returns x")
 
 
 _TIE_REASON = ("exact except +-1 at exact ties of y/out_scale: PyTorch quantizes the last "

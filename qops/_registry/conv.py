@@ -267,10 +267,23 @@ def _compare(case, ours, theirs):
         assert diff.size == 0 or (diff.max() <= 1 and (diff > 0).mean() <= 0.01), \
             f"{case.label}: {int((diff > 0).sum())} of {diff.size} differ, max {diff.max()}"
         return
+    if _engine(case) == "onednn":
+        # oneDNN requantizes in float32 steps of its own order: now and then a value within
+        # rounding of a .5 tie lands on the other side (docs/semantics.md §8; measured on an
+        # Intel AVX-512 CPU: 1 output of 11,664 in a channels-last 3-D depthwise case).
+        # Allowed: +-1 on at most 0.1% of the outputs.
+        assert ours[0] == theirs[0] and ours[3:] == theirs[3:], "qparams differ"
+        a, b = ours[2].astype(np.int32), theirs[2].astype(np.int32)
+        assert a.shape == b.shape, f"shape {a.shape} vs {b.shape}"
+        diff = np.abs(a - b)
+        assert diff.size == 0 or (diff.max() <= 1 and (diff > 0).mean() <= 0.001), \
+            f"{case.label}: {int((diff > 0).sum())} of {diff.size} differ, max {diff.max()}"
+        return
     u.assert_same(ours, theirs, f"{case.label}: ref vs PyTorch")
 
 
-TOLERANCE = ("exact (fbgemm engine; onednn for symmetric depthwise weights), except depthwise "
+TOLERANCE = ("exact (fbgemm engine; onednn for symmetric depthwise weights: +-1 on at most "
+             "0.1% of outputs, oneDNN's float32 requantization order), except depthwise "
              "convs with non-zero weight zero points, where only fbgemm's depthwise kernel runs "
              "and it saturates 16-bit pair sums: there up to 32 steps are allowed (qops exact). "
              "On CPUs without AVX512-VNNI every fbgemm int8 kernel saturates pair sums, so there "
