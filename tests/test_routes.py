@@ -319,7 +319,9 @@ CONV = [
     # 16 channels, one 16-block, on the same plane: the AVX2 kernel
     ("conv_cl.dw_avx2", F.conv2d, _conv(1, 16, 16, 81, 3, True, groups=16, padding=1)),
     ("conv_cl.amx_im2col", F.conv2d, _conv(1, 16, 32, 8, 3, True, padding=1)),
-    ("conv_cl.amx_padded", F.conv2d, _conv(1, 64, 32, 8, 3, True, padding=1)),
+    ("conv_cl.amx_padded", F.conv2d, _conv(1, 64, 32, 8, 3, True, stride=2, padding=1)),
+    ("conv_cl.amx_flat", F.conv2d, _conv(2, 64, 48, 7, 3, True, padding=1)),
+    ("conv_cl.amx_flat", F.conv2d, _conv(1, 40, 17, 5, 1, True)),
     ("conv_cl.gemm_1x1", F.conv2d, _conv(1, 64, 48, 7, 1, True)),
     ("conv_cl.gemm_im2col", F.conv2d, _conv(1, 32, 40, 9, 3, True, stride=2, padding=1)),
     ("conv_cl.planes", F.conv2d, _conv(1, 8, 8, 9, 3, True, padding=1)),
@@ -335,6 +337,8 @@ CONV = [
     ("conv.dw_through_cl", F.conv2d, _conv(1, 24, 24, 12, 3, False, groups=24, stride=2,
                                            padding=1)),
     ("conv.planes.amx", F.conv2d, _conv(1, 32, 16, 9, 3, False, padding=1)),
+    ("conv.amx_through_cl", F.conv2d, _conv(2, 3, 40, 23, 7, False, stride=2, padding=3)),
+    ("conv.amx_through_cl", F.conv2d, _conv(1, 31, 33, 6, 3, False, padding=1)),
     ("conv.planes.simd", F.conv2d, _conv(2, 5, 7, 9, 3, False, padding=1, wzp=2)),
     ("conv.planes.portable", F.conv2d, _conv(2, 5, 7, 9, 3, False, padding=1)),
 ]

@@ -92,6 +92,7 @@ _AMX = bool(qconv_amx_available())
 _MODE = [2 if _AMX else qconv_best_mode()]
 _AMX_MIN_KC = [16]
 _NHWC_MIN_C = 32          # conv_cl's padded-pixel kernel from here, im2col rows below
+_AMX_FLAT = [True]        # stride-1 channels-last AMX convs read the padded copy flat (tests)
 
 
 def _set_mode(mode):
@@ -200,6 +201,8 @@ cdef extern from "qops_conv_nhwc.h" nogil:
         uint8_t *out
     void qconv_nhwc_fill(const qconv_nhwc_fill_args *f, Py_ssize_t r0, Py_ssize_t r1)
     void qconv_nhwc_amx(const qconv_nhwc_args *a, Py_ssize_t r0, Py_ssize_t r1)
+    Py_ssize_t qconv_flat_items(const qconv_nhwc_args *a, Py_ssize_t N)
+    void qconv_nhwc_amx_flat(const qconv_nhwc_args *a, Py_ssize_t i0, Py_ssize_t i1)
     ctypedef struct qconv_im2col_args:
         const uint8_t *x
         Py_ssize_t N, D, H, W, C
@@ -298,10 +301,14 @@ ROUTES = {r.name: r for r in [
           "qops_conv_nhwc.h"),
     Route("conv_cl.amx_padded", "qconv_nhwc_amx (AMX tiles on a padded copy)",
           "qops_conv_nhwc.h"),
+    Route("conv_cl.amx_flat", "qconv_nhwc_amx_flat (AMX tiles on a padded copy read as one "
+          "run of pixels)", "qops_conv_nhwc.h"),
     Route("conv_cl.gemm_1x1", "qops_gemm_mt on the pixels as rows", "qops_gemm.h"),
     Route("conv_cl.gemm_im2col", "qconv_i2c_gemm (im2col rows and the GEMM core, fused)",
           "qops_conv_im2col.h"),
     Route("conv_cl.planes", "conv's planes kernel on the same memory", "conv.pyx"),
+    Route("conv.amx_through_cl", "tiled transpose, then qconv_nhwc_amx_im2col (AMX tiles on "
+          "im2col rows)", "qops_conv_nhwc.h"),
     Route("conv.dw_through_nhwc", "transposes around qconv_dwcl_rows (AVX-512 VNNI)",
           "qops_conv_nhwc.h"),
     Route("conv.dw_rows", "qconv_dwr_channel (one channel per work item)",
@@ -325,7 +332,7 @@ def _built_here(name):
         return _DWCL
     if name in ("conv_cl.dw_avx2", "conv.dw_through_cl"):
         return _DWCL2
-    if name.startswith("conv_cl.amx") or name == "conv.planes.amx":
+    if name.startswith("conv_cl.amx") or name in ("conv.planes.amx", "conv.amx_through_cl"):
         return _AMX
     if name.startswith("conv_cl.gemm") or name.startswith("conv.gemm"):
         return _AVX2
@@ -809,8 +816,10 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
     under 32 channels; 17-19 channels on large planes at stride 1 along W, _DW16_MAX_PIXELS,
     take 'dw_planes').
     'dw_planes': other depthwise convs: a C-order copy for the planes kernel, transposed back.
-    'amx_im2col', 'amx_padded': ungrouped, symmetric weights, AMX tiles on im2col rows (under
-    32 channels) or on a padded copy of the input.
+    'amx_im2col', 'amx_flat', 'amx_padded': ungrouped, symmetric weights, AMX tiles on im2col
+    rows (under 32 channels), else on a padded copy of the input: read as one run of pixels
+    at stride 1 where output rows would fill under 85% of 32-pixel tiles (tiles span row
+    ends), tiles of 32 pixels within an output row otherwise.
     'gemm_1x1': ungrouped 1x1, stride 1, no padding, _GEMM_MIN_C+ channels, AVX2: the GEMM core
     on the pixels as rows (finite bias terms and multipliers: the GEMM sends NaN to the low
     bound, the conv kernels to the high one).
@@ -835,7 +844,16 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
         return "dw_planes"
     if (_MODE[0] == 2 and packed["kind"] == "grouped" and groups == 1 and packed["symmetric"]
             and x.size > 0):
-        return "amx_im2col" if packed["Cg"] < _NHWC_MIN_C else "amx_padded"
+        if packed["Cg"] < _NHWC_MIN_C:
+            return "amx_im2col"
+        if tuple(stride) == (1, 1, 1) and _AMX_FLAT[0]:
+            # the row kernel's tiles of 32 pixels hold OW / ceil32(OW) real ones: flat pays
+            # from a fill under 85% (7x7: 2.4x, 14x14: 1.7x faster; at 56 and 28 pixels a row,
+            # 87.5%, the row kernel stays 0-10% ahead)
+            ow = _out_sizes(x.shape[1:4], packed["kernel"], stride, padding, dilation)[2]
+            if ow < 0.85 * ((ow + 31) // 32 * 32):
+                return "amx_flat"
+        return "amx_padded"
     if (_MODE[0] != 1 or not _AVX2 or packed["kind"] != "grouped" or groups != 1
             or x.size == 0 or not _finite(bias_term) or not _finite(multiplier)):
         return "planes"
@@ -939,13 +957,21 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
                             multiplier, x_zero_point, out_zero_point, relu, out)
     cdef int fill_threads = qops_threads_for(rows * wp_ * cp, 1 << 16)
     cdef int nthreads = qops_threads_for(orows * ow * o * c * len(taps), GRAIN)
-    cdef Py_ssize_t i
+    cdef Py_ssize_t i, items = qconv_flat_items(&a, n)
+    cdef bint flat = route == "amx_flat"
+    if flat:
+        nthreads = min(nthreads, items)
     with nogil:
         for i in prange(fill_threads, schedule="static", num_threads=fill_threads):
             qconv_nhwc_fill(&f, rows * i // fill_threads, rows * (i + 1) // fill_threads)
-        # whole output rows per thread, contiguous (each keeps its weight blocks in L1)
-        for i in prange(nthreads, schedule="static", num_threads=nthreads):
-            qconv_nhwc_amx(&a, orows * i // nthreads, orows * (i + 1) // nthreads)
+        if flat:
+            # contiguous items per thread: a thread's chunks share their weight pairs
+            for i in prange(nthreads, schedule="static", num_threads=nthreads):
+                qconv_nhwc_amx_flat(&a, items * i // nthreads, items * (i + 1) // nthreads)
+        else:
+            # whole output rows per thread, contiguous (each keeps its weight blocks in L1)
+            for i in prange(nthreads, schedule="static", num_threads=nthreads):
+                qconv_nhwc_amx(&a, orows * i // nthreads, orows * (i + 1) // nthreads)
     return out
 
 
@@ -1010,6 +1036,10 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     1 on large planes the transposes cost more than they save).
     'dw_rows': other depthwise convs at stride 1 along W with KW <= 4 whose padded rows fit
     the row buffer: qconv_dwr_channel, one channel per work item.
+    'amx_through_cl': ungrouped, symmetric weights, under 32 input channels and 32+ output
+    channels (3->16 stems ran 15% slower this way), AMX: transposed
+    to channels last, then conv_cl's im2col rows on the tiles, the result channels last (an
+    RGB stem 7x7/2 3->64 at 224x224: 920 us on the planes' SIMD tier, 360 this way).
     'planes.<tier>': everything else; AMX tiles pay off from 16 input channels per group
     (fewer go to the SIMD tier).
     """
@@ -1051,6 +1081,9 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
         owp = (ow + 15) // 16 * 16
         if (d + 2 * pd) * (h + 2 * ph) * qconv_dwr_rowpix(owp, dilation[2]) * 4 <= (1 << 20):
             return "dw_rows", mode, owp
+    if (not dw and _MODE[0] == 2 and groups == 1 and packed["kind"] == "grouped"
+            and packed["symmetric"] and c < _NHWC_MIN_C and o >= 32 and n * od * oh * ow > 0):
+        return "amx_through_cl", mode, 0
     if mode == 2 and ("wa" not in packed or packed["Kc"] < _AMX_MIN_KC[0]):
         mode = qconv_best_mode()
     return {2: "planes.amx", 1: "planes.simd", 0: "planes.portable"}[mode], mode, 0
@@ -1094,6 +1127,11 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
         xc = _transposed(np.ascontiguousarray(x).reshape(n, c, -1), (n, d, h, wdt, c))
         y = _conv_cl_im2col_gemm(xc, packed, x_zero_point, bias_term, multiplier,
                                  out_zero_point, relu, stride, padding, dilation)
+        return y.transpose(0, 4, 1, 2, 3)
+    if route == "amx_through_cl":
+        xc = _transposed(np.ascontiguousarray(x).reshape(n, c, -1), (n, d, h, wdt, c))
+        y = _conv_cl_im2col(xc, packed, x_zero_point, bias_term, multiplier, out_zero_point,
+                            relu, stride, padding, dilation)
         return y.transpose(0, 4, 1, 2, 3)
     if route == "dw_through_nhwc":
         return _dw_through_nhwc(x, packed, x_zero_point, bias_term, multiplier, out_zero_point,

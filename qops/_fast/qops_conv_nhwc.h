@@ -237,6 +237,102 @@ static void qconv_nhwc_amx_im2col(const qconv_nhwc_args *a, const qconv_im2col_a
 }
 #endif
 
+/* Stride-1 convolutions read the padded buffer as one run of pixels per image ("flat"):
+ * output pixel (od, oh, ow) sits at j = (od Hp + oh) Wp + ow and its tap t at padded pixel
+ * j + toff[t], so 16 consecutive j are 16 pixels at a stride of Cp across row ends, for
+ * every tap. The tiles then fill whatever OW is; the padding columns of each row (and the
+ * rows between depth slices) are computed and dropped: Wp - OW of Wp pixels a row, where
+ * the row kernel above drops a tile's rows past each output row (a 7x7 output used 7 of
+ * 32). Work item: (image, chunk of QCONV_FLAT_CHUNK pixels, pair of 16-channel output
+ * blocks), in that order, so the pair's weights stay in cache across the chunk's tiles. */
+#define QCONV_FLAT_CHUNK 256
+
+/* Output pixels of an image a flat run spans, its last valid one included. */
+static inline ptrdiff_t qconv_flat_span(const qconv_nhwc_args *a) {
+    return ((a->OD - 1) * a->Hp + a->OH - 1) * a->Wp + a->OW;
+}
+
+static inline ptrdiff_t qconv_flat_items(const qconv_nhwc_args *a, ptrdiff_t N) {
+    const ptrdiff_t chunks = (qconv_flat_span(a) + QCONV_FLAT_CHUNK - 1) / QCONV_FLAT_CHUNK;
+    return N * chunks * ((a->nob + 1) / 2);
+}
+
+#ifdef QCONV_AMX
+/* Work items [i0, i1) (qconv_flat_items of them). */
+__attribute__((target("amx-tile,amx-int8"))) static void
+qconv_nhwc_amx_flat(const qconv_nhwc_args *a, ptrdiff_t i0, ptrdiff_t i1) {
+    int32_t buf[16 * 16] __attribute__((aligned(64)));
+    const __m512 lo = _mm512_set1_ps((float)(a->lo - a->ozp)), hi = _mm512_set1_ps((float)(255 - a->ozp));
+    const __m512i ozp = _mm512_set1_epi32(a->ozp);
+    const ptrdiff_t span = qconv_flat_span(a), npair = (a->nob + 1) / 2;
+    const ptrdiff_t chunks = (span + QCONV_FLAT_CHUNK - 1) / QCONV_FLAT_CHUNK;
+    const ptrdiff_t img = a->Dp * a->Hp * a->Wp * a->Cp, Cp = a->Cp, HWp = a->Hp * a->Wp;
+    const ptrdiff_t wblk = (ptrdiff_t)a->ntaps * a->nch * 1024;
+    const int ntaps = a->ntaps, nch = a->nch;
+    qconv_nhwc_tiles();
+    for (ptrdiff_t item = i0; item < i1; item++) {
+        const ptrdiff_t ob = 2 * (item % npair), ch = (item / npair) % chunks;
+        const ptrdiff_t n = item / (npair * chunks);
+        const int two = ob + 1 < a->nob;
+        const ptrdiff_t j1 = (ch + 1) * QCONV_FLAT_CHUNK < span ? (ch + 1) * QCONV_FLAT_CHUNK : span;
+        uint8_t *oimg = a->out + n * a->OD * a->OH * a->OW * a->O;
+        for (ptrdiff_t j = ch * QCONV_FLAT_CHUNK; j < j1; j += 32) {
+            const uint8_t *xb = a->xp + n * img + j * Cp;
+            const int8_t *w0 = a->wb + ob * wblk, *w1 = w0 + wblk;
+            _tile_zero(0); _tile_zero(1);
+            if (two) { _tile_zero(2); _tile_zero(3); }
+            for (int t = 0; t < ntaps; t++) {
+                const uint8_t *xt = xb + a->toff[t];
+                for (int k = 0; k < nch; k++, w0 += 1024, w1 += 1024) {
+                    _tile_loadd(6, w0, 64);
+                    _tile_loadd(4, xt + 64 * k, Cp);
+                    _tile_dpbusd(0, 4, 6);
+                    _tile_loadd(5, xt + 64 * k + 16 * Cp, Cp);
+                    _tile_dpbusd(1, 5, 6);
+                    if (two) {
+                        _tile_loadd(7, w1, 64);
+                        _tile_dpbusd(2, 4, 7);
+                        _tile_dpbusd(3, 5, 7);
+                    }
+                }
+            }
+            for (int b = 0; b < 1 + two; b++) {
+                const ptrdiff_t oc = (ob + b) * 16;
+                const int noc = (int)(a->O - oc < 16 ? a->O - oc : 16);
+                const __mmask16 m = (__mmask16)((1u << noc) - 1);
+                const __m512i corr = _mm512_mullo_epi32(_mm512_set1_epi32(a->xz),
+                                                        _mm512_maskz_loadu_epi32(m, a->kzw + oc));
+                const __m512 bt = _mm512_maskz_loadu_ps(m, a->bterm + oc);
+                const __m512 mu = _mm512_maskz_loadu_ps(m, a->mult + oc);
+                for (int p = 0; p < 2; p++) {
+                    const ptrdiff_t jp = j + 16 * p;
+                    if (jp >= j1) break;
+                    qops_tile_store_acc(2 * b + p, buf);
+                    /* the tile's first pixel decoded once, the rest stepped (divisions per
+                     * pixel cost more than a 1x1 conv's products) */
+                    ptrdiff_t ow = jp % a->Wp, oh = (jp / a->Wp) % a->Hp, od = jp / HWp;
+                    for (int i = 0; i < 16 && jp + i < j1; i++) {
+                        if (ow < a->OW && oh < a->OH)           /* else a padding pixel */
+                            qconv_store16(_mm512_add_epi32(_mm512_load_si512((const void *)(buf + 16 * i)), corr),
+                                          bt, mu, lo, hi, ozp,
+                                          oimg + ((od * a->OH + oh) * a->OW + ow) * a->O + oc, noc);
+                        if (++ow == a->Wp) {
+                            ow = 0;
+                            if (++oh == a->Hp) { oh = 0; od++; }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    _tile_release();
+}
+#else
+static void qconv_nhwc_amx_flat(const qconv_nhwc_args *a, ptrdiff_t i0, ptrdiff_t i1) {
+    (void)a; (void)i0; (void)i1;       /* never called: conv_cl runs it only in AMX mode */
+}
+#endif
+
 /* Depthwise convolution of channels-last input, 64 channels a vector, on vpdpbusd.
  *
  * vpdpbusd adds four byte products into each dword; here they are four taps of one channel
