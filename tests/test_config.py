@@ -138,3 +138,28 @@ def test_results_do_not_depend_on_the_calling_thread():
     for t in ts:
         t.join()
     assert all(np.array_equal(g, want) for g in got)
+
+
+def test_qops_amx_0_runs_the_vnni_tier_with_the_same_results():
+    # QOPS_AMX=0: conv and linear run the AVX-512 VNNI kernels on an AMX CPU (the tier of a
+    # CPU without AMX); any other build or CPU runs as it would anyway
+    import os
+    code = textwrap.dedent("""
+        import numpy as np, qops, qops.functional as F
+        rng = np.random.default_rng(0)
+        x = qops.quantize_per_tensor(rng.random((1, 64, 9, 9), np.float32), 0.01, 3, qops.quint8)
+        w = qops.quantize_per_channel(rng.normal(0, 0.1, (32, 64, 3, 3)).astype(np.float32),
+                                      np.full(32, 0.002), np.zeros(32, int), 0, qops.qint8)
+        y = F.conv2d(x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2), w, None,
+                     padding=1, scale=0.2, zero_point=4)
+        print(np.asarray(y.int_repr()).tobytes().hex())
+        qops.show_config()
+    """)
+    outs = []
+    for amx in ("0", "1"):
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=dict(os.environ, QOPS_AMX=amx), timeout=120)
+        assert done.returncode == 0, done.stderr
+        outs.append(done.stdout.split("\n", 1))
+    assert outs[0][0] == outs[1][0]
+    assert "AMX" not in outs[0][1]

@@ -319,7 +319,8 @@ CONV = [
     # 16 channels, one 16-block, on the same plane: the AVX2 kernel
     ("conv_cl.dw_avx2", F.conv2d, _conv(1, 16, 16, 81, 3, True, groups=16, padding=1)),
     ("conv_cl.amx_im2col", F.conv2d, _conv(1, 16, 32, 8, 3, True, padding=1)),
-    ("conv_cl.amx_padded", F.conv2d, _conv(1, 64, 32, 8, 3, True, stride=2, padding=1)),
+    ("conv_cl.amx_padded", F.conv2d, _conv(1, 64, 32, 56, 3, True, stride=2, padding=1)),
+    ("conv_cl.amx_flat", F.conv2d, _conv(2, 64, 48, 14, 3, True, stride=2, padding=1)),
     ("conv_cl.amx_flat", F.conv2d, _conv(2, 64, 48, 7, 3, True, padding=1)),
     ("conv_cl.amx_flat", F.conv2d, _conv(1, 40, 17, 5, 1, True)),
     ("conv_cl.gemm_1x1", F.conv2d, _conv(1, 64, 48, 7, 1, True)),

@@ -200,6 +200,8 @@ cdef extern from "qops_conv_nhwc.h" nogil:
         int32_t xz, ozp, lo
         uint8_t *out
     void qconv_nhwc_fill(const qconv_nhwc_fill_args *f, Py_ssize_t r0, Py_ssize_t r1)
+    void qconv_nhwc_fill_phases(const qconv_nhwc_fill_args *f, Py_ssize_t sh, Py_ssize_t sw,
+                                Py_ssize_t hq, Py_ssize_t wq, Py_ssize_t r0, Py_ssize_t r1)
     void qconv_nhwc_amx(const qconv_nhwc_args *a, Py_ssize_t r0, Py_ssize_t r1)
     Py_ssize_t qconv_flat_items(const qconv_nhwc_args *a, Py_ssize_t N)
     void qconv_nhwc_amx_flat(const qconv_nhwc_args *a, Py_ssize_t i0, Py_ssize_t i1)
@@ -818,8 +820,9 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
     'dw_planes': other depthwise convs: a C-order copy for the planes kernel, transposed back.
     'amx_im2col', 'amx_flat', 'amx_padded': ungrouped, symmetric weights, AMX tiles on im2col
     rows (under 32 channels), else on a padded copy of the input: read as one run of pixels
-    at stride 1 where output rows would fill under 85% of 32-pixel tiles (tiles span row
-    ends), tiles of 32 pixels within an output row otherwise.
+    where output rows would fill under 85% of 32-pixel tiles (tiles span row ends; strided
+    2-D convs on the copy split into stride phases), tiles of 32 pixels within an output row
+    otherwise.
     'gemm_1x1': ungrouped 1x1, stride 1, no padding, _GEMM_MIN_C+ channels, AVX2: the GEMM core
     on the pixels as rows (finite bias terms and multipliers: the GEMM sends NaN to the low
     bound, the conv kernels to the high one).
@@ -846,7 +849,10 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
             and x.size > 0):
         if packed["Cg"] < _NHWC_MIN_C:
             return "amx_im2col"
-        if tuple(stride) == (1, 1, 1) and _AMX_FLAT[0]:
+        # strided: 2-D only (the phase planes stand in for the depth slices)
+        if _AMX_FLAT[0] and (tuple(stride) == (1, 1, 1)
+                             or (x.shape[1] == 1 and kd == 1 and stride[0] == 1
+                                 and padding[0] == 0)):
             # the row kernel's tiles of 32 pixels hold OW / ceil32(OW) real ones: flat pays
             # from a fill under 85% (7x7: 2.4x, 14x14: 1.7x faster; at 56 and 28 pixels a row,
             # 87.5%, the row kernel stays 0-10% ahead)
@@ -933,9 +939,18 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     sw = min(sw, wp_)
     wb = _nhwc_weights(packed)
     cp = (c + 63) // 64 * 64
+    cdef bint flat = route == "amx_flat"
+    # strided flat convs (2-D) read the padded input split by the stride into phase planes
+    # of hq x wq pixels (qconv_nhwc_fill_phases); the planes stand in for depth slices
+    cdef bint phases = flat and (sh > 1 or sw > 1)
+    cdef Py_ssize_t psh = sh, psw = sw
+    cdef Py_ssize_t hq = (hp + sh - 1) // sh, wq = (wp_ + sw - 1) // sw
     cdef Py_ssize_t rows = n * dp * hp, orows = n * od * oh
-    # slack past the end: the last pixel tiles read up to 32 strided pixels past a row
-    xpad = qops_empty(np, (rows * wp_ * cp + (32 * sw + wp_ + 64) * cp,), np.uint8)
+    cdef Py_ssize_t prows = n * sh * sw * hq
+    # slack past the end: the last pixel tiles read up to 32 strided pixels past a row (and
+    # flat tiles up to 32 pixels and a row of taps past the image)
+    size = prows * wq * cp if phases else rows * wp_ * cp
+    xpad = qops_empty(np, (size + (32 * sw + wp_ + 64) * cp,), np.uint8)
     f.x = <const uint8_t*>qops_ptr(x)
     f.N, f.D, f.H, f.W, f.C = n, d, h, wdt, c
     f.pd, f.ph, f.pw = pd, ph, pw
@@ -943,27 +958,40 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     f.xz = x_zero_point
     f.xp = <uint8_t*>qops_ptr(xpad, True)
     # the taps' offsets, kept per geometry (a model calls each conv on one input size)
-    key = ("taps", hp, wp_, cp, dilation)
+    key = ("taps", hp, wp_, cp, dilation, (sh, sw) if phases else None)
     taps = packed.get(key)
     if taps is None:
-        taps = packed[key] = np.array(
-            [((i * dd * hp + j * dh) * wp_ + k * dwl) * cp
-             for i in range(kd) for j in range(kh) for k in range(kw)], dtype=np.intp)
+        if phases:      # tap (j, k) in plane ((j dh) % sh, (k dw) % sw), shifted by the quotients
+            taps = np.array(
+                [((((j * dh) % sh * sw + (k * dwl) % sw) * hq + (j * dh) // sh) * wq
+                  + (k * dwl) // sw) * cp for j in range(kh) for k in range(kw)], dtype=np.intp)
+        else:
+            taps = np.array(
+                [((i * dd * hp + j * dh) * wp_ + k * dwl) * cp
+                 for i in range(kd) for j in range(kh) for k in range(kw)], dtype=np.intp)
+        packed[key] = taps
     out = qops_empty(np, (n, od, oh, ow, o), np.uint8)
     a.xp = f.xp
-    a.Dp, a.Hp, a.Wp, a.Cp = dp, hp, wp_, cp
+    if phases:
+        a.Dp, a.Hp, a.Wp, a.Cp = sh * sw, hq, wq, cp
+    else:
+        a.Dp, a.Hp, a.Wp, a.Cp = dp, hp, wp_, cp
     a.sd, a.sh, a.sw = sd, sh, sw
     keep = _nhwc_tiles_args(&a, packed, wb, taps, od, oh, ow, cp, len(taps), bias_term,
                             multiplier, x_zero_point, out_zero_point, relu, out)
     cdef int fill_threads = qops_threads_for(rows * wp_ * cp, 1 << 16)
     cdef int nthreads = qops_threads_for(orows * ow * o * c * len(taps), GRAIN)
     cdef Py_ssize_t i, items = qconv_flat_items(&a, n)
-    cdef bint flat = route == "amx_flat"
     if flat:
         nthreads = min(nthreads, items)
     with nogil:
-        for i in prange(fill_threads, schedule="static", num_threads=fill_threads):
-            qconv_nhwc_fill(&f, rows * i // fill_threads, rows * (i + 1) // fill_threads)
+        if phases:
+            for i in prange(fill_threads, schedule="static", num_threads=fill_threads):
+                qconv_nhwc_fill_phases(&f, psh, psw, hq, wq, prows * i // fill_threads,
+                                       prows * (i + 1) // fill_threads)
+        else:
+            for i in prange(fill_threads, schedule="static", num_threads=fill_threads):
+                qconv_nhwc_fill(&f, rows * i // fill_threads, rows * (i + 1) // fill_threads)
         if flat:
             # contiguous items per thread: a thread's chunks share their weight pairs
             for i in prange(nthreads, schedule="static", num_threads=nthreads):

@@ -7,6 +7,7 @@
     && __GNUC__ >= 11
 #include <stdint.h>
 #include <string.h>
+#include <stdlib.h>
 #include <cpuid.h>
 #include <unistd.h>
 #include <sys/syscall.h>
@@ -22,9 +23,13 @@ typedef struct {
 } qops_tilecfg;
 
 /* 1 when this CPU has AMX-TILE and AMX-INT8 and the kernel let this process use the tile
- * registers (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, 18: the permission is per process). */
+ * registers (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, 18: the permission is per process),
+ * unless the environment variable QOPS_AMX is "0": then conv and linear run the AVX-512 VNNI
+ * kernels, as on a CPU without AMX (how an AMX machine measures that tier). */
 static int qops_amx_request(void) {
     unsigned int eax, ebx, ecx, edx;
+    const char *off = getenv("QOPS_AMX");
+    if (off && off[0] == '0' && off[1] == 0) return 0;
     if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return 0;
     if (!((edx >> 24) & 1) || !((edx >> 25) & 1)) return 0;
     return syscall(SYS_arch_prctl, 0x1023, 18) == 0;

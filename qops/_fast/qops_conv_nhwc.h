@@ -66,6 +66,45 @@ static void qconv_nhwc_fill(const qconv_nhwc_fill_args *f, ptrdiff_t r0, ptrdiff
     }
 }
 
+/* Strided 2-D convs run the flat kernel too, on the padded input split by the stride into
+ * sh x sw phase planes of Hq x Wq pixels: plane (py, px) holds padded pixels (i sh + py,
+ * j sw + px). Output pixel (oh, ow)'s tap (kh, kw) then lies in plane (kh % sh, kw % sw) at
+ * (oh + kh / sh, ow + kw / sw) (kh, kw dilated): a stride-1 read of that plane, so the
+ * flat kernel runs with the planes as its depth slices (Dp = sh sw, OD = 1) and the tap
+ * offsets saying where each tap reads. Rows [r0, r1) of the N sh sw Hq phase rows. */
+static void qconv_nhwc_fill_phases(const qconv_nhwc_fill_args *f, ptrdiff_t sh, ptrdiff_t sw,
+                                   ptrdiff_t Hq, ptrdiff_t Wq, ptrdiff_t r0, ptrdiff_t r1) {
+    const ptrdiff_t C = f->C, Cp = f->Cp;
+    for (ptrdiff_t r = r0; r < r1; r++) {
+        const ptrdiff_t i = r % Hq, ph = r / Hq, n = ph / (sh * sw), px = ph % sw, py = (ph / sw) % sh;
+        uint8_t *dst = f->xp + r * Wq * Cp;
+        const ptrdiff_t h = i * sh + py - f->ph;
+        if (h < 0 || h >= f->H) {
+            memset(dst, f->xz, (size_t)(Wq * Cp));
+            continue;
+        }
+        const uint8_t *src = f->x + (n * f->H + h) * f->W * C;
+        for (ptrdiff_t j = 0; j < Wq; j++, dst += Cp) {
+            const ptrdiff_t w = j * sw + px - f->pw;
+            if (w < 0 || w >= f->W) {
+                memset(dst, f->xz, (size_t)Cp);
+                continue;
+            }
+#ifdef QCONV_VNNI
+            /* channels past C meet zero weights (see qconv_nhwc_fill) */
+            for (ptrdiff_t k = 0; k < Cp; k += 64) {
+                const __mmask64 m = C - k >= 64 ? ~(__mmask64)0 : C - k <= 0 ? 0
+                                  : ((__mmask64)1 << (C - k)) - 1;
+                _mm512_storeu_si512((void *)(dst + k), _mm512_maskz_loadu_epi8(m, src + w * C + k));
+            }
+#else
+            memcpy(dst, src + w * C, (size_t)C);
+            memset(dst + C, f->xz, (size_t)(Cp - C));
+#endif
+        }
+    }
+}
+
 typedef struct {
     const uint8_t *xp;                 /* padded input (N, Dp, Hp, Wp, Cp) */
     ptrdiff_t Dp, Hp, Wp, Cp;
