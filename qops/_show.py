@@ -105,8 +105,9 @@ def _cl_conv_kernel(fast):
     conv = fast.load("conv")
     ungrouped = ("AMX tiles (im2col rows below 32 channels)" if conv._MODE[0] == 2
                  else "the conv kernel, C-order result")
-    if getattr(conv, "_AVX2", False) and conv._MODE[0] == 1:
-        ungrouped = ("AVX2 GEMM core (1x1 as it lies; im2col rows on small grids), "
+    if getattr(conv, "_GEMM", [False])[0] and conv._MODE[0] == 1:
+        core = "AVX2" if getattr(conv, "_AVX2", False) else "AVX-512 VNNI"
+        ungrouped = (f"{core} GEMM core (1x1 as it lies; im2col rows on small grids), "
                      "else the conv kernel, C-order result")
     depthwise = "a C-order copy"
     if conv._DWCL and conv._MODE[0] >= 1:

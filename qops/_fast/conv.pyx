@@ -277,6 +277,11 @@ cdef extern from "qops_conv_im2col.h" nogil:
 
 
 _AVX2 = bool(qconv_avx2_build())
+# the GEMM-core routes (gemm_1x1, gemm_im2col and their C-order forms) at the SIMD tier:
+# AVX2 builds, and AVX-512 VNNI builds where AMX is off or absent (a list: tests switch it).
+# With VNNI they beat the planes kernel on channels-last inputs 1.2-3.3x (Intel Xeon, AMX
+# off, 1 thread: 3x3 512 on 7x7 1257 -> 459 us, 1x1 768->192 on 17x17 562 -> 150).
+_GEMM = [_AVX2 or qconv_best_mode() >= 1]
 _DWCL = bool(qconv_dwcl_available())
 _DWCL2 = bool(qconv_dwcl2_available())
 
@@ -337,7 +342,7 @@ def _built_here(name):
     if name.startswith("conv_cl.amx") or name in ("conv.planes.amx", "conv.amx_through_cl"):
         return _AMX
     if name.startswith("conv_cl.gemm") or name.startswith("conv.gemm"):
-        return _AVX2
+        return _AVX2 or qconv_best_mode() >= 1
     if name in ("conv.planes.simd", "conv.dw_rows"):
         return qconv_best_mode() >= 1
     if name == "conv.planes.portable":     # SIMD builds take it only when told (_set_mode)
@@ -648,8 +653,10 @@ _FEW_C_MIN_K = 64
 _FEW_C_MIN_K_CL = 16
 # C-order convs with this many channels and more than one tap (K >= 128) also run on
 # im2col rows of a channels-last copy: the copy costs less than the planes kernel loses
-# (1 thread, Zen 3: 3x3 at 7x7 to 56x56 grids, 16 to 512 channels)
-_C_ORDER_GEMM_MIN_C = 16
+# (1 thread, Zen 3: 3x3 at 7x7 to 56x56 grids, 16 to 512 channels). AVX-512 VNNI planes
+# hold their own below 32 channels (Intel Xeon, AMX off: 16->16 3x3 at 112x112 209 us on the
+# planes, 340 through the copy; 32 and 48 channels within 10% either way).
+_C_ORDER_GEMM_MIN_C = 16 if _AVX2 else 32
 # C-order depthwise convs (16+ channels, AVX2) on planes up to this many pixels, or strided,
 # run channels last through a copy: per channel the planes kernel's fixed costs outweigh its
 # work on small planes
@@ -860,7 +867,7 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
             if ow < 0.85 * ((ow + 31) // 32 * 32):
                 return "amx_flat"
         return "amx_padded"
-    if (_MODE[0] != 1 or not _AVX2 or packed["kind"] != "grouped" or groups != 1
+    if (_MODE[0] != 1 or not _GEMM[0] or packed["kind"] != "grouped" or groups != 1
             or x.size == 0 or not _finite(bias_term) or not _finite(multiplier)):
         return "planes"
     if ((kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1) and tuple(padding) == (0, 0, 0)
@@ -1080,13 +1087,13 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     sw = stride[2]
     od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
     k = kd * kh * kw * c
-    if (not dw and _MODE[0] == 1 and _AVX2 and groups == 1 and packed["kind"] == "grouped"
+    if (not dw and _MODE[0] == 1 and _GEMM[0] and groups == 1 and packed["kind"] == "grouped"
             and d * h * wdt == 1 and (kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1)
             and tuple(padding) == (0, 0, 0) and _GEMM_MIN_C <= c <= _GEMM_MAX_K
             and n > 0 and x.flags.c_contiguous and bias_term is not None
             and _finite(bias_term) and _finite(multiplier)):
         return "gemm_1x1", mode, 0
-    gemm_ok = (not dw and _MODE[0] == 1 and _AVX2 and groups == 1
+    gemm_ok = (not dw and _MODE[0] == 1 and _GEMM[0] and groups == 1
                and packed["kind"] == "grouped" and n * od * oh * ow > 0
                and bias_term is not None and _finite(bias_term) and _finite(multiplier))
     if (gemm_ok and (kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1)
