@@ -686,3 +686,33 @@ def test_few_channel_gemm_route_equals_ref(monkeypatch, n, c, o, k, stride, padd
         np.testing.assert_array_equal(got, want)
     if _fast.ISA == "avx2" and c > 1:          # (one channel: the same memory as C order)
         assert cl_routes == ["gemm_im2col", "gemm_im2col"]
+
+
+@pytest.mark.parametrize("flat", [True, False])
+def test_unpadded_channels_last_convs_read_the_input_in_place(flat):
+    # AMX: with no padding and whole 64-byte pixels the padded-copy kernels read the input as
+    # it lies, and the last image's rows whose tiles read past its end run on a copy of them
+    # (conv_cl, 'direct'); with the flat route off every size goes through that path
+    from qops._fast import load
+    kernels = load("conv")
+    rng = np.random.default_rng(11)
+    was = getattr(kernels, "_AMX_FLAT", [True])[0]
+    if hasattr(kernels, "_AMX_FLAT"):
+        kernels._AMX_FLAT[0] = flat
+    try:
+        for n, c, o, k, s, d, h, w in [(1, 64, 33, 1, 1, 1, 7, 9), (3, 128, 16, 3, 1, 1, 5, 37),
+                                       (2, 64, 64, 2, 2, 1, 9, 40), (1, 192, 17, 3, 1, 2, 6, 61),
+                                       (2, 64, 48, 1, 1, 1, 56, 56), (1, 64, 16, 3, 2, 1, 11, 3)]:
+            data = rng.integers(0, 256, (n, h, w, c)).astype(np.uint8)
+            x = qops.make_per_tensor_quantized_tensor(data, 0.05, 7).permute(0, 3, 1, 2)
+            wq = qops.quantize_per_channel(rng.normal(0, 0.1, (o, c, k, k)).astype(np.float32),
+                                           np.full(o, 0.002), np.zeros(o, int), 0, qops.qint8)
+            b = rng.normal(0, 1, o).astype(np.float32)
+            kw = dict(stride=s, dilation=d, scale=0.3, zero_point=5)
+            with qops.backend("ref"):
+                want = F.conv2d(x, wq, b, **kw)
+            with qops.backend("fast"):
+                assert F.conv2d(x, wq, b, **kw).equal(want), (n, c, o, k, s, d, h, w)
+    finally:
+        if hasattr(kernels, "_AMX_FLAT"):
+            kernels._AMX_FLAT[0] = was

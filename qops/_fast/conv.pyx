@@ -957,6 +957,26 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     # slack past the end: the last pixel tiles read up to 32 strided pixels past a row (and
     # flat tiles up to 32 pixels and a row of taps past the image)
     size = prows * wq * cp if phases else rows * wp_ * cp
+    # no padding and whole 64-byte pixels (2-D): the input is the padded buffer as it lies
+    # (the copy cost as much as the products of a 1x1 256->64 conv at batch 8); the last
+    # image's trailing output rows whose tiles read past the input's end run on a copy of
+    # its last rows with slack ("tail" rows)
+    cdef bint direct = (route == "amx_padded" and not (pd or ph or pw) and cp == c and d == 1
+                        and n > 0)
+    cdef Py_ssize_t tail_rows = 0, oh0 = oh
+    if direct:
+        last = ((oh - 1) * sh + (kh - 1) * dh) * wdt + ((ow + 31) // 32 * 32 - 1) * sw \
+            + (kw - 1) * dwl + 1                   # pixels the last output row reads
+        direct = last - h * wdt <= h * wdt         # other images' overshoot stays in the next
+    if direct:
+        while oh0 > 0 and ((oh0 - 1) * sh + (kh - 1) * dh) * wdt \
+                + ((ow + 31) // 32 * 32 - 1) * sw + (kw - 1) * dwl + 1 > h * wdt:
+            oh0 -= 1
+        tail_rows = oh - oh0
+        if tail_rows:
+            tail = np.zeros((max(last, h * wdt) - oh0 * sh * wdt) * c + 64, np.uint8)
+            tail[:(h - oh0 * sh) * wdt * c] = x[n - 1, 0, oh0 * sh:].reshape(-1)
+        size = 0
     xpad = qops_empty(np, (size + (32 * sw + wp_ + 64) * cp,), np.uint8)
     f.x = <const uint8_t*>qops_ptr(x)
     f.N, f.D, f.H, f.W, f.C = n, d, h, wdt, c
@@ -986,7 +1006,16 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     a.sd, a.sh, a.sw = sd, sh, sw
     keep = _nhwc_tiles_args(&a, packed, wb, taps, od, oh, ow, cp, len(taps), bias_term,
                             multiplier, x_zero_point, out_zero_point, relu, out)
+    cdef qconv_nhwc_args at = a
+    if direct:
+        a.xp = f.x
+        if tail_rows:       # rows [oh0, oh) of the last image, on the tail copy
+            at.xp = <const uint8_t*>qops_ptr(tail)
+            at.OD, at.OH = 1, tail_rows
+            at.out = a.out + <Py_ssize_t>(((n - 1) * oh + oh0) * ow * o)
     cdef int fill_threads = qops_threads_for(rows * wp_ * cp, 1 << 16)
+    if direct:
+        fill_threads = 0
     cdef int nthreads = qops_threads_for(orows * ow * o * c * len(taps), GRAIN)
     cdef Py_ssize_t i, items = qconv_flat_items(&a, n)
     if flat:
@@ -996,13 +1025,19 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
             for i in prange(fill_threads, schedule="static", num_threads=fill_threads):
                 qconv_nhwc_fill_phases(&f, psh, psw, hq, wq, prows * i // fill_threads,
                                        prows * (i + 1) // fill_threads)
-        else:
+        elif not direct:
             for i in prange(fill_threads, schedule="static", num_threads=fill_threads):
                 qconv_nhwc_fill(&f, rows * i // fill_threads, rows * (i + 1) // fill_threads)
         if flat:
             # contiguous items per thread: a thread's chunks share their weight pairs
             for i in prange(nthreads, schedule="static", num_threads=nthreads):
                 qconv_nhwc_amx_flat(&a, items * i // nthreads, items * (i + 1) // nthreads)
+        elif direct:
+            for i in prange(nthreads, schedule="static", num_threads=nthreads):
+                qconv_nhwc_amx(&a, (orows - tail_rows) * i // nthreads,
+                               (orows - tail_rows) * (i + 1) // nthreads)
+            if tail_rows:
+                qconv_nhwc_amx(&at, 0, tail_rows)
         else:
             # whole output rows per thread, contiguous (each keeps its weight blocks in L1)
             for i in prange(nthreads, schedule="static", num_threads=nthreads):
