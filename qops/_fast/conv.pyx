@@ -314,8 +314,8 @@ ROUTES = {r.name: r for r in [
     Route("conv_cl.gemm_im2col", "qconv_i2c_gemm (im2col rows and the GEMM core, fused)",
           "qops_conv_im2col.h"),
     Route("conv_cl.planes", "conv's planes kernel on the same memory", "conv.pyx"),
-    Route("conv.amx_through_cl", "tiled transpose, then qconv_nhwc_amx_im2col (AMX tiles on "
-          "im2col rows)", "qops_conv_nhwc.h"),
+    Route("conv.amx_through_cl", "a channels-last copy, then conv_cl's AMX tiles",
+          "qops_conv_nhwc.h"),
     Route("conv.dw_through_nhwc", "transposes around qconv_dwcl_rows (AVX-512 VNNI)",
           "qops_conv_nhwc.h"),
     Route("conv.dw_rows", "qconv_dwr_channel (one channel per work item)",
@@ -1106,10 +1106,11 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     1 on large planes the transposes cost more than they save).
     'dw_rows': other depthwise convs at stride 1 along W with KW <= 4 whose padded rows fit
     the row buffer: qconv_dwr_channel, one channel per work item.
-    'amx_through_cl': ungrouped, symmetric weights, under 32 input channels and 32+ output
-    channels (3->16 stems ran 15% slower this way), AMX: transposed
-    to channels last, then conv_cl's im2col rows on the tiles, the result channels last (an
-    RGB stem 7x7/2 3->64 at 224x224: 920 us on the planes' SIMD tier, 360 this way).
+    'amx_through_cl': ungrouped, symmetric weights, 32+ output channels, AMX: transposed to
+    channels last, then conv_cl's tiles (im2col rows under 32 input channels), the result
+    channels last: 1.3-3x over the planes' AMX tier with both copies (1 thread: an RGB stem
+    7x7/2 3->64 at 224x224 890 -> 430 us, 3x3 512 on 7x7 501 -> 170, 3x3 64 on 56x56
+    198 -> 141); 3->16 stems ran 15% slower this way.
     'planes.<tier>': everything else; AMX tiles pay off from 16 input channels per group
     (fewer go to the SIMD tier).
     """
@@ -1152,7 +1153,7 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
         if (d + 2 * pd) * (h + 2 * ph) * qconv_dwr_rowpix(owp, dilation[2]) * 4 <= (1 << 20):
             return "dw_rows", mode, owp
     if (not dw and _MODE[0] == 2 and groups == 1 and packed["kind"] == "grouped"
-            and packed["symmetric"] and c < _NHWC_MIN_C and o >= 32 and n * od * oh * ow > 0):
+            and packed["symmetric"] and o >= 32 and n * od * oh * ow > 0):
         return "amx_through_cl", mode, 0
     if mode == 2 and ("wa" not in packed or packed["Kc"] < _AMX_MIN_KC[0]):
         mode = qconv_best_mode()
@@ -1200,8 +1201,8 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
         return y.transpose(0, 4, 1, 2, 3)
     if route == "amx_through_cl":
         xc = _transposed(np.ascontiguousarray(x).reshape(n, c, -1), (n, d, h, wdt, c))
-        y = _conv_cl_im2col(xc, packed, x_zero_point, bias_term, multiplier, out_zero_point,
-                            relu, stride, padding, dilation)
+        y = conv_cl(xc, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
+                    stride, padding, dilation, groups)
         return y.transpose(0, 4, 1, 2, 3)
     if route == "dw_through_nhwc":
         return _dw_through_nhwc(x, packed, x_zero_point, bias_term, multiplier, out_zero_point,

@@ -133,6 +133,32 @@ typedef struct {
 } qconv_im2col_args;
 
 #ifdef QCONV_AMX
+/* C tiles 0-1 (and 2-3 when `two`) = the sums over every tap and 64-channel chunk of the
+ * 32 pixels at xb (16 a tile, `pstride` bytes apart) times the weight blocks at w0 (and w1):
+ * A tiles 4-5, B tiles 6-7, the tiles configured by the caller. */
+__attribute__((target("amx-tile,amx-int8"))) static inline void
+qconv_nhwc_tiles_2x2(const qconv_nhwc_args *a, const uint8_t *xb, ptrdiff_t pstride,
+                     const int8_t *w0, const int8_t *w1, int two) {
+    const int ntaps = a->ntaps, nch = a->nch;
+    _tile_zero(0); _tile_zero(1);
+    if (two) { _tile_zero(2); _tile_zero(3); }
+    for (int t = 0; t < ntaps; t++) {
+        const uint8_t *xt = xb + a->toff[t];
+        for (int k = 0; k < nch; k++, w0 += 1024, w1 += 1024) {
+            _tile_loadd(6, w0, 64);
+            _tile_loadd(4, xt + 64 * k, pstride);
+            _tile_dpbusd(0, 4, 6);
+            _tile_loadd(5, xt + 64 * k + 16 * pstride, pstride);
+            _tile_dpbusd(1, 5, 6);
+            if (two) {
+                _tile_loadd(7, w1, 64);
+                _tile_dpbusd(2, 4, 7);
+                _tile_dpbusd(3, 5, 7);
+            }
+        }
+    }
+}
+
 /* One output row: tiles of 32 pixels at xrow (a pixel every sw * Cp bytes), output pixels at
  * orow; the tiles configured by the caller, buf 1 KB of scratch. */
 __attribute__((target("amx-tile,amx-int8"))) static inline void
@@ -141,30 +167,13 @@ qconv_nhwc_amx_row(const qconv_nhwc_args *a, const uint8_t *xrow, uint8_t *orow,
     const __m512i ozp = _mm512_set1_epi32(a->ozp);
     const ptrdiff_t pstride = a->sw * a->Cp;           /* bytes between a tile's pixel rows */
     const ptrdiff_t wblk = (ptrdiff_t)a->ntaps * a->nch * 1024;
-    const int ntaps = a->ntaps, nch = a->nch;
     for (int ob = 0; ob < a->nob; ob += 2) {
         const int two = ob + 1 < a->nob;
         for (ptrdiff_t ow = 0; ow < a->OW; ow += 32) {
             const int nv = (int)(a->OW - ow < 32 ? a->OW - ow : 32);
             const uint8_t *xb = xrow + ow * pstride;
             const int8_t *w0 = a->wb + ob * wblk, *w1 = w0 + wblk;
-            _tile_zero(0); _tile_zero(1);
-            if (two) { _tile_zero(2); _tile_zero(3); }
-            for (int t = 0; t < ntaps; t++) {
-                const uint8_t *xt = xb + a->toff[t];
-                for (int k = 0; k < nch; k++, w0 += 1024, w1 += 1024) {
-                    _tile_loadd(6, w0, 64);
-                    _tile_loadd(4, xt + 64 * k, pstride);
-                    _tile_dpbusd(0, 4, 6);
-                    _tile_loadd(5, xt + 64 * k + 16 * pstride, pstride);
-                    _tile_dpbusd(1, 5, 6);
-                    if (two) {
-                        _tile_loadd(7, w1, 64);
-                        _tile_dpbusd(2, 4, 7);
-                        _tile_dpbusd(3, 5, 7);
-                    }
-                }
-            }
+            qconv_nhwc_tiles_2x2(a, xb, pstride, w0, w1, two);
             for (int b = 0; b < 1 + two; b++) {
                 const ptrdiff_t oc = (ptrdiff_t)(ob + b) * 16;
                 const int noc = (int)(a->O - oc < 16 ? a->O - oc : 16);
@@ -307,7 +316,6 @@ qconv_nhwc_amx_flat(const qconv_nhwc_args *a, ptrdiff_t i0, ptrdiff_t i1) {
     const ptrdiff_t chunks = (span + QCONV_FLAT_CHUNK - 1) / QCONV_FLAT_CHUNK;
     const ptrdiff_t img = a->Dp * a->Hp * a->Wp * a->Cp, Cp = a->Cp, HWp = a->Hp * a->Wp;
     const ptrdiff_t wblk = (ptrdiff_t)a->ntaps * a->nch * 1024;
-    const int ntaps = a->ntaps, nch = a->nch;
     qconv_nhwc_tiles();
     for (ptrdiff_t item = i0; item < i1; item++) {
         const ptrdiff_t ob = 2 * (item % npair), ch = (item / npair) % chunks;
@@ -318,23 +326,7 @@ qconv_nhwc_amx_flat(const qconv_nhwc_args *a, ptrdiff_t i0, ptrdiff_t i1) {
         for (ptrdiff_t j = ch * QCONV_FLAT_CHUNK; j < j1; j += 32) {
             const uint8_t *xb = a->xp + n * img + j * Cp;
             const int8_t *w0 = a->wb + ob * wblk, *w1 = w0 + wblk;
-            _tile_zero(0); _tile_zero(1);
-            if (two) { _tile_zero(2); _tile_zero(3); }
-            for (int t = 0; t < ntaps; t++) {
-                const uint8_t *xt = xb + a->toff[t];
-                for (int k = 0; k < nch; k++, w0 += 1024, w1 += 1024) {
-                    _tile_loadd(6, w0, 64);
-                    _tile_loadd(4, xt + 64 * k, Cp);
-                    _tile_dpbusd(0, 4, 6);
-                    _tile_loadd(5, xt + 64 * k + 16 * Cp, Cp);
-                    _tile_dpbusd(1, 5, 6);
-                    if (two) {
-                        _tile_loadd(7, w1, 64);
-                        _tile_dpbusd(2, 4, 7);
-                        _tile_dpbusd(3, 5, 7);
-                    }
-                }
-            }
+            qconv_nhwc_tiles_2x2(a, xb, Cp, w0, w1, two);
             for (int b = 0; b < 1 + two; b++) {
                 const ptrdiff_t oc = (ob + b) * 16;
                 const int noc = (int)(a->O - oc < 16 ? a->O - oc : 16);

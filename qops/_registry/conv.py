@@ -245,6 +245,16 @@ def _torch(nd, relu):
 DW_FBGEMM_MAX = 32
 
 
+def _within_one(case, ours, theirs, share):
+    """Equal qparams; raw values within 1, on at most `share` of them."""
+    assert ours[0] == theirs[0] and ours[3:] == theirs[3:], "qparams differ"
+    a, b = ours[2].astype(np.int32), theirs[2].astype(np.int32)
+    assert a.shape == b.shape, f"shape {a.shape} vs {b.shape}"
+    diff = np.abs(a - b)
+    assert diff.size == 0 or (diff.max() <= 1 and (diff > 0).mean() <= share), \
+        f"{case.label}: {int((diff > 0).sum())} of {diff.size} differ, max {diff.max()}"
+
+
 def _compare(case, ours, theirs):
     x, w = case.args
     if (_engine(case) == "fbgemm" and _is_depthwise(w, case.kwargs.get("groups", 1))
@@ -260,25 +270,13 @@ def _compare(case, ours, theirs):
         # path of docs/semantics.md §8: a value within rounding of a .5 tie can land on the
         # other side (seen: 1 output of 1377, 105.49999 before the zero point). Allowed: +-1
         # on at most 1% of the outputs; everything else exact.
-        assert ours[0] == theirs[0] and ours[3:] == theirs[3:], "qparams differ"
-        a, b = ours[2].astype(np.int32), theirs[2].astype(np.int32)
-        assert a.shape == b.shape, f"shape {a.shape} vs {b.shape}"
-        diff = np.abs(a - b)
-        assert diff.size == 0 or (diff.max() <= 1 and (diff > 0).mean() <= 0.01), \
-            f"{case.label}: {int((diff > 0).sum())} of {diff.size} differ, max {diff.max()}"
-        return
+        return _within_one(case, ours, theirs, 0.01)
     if _engine(case) == "onednn":
         # oneDNN requantizes in float32 steps of its own order: now and then a value within
         # rounding of a .5 tie lands on the other side (docs/semantics.md §8; measured on an
         # Intel AVX-512 CPU: 1 output of 11,664 in a channels-last 3-D depthwise case).
         # Allowed: +-1 on at most 0.1% of the outputs.
-        assert ours[0] == theirs[0] and ours[3:] == theirs[3:], "qparams differ"
-        a, b = ours[2].astype(np.int32), theirs[2].astype(np.int32)
-        assert a.shape == b.shape, f"shape {a.shape} vs {b.shape}"
-        diff = np.abs(a - b)
-        assert diff.size == 0 or (diff.max() <= 1 and (diff > 0).mean() <= 0.001), \
-            f"{case.label}: {int((diff > 0).sum())} of {diff.size} differ, max {diff.max()}"
-        return
+        return _within_one(case, ours, theirs, 0.001)
     u.assert_same(ours, theirs, f"{case.label}: ref vs PyTorch")
 
 
