@@ -159,6 +159,17 @@ qconv_nhwc_tiles_2x2(const qconv_nhwc_args *a, const uint8_t *xb, ptrdiff_t pstr
     }
 }
 
+/* The requantization constants of the 16-channel block at oc (noc real channels): the
+ * zero-point correction xz * kzw, the bias terms and the multipliers. */
+__attribute__((target("amx-tile,amx-int8"))) static inline void
+qconv_nhwc_block(const qconv_nhwc_args *a, ptrdiff_t oc, int noc, __m512i *corr, __m512 *bt,
+                 __m512 *mu) {
+    const __mmask16 m = (__mmask16)((1u << noc) - 1);
+    *corr = _mm512_mullo_epi32(_mm512_set1_epi32(a->xz), _mm512_maskz_loadu_epi32(m, a->kzw + oc));
+    *bt = _mm512_maskz_loadu_ps(m, a->bterm + oc);
+    *mu = _mm512_maskz_loadu_ps(m, a->mult + oc);
+}
+
 /* One output row: tiles of 32 pixels at xrow (a pixel every sw * Cp bytes), output pixels at
  * orow; the tiles configured by the caller, buf 1 KB of scratch. */
 __attribute__((target("amx-tile,amx-int8"))) static inline void
@@ -177,11 +188,9 @@ qconv_nhwc_amx_row(const qconv_nhwc_args *a, const uint8_t *xrow, uint8_t *orow,
             for (int b = 0; b < 1 + two; b++) {
                 const ptrdiff_t oc = (ptrdiff_t)(ob + b) * 16;
                 const int noc = (int)(a->O - oc < 16 ? a->O - oc : 16);
-                const __mmask16 m = (__mmask16)((1u << noc) - 1);
-                const __m512i corr = _mm512_mullo_epi32(_mm512_set1_epi32(a->xz),
-                                                        _mm512_maskz_loadu_epi32(m, a->kzw + oc));
-                const __m512 bt = _mm512_maskz_loadu_ps(m, a->bterm + oc);
-                const __m512 mu = _mm512_maskz_loadu_ps(m, a->mult + oc);
+                __m512i corr;
+                __m512 bt, mu;
+                qconv_nhwc_block(a, oc, noc, &corr, &bt, &mu);
                 for (int p = 0; p < 2; p++) {
                     if (16 * p >= nv) break;
                     qops_tile_store_acc(2 * b + p, buf);
@@ -328,13 +337,11 @@ qconv_nhwc_amx_flat(const qconv_nhwc_args *a, ptrdiff_t i0, ptrdiff_t i1) {
             const int8_t *w0 = a->wb + ob * wblk, *w1 = w0 + wblk;
             qconv_nhwc_tiles_2x2(a, xb, Cp, w0, w1, two);
             for (int b = 0; b < 1 + two; b++) {
-                const ptrdiff_t oc = (ob + b) * 16;
+                const ptrdiff_t oc = (ptrdiff_t)(ob + b) * 16;
                 const int noc = (int)(a->O - oc < 16 ? a->O - oc : 16);
-                const __mmask16 m = (__mmask16)((1u << noc) - 1);
-                const __m512i corr = _mm512_mullo_epi32(_mm512_set1_epi32(a->xz),
-                                                        _mm512_maskz_loadu_epi32(m, a->kzw + oc));
-                const __m512 bt = _mm512_maskz_loadu_ps(m, a->bterm + oc);
-                const __m512 mu = _mm512_maskz_loadu_ps(m, a->mult + oc);
+                __m512i corr;
+                __m512 bt, mu;
+                qconv_nhwc_block(a, oc, noc, &corr, &bt, &mu);
                 for (int p = 0; p < 2; p++) {
                     const ptrdiff_t jp = j + 16 * p;
                     if (jp >= j1) break;
