@@ -64,10 +64,16 @@ def _unet(torch):
             return self.head(self.d1(torch.cat([self.u1(y), a], 1)))
 
     from torch.ao.quantization import get_default_qconfig_mapping
-    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
     torch.manual_seed(0)
     x = torch.randn(2, 3, 128, 128)
-    p = prepare_fx(UNet().eval(), get_default_qconfig_mapping("x86"), (x,))
+    return _fx_convert_import(torch, UNet().eval(), get_default_qconfig_mapping("x86"), x)
+
+
+def _fx_convert_import(torch, model, mapping, x):
+    """(PyTorch's graph mode conversion of float `model` with `mapping`, calibrated on x,
+    qops import, import seconds)."""
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+    p = prepare_fx(model, mapping, (x,))
     with torch.no_grad():
         p(x)
     m = convert_fx(p)
@@ -82,22 +88,13 @@ def _fx_torchvision(torch, name, size):
     min/max observers, qops import, import seconds)."""
     import torchvision.models as tvm  # (its package made importable by quantization_models)
     from torch.ao.quantization import get_default_qconfig_mapping
-    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
     tq = torch.ao.quantization
     torch.manual_seed(0)
     m = getattr(tvm, name)(weights=None).eval()
     mapping = get_default_qconfig_mapping("x86").set_global(
         tq.QConfig(activation=tq.MinMaxObserver.with_args(reduce_range=True),
                    weight=tq.get_default_qconfig("x86").weight))
-    x = torch.randn(2, 3, size, size)
-    p = prepare_fx(m, mapping, (x,))
-    with torch.no_grad():
-        p(x)
-    m = convert_fx(p)
-    import qops.nn.quantized as nnq
-    t0 = time.perf_counter()
-    g = nnq.from_torch(m)
-    return m, g, time.perf_counter() - t0
+    return _fx_convert_import(torch, m, mapping, torch.randn(2, 3, size, size))
 
 
 def _encoder_dynamic(torch):

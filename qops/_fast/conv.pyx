@@ -278,9 +278,8 @@ cdef extern from "qops_conv_im2col.h" nogil:
 
 _AVX2 = bool(qconv_avx2_build())
 # the GEMM-core routes (gemm_1x1, gemm_im2col and their C-order forms) at the SIMD tier:
-# AVX2 builds, and AVX-512 VNNI builds where AMX is off or absent (a list: tests switch it).
-# With VNNI they beat the planes kernel on channels-last inputs 1.2-3.3x (Intel Xeon, AMX
-# off, 1 thread: 3x3 512 on 7x7 1257 -> 459 us, 1x1 768->192 on 17x17 562 -> 150).
+# AVX2 builds, and AVX-512 VNNI builds where AMX is off or absent (a list: tests switch it):
+# channels in the vector lanes beat the planes kernel there too, most on small grids.
 _GEMM = [_AVX2 or qconv_best_mode() >= 1]
 _DWCL = bool(qconv_dwcl_available())
 _DWCL2 = bool(qconv_dwcl2_available())
@@ -653,9 +652,8 @@ _FEW_C_MIN_K = 64
 _FEW_C_MIN_K_CL = 16
 # C-order convs with this many channels and more than one tap (K >= 128) also run on
 # im2col rows of a channels-last copy: the copy costs less than the planes kernel loses
-# (1 thread, Zen 3: 3x3 at 7x7 to 56x56 grids, 16 to 512 channels). AVX-512 VNNI planes
-# hold their own below 32 channels (Intel Xeon, AMX off: 16->16 3x3 at 112x112 209 us on the
-# planes, 340 through the copy; 32 and 48 channels within 10% either way).
+# (1 thread, Zen 3: 3x3 at 7x7 to 56x56 grids, 16 to 512 channels). The AVX-512 VNNI
+# planes, four channels a dword, stay ahead of the copy below 32 channels (Intel Xeon).
 _C_ORDER_GEMM_MIN_C = 16 if _AVX2 else 32
 # C-order depthwise convs (16+ channels, AVX2) on planes up to this many pixels, or strided,
 # run channels last through a copy: per channel the planes kernel's fixed costs outweigh its
@@ -860,9 +858,9 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
         if _AMX_FLAT[0] and (tuple(stride) == (1, 1, 1)
                              or (x.shape[1] == 1 and kd == 1 and stride[0] == 1
                                  and padding[0] == 0)):
-            # the row kernel's tiles of 32 pixels hold OW / ceil32(OW) real ones: flat pays
-            # from a fill under 85% (7x7: 2.4x, 14x14: 1.7x faster; at 56 and 28 pixels a row,
-            # 87.5%, the row kernel stays 0-10% ahead)
+            # the row kernel's tiles of 32 pixels hold OW / ceil32(OW) real ones; flat ones
+            # OW / Wp but pay a decode per pixel: flat wins where the row kernel's fill is
+            # under 85% (at 28 and 56 pixels a row, 87.5%, the row kernel stays ahead)
             ow = _out_sizes(x.shape[1:4], packed["kernel"], stride, padding, dilation)[2]
             if ow < 0.85 * ((ow + 31) // 32 * 32):
                 return "amx_flat"
@@ -958,19 +956,21 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     # flat tiles up to 32 pixels and a row of taps past the image)
     size = prows * wq * cp if phases else rows * wp_ * cp
     # no padding and whole 64-byte pixels (2-D): the input is the padded buffer as it lies
-    # (the copy cost as much as the products of a 1x1 256->64 conv at batch 8); the last
-    # image's trailing output rows whose tiles read past the input's end run on a copy of
-    # its last rows with slack ("tail" rows)
+    # (a copy of a large input costs as much as a 1x1 conv's products); the last image's
+    # trailing output rows whose tiles read past the input's end run on a copy of its last
+    # rows with slack ("tail" rows)
     cdef bint direct = (route == "amx_padded" and not (pd or ph or pw) and cp == c and d == 1
                         and n > 0)
     cdef Py_ssize_t tail_rows = 0, oh0 = oh
+
+    def reach(r):       # pixels of an image that output row r's tiles read up to
+        return ((r * sh + (kh - 1) * dh) * wdt + ((ow + 31) // 32 * 32 - 1) * sw
+                + (kw - 1) * dwl + 1)
     if direct:
-        last = ((oh - 1) * sh + (kh - 1) * dh) * wdt + ((ow + 31) // 32 * 32 - 1) * sw \
-            + (kw - 1) * dwl + 1                   # pixels the last output row reads
+        last = reach(oh - 1)
         direct = last - h * wdt <= h * wdt         # other images' overshoot stays in the next
     if direct:
-        while oh0 > 0 and ((oh0 - 1) * sh + (kh - 1) * dh) * wdt \
-                + ((ow + 31) // 32 * 32 - 1) * sw + (kw - 1) * dwl + 1 > h * wdt:
+        while oh0 > 0 and reach(oh0 - 1) > h * wdt:
             oh0 -= 1
         tail_rows = oh - oh0
         if tail_rows:
@@ -1007,15 +1007,14 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     keep = _nhwc_tiles_args(&a, packed, wb, taps, od, oh, ow, cp, len(taps), bias_term,
                             multiplier, x_zero_point, out_zero_point, relu, out)
     cdef qconv_nhwc_args at = a
+    cdef int fill_threads = qops_threads_for(rows * wp_ * cp, 1 << 16)
     if direct:
         a.xp = f.x
+        fill_threads = 0
         if tail_rows:       # rows [oh0, oh) of the last image, on the tail copy
             at.xp = <const uint8_t*>qops_ptr(tail)
             at.OD, at.OH = 1, tail_rows
             at.out = a.out + <Py_ssize_t>(((n - 1) * oh + oh0) * ow * o)
-    cdef int fill_threads = qops_threads_for(rows * wp_ * cp, 1 << 16)
-    if direct:
-        fill_threads = 0
     cdef int nthreads = qops_threads_for(orows * ow * o * c * len(taps), GRAIN)
     cdef Py_ssize_t i, items = qconv_flat_items(&a, n)
     if flat:
@@ -1108,9 +1107,8 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     the row buffer: qconv_dwr_channel, one channel per work item.
     'amx_through_cl': ungrouped, symmetric weights, 32+ output channels, AMX: transposed to
     channels last, then conv_cl's tiles (im2col rows under 32 input channels), the result
-    channels last: 1.3-3x over the planes' AMX tier with both copies (1 thread: an RGB stem
-    7x7/2 3->64 at 224x224 890 -> 430 us, 3x3 512 on 7x7 501 -> 170, 3x3 64 on 56x56
-    198 -> 141); 3->16 stems ran 15% slower this way.
+    channels last: the channels-last tiles beat the planes' AMX tier by more than both
+    copies cost on every shape measured, except 3->16 stems (one 16-channel output block).
     'planes.<tier>': everything else; AMX tiles pay off from 16 input channels per group
     (fewer go to the SIMD tier).
     """

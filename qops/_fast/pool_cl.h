@@ -223,8 +223,8 @@ static void NAME(const T *const *rows, T *restrict out, const qpc_mrow *g) {    
     }                                                                                          \
 }
 #if defined(__AVX2__)
-/* (AVX-512 builds take these too: GCC's generic 64-byte block below ran 1.1-1.6x slower
- * there, 3x3 max pools of 256-832 channels on 7x7-35x35 grids, Intel Xeon, 1 thread.)
+/* (AVX-512 builds take these too: GCC compiles the generic 64-byte block below no better
+ * there.)
  * AVX2, 8-bit, a pixel of a 3x3 window inside the input (3 valid rows, 3 valid taps each):
  * the max of channels [0, C) as straight-line code over the rows' pointers p[0..3) and tap
  * steps 0, s, 2s, by blocks of 64, 32 and 16 bytes and the last channels one by one. The
