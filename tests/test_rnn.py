@@ -227,6 +227,36 @@ def test_fused_layer_equals_per_step(kind, hidden, steps, batch, state):
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+@pytest.mark.parametrize("amx", [True, False])
+def test_fused_layer_amx_gemms_equal_ref(kind, amx):
+    """On AMX CPUs the fused layer's gate GEMMs take AMX tiles where K is a multiple of 64 and
+    16+ rows are multiplied (a batch of 16+, or the input GEMM's steps): both ways give ref's
+    bits, over row tails (batch 20, the input GEMM's 3 steps of 7), both directions, threads."""
+    from qops import _fast
+    if "avx512" not in _fast.ISAS or _fast.ISA != "avx512":
+        pytest.skip("the AMX path is in the avx512 build")
+    kern = _fast.load("rnn")
+    if amx and not kern._AMX:
+        pytest.skip("this CPU has no AMX-INT8")
+    was = kern._amx(amx)
+    try:
+        r = np.random.default_rng(7)
+        for inp, hidden, steps, batch in ((64, 64, 3, 16), (128, 192, 7, 20), (64, 128, 4, 5)):
+            m = reg._layer(kind, inp, hidden, 2, True, False, 13)
+            x = r.standard_normal((steps, batch, inp)).astype(F32)
+            with qops.backend("ref"):
+                want = _flat(m(x))
+            for threads in (1, 2):
+                with qops.backend("fast"), qops.threads(threads):
+                    got = _flat(m(x))
+                for a, b in zip(want, got):
+                    np.testing.assert_array_equal(b, a, strict=True,
+                                                  err_msg=f"{inp} {hidden} {batch} {threads}")
+    finally:
+        kern._amx(was)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 def test_fused_layer_refuses_nonfinite_states(kind):
     m = reg._layer(kind, 4, 6, 1, False, False, 3)
     x = np.zeros((2, 1, 4), F32)

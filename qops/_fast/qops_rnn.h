@@ -84,98 +84,155 @@ static inline void qops_gru_cols_c(const float* gi, ptrdiff_t sgi, const float* 
 
 #if defined(__AVX2__)
 #include <immintrin.h>
-/* The cells with AVX2 intrinsics: the scalar functions' operations lane for lane (a multiply
- * and an add are never fused; min_pd(a, lim) is qops_rnn_min_bits for a >= 0 or NaN; round_pd
- * to nearest is nearbyint), QR_COLS columns at a time as QR_U float64 vectors whose Horner
+/* The cells with intrinsics: the scalar functions' operations lane for lane (a multiply and
+ * an add are never fused; min_pd(a, lim) is qops_rnn_min_bits for a >= 0 or NaN; rounding to
+ * nearest is nearbyint), QR_COLS columns at a time as QR_U float64 vectors whose Horner
  * chains are interleaved. The polynomial is latency-bound: one chain step (multiply, then
- * add) waits ~6 cycles, so GCC's vectorized scalar loops (two chains) leave the FP pipes
- * idle most of the time; eight chains keep them busy (the spilled operands are cheap loads). */
+ * add) waits ~6-8 cycles, so GCC's vectorized scalar loops (two chains) leave the FP pipes
+ * idle most of the time; eight chains keep them busy. AVX-512 builds run the same code on
+ * 512-bit vectors (twice the lanes; its 32 registers also hold the eight chains without
+ * spilling): every operation is exact or correctly rounded per lane, so the two widths give
+ * the same bits. */
+#if defined(__AVX512F__)
+typedef __m512 qr_vf;                /* float32 lanes */
+typedef __m512d qr_vd;               /* float64 lanes */
+#define QR_FL 16
+#define qr_loadu _mm512_loadu_ps
+#define qr_storeu _mm512_storeu_ps
+#define qr_set1 _mm512_set1_ps
+#define qr_addf _mm512_add_ps
+#define qr_subf _mm512_sub_ps
+#define qr_mulf _mm512_mul_ps
+#define qr_divf _mm512_div_ps
+#define qr_minf _mm512_min_ps
+#define qr_maxf _mm512_max_ps
+#define qr_set1d _mm512_set1_pd
+#define qr_addd _mm512_add_pd
+#define qr_subd _mm512_sub_pd
+#define qr_muld _mm512_mul_pd
+#define qr_divd _mm512_div_pd
+#define qr_mind _mm512_min_pd
+#define qr_andd _mm512_and_pd
+#define qr_andnotd _mm512_andnot_pd
+#define qr_ord _mm512_or_pd
+#define qr_xord _mm512_xor_pd
+#define qr_rintd(v) _mm512_roundscale_pd((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+/* 2^n from n + 2^52 + 1023: the low bits shifted into the exponent field */
+#define qr_exp2d(b) _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_castpd_si512(b), 52))
+#define qr_cvt_lo(a) _mm512_cvtps_pd(_mm512_castps512_ps256(a))
+#define qr_cvt_hi(a) _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)))
+#define qr_join(lo, hi) _mm512_castpd_ps(_mm512_insertf64x4(                                \
+        _mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo))),                     \
+        _mm256_castps_pd(_mm512_cvtpd_ps(hi)), 1))
+/* x where x is NaN, else v (qops_rnn_keep_nan) */
+#define qr_keep_nan(x, v) _mm512_mask_blend_ps(_mm512_cmp_ps_mask((x), (x), _CMP_UNORD_Q), (v), (x))
+#else
+typedef __m256 qr_vf;
+typedef __m256d qr_vd;
+#define QR_FL 8
+#define qr_loadu _mm256_loadu_ps
+#define qr_storeu _mm256_storeu_ps
+#define qr_set1 _mm256_set1_ps
+#define qr_addf _mm256_add_ps
+#define qr_subf _mm256_sub_ps
+#define qr_mulf _mm256_mul_ps
+#define qr_divf _mm256_div_ps
+#define qr_minf _mm256_min_ps
+#define qr_maxf _mm256_max_ps
+#define qr_set1d _mm256_set1_pd
+#define qr_addd _mm256_add_pd
+#define qr_subd _mm256_sub_pd
+#define qr_muld _mm256_mul_pd
+#define qr_divd _mm256_div_pd
+#define qr_mind _mm256_min_pd
+#define qr_andd _mm256_and_pd
+#define qr_andnotd _mm256_andnot_pd
+#define qr_ord _mm256_or_pd
+#define qr_xord _mm256_xor_pd
+#define qr_rintd(v) _mm256_round_pd((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define qr_exp2d(b) _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_castpd_si256(b), 52))
+#define qr_cvt_lo(a) _mm256_cvtps_pd(_mm256_castps256_ps128(a))
+#define qr_cvt_hi(a) _mm256_cvtps_pd(_mm256_extractf128_ps((a), 1))
+#define qr_join(lo, hi) _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo))
+#define qr_keep_nan(x, v) _mm256_blendv_ps((v), (x), _mm256_cmp_ps((x), (x), _CMP_UNORD_Q))
+#endif
+
 #ifndef QR_U
 #define QR_U 8                      /* float64 vectors a batch */
 #endif
 #define QR_F (QR_U / 2)             /* float32 vectors a batch */
-#define QR_COLS (8 * QR_F)          /* columns a batch */
+#define QR_COLS (QR_FL * QR_F)      /* columns a batch */
 #define QR_INLINE static inline __attribute__((always_inline))
 
-QR_INLINE void qr_widen(const __m256* a, __m256d* d) {
+QR_INLINE void qr_widen(const qr_vf* a, qr_vd* d) {
     for (int i = 0; i < QR_F; i++) {
-        d[2 * i] = _mm256_cvtps_pd(_mm256_castps256_ps128(a[i]));
-        d[2 * i + 1] = _mm256_cvtps_pd(_mm256_extractf128_ps(a[i], 1));
+        d[2 * i] = qr_cvt_lo(a[i]);
+        d[2 * i + 1] = qr_cvt_hi(a[i]);
     }
 }
 
 /* float32 of the float64 vectors (as the scalar (float) casts) */
-QR_INLINE void qr_narrow(const __m256d* d, __m256* a) {
+QR_INLINE void qr_narrow(const qr_vd* d, qr_vf* a) {
     for (int i = 0; i < QR_F; i++)
-        a[i] = _mm256_set_m128(_mm256_cvtpd_ps(d[2 * i + 1]), _mm256_cvtpd_ps(d[2 * i]));
-}
-
-/* x where x is NaN, else v (qops_rnn_keep_nan) */
-QR_INLINE __m256 qr_keep_nan(__m256 x, __m256 v) {
-    return _mm256_blendv_ps(v, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+        a[i] = qr_join(d[2 * i], d[2 * i + 1]);
 }
 
 /* qops_rnn_exp_parts on QR_U vectors: t = 2^n, pm1 = e^r - 1 */
-QR_INLINE void qr_exp_parts(const __m256d* y, __m256d* t, __m256d* pm1) {
+QR_INLINE void qr_exp_parts(const qr_vd* y, qr_vd* t, qr_vd* pm1) {
     static const double coef[10] = {2.755731922398589e-07, 2.7557319223985893e-06,
                                     2.48015873015873e-05, 0.0001984126984126984,
                                     0.001388888888888889, 0.008333333333333333,
                                     0.041666666666666664, 0.16666666666666666, 0.5, 1.0};
-    __m256d n[QR_U], r[QR_U], p[QR_U];
+    qr_vd n[QR_U], r[QR_U], p[QR_U];
     for (int u = 0; u < QR_U; u++)
-        n[u] = _mm256_round_pd(_mm256_mul_pd(y[u], _mm256_set1_pd(1.4426950408889634)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        n[u] = qr_rintd(qr_muld(y[u], qr_set1d(1.4426950408889634)));
     for (int u = 0; u < QR_U; u++)
-        r[u] = _mm256_sub_pd(
-            _mm256_sub_pd(y[u], _mm256_mul_pd(n[u], _mm256_set1_pd(0.6931471803691238))),
-            _mm256_mul_pd(n[u], _mm256_set1_pd(1.90821492927058770002e-10)));
+        r[u] = qr_subd(qr_subd(y[u], qr_muld(n[u], qr_set1d(0.6931471803691238))),
+                       qr_muld(n[u], qr_set1d(1.90821492927058770002e-10)));
     for (int u = 0; u < QR_U; u++)
-        p[u] = _mm256_set1_pd(2.505210838544172e-08);
+        p[u] = qr_set1d(2.505210838544172e-08);
     for (int k = 0; k < 10; k++)
         for (int u = 0; u < QR_U; u++)
-            p[u] = _mm256_add_pd(_mm256_mul_pd(p[u], r[u]), _mm256_set1_pd(coef[k]));
+            p[u] = qr_addd(qr_muld(p[u], r[u]), qr_set1d(coef[k]));
     for (int u = 0; u < QR_U; u++) {
-        pm1[u] = _mm256_mul_pd(p[u], r[u]);
-        __m256d b = _mm256_add_pd(n[u], _mm256_set1_pd(4503599627371519.0));
-        t[u] = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_castpd_si256(b), 52));
+        pm1[u] = qr_muld(p[u], r[u]);
+        t[u] = qr_exp2d(qr_addd(n[u], qr_set1d(4503599627371519.0)));
     }
 }
 
 /* qops_rnn_sigmoid of QR_COLS floats */
-QR_INLINE void qr_sigmoid(const __m256* x, __m256* out) {
-    const __m256d sign = _mm256_set1_pd(-0.0);
-    __m256d y[QR_U], t[QR_U], pm1[QR_U];
-    __m256 e[QR_F];
+QR_INLINE void qr_sigmoid(const qr_vf* x, qr_vf* out) {
+    const qr_vd sign = qr_set1d(-0.0);
+    qr_vd y[QR_U], t[QR_U], pm1[QR_U];
+    qr_vf e[QR_F];
     qr_widen(x, y);
     for (int u = 0; u < QR_U; u++) {
-        __m256d v = _mm256_xor_pd(y[u], sign);                       /* -x */
-        __m256d m = _mm256_min_pd(_mm256_andnot_pd(sign, v), _mm256_set1_pd(100.0));
-        y[u] = _mm256_or_pd(m, _mm256_and_pd(v, sign));               /* copysign */
+        qr_vd v = qr_xord(y[u], sign);                                 /* -x */
+        qr_vd m = qr_mind(qr_andnotd(sign, v), qr_set1d(100.0));
+        y[u] = qr_ord(m, qr_andd(v, sign));                            /* copysign */
     }
     qr_exp_parts(y, t, pm1);
     for (int u = 0; u < QR_U; u++)
-        y[u] = _mm256_mul_pd(t[u], _mm256_add_pd(_mm256_set1_pd(1.0), pm1[u]));
+        y[u] = qr_muld(t[u], qr_addd(qr_set1d(1.0), pm1[u]));
     qr_narrow(y, e);
-    const __m256 one = _mm256_set1_ps(1.0f);
+    const qr_vf one = qr_set1(1.0f);
     for (int i = 0; i < QR_F; i++)
-        out[i] = qr_keep_nan(x[i], _mm256_div_ps(one, _mm256_add_ps(one, e[i])));
+        out[i] = qr_keep_nan(x[i], qr_divf(one, qr_addf(one, e[i])));
 }
 
 /* qops_rnn_tanh of QR_COLS floats */
-QR_INLINE void qr_tanh(const __m256* x, __m256* out) {
-    const __m256d sign = _mm256_set1_pd(-0.0);
-    __m256d xd[QR_U], y[QR_U], t[QR_U], pm1[QR_U];
-    __m256 v[QR_F];
+QR_INLINE void qr_tanh(const qr_vf* x, qr_vf* out) {
+    const qr_vd sign = qr_set1d(-0.0);
+    qr_vd xd[QR_U], y[QR_U], t[QR_U], pm1[QR_U];
+    qr_vf v[QR_F];
     qr_widen(x, xd);
     for (int u = 0; u < QR_U; u++)
-        y[u] = _mm256_mul_pd(_mm256_set1_pd(-2.0),
-                             _mm256_min_pd(_mm256_andnot_pd(sign, xd[u]), _mm256_set1_pd(20.0)));
+        y[u] = qr_muld(qr_set1d(-2.0), qr_mind(qr_andnotd(sign, xd[u]), qr_set1d(20.0)));
     qr_exp_parts(y, t, pm1);
     for (int u = 0; u < QR_U; u++) {
-        __m256d q = _mm256_add_pd(_mm256_mul_pd(t[u], pm1[u]),
-                                  _mm256_sub_pd(t[u], _mm256_set1_pd(1.0)));
-        __m256d d = _mm256_div_pd(_mm256_xor_pd(q, sign), _mm256_add_pd(q, _mm256_set1_pd(2.0)));
-        y[u] = _mm256_or_pd(_mm256_andnot_pd(sign, d), _mm256_and_pd(xd[u], sign));
+        qr_vd q = qr_addd(qr_muld(t[u], pm1[u]), qr_subd(t[u], qr_set1d(1.0)));
+        qr_vd d = qr_divd(qr_xord(q, sign), qr_addd(q, qr_set1d(2.0)));
+        y[u] = qr_ord(qr_andnotd(sign, d), qr_andd(xd[u], sign));
     }
     qr_narrow(y, v);
     for (int i = 0; i < QR_F; i++)
@@ -183,17 +240,17 @@ QR_INLINE void qr_tanh(const __m256* x, __m256* out) {
 }
 
 /* gh + gi of QR_COLS columns */
-QR_INLINE void qr_gate(const float* gh, const float* gi, __m256* out) {
+QR_INLINE void qr_gate(const float* gh, const float* gi, qr_vf* out) {
     for (int i = 0; i < QR_F; i++)
-        out[i] = _mm256_add_ps(_mm256_loadu_ps(gh + 8 * i), _mm256_loadu_ps(gi + 8 * i));
+        out[i] = qr_addf(qr_loadu(gh + QR_FL * i), qr_loadu(gi + QR_FL * i));
 }
 
 /* the min and max of the vector lanes folded into *lo, *hi */
-QR_INLINE void qr_fold(__m256 vlo, __m256 vhi, float* lo, float* hi) {
-    float a[8], b[8];
-    _mm256_storeu_ps(a, vlo);
-    _mm256_storeu_ps(b, vhi);
-    for (int k = 0; k < 8; k++) {
+QR_INLINE void qr_fold(qr_vf vlo, qr_vf vhi, float* lo, float* hi) {
+    float a[QR_FL], b[QR_FL];
+    qr_storeu(a, vlo);
+    qr_storeu(b, vhi);
+    for (int k = 0; k < QR_FL; k++) {
         *lo = a[k] < *lo ? a[k] : *lo;
         *hi = b[k] > *hi ? b[k] : *hi;
     }
@@ -219,9 +276,9 @@ static inline void qops_lstm_cols(const float* gi, ptrdiff_t sgi, const float* g
     float lo = *mn, hi = *mx;
 #if defined(__AVX2__)
     if (width >= QR_COLS) {
-        __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+        qr_vf vlo = qr_set1(lo), vhi = qr_set1(hi);
         for (; j + QR_COLS <= width; j += QR_COLS) {
-            __m256 x[QR_F], ig[QR_F], fg[QR_F], gg[QR_F], og[QR_F], cn[QR_F];
+            qr_vf x[QR_F], ig[QR_F], fg[QR_F], gg[QR_F], og[QR_F], cn[QR_F];
             qr_gate(gh + j, gi + j, x);
             qr_sigmoid(x, ig);
             qr_gate(gh + sgh + j, gi + sgi + j, x);
@@ -229,18 +286,18 @@ static inline void qops_lstm_cols(const float* gi, ptrdiff_t sgi, const float* g
             qr_gate(gh + 2 * sgh + j, gi + 2 * sgi + j, x);
             qr_tanh(x, gg);
             for (int i = 0; i < QR_F; i++)
-                cn[i] = _mm256_add_ps(_mm256_mul_ps(fg[i], _mm256_loadu_ps(c + j + 8 * i)),
-                                      _mm256_mul_ps(ig[i], gg[i]));
+                cn[i] = qr_addf(qr_mulf(fg[i], qr_loadu(c + j + QR_FL * i)),
+                                      qr_mulf(ig[i], gg[i]));
             qr_gate(gh + 3 * sgh + j, gi + 3 * sgi + j, x);
             qr_sigmoid(x, og);
             for (int i = 0; i < QR_F; i++)
-                _mm256_storeu_ps(c_out + j + 8 * i, cn[i]);
+                qr_storeu(c_out + j + QR_FL * i, cn[i]);
             qr_tanh(cn, gg);
             for (int i = 0; i < QR_F; i++) {
-                __m256 h = _mm256_mul_ps(og[i], gg[i]);
-                _mm256_storeu_ps(h_out + j + 8 * i, h);
-                vlo = _mm256_min_ps(vlo, h);
-                vhi = _mm256_max_ps(vhi, h);
+                qr_vf h = qr_mulf(og[i], gg[i]);
+                qr_storeu(h_out + j + QR_FL * i, h);
+                vlo = qr_minf(vlo, h);
+                vhi = qr_maxf(vhi, h);
             }
         }
         qr_fold(vlo, vhi, &lo, &hi);
@@ -272,24 +329,24 @@ static inline void qops_gru_cols(const float* gi, ptrdiff_t sgi, const float* gh
     float lo = *mn, hi = *mx;
 #if defined(__AVX2__)
     if (width >= QR_COLS) {
-        __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+        qr_vf vlo = qr_set1(lo), vhi = qr_set1(hi);
         for (; j + QR_COLS <= width; j += QR_COLS) {
-            __m256 x[QR_F], rg[QR_F], zg[QR_F], ng[QR_F];
+            qr_vf x[QR_F], rg[QR_F], zg[QR_F], ng[QR_F];
             qr_gate(gh + j, gi + j, x);
             qr_sigmoid(x, rg);
             qr_gate(gh + sgh + j, gi + sgi + j, x);
             qr_sigmoid(x, zg);
             for (int i = 0; i < QR_F; i++) {
-                __m256 hr = _mm256_mul_ps(_mm256_loadu_ps(gh + 2 * sgh + j + 8 * i), rg[i]);
-                x[i] = _mm256_add_ps(_mm256_loadu_ps(gi + 2 * sgi + j + 8 * i), hr);
+                qr_vf hr = qr_mulf(qr_loadu(gh + 2 * sgh + j + QR_FL * i), rg[i]);
+                x[i] = qr_addf(qr_loadu(gi + 2 * sgi + j + QR_FL * i), hr);
             }
             qr_tanh(x, ng);
             for (int i = 0; i < QR_F; i++) {
-                __m256 d = _mm256_sub_ps(_mm256_loadu_ps(h + j + 8 * i), ng[i]);
-                __m256 hn = _mm256_add_ps(_mm256_mul_ps(d, zg[i]), ng[i]);
-                _mm256_storeu_ps(h_out + j + 8 * i, hn);
-                vlo = _mm256_min_ps(vlo, hn);
-                vhi = _mm256_max_ps(vhi, hn);
+                qr_vf d = qr_subf(qr_loadu(h + j + QR_FL * i), ng[i]);
+                qr_vf hn = qr_addf(qr_mulf(d, zg[i]), ng[i]);
+                qr_storeu(h_out + j + QR_FL * i, hn);
+                vlo = qr_minf(vlo, hn);
+                vhi = qr_maxf(vhi, hn);
             }
         }
         qr_fold(vlo, vhi, &lo, &hi);
@@ -319,7 +376,17 @@ static inline void qops_rnn_row(const float* gi, const float* gh, float* h_out, 
             h_out[j] = (s > 0.0f || s != s) ? s : 0.0f;
         }
     } else {
-        for (ptrdiff_t j = 0; j < hs; j++)
+        ptrdiff_t j = 0;
+#if defined(__AVX2__)
+        for (; j + QR_COLS <= hs; j += QR_COLS) {
+            qr_vf x[QR_F], y[QR_F];
+            qr_gate(gh + j, gi + j, x);
+            qr_tanh(x, y);
+            for (int i = 0; i < QR_F; i++)
+                qr_storeu(h_out + j + QR_FL * i, y[i]);
+        }
+#endif
+        for (; j < hs; j++)
             h_out[j] = qops_rnn_tanh(gh[j] + gi[j]);
     }
 }

@@ -77,6 +77,18 @@ def rnn_cell(gi, gh, relu):
 
 from qops._fast._gemm cimport *
 
+# AMX tiles for the gate GEMMs where the CPU grants them (this module's own copy of the GEMM
+# core starts with them off): 16+ rows (the batch, or S steps of it) and K a multiple of 64
+_AMX = bool(qops_gemm_amx(1))
+
+
+def _amx(on=None):
+    """Whether the gate GEMMs take AMX tiles; `on` switches them (tests)."""
+    was = bool(qops_gemm_amx(-1))
+    if on is not None:
+        qops_gemm_amx(1 if on else 0)
+    return was
+
 cdef extern from "qops_rnn.h" nogil:
     void qops_rnn_minmax(const float* x, Py_ssize_t n, float* mn, float* mx)
     void qops_rnn_quantize(const float* x, Py_ssize_t n, float inv, float zpf, uint8_t* q)
