@@ -658,3 +658,58 @@ def test_functional_convs_and_linears_quantized_by_torch_fx_import_exactly(nd):
     with torch.no_grad():
         want = q(x).numpy()
     np.testing.assert_array_equal(imported(x.numpy()), want)
+
+
+def test_values_are_dropped_after_their_last_use():
+    # The graph runner keeps a value only until the last node that reads it: holding all of
+    # them to the end made the peak memory every activation at once, and glibc returned that
+    # heap to the system after each forward (ResNet-50 batch 8 page-faulted ~16,000 times a
+    # forward). Values a later node reads (through a list too) stay; the output stays.
+    import weakref
+
+    from qops.nn._graph import Node, Ref
+
+    class Box:
+        def __init__(self, v):
+            self.v = v
+
+    alive = {}
+
+    class Make(qnn.Module):
+        def __init__(self, name):
+            super().__init__()
+            self.tag = name
+
+        def forward(self, *xs):
+            b = Box(sum(x.v if isinstance(x, Box) else x for x in _flat(xs)))
+            alive[self.tag] = weakref.ref(b)
+            return b
+
+    class Probe(qnn.Module):
+        def forward(self, x):
+            # seen while the graph runs: a, b's last users have run; c is read later
+            seen.append({k: r() is not None for k, r in alive.items()})
+            return x
+
+    def _flat(xs):
+        for x in xs:
+            if isinstance(x, list):
+                yield from _flat(x)
+            else:
+                yield x
+
+    seen = []
+    nodes = [Node("x", "input", "x"),
+             Node("a", "module", "ma", [Ref("x")]),
+             Node("b", "module", "mb", [Ref("a")]),
+             Node("c", "module", "mc", [Ref("b")]),
+             Node("d", "module", "md", [[Ref("c"), Ref("x")]]),
+             Node("p", "module", "probe", [Ref("d")]),
+             Node("e", "module", "me", [Ref("p"), Ref("c")]),
+             Node("output", "output", "output", [Ref("e")])]
+    g = GraphModule(nodes, {"ma": Make("a"), "mb": Make("b"), "mc": Make("c"), "md": Make("d"),
+                            "me": Make("e"), "probe": Probe()})
+    out = g(1.0)
+    assert out.v == 3.0                 # e = d + c = (c + x) + c
+    assert seen == [{"a": False, "b": False, "c": True, "d": True}]
+    assert alive["e"]() is out

@@ -724,6 +724,25 @@ def _walk(x, fn):
     return x
 
 
+def _with_frees(steps, slots):
+    """Each step with the value slots to drop after it: those it used last (and its own value
+    if nothing uses it). Holding every value until the forward returns made the peak memory
+    the sum of all activations, all handed back at once at the end, and glibc then returned
+    that heap to the system, so that each forward page-faulted it in again (ResNet-50 at batch
+    8: ~16,000 faults, a third of its time)."""
+    last = {}
+    for s, (i, _, _, _, node) in enumerate(steps):
+        def note(r, s=s):
+            last[slots[r.name]] = s
+        _walk(node.args, note)
+        _walk(node.kwargs, note)
+        last.setdefault(i, s)
+    frees = [[] for _ in steps]
+    for j, s in last.items():
+        frees[s].append(j)
+    return [step + (tuple(f),) for step, f in zip(steps, frees)]
+
+
 def _has_ref(x):
     found = []
     _walk(x, lambda r: found.append(r))
@@ -867,7 +886,7 @@ class GraphModule(Module):
                 value = self._attr(node.target)
                 fn = (lambda v: (lambda: v))(value)
             steps.append((i, fn, getters, kw, node))
-        return inputs, steps, len(self.nodes)
+        return inputs, _with_frees(steps, slot), len(self.nodes)
 
     def _attr(self, path):
         *parents, leaf = path.split(".")
@@ -913,7 +932,7 @@ class GraphModule(Module):
         if len(args) > len(inputs):
             raise TypeError(f"{self.class_name}.forward() takes {len(inputs)} arguments; "
                             f"got {len(args)}")
-        for i, fn, getters, kw, node in steps:
+        for i, fn, getters, kw, node, frees in steps:
             a = [g(env) for g in getters]
             if fn is None:
                 return a[0]
@@ -928,6 +947,9 @@ class GraphModule(Module):
                                + (f"\n  from {node.where}" if node.where else ""))
                     e._qops_node = True
                 raise
+            del a
+            for j in frees:
+                env[j] = None
         raise RuntimeError("graph has no output node")
 
     def __setattr__(self, name, value):

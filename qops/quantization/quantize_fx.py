@@ -447,11 +447,13 @@ def _value_kinds(model, example_inputs):
         env[i] = example_inputs[k] if k < len(example_inputs) else (
             node.args[0] if node.args else None)
         kinds[node.name] = _kind_of(env[i])
-    for i, fn, getters, kw, node in steps:
+    for i, fn, getters, kw, node, frees in steps:
         if fn is None:
             continue
         env[i] = fn(*[g(env) for g in getters], **{k: g(env) for k, g in kw})
         kinds[node.name] = _kind_of(env[i])
+        for j in frees:
+            env[j] = None
     return kinds
 
 
