@@ -325,6 +325,9 @@ CONV = [
     ("conv_cl.amx_flat", F.conv2d, _conv(1, 40, 17, 5, 1, True)),
     ("conv_cl.gemm_1x1", F.conv2d, _conv(1, 64, 48, 7, 1, True)),
     ("conv_cl.gemm_im2col", F.conv2d, _conv(1, 32, 40, 9, 3, True, stride=2, padding=1)),
+    # 49 rows, 160 output channels: at 2 threads each thread takes a share of the weight
+    # panels (a partial one last) for all rows
+    ("conv_cl.gemm_im2col", F.conv2d, _conv(1, 48, 160, 7, 3, True, padding=1, wzp=1)),
     ("conv_cl.planes", F.conv2d, _conv(1, 8, 8, 9, 3, True, padding=1)),
     ("conv.dw_through_nhwc", F.conv2d, _conv(1, 64, 64, 14, 3, False, groups=64, stride=2)),
     ("conv.dw_rows", F.conv2d, _conv(1, 8, 8, 12, 3, False, groups=8, padding=1)),

@@ -34,4 +34,5 @@ cdef extern from "qops_gemm.h" nogil:
     void qops_gemm_mt(const uint8_t *A, Py_ssize_t lda, Py_ssize_t M, int32_t a_zp,
                       const qops_gemm_b *B, const qops_gemm_out *out, int nthreads)
     Py_ssize_t qops_gemm_rows_scratch(Py_ssize_t M, Py_ssize_t K)
+    Py_ssize_t qops_gemm_npanels(Py_ssize_t N)
     int qops_gemm_amx(int on)

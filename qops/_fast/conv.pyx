@@ -273,7 +273,7 @@ cdef extern from "qops_conv_im2col.h" nogil:
     void qconv_i2c_fill(const qconv_i2c_args *f, Py_ssize_t p0, Py_ssize_t p1)
     void qconv_i2c_gemm(const qconv_i2c_args *f, Py_ssize_t p0, Py_ssize_t p1,
                         Py_ssize_t block, uint8_t xmax, const qops_gemm_b *B,
-                        const qops_gemm_out *o, uint8_t *buf)
+                        const qops_gemm_out *o, uint8_t *buf, Py_ssize_t q0, Py_ssize_t q1)
 
 
 _AVX2 = bool(qconv_avx2_build())
@@ -310,7 +310,8 @@ ROUTES = {r.name: r for r in [
     Route("conv_cl.amx_flat", "qconv_nhwc_amx_flat (AMX tiles on a padded copy read as one "
           "run of pixels)", "qops_conv_nhwc.h"),
     Route("conv_cl.gemm_1x1", "qops_gemm_mt on the pixels as rows", "qops_gemm.h"),
-    Route("conv_cl.gemm_im2col", "qconv_i2c_gemm (im2col rows and the GEMM core, fused)",
+    Route("conv_cl.gemm_im2col", "qconv_i2c_gemm (im2col rows and the GEMM core, fused; "
+          "threads split the rows, or the weight panels where rows are fewer than channels)",
           "qops_conv_im2col.h"),
     Route("conv_cl.planes", "conv's planes kernel on the same memory", "conv.pyx"),
     Route("conv.amx_through_cl", "a channels-last copy, then conv_cl's AMX tiles",
@@ -640,6 +641,8 @@ _GEMM_MIN_C = 1
 _GEMM_GRAIN = 262144      # multiply-adds per thread (as the linear family's)
 # bytes of im2col rows a thread fills and multiplies at once (kept in L2)
 _IM2COL_BLOCK_BYTES = 256 << 10
+# the im2col GEMM splits weight panels over threads where rows <= this times output channels
+_I2C_PANELS_ROWS = [1.0]
 # under 32 channels, output pixels per image up to which im2col rows and the GEMM beat the
 # planes kernel (from 32 channels they do on every grid; 1 thread, Zen 3)
 _IM2COL_MAX_PIXELS = 1600
@@ -760,10 +763,16 @@ def _conv_cl_im2col_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zer
         return out
     keep = _gemm_args(&b, &o, packed, kp, bias_term, multiplier, out_zero_point, relu, out)
     cdef int nt = qops_threads_for(m * packed["O"] * k, _GEMM_GRAIN)
+    cdef Py_ssize_t npan = qops_gemm_npanels(packed["O"])
+    # threads split the rows, each multiplying them by every weight panel; with fewer rows
+    # than output channels (the late stages of ResNets: 49 pixels, 512 channels) each
+    # thread's reading of all the weights costs more than filling all the rows, and threads
+    # split the panels instead, each filling every row itself
+    cdef bint by_panels = nt > 1 and npan >= nt and m <= _I2C_PANELS_ROWS[0] * packed["O"]
     # rows per block: a multiple of the micro-tile's 6, within the block bytes, and no more
     # than a thread's share
     cdef Py_ssize_t block = max(6, _IM2COL_BLOCK_BYTES // kp // 6 * 6)
-    block = min(block, (m + nt - 1) // nt)
+    block = min(block, m if by_panels else (m + nt - 1) // nt)
     cdef Py_ssize_t per = block * kp + qops_gemm_rows_scratch(block, kp)
     per = (per + 63) // 64 * 64
     buf = qops_empty(np, (nt * per,), np.uint8)
@@ -782,8 +791,12 @@ def _conv_cl_im2col_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zer
     f.row0 = 0
     with nogil:
         for i in prange(nt, schedule="static", num_threads=nt):
-            qconv_i2c_gemm(&f, m * i // nt, m * (i + 1) // nt, block, xmax, &b, &o,
-                           bufp + i * per)
+            if by_panels:
+                qconv_i2c_gemm(&f, 0, m, block, xmax, &b, &o, bufp + i * per,
+                               npan * i // nt, npan * (i + 1) // nt)
+            else:
+                qconv_i2c_gemm(&f, m * i // nt, m * (i + 1) // nt, block, xmax, &b, &o,
+                               bufp + i * per, 0, npan)
     return out
 
 

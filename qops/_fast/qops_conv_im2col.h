@@ -110,14 +110,15 @@ static void qconv_i2c_fill(const qconv_i2c_args *f, ptrdiff_t p0, ptrdiff_t p1) 
     }
 }
 
-/* Output pixels [p0, p1), fused: rows filled `block` at a time into buf and multiplied by
- * the GEMM core while they are in cache (written out whole, a large conv's rows would go to
+/* Output pixels [p0, p1), output channels of the GEMM's weight panels [q0, q1) (all: 0 and
+ * qops_gemm_npanels), fused: rows filled `block` at a time into buf and multiplied by the
+ * GEMM core while they are in cache (written out whole, a large conv's rows would go to
  * memory and be read back once per weight panel). xmax: the largest value of the input and
  * its zero point; o->out: the output's first row; buf: block * ldr bytes, then
  * qops_gemm_rows_scratch(block, ldr). */
 static void qconv_i2c_gemm(const qconv_i2c_args *f, ptrdiff_t p0, ptrdiff_t p1,
                            ptrdiff_t block, uint8_t xmax, const qops_gemm_b *B,
-                           const qops_gemm_out *o, uint8_t *buf) {
+                           const qops_gemm_out *o, uint8_t *buf, ptrdiff_t q0, ptrdiff_t q1) {
     const size_t esize = o->kind == QOPS_GEMM_U8 ? 1 : 4;
     qconv_i2c_args g = *f;
     g.rows = buf;
@@ -127,7 +128,8 @@ static void qconv_i2c_gemm(const qconv_i2c_args *f, ptrdiff_t p0, ptrdiff_t p1,
         qconv_i2c_fill(&g, r0, r1);
         qops_gemm_out ob = *o;
         ob.out = (char *)o->out + (size_t)(r0 * o->ldc) * esize;
-        qops_gemm_rows(buf, f->ldr, r1 - r0, f->xz, xmax, B, &ob, buf + block * f->ldr);
+        qops_gemm_rows_panels(buf, f->ldr, r1 - r0, f->xz, xmax, B, q0, q1, &ob,
+                              buf + block * f->ldr);
     }
 }
 

@@ -144,6 +144,8 @@ static inline int qg_amx_k(ptrdiff_t K) { return qg_amx_state && K > 0 && K % 64
 #define QG_INLINE static inline __attribute__((always_inline))
 
 static inline ptrdiff_t qg_npanels(ptrdiff_t N) { return (N + QG_NR - 1) / QG_NR; }
+/* weight panels of N output columns (QG_NR each): the unit of qops_gemm_rows_panels */
+static inline ptrdiff_t qops_gemm_npanels(ptrdiff_t N) { return qg_npanels(N); }
 /* Groups of QG_KG values of k, zero weights past K. AVX2 pairs and reorders k within blocks
  * of 16 values, the last block as long as the groups make it (4, 8, 12 or 16); the nibble
  * kernel runs where the groups make whole chunks of QG_CHUNK. */
@@ -1188,16 +1190,63 @@ static inline void qg_store8(const int32_t *ai, const int32_t *corr, const int32
 }
 #endif
 
+#if defined(QG_VNNI)
+/* The U8 and F32 stores of columns [0, v) (v a multiple of 16) of mr rows in 512-bit
+ * vectors: qg_store16's operations lane for lane, a column block's terms (corr, wz, bias,
+ * mult) loaded once for all rows. With few k values a tile (1x1 convs of 64 channels: 16
+ * groups) the 256-bit stores cost more than the products. */
+static inline void qg_store512(const int32_t *acc, int mr, ptrdiff_t v, ptrdiff_t m0,
+                               ptrdiff_t n0, const int32_t *corr, const int32_t *wz,
+                               const int32_t *rs, const qops_gemm_out *o) {
+    const int u8 = o->kind == QOPS_GEMM_U8;
+    const int32_t zp = o->out_zp;
+    const __m512 lo = _mm512_set1_ps((float)((o->relu ? zp : 0) - zp));
+    const __m512 hi = _mm512_set1_ps((float)(255 - zp));
+    const __m512i vzp = _mm512_set1_epi32(zp);
+    for (ptrdiff_t j = 0; j < v; j += 16) {
+        const __m512i c = _mm512_loadu_si512(corr + j), z = _mm512_loadu_si512(wz + j);
+        const __m512 m = _mm512_loadu_ps(o->mult + n0 + j);
+        const __m512 b = o->bias ? _mm512_loadu_ps(o->bias + n0 + j) : _mm512_setzero_ps();
+        for (int i = 0; i < mr; i++) {
+            __m512i a = _mm512_add_epi32(_mm512_loadu_si512(acc + i * QG_NR + j), c);
+            if (rs[i])
+                a = _mm512_sub_epi32(a, _mm512_mullo_epi32(z, _mm512_set1_epi32(rs[i])));
+            __m512 y = _mm512_cvtepi32_ps(a);
+            if (u8) {
+                if (o->bias) y = _mm512_add_ps(y, b);
+                y = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(y, m), lo), hi);
+                const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(y), vzp);
+                _mm_storeu_si128((__m128i *)((uint8_t *)o->out + (m0 + i) * o->ldc + n0 + j),
+                                 _mm512_cvtepi32_epi8(q));
+            } else {
+                y = _mm512_fmadd_ps(y, m, b);
+                if (o->relu) y = _mm512_max_ps(y, _mm512_setzero_ps());
+                _mm512_storeu_ps((float *)o->out + (m0 + i) * o->ldc + n0 + j, y);
+            }
+        }
+    }
+}
+#endif
+
 static void qg_store(const int32_t *acc, int mr, ptrdiff_t w, ptrdiff_t m0, ptrdiff_t n0,
                      const int32_t *corr, const int32_t *wz, const int32_t *rs,
                      const qops_gemm_out *o) {
     /* columns [0, v) of each row in vectors, the rest [v, w) by the scalar formulas */
     ptrdiff_t v = 0;
+#if defined(QG_VNNI)
+    if (o->kind != QOPS_GEMM_I32) {
+        v = w / 16 * 16;
+        qg_store512(acc, mr, v, m0, n0, corr, wz, rs, o);
+        if (v == w)
+            return;
+    }
+#endif
 #if defined(__AVX2__)
     if (o->kind != QOPS_GEMM_I32) {
+        const ptrdiff_t v16 = v;
         v = w / 8 * 8;
         for (int i = 0; i < mr; i++) {
-            ptrdiff_t j0 = 0;
+            ptrdiff_t j0 = v16;
             for (; j0 + 16 <= v; j0 += 16)
                 qg_store16(acc + i * QG_NR, corr, wz, (uint32_t)rs[i], j0, m0 + i, n0, o);
             if (j0 < v)
@@ -1614,11 +1663,12 @@ static inline ptrdiff_t qops_gemm_rows_scratch(ptrdiff_t M, ptrdiff_t K) {
  * xmax: for a block of rows its caller has just made and keeps in cache (a conv's im2col
  * rows), multiplied panel by panel while it is there. scratch: qops_gemm_rows_scratch(M, K)
  * bytes. */
-static void qops_gemm_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
-                           uint8_t xmax, const qops_gemm_b *B, const qops_gemm_out *out,
-                           uint8_t *scratch) {
-    if (M <= 0 || B->N <= 0) return;
+static void qops_gemm_rows_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
+                                  uint8_t xmax, const qops_gemm_b *B, ptrdiff_t p0,
+                                  ptrdiff_t p1, const qops_gemm_out *out, uint8_t *scratch) {
     const ptrdiff_t P = qg_npanels(B->N);
+    if (p1 > P) p1 = P;
+    if (M <= 0 || p0 >= p1) return;
 #ifdef QG_AVX2
     const ptrdiff_t K = B->K, G = qg_groups(K), Kp = G * QG_KG;
     int32_t smax, sid, s4;
@@ -1626,11 +1676,18 @@ static void qops_gemm_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t
     qg_apk ap;
     qg_block(&ap, A, lda, M, K, Kp, smax, sid, s4, P, xmax, scratch, 1);
     ap.tmp = scratch + qg_block_bytes(M, Kp);
-    qg_panels(A, lda, M, a_zp, B, 0, P, out, &ap);
+    qg_panels(A, lda, M, a_zp, B, p0, p1, out, &ap);
 #else
     (void)xmax; (void)scratch;
-    qg_panels(A, lda, M, a_zp, B, 0, P, out, NULL);
+    qg_panels(A, lda, M, a_zp, B, p0, p1, out, NULL);
 #endif
+}
+
+static void qops_gemm_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
+                           uint8_t xmax, const qops_gemm_b *B, const qops_gemm_out *out,
+                           uint8_t *scratch) {
+    if (B->N <= 0) return;
+    qops_gemm_rows_panels(A, lda, M, a_zp, xmax, B, 0, qg_npanels(B->N), out, scratch);
 }
 
 static void qops_gemm(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
