@@ -716,3 +716,45 @@ def test_unpadded_channels_last_convs_read_the_input_in_place(flat):
     finally:
         if hasattr(kernels, "_AMX_FLAT"):
             kernels._AMX_FLAT[0] = was
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gemm_taps_route_equals_ref(threads):
+    # AVX-512 VNNI tier: channels-last convs with symmetric weights and 32+ channels (a
+    # multiple of 4) multiply each window in place, tap by tap, from a padded copy (or the
+    # input itself without padding): padding, stride, dilation, 3-D, partial weight panels,
+    # row tails of the 6-row tiles, ReLU
+    from qops import _fast
+    from qops._show import explain
+    kernels = _fast.load("conv")
+    if not kernels._TAPS[0]:
+        pytest.skip("the taps route is in the AVX-512 VNNI build")
+    previous = kernels._set_mode("vnni")
+    r = u.rng(17)
+    try:
+        for n, c, o, size, k, stride, padding, dilation in [
+                (1, 32, 70, (9, 13), (3, 3), 1, 1, 1), (2, 64, 16, (8, 8), (3, 3), 2, 1, 1),
+                (1, 36, 100, (11, 10), (5, 5), 1, 2, 2), (1, 32, 24, (5, 6, 7), (3, 3, 3), 1, 1, 1),
+                (3, 40, 64, (4, 5, 6), (2, 3, 3), (1, 2, 1), (0, 1, 0), 1),
+                (1, 128, 130, (7, 7), (3, 3), 1, 1, 1)]:
+            dims = len(size)
+            x = u.random_qtensor(r, (n, c) + size, qops.quint8, scale=0.03, zero_point=77)
+            perm = (0,) + tuple(range(2, dims + 2)) + (1,)
+            back = (0, dims + 1) + tuple(range(1, dims + 1))
+            x = x.permute(*perm).contiguous().permute(*back)
+            w = _w((o, c) + k, zp=0, seed=c + o)
+            b = r.normal(0, 3, o).astype(np.float32)
+            fn = F.conv2d if dims == 2 else F.conv3d_relu
+            args = dict(stride=stride, padding=padding, dilation=dilation,
+                        scale=float(np.sqrt(c * np.prod(k)) * 74 * 0.03 * 0.01), zero_point=120)
+            with qops.backend("ref"):
+                want = fn(x, w, b, **args)._int
+            with qops.threads(threads):
+                taken = [rr.name for rr in explain(fn, x, w, b, **args)]
+                got = fn(x, w, b, **args)._int
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=str(taken))
+            assert len(np.unique(np.asarray(want))) > 20
+            if (n, c, o) == (1, 32, 70) or threads == 1:
+                assert "conv_cl.gemm_taps" in taken, taken
+    finally:
+        kernels._set_mode(previous)

@@ -328,6 +328,8 @@ CONV = [
     # 49 rows, 160 output channels: at 2 threads each thread takes a share of the weight
     # panels (a partial one last) for all rows
     ("conv_cl.gemm_im2col", F.conv2d, _conv(1, 48, 160, 7, 3, True, padding=1, wzp=1)),
+    ("conv_cl.gemm_taps", F.conv2d, _conv(1, 64, 40, 14, 3, True, padding=1)),
+    ("conv_cl.gemm_taps", F.conv2d, _conv(2, 36, 20, 11, 5, True, stride=2)),
     ("conv_cl.planes", F.conv2d, _conv(1, 8, 8, 9, 3, True, padding=1)),
     ("conv.dw_through_nhwc", F.conv2d, _conv(1, 64, 64, 14, 3, False, groups=64, stride=2)),
     ("conv.dw_rows", F.conv2d, _conv(1, 8, 8, 12, 3, False, groups=8, padding=1)),
@@ -354,7 +356,10 @@ _AMX_ROUTES = ("conv_cl.amx_im2col", "conv_cl.amx_flat", "conv_cl.amx_padded",
                "conv.amx_through_cl", "conv.planes.amx")
 SUPERSEDED = {"lut.bytes": ("lut.vbmi",), "requant_int.lut": ("requant_int.lut_vbmi",),
               "topk.small": ("topk.small_vbmi2",), "conv_cl.dw_planes": ("conv_cl.dw_vnni",),
-              "conv_cl.planes": _AMX_ROUTES}
+              "conv_cl.planes": _AMX_ROUTES,
+              # AVX-512 VNNI: windows read in place where the pixels outnumber the channels
+              # or one thread runs
+              "conv_cl.gemm_im2col": ("conv_cl.gemm_taps",)}
 
 # family -> its route table
 TABLES = {"conv": CONV, "linear": LINEAR, "quant": QUANT, "activation": ACTIVATION, "arith": ARITH,

@@ -274,6 +274,18 @@ cdef extern from "qops_conv_im2col.h" nogil:
     void qconv_i2c_gemm(const qconv_i2c_args *f, Py_ssize_t p0, Py_ssize_t p1,
                         Py_ssize_t block, uint8_t xmax, const qops_gemm_b *B,
                         const qops_gemm_out *o, uint8_t *buf, Py_ssize_t q0, Py_ssize_t q1)
+    ctypedef struct qconv_taps_args:
+        const uint8_t *xp
+        Py_ssize_t Dp, Hp, Wp, C
+        Py_ssize_t OD, OH, OW
+        Py_ssize_t sd, sh, sw
+        const Py_ssize_t *toff
+        int ntaps
+        uint8_t xz
+    void qconv_taps_gemm(const qconv_taps_args *t, Py_ssize_t p0, Py_ssize_t p1,
+                         const qops_gemm_b *B, const qops_gemm_out *o, Py_ssize_t q0,
+                         Py_ssize_t q1)
+    int qops_gemm_taps_available()
 
 
 _AVX2 = bool(qconv_avx2_build())
@@ -281,6 +293,9 @@ _AVX2 = bool(qconv_avx2_build())
 # AVX2 builds, and AVX-512 VNNI builds where AMX is off or absent (a list: tests switch it):
 # channels in the vector lanes beat the planes kernel there too, most on small grids.
 _GEMM = [_AVX2 or qconv_best_mode() >= 1]
+# the GEMM reading windows in place (conv_cl.gemm_taps): AVX-512 VNNI builds; a list, so
+# tests can switch it off
+_TAPS = [bool(qops_gemm_taps_available()) and not _AVX2]
 _DWCL = bool(qconv_dwcl_available())
 _DWCL2 = bool(qconv_dwcl2_available())
 
@@ -313,6 +328,9 @@ ROUTES = {r.name: r for r in [
     Route("conv_cl.gemm_im2col", "qconv_i2c_gemm (im2col rows and the GEMM core, fused; "
           "threads split the rows, or the weight panels where rows are fewer than channels)",
           "qops_conv_im2col.h"),
+    Route("conv_cl.gemm_taps", "qconv_taps_gemm (the GEMM core reading each window in place "
+          "from a padded copy, or the input itself without padding: no im2col rows)",
+          "qops_conv_im2col.h"),
     Route("conv_cl.planes", "conv's planes kernel on the same memory", "conv.pyx"),
     Route("conv.amx_through_cl", "a channels-last copy, then conv_cl's AMX tiles",
           "qops_conv_nhwc.h"),
@@ -341,6 +359,8 @@ def _built_here(name):
         return _DWCL2
     if name.startswith("conv_cl.amx") or name in ("conv.planes.amx", "conv.amx_through_cl"):
         return _AMX
+    if name == "conv_cl.gemm_taps":
+        return _TAPS[0]
     if name.startswith("conv_cl.gemm") or name.startswith("conv.gemm"):
         return _AVX2 or qconv_best_mode() >= 1
     if name in ("conv.planes.simd", "conv.dw_rows"):
@@ -800,6 +820,68 @@ def _conv_cl_im2col_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zer
     return out
 
 
+def _conv_cl_taps_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
+                       stride, padding, dilation):
+    """Ungrouped conv of contiguous channels-last x (N, D, H, W, C), symmetric weights, C a
+    multiple of 4: the GEMM core reads each output pixel's window tap by tap in place
+    (qconv_taps_gemm), from a padded copy of the input, or the input itself without padding;
+    no im2col rows are written. Threads split the pixels, or the weight panels where pixels
+    are no more than output channels (as _conv_cl_im2col_gemm)."""
+    cdef qconv_taps_args t
+    cdef qconv_nhwc_fill_args f
+    cdef qops_gemm_b b
+    cdef qops_gemm_out o
+    n, d, h, wdt, c = x.shape
+    kd, kh, kw = packed["kernel"]
+    (pd, ph, pw), (sd, sh, sw), (dd, dh, dwl) = padding, stride, dilation
+    od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
+    cdef Py_ssize_t m = n * od * oh * ow, k = kd * kh * kw * c, i
+    out = qops_empty(np, (n, od, oh, ow, packed["O"]), np.uint8)
+    if m == 0:
+        return out
+    keep = _gemm_args(&b, &o, packed, qops_gemm_kpad(k), bias_term, multiplier,
+                      out_zero_point, relu, out)
+    dp, hp, wp_ = d + 2 * pd, h + 2 * ph, wdt + 2 * pw
+    cdef bint padded = bool(pd or ph or pw)
+    cdef Py_ssize_t rows = n * dp * hp
+    if padded:
+        xpad = qops_empty(np, (rows * wp_ * c,), np.uint8)
+        f.x = <const uint8_t*>qops_ptr(x)
+        f.N, f.D, f.H, f.W, f.C = n, d, h, wdt, c
+        f.pd, f.ph, f.pw = pd, ph, pw
+        f.Dp, f.Hp, f.Wp, f.Cp = dp, hp, wp_, c
+        f.xz = x_zero_point
+        f.xp = <uint8_t*>qops_ptr(xpad, True)
+        t.xp = f.xp
+    else:
+        t.xp = <const uint8_t*>qops_ptr(x)
+    key = ("taps_cl", hp, wp_, c, tuple(dilation))
+    toff = packed.get(key)
+    if toff is None:
+        toff = packed[key] = np.array(
+            [((i * dd * hp + j * dh) * wp_ + q * dwl) * c
+             for i in range(kd) for j in range(kh) for q in range(kw)], dtype=np.intp)
+    t.Dp, t.Hp, t.Wp, t.C = dp, hp, wp_, c
+    t.OD, t.OH, t.OW = od, oh, ow
+    t.sd, t.sh, t.sw = sd, sh, sw
+    t.toff = <const Py_ssize_t*>qops_ptr(toff)
+    t.ntaps = kd * kh * kw
+    t.xz = x_zero_point
+    cdef int nt = qops_threads_for(m * packed["O"] * k, _GEMM_GRAIN)
+    cdef Py_ssize_t npan = qops_gemm_npanels(packed["O"])
+    cdef bint by_panels = nt > 1 and npan >= nt and m <= _I2C_PANELS_ROWS[0] * packed["O"]
+    cdef int fill_threads = qops_threads_for(rows * wp_ * c, 1 << 16) if padded else 0
+    with nogil:
+        for i in prange(fill_threads, schedule="static", num_threads=fill_threads):
+            qconv_nhwc_fill(&f, rows * i // fill_threads, rows * (i + 1) // fill_threads)
+        for i in prange(nt, schedule="static", num_threads=nt):
+            if by_panels:
+                qconv_taps_gemm(&t, 0, m, &b, &o, npan * i // nt, npan * (i + 1) // nt)
+            else:
+                qconv_taps_gemm(&t, m * i // nt, m * (i + 1) // nt, &b, &o, 0, npan)
+    return out
+
+
 def _transposed(x, shape):
     """x (C-contiguous bytes, (N, R, K) in memory) as a new (N, K, R) block shaped `shape`,
     by the tiled byte transpose (numpy's strided copy takes about 2 ns a byte)."""
@@ -848,6 +930,9 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
     _GEMM_MIN_C channels), AVX2, and 32+ channels or 16+ on small grids (_IM2COL_MAX_PIXELS per
     image), or at most 4 channels and K >= _FEW_C_MIN_K_CL (the RGB stems): im2col rows
     gathered and multiplied by the GEMM core a block at a time.
+    'gemm_taps': (before gemm_im2col) symmetric weights, 32+ channels a multiple of 4, more
+    than one tap, AVX-512 VNNI, and more pixels than output channels or one thread: the GEMM
+    core reading each window in place (no im2col rows).
     'planes': everything else, `conv` on the same memory, or on a C-order copy where its fill
     has no channels-last path (its C-order result as a view).
     """
@@ -887,6 +972,16 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
     k = kd * kh * kw * c
     if c <= 4 and _FEW_C_MIN_K_CL <= k <= _GEMM_MAX_K:
         return "gemm_im2col"
+    if (_TAPS[0] and packed["symmetric"] and c % 4 == 0 and c >= 32 and kd * kh * kw > 1
+            and k <= _GEMM_MAX_K):
+        n, d, h, w = x.shape[:4]
+        od, oh, ow = _out_sizes((d, h, w), packed["kernel"], stride, padding, dilation)
+        m, o = n * od * oh * ow, packed["O"]
+        # with few pixels 2+ threads split the weight panels and each reads every window:
+        # from a padded copy the other core wrote, that costs more than filling its own
+        # im2col rows (2 threads, VNNI: 3x3/2 128->256 on 28x28 141 us against 113)
+        if m > _I2C_PANELS_ROWS[0] * o or qops_threads_for(m * o * k, _GEMM_GRAIN) == 1:
+            return "gemm_taps"
     # (a strided or padded 1x1 from _GEMM_MIN_C channels: its rows are the input's pixels)
     if ((c >= 16 and 128 <= k <= _GEMM_MAX_K)
             or (kd * kh * kw == 1 and _GEMM_MIN_C <= c <= _GEMM_MAX_K)):
@@ -925,6 +1020,9 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     if route == "gemm_im2col":
         return _conv_cl_im2col_gemm(x, packed, x_zero_point, bias_term, multiplier,
                                     out_zero_point, relu, stride, padding, dilation)
+    if route == "gemm_taps":
+        return _conv_cl_taps_gemm(x, packed, x_zero_point, bias_term, multiplier,
+                                  out_zero_point, relu, stride, padding, dilation)
     if route == "dw_planes":
         # the depthwise planes kernel reads rows of one channel: a C-order copy first, and
         # the result goes back to channels last, both by the tiled transpose

@@ -133,4 +133,49 @@ static void qconv_i2c_gemm(const qconv_i2c_args *f, ptrdiff_t p0, ptrdiff_t p1,
     }
 }
 
+/* ---- the same GEMM reading each window in place (AVX-512 VNNI): conv_cl.gemm_taps ---- */
+
+typedef struct {
+    const uint8_t *xp;                 /* input (N, Dp, Hp, Wp, C), padded or as it lies */
+    ptrdiff_t Dp, Hp, Wp, C;
+    ptrdiff_t OD, OH, OW;
+    ptrdiff_t sd, sh, sw;
+    const ptrdiff_t *toff;             /* tap t at toff[t] bytes from a window's first */
+    int ntaps;
+    uint8_t xz;
+} qconv_taps_args;
+
+/* rows a call of the GEMM takes (its row pointers on the stack; their windows stay in L2) */
+#define QCONV_TAPS_ROWS 96
+
+/* Output pixels [p0, p1), weight panels [q0, q1) of B (symmetric weights): the windows of
+ * QCONV_TAPS_ROWS pixels at a time by pointer, multiplied in place by qops_gemm_taps. */
+static void qconv_taps_gemm(const qconv_taps_args *t, ptrdiff_t p0, ptrdiff_t p1,
+                            const qops_gemm_b *B, const qops_gemm_out *o, ptrdiff_t q0,
+                            ptrdiff_t q1) {
+    const uint8_t *rp[QCONV_TAPS_ROWS];
+    ptrdiff_t ow = p0 % t->OW, r = p0 / t->OW;
+    ptrdiff_t oh = r % t->OH, od = (r / t->OH) % t->OD, n = r / (t->OH * t->OD);
+    for (ptrdiff_t r0 = p0; r0 < p1; r0 += QCONV_TAPS_ROWS) {
+        const ptrdiff_t m = p1 - r0 < QCONV_TAPS_ROWS ? p1 - r0 : QCONV_TAPS_ROWS;
+        for (ptrdiff_t i = 0; i < m; i++) {
+            rp[i] = t->xp + (((n * t->Dp + od * t->sd) * t->Hp + oh * t->sh) * t->Wp
+                             + ow * t->sw) * t->C;
+            if (++ow == t->OW) {
+                ow = 0;
+                if (++oh == t->OH) {
+                    oh = 0;
+                    if (++od == t->OD) {
+                        od = 0;
+                        n++;
+                    }
+                }
+            }
+        }
+        qops_gemm_out ob = *o;
+        ob.out = (uint8_t *)o->out + r0 * o->ldc;
+        qops_gemm_taps(rp, m, t->toff, t->ntaps, t->C, t->xz, B, q0, q1, &ob);
+    }
+}
+
 #endif

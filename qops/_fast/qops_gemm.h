@@ -633,6 +633,56 @@ static void qg_micro_dispatch(int mr, int width, const uint8_t *A, ptrdiff_t lda
     if (K & 3) qg_micro_tail(mr, width / 16, A, lda, K, b, acc);
 }
 
+/* qg_micro over rows given by pointer, their k values in ntaps runs of 4 cg bytes: run t of
+ * row i at rp[i] + toff[t] (a conv's window read in place, tap by tap, instead of copied into
+ * an im2col row). The packed groups follow in the same (tap, channel) order. */
+QG_INLINE void qg_micro_taps(const int mr, const int nv, const uint8_t *const *rp,
+                             const ptrdiff_t *toff, int ntaps, ptrdiff_t cg, const int8_t *b,
+                             int32_t *acc_out) {
+    const __m512i z = _mm512_setzero_si512();
+    __m512i c00 = z, c01 = z, c02 = z, c03 = z, c10 = z, c11 = z, c12 = z, c13 = z;
+    __m512i c20 = z, c21 = z, c22 = z, c23 = z, c30 = z, c31 = z, c32 = z, c33 = z;
+    __m512i c40 = z, c41 = z, c42 = z, c43 = z, c50 = z, c51 = z, c52 = z, c53 = z;
+    __m512i b0 = z, b1 = z, b2 = z, b3 = z;
+    const ptrdiff_t step = nv * 64;
+    /* rows past mr read row 0 (never used): no pointer past the caller's array */
+    const uint8_t *r0 = rp[0], *r1 = rp[mr > 1 ? 1 : 0], *r2 = rp[mr > 2 ? 2 : 0];
+    const uint8_t *r3 = rp[mr > 3 ? 3 : 0], *r4 = rp[mr > 4 ? 4 : 0], *r5 = rp[mr > 5 ? 5 : 0];
+    for (int t = 0; t < ntaps; t++) {
+        const ptrdiff_t to = toff[t];
+        const uint8_t *a0 = r0 + to, *a1 = r1 + to, *a2 = r2 + to, *a3 = r3 + to;
+        const uint8_t *a4 = r4 + to, *a5 = r5 + to;
+        for (ptrdiff_t g = 0; g < cg; g++) {
+            QG_LOADB(b)
+            const ptrdiff_t o = 4 * g;
+            QG_ROW(0, qg_load4(a0 + o)) QG_ROW(1, qg_load4(a1 + o)) QG_ROW(2, qg_load4(a2 + o))
+            QG_ROW(3, qg_load4(a3 + o)) QG_ROW(4, qg_load4(a4 + o)) QG_ROW(5, qg_load4(a5 + o))
+            b += step;
+        }
+    }
+    QG_STORE(0) QG_STORE(1) QG_STORE(2) QG_STORE(3) QG_STORE(4) QG_STORE(5)
+}
+
+#define QG_TAPS_MR(NV) \
+    switch (mr) { \
+    case 1: qg_micro_taps(1, NV, rp, toff, ntaps, cg, b, acc); break; \
+    case 2: qg_micro_taps(2, NV, rp, toff, ntaps, cg, b, acc); break; \
+    case 3: qg_micro_taps(3, NV, rp, toff, ntaps, cg, b, acc); break; \
+    case 4: qg_micro_taps(4, NV, rp, toff, ntaps, cg, b, acc); break; \
+    case 5: qg_micro_taps(5, NV, rp, toff, ntaps, cg, b, acc); break; \
+    default: qg_micro_taps(6, NV, rp, toff, ntaps, cg, b, acc); break; }
+
+static void qg_micro_taps_dispatch(int mr, int width, const uint8_t *const *rp,
+                                   const ptrdiff_t *toff, int ntaps, ptrdiff_t cg,
+                                   const int8_t *b, int32_t *acc) {
+    switch (width / 16) {
+    case 1: QG_TAPS_MR(1) break;
+    case 2: QG_TAPS_MR(2) break;
+    case 3: QG_TAPS_MR(3) break;
+    default: QG_TAPS_MR(4) break;
+    }
+}
+
 #elif defined(QG_AVX2)
 /* A of one call (a block of rows), repacked for the two kernels; see the header comment. */
 typedef struct {
@@ -1688,6 +1738,50 @@ static void qops_gemm_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t
                            uint8_t *scratch) {
     if (B->N <= 0) return;
     qops_gemm_rows_panels(A, lda, M, a_zp, xmax, B, 0, qg_npanels(B->N), out, scratch);
+}
+
+/* 1 where qops_gemm_taps runs (AVX-512 VNNI builds). */
+static inline int qops_gemm_taps_available(void) {
+#ifdef QG_VNNI
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* M rows by pointer (row i's k values: ntaps runs of C bytes, run t at rp[i] + toff[t];
+ * C % 4 == 0, K = ntaps * C up to the packed depth, whose extra groups are zero weights)
+ * times weight panels [p0, p1) of B, whose zero points must all be 0 (B->wzp NULL): the
+ * conv's window read in place (qconv_taps_gemm). AVX-512 VNNI builds only. */
+static void qops_gemm_taps(const uint8_t *const *rp, ptrdiff_t M, const ptrdiff_t *toff,
+                           int ntaps, ptrdiff_t C, int32_t a_zp, const qops_gemm_b *B,
+                           ptrdiff_t p0, ptrdiff_t p1, const qops_gemm_out *o) {
+#ifdef QG_VNNI
+    const ptrdiff_t N = B->N, K = B->K, P = qg_npanels(N);
+    int32_t acc[QG_MR * QG_NR] __attribute__((aligned(64)));
+    int32_t corr[QG_NR], wz[QG_NR], rs[QG_MR];
+    for (int i = 0; i < QG_MR; i++) rs[i] = 0;
+    if (p1 > P) p1 = P;
+    for (ptrdiff_t p = p0; p < p1; p++) {
+        const ptrdiff_t n0 = p * QG_NR;
+        const ptrdiff_t w = N - n0 < QG_NR ? N - n0 : QG_NR;
+        const int width = (int)qg_panel_width(N, p);
+        const int8_t *bp = qg_panel_ptr(B->data, K, p);
+        for (ptrdiff_t j = 0; j < w; j++) {
+            wz[j] = 0;
+            corr[j] = (int32_t)(0u - (uint32_t)a_zp * (uint32_t)B->wsum[n0 + j]);
+        }
+        for (ptrdiff_t mr = 0, m0 = 0; m0 < M; m0 += mr) {
+            const ptrdiff_t left = M - m0;
+            mr = left > QG_MR && left < QG_MR + 4 ? (left + 1) / 2 : (left < QG_MR ? left : QG_MR);
+            qg_micro_taps_dispatch((int)mr, width, rp + m0, toff, ntaps, C / 4, bp, acc);
+            qg_store(acc, (int)mr, w, m0, n0, corr, wz, rs, o);
+        }
+    }
+#else
+    (void)rp; (void)M; (void)toff; (void)ntaps; (void)C; (void)a_zp; (void)B; (void)p0;
+    (void)p1; (void)o;
+#endif
 }
 
 static void qops_gemm(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
