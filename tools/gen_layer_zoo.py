@@ -114,7 +114,7 @@ def layers(names=None):
         inputs, steps, n, _ = g._plan_now()
         env = [None] * n
         env[inputs[0][0]] = x
-        for i, fn, getters, kw, node in steps:
+        for i, fn, getters, kw, node, _frees in steps:
             args = [get(env) for get in getters]
             if fn is None:
                 break

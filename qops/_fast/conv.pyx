@@ -782,13 +782,10 @@ def _conv_cl_im2col_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zer
     if m == 0:
         return out
     keep = _gemm_args(&b, &o, packed, kp, bias_term, multiplier, out_zero_point, relu, out)
-    cdef int nt = qops_threads_for(m * packed["O"] * k, _GEMM_GRAIN)
-    cdef Py_ssize_t npan = qops_gemm_npanels(packed["O"])
-    # threads split the rows, each multiplying them by every weight panel; with fewer rows
-    # than output channels (the late stages of ResNets: 49 pixels, 512 channels) each
-    # thread's reading of all the weights costs more than filling all the rows, and threads
-    # split the panels instead, each filling every row itself
-    cdef bint by_panels = nt > 1 and npan >= nt and m <= _I2C_PANELS_ROWS[0] * packed["O"]
+    cdef int nt
+    cdef Py_ssize_t npan
+    cdef bint by_panels
+    nt, npan, by_panels = _gemm_split(m, packed["O"], k)
     # rows per block: a multiple of the micro-tile's 6, within the block bytes, and no more
     # than a thread's share
     cdef Py_ssize_t block = max(6, _IM2COL_BLOCK_BYTES // kp // 6 * 6)
@@ -818,6 +815,17 @@ def _conv_cl_im2col_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zer
                 qconv_i2c_gemm(&f, m * i // nt, m * (i + 1) // nt, block, xmax, &b, &o,
                                bufp + i * per, 0, npan)
     return out
+
+
+def _gemm_split(Py_ssize_t m, Py_ssize_t o, Py_ssize_t k):
+    """(threads, weight panels, whether threads split the panels) of a conv's GEMM of m rows
+    (pixels) of depth k by o output channels. Threads split the rows, each multiplying them
+    by every weight panel; with no more rows than output channels (the late stages of
+    ResNets: 49 pixels, 512 channels) each thread's reading of all the weights costs more
+    than having all the rows, and threads split the panels instead."""
+    nt = qops_threads_for(m * o * k, _GEMM_GRAIN)
+    npan = qops_gemm_npanels(o)
+    return nt, npan, nt > 1 and npan >= nt and m <= _I2C_PANELS_ROWS[0] * o
 
 
 def _conv_cl_taps_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
@@ -867,9 +875,10 @@ def _conv_cl_taps_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_
     t.toff = <const Py_ssize_t*>qops_ptr(toff)
     t.ntaps = kd * kh * kw
     t.xz = x_zero_point
-    cdef int nt = qops_threads_for(m * packed["O"] * k, _GEMM_GRAIN)
-    cdef Py_ssize_t npan = qops_gemm_npanels(packed["O"])
-    cdef bint by_panels = nt > 1 and npan >= nt and m <= _I2C_PANELS_ROWS[0] * packed["O"]
+    cdef int nt
+    cdef Py_ssize_t npan
+    cdef bint by_panels
+    nt, npan, by_panels = _gemm_split(m, packed["O"], k)
     cdef int fill_threads = qops_threads_for(rows * wp_ * c, 1 << 16) if padded else 0
     with nogil:
         for i in prange(fill_threads, schedule="static", num_threads=fill_threads):
@@ -976,11 +985,10 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
             and k <= _GEMM_MAX_K):
         n, d, h, w = x.shape[:4]
         od, oh, ow = _out_sizes((d, h, w), packed["kernel"], stride, padding, dilation)
-        m, o = n * od * oh * ow, packed["O"]
-        # with few pixels 2+ threads split the weight panels and each reads every window:
-        # from a padded copy the other core wrote, that costs more than filling its own
-        # im2col rows (2 threads, VNNI: 3x3/2 128->256 on 28x28 141 us against 113)
-        if m > _I2C_PANELS_ROWS[0] * o or qops_threads_for(m * o * k, _GEMM_GRAIN) == 1:
+        # where threads split the weight panels each reads every window: from a padded copy
+        # the other core wrote, that costs more than filling its own im2col rows (2 threads,
+        # VNNI: 3x3/2 128->256 on 28x28 141 us against 113)
+        if not _gemm_split(n * od * oh * ow, packed["O"], k)[2]:
             return "gemm_taps"
     # (a strided or padded 1x1 from _GEMM_MIN_C channels: its rows are the input's pixels)
     if ((c >= 16 and 128 <= k <= _GEMM_MAX_K)

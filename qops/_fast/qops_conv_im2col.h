@@ -49,6 +49,28 @@ static inline void qconv_i2c_inside(uint8_t *dst, const uint8_t *src, const ptrd
     for (; r < runs; r++) qops_copy_short(dst + r * L, src + off[r], L);
 }
 
+/* Output pixel p as (n, od, oh, ow). */
+static inline void qconv_i2c_pixel(ptrdiff_t p, ptrdiff_t OD, ptrdiff_t OH, ptrdiff_t OW,
+                                   ptrdiff_t *n, ptrdiff_t *od, ptrdiff_t *oh, ptrdiff_t *ow) {
+    const ptrdiff_t r = p / OW;
+    *ow = p % OW;
+    *oh = r % OH;
+    *od = (r / OH) % OD;
+    *n = r / (OH * OD);
+}
+
+/* (n, od, oh, ow) moved on to the next output pixel. */
+static inline void qconv_i2c_next(ptrdiff_t OD, ptrdiff_t OH, ptrdiff_t OW, ptrdiff_t *n,
+                                  ptrdiff_t *od, ptrdiff_t *oh, ptrdiff_t *ow) {
+    if (++*ow < OW) return;
+    *ow = 0;
+    if (++*oh < OH) return;
+    *oh = 0;
+    if (++*od < OD) return;
+    *od = 0;
+    ++*n;
+}
+
 /* Rows [p0, p1). The pixel's (n, od, oh, ow) advance with p (a division per row would cost
  * as much as a few-channel row's copies). */
 static void qconv_i2c_fill(const qconv_i2c_args *f, ptrdiff_t p0, ptrdiff_t p1) {
@@ -63,8 +85,8 @@ static void qconv_i2c_fill(const qconv_i2c_args *f, ptrdiff_t p0, ptrdiff_t p1) 
     const int inside_ok = f->dw == 1 && runs <= QCONV_I2C_RUNS;
     for (ptrdiff_t r = 0; inside_ok && r < runs; r++)
         off[r] = ((r / f->KH) * f->dd * f->H + (r % f->KH) * f->dh) * W * C;
-    ptrdiff_t ow = p0 % f->OW, r = p0 / f->OW;
-    ptrdiff_t oh = r % f->OH, od = (r / f->OH) % f->OD, n = r / (f->OH * f->OD);
+    ptrdiff_t n, od, oh, ow;
+    qconv_i2c_pixel(p0, f->OD, f->OH, f->OW, &n, &od, &oh, &ow);
     for (ptrdiff_t p = p0; p < p1; p++) {
         const ptrdiff_t iw0 = ow * f->sw - f->pw;
         uint8_t *dst = f->rows + (p - f->row0) * f->ldr;
@@ -97,16 +119,7 @@ static void qconv_i2c_fill(const qconv_i2c_args *f, ptrdiff_t p0, ptrdiff_t p1) 
                     }
                 }
         }
-        if (++ow == f->OW) {
-            ow = 0;
-            if (++oh == f->OH) {
-                oh = 0;
-                if (++od == f->OD) {
-                    od = 0;
-                    n++;
-                }
-            }
-        }
+        qconv_i2c_next(f->OD, f->OH, f->OW, &n, &od, &oh, &ow);
     }
 }
 
@@ -154,23 +167,14 @@ static void qconv_taps_gemm(const qconv_taps_args *t, ptrdiff_t p0, ptrdiff_t p1
                             const qops_gemm_b *B, const qops_gemm_out *o, ptrdiff_t q0,
                             ptrdiff_t q1) {
     const uint8_t *rp[QCONV_TAPS_ROWS];
-    ptrdiff_t ow = p0 % t->OW, r = p0 / t->OW;
-    ptrdiff_t oh = r % t->OH, od = (r / t->OH) % t->OD, n = r / (t->OH * t->OD);
+    ptrdiff_t n, od, oh, ow;
+    qconv_i2c_pixel(p0, t->OD, t->OH, t->OW, &n, &od, &oh, &ow);
     for (ptrdiff_t r0 = p0; r0 < p1; r0 += QCONV_TAPS_ROWS) {
         const ptrdiff_t m = p1 - r0 < QCONV_TAPS_ROWS ? p1 - r0 : QCONV_TAPS_ROWS;
         for (ptrdiff_t i = 0; i < m; i++) {
             rp[i] = t->xp + (((n * t->Dp + od * t->sd) * t->Hp + oh * t->sh) * t->Wp
                              + ow * t->sw) * t->C;
-            if (++ow == t->OW) {
-                ow = 0;
-                if (++oh == t->OH) {
-                    oh = 0;
-                    if (++od == t->OD) {
-                        od = 0;
-                        n++;
-                    }
-                }
-            }
+            qconv_i2c_next(t->OD, t->OH, t->OW, &n, &od, &oh, &ow);
         }
         qops_gemm_out ob = *o;
         ob.out = (uint8_t *)o->out + r0 * o->ldc;

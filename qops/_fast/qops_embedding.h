@@ -91,6 +91,19 @@ static inline void qops_eb_note_bad(int64_t *first, int64_t pos) {
     }
 }
 
+/* The scale and bias of the fused row at q (its values `vals` bytes long), each times the
+ * entry's per-sample weight when there are weights (fbgemm's scale * w, bias * w). */
+static inline __attribute__((always_inline)) void qops_eb_row_terms(
+        const uint8_t *q, ptrdiff_t vals, const float *psw, ptrdiff_t i, float *scale,
+        float *bias) {
+    memcpy(scale, q + vals, sizeof(float));
+    memcpy(bias, q + vals + sizeof(float), sizeof(float));
+    if (psw) {
+        *scale = *scale * psw[i];
+        *bias = *bias * psw[i];
+    }
+}
+
 static inline void qops_eb_add_u8(float *acc, const uint8_t *q, ptrdiff_t d, float s, float c) {
     for (ptrdiff_t j = 0; j < d; j++)
         acc[j] = fmaf(s, (float)q[j], acc[j] + c);
@@ -229,12 +242,7 @@ QOPS_EB_INLINE int qops_eb_entry512(int nz, const uint8_t *table, ptrdiff_t row_
         return 0;
     const uint8_t *q = table + r * row_bytes;
     float scale, bias;
-    memcpy(&scale, q + row_bytes - 8, sizeof(float));
-    memcpy(&bias, q + row_bytes - 4, sizeof(float));
-    if (psw) {
-        scale = scale * psw[i];
-        bias = bias * psw[i];
-    }
+    qops_eb_row_terms(q, row_bytes - 8, psw, i, &scale, &bias);
     const __m512 vs = _mm512_set1_ps(scale), vc = _mm512_set1_ps(bias);
     #pragma GCC unroll 4
     for (int k = 0; k < nz; k++) {
@@ -321,12 +329,7 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols(
             continue;
         const uint8_t *q = table + r * row_bytes;
         float scale, bias;
-        memcpy(&scale, q + vals, sizeof(float));
-        memcpy(&bias, q + vals + sizeof(float), sizeof(float));
-        if (psw) {
-            scale = scale * psw[i];
-            bias = bias * psw[i];
-        }
+        qops_eb_row_terms(q, vals, psw, i, &scale, &bias);
         const __m256 vs = _mm256_set1_ps(scale), vc = _mm256_set1_ps(bias);
         const uint8_t *p = base + r * row_bytes;
         /* two vectors at a time, each used as soon as loaded: eight accumulators and all
@@ -438,12 +441,7 @@ static inline __attribute__((always_inline)) int qops_eb_entry(
         return 0;
     const uint8_t *q = table + r * row_bytes;
     float scale, bias;
-    memcpy(&scale, q + row_bytes - 8, sizeof(float));
-    memcpy(&bias, q + row_bytes - 4, sizeof(float));
-    if (psw) {
-        scale = scale * psw[i];
-        bias = bias * psw[i];
-    }
+    qops_eb_row_terms(q, row_bytes - 8, psw, i, &scale, &bias);
     const __m256 vs = _mm256_set1_ps(scale), vc = _mm256_set1_ps(bias);
     const uint8_t *p = q + (bits == 8 ? c0 : c0 / 2);
     __m256 v[2];

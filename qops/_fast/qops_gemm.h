@@ -534,25 +534,42 @@ static inline __m256i qg_u8_core(__m256 y, const float *bias, const float *mult,
 
 static inline int32_t qg_load4(const uint8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
 
-QG_INLINE void qg_micro(const int mr, const int nv, const uint8_t *A, ptrdiff_t lda, ptrdiff_t K,
-                        const int8_t *b, int32_t *acc_out) {
+/* The micro-kernel over rows given by pointer, their k values in ntaps runs of 4 cg bytes:
+ * run t of row i at rp[i] + toff[t] (a conv's window read in place, tap by tap, instead of copied into
+ * an im2col row). The packed groups follow in the same (tap, channel) order. */
+QG_INLINE void qg_micro_taps(const int mr, const int nv, const uint8_t *const *rp,
+                             const ptrdiff_t *toff, int ntaps, ptrdiff_t cg, const int8_t *b,
+                             int32_t *acc_out) {
     const __m512i z = _mm512_setzero_si512();
     __m512i c00 = z, c01 = z, c02 = z, c03 = z, c10 = z, c11 = z, c12 = z, c13 = z;
     __m512i c20 = z, c21 = z, c22 = z, c23 = z, c30 = z, c31 = z, c32 = z, c33 = z;
     __m512i c40 = z, c41 = z, c42 = z, c43 = z, c50 = z, c51 = z, c52 = z, c53 = z;
     __m512i b0 = z, b1 = z, b2 = z, b3 = z;
-    const ptrdiff_t G = K >> 2, step = nv * 64;
-    const uint8_t *a0 = A, *a1 = A + lda, *a2 = A + 2 * lda, *a3 = A + 3 * lda;
-    const uint8_t *a4 = A + 4 * lda, *a5 = A + 5 * lda;
-    ptrdiff_t g = 0;
-    for (; g < G; g++) {
-        QG_LOADB(b)
-        const ptrdiff_t o = 4 * g;
-        QG_ROW(0, qg_load4(a0 + o)) QG_ROW(1, qg_load4(a1 + o)) QG_ROW(2, qg_load4(a2 + o))
-        QG_ROW(3, qg_load4(a3 + o)) QG_ROW(4, qg_load4(a4 + o)) QG_ROW(5, qg_load4(a5 + o))
-        b += step;
+    const ptrdiff_t step = nv * 64;
+    /* rows past mr read row 0 (never used): no pointer past the caller's array */
+    const uint8_t *r0 = rp[0], *r1 = rp[mr > 1 ? 1 : 0], *r2 = rp[mr > 2 ? 2 : 0];
+    const uint8_t *r3 = rp[mr > 3 ? 3 : 0], *r4 = rp[mr > 4 ? 4 : 0], *r5 = rp[mr > 5 ? 5 : 0];
+    for (int t = 0; t < ntaps; t++) {
+        const ptrdiff_t to = toff[t];
+        const uint8_t *a0 = r0 + to, *a1 = r1 + to, *a2 = r2 + to, *a3 = r3 + to;
+        const uint8_t *a4 = r4 + to, *a5 = r5 + to;
+        for (ptrdiff_t g = 0; g < cg; g++) {
+            QG_LOADB(b)
+            const ptrdiff_t o = 4 * g;
+            QG_ROW(0, qg_load4(a0 + o)) QG_ROW(1, qg_load4(a1 + o)) QG_ROW(2, qg_load4(a2 + o))
+            QG_ROW(3, qg_load4(a3 + o)) QG_ROW(4, qg_load4(a4 + o)) QG_ROW(5, qg_load4(a5 + o))
+            b += step;
+        }
     }
     QG_STORE(0) QG_STORE(1) QG_STORE(2) QG_STORE(3) QG_STORE(4) QG_STORE(5)
+}
+
+/* mr rows of A (lda apart), K values each (the K % 4 tail: qg_micro_tail) */
+QG_INLINE void qg_micro(const int mr, const int nv, const uint8_t *A, ptrdiff_t lda, ptrdiff_t K,
+                        const int8_t *b, int32_t *acc_out) {
+    static const ptrdiff_t at0 = 0;
+    const uint8_t *rp[QG_MR] = {A, A + lda, A + 2 * lda, A + 3 * lda, A + 4 * lda, A + 5 * lda};
+    qg_micro_taps(mr, nv, rp, &at0, 1, K >> 2, b, acc_out);
 }
 
 
@@ -631,36 +648,6 @@ static void qg_micro_dispatch(int mr, int width, const uint8_t *A, ptrdiff_t lda
     default: QG_MR_CASES(4) break;
     }
     if (K & 3) qg_micro_tail(mr, width / 16, A, lda, K, b, acc);
-}
-
-/* qg_micro over rows given by pointer, their k values in ntaps runs of 4 cg bytes: run t of
- * row i at rp[i] + toff[t] (a conv's window read in place, tap by tap, instead of copied into
- * an im2col row). The packed groups follow in the same (tap, channel) order. */
-QG_INLINE void qg_micro_taps(const int mr, const int nv, const uint8_t *const *rp,
-                             const ptrdiff_t *toff, int ntaps, ptrdiff_t cg, const int8_t *b,
-                             int32_t *acc_out) {
-    const __m512i z = _mm512_setzero_si512();
-    __m512i c00 = z, c01 = z, c02 = z, c03 = z, c10 = z, c11 = z, c12 = z, c13 = z;
-    __m512i c20 = z, c21 = z, c22 = z, c23 = z, c30 = z, c31 = z, c32 = z, c33 = z;
-    __m512i c40 = z, c41 = z, c42 = z, c43 = z, c50 = z, c51 = z, c52 = z, c53 = z;
-    __m512i b0 = z, b1 = z, b2 = z, b3 = z;
-    const ptrdiff_t step = nv * 64;
-    /* rows past mr read row 0 (never used): no pointer past the caller's array */
-    const uint8_t *r0 = rp[0], *r1 = rp[mr > 1 ? 1 : 0], *r2 = rp[mr > 2 ? 2 : 0];
-    const uint8_t *r3 = rp[mr > 3 ? 3 : 0], *r4 = rp[mr > 4 ? 4 : 0], *r5 = rp[mr > 5 ? 5 : 0];
-    for (int t = 0; t < ntaps; t++) {
-        const ptrdiff_t to = toff[t];
-        const uint8_t *a0 = r0 + to, *a1 = r1 + to, *a2 = r2 + to, *a3 = r3 + to;
-        const uint8_t *a4 = r4 + to, *a5 = r5 + to;
-        for (ptrdiff_t g = 0; g < cg; g++) {
-            QG_LOADB(b)
-            const ptrdiff_t o = 4 * g;
-            QG_ROW(0, qg_load4(a0 + o)) QG_ROW(1, qg_load4(a1 + o)) QG_ROW(2, qg_load4(a2 + o))
-            QG_ROW(3, qg_load4(a3 + o)) QG_ROW(4, qg_load4(a4 + o)) QG_ROW(5, qg_load4(a5 + o))
-            b += step;
-        }
-    }
-    QG_STORE(0) QG_STORE(1) QG_STORE(2) QG_STORE(3) QG_STORE(4) QG_STORE(5)
 }
 
 #define QG_TAPS_MR(NV) \
