@@ -107,7 +107,9 @@ def _cl_conv_kernel(fast):
                  else "the conv kernel, C-order result")
     if getattr(conv, "_GEMM", [False])[0] and conv._MODE[0] == 1:
         core = "AVX2" if getattr(conv, "_AVX2", False) else "AVX-512 VNNI"
-        ungrouped = (f"{core} GEMM core (1x1 as it lies; im2col rows on small grids), "
+        rows = ("windows read in place from 32 channels, im2col rows below"
+                if getattr(conv, "_TAPS", [False])[0] else "im2col rows on small grids")
+        ungrouped = (f"{core} GEMM core (1x1 as it lies; {rows}), "
                      "else the conv kernel, C-order result")
     depthwise = "a C-order copy"
     if conv._DWCL and conv._MODE[0] >= 1:
