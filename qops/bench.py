@@ -198,9 +198,8 @@ def _peak():
                    if line.startswith("cpu MHz"))
     except (OSError, StopIteration, ValueError):
         pass
-    # Intel's AVX-512 server cores issue two vpdpbusd a cycle (measured on a Xeon: the GEMM
-    # core at 306-316 G products/s at 2.6 GHz, past one a cycle's 166); counted as one
-    # elsewhere
+    # Intel's AVX-512 server cores issue two vpdpbusd a cycle (on a Xeon the GEMM core ran
+    # faster than one a cycle allows); counted as one elsewhere, where it is not known
     vnni = (128, "VNNI: 2 x 64") if intel else (64, "VNNI: 64")
     per_cycle, what = ((1024, "AMX: 1024") if "AMX" in kernel else
                        vnni if "VNNI" in kernel else

@@ -849,6 +849,8 @@ def _conv_cl_taps_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_
         return out
     keep = _gemm_args(&b, &o, packed, qops_gemm_kpad(k), bias_term, multiplier,
                       out_zero_point, relu, out)
+    if b.wzp != NULL:   # the windows' row sums (the zero-point term) are never taken here
+        raise ValueError("conv_cl.gemm_taps takes symmetric weights only")
     dp, hp, wp_ = d + 2 * pd, h + 2 * ph, wdt + 2 * pw
     cdef bint padded = bool(pd or ph or pw)
     cdef Py_ssize_t rows = n * dp * hp
@@ -986,8 +988,7 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
         n, d, h, w = x.shape[:4]
         od, oh, ow = _out_sizes((d, h, w), packed["kernel"], stride, padding, dilation)
         # where threads split the weight panels each reads every window: from a padded copy
-        # the other core wrote, that costs more than filling its own im2col rows (2 threads,
-        # VNNI: 3x3/2 128->256 on 28x28 141 us against 113)
+        # the other core wrote (its cache), that costs more than filling its own im2col rows
         if not _gemm_split(n * od * oh * ow, packed["O"], k)[2]:
             return "gemm_taps"
     # (a strided or padded 1x1 from _GEMM_MIN_C channels: its rows are the input's pixels)

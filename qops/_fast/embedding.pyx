@@ -92,7 +92,7 @@ cdef void _bags_q(int bits, const uint8_t *table, Py_ssize_t row_bytes, int64_t 
     else:
         with parallel(num_threads=nt):
             # contiguous ranges: a thread's prefetches run on into its own next bags (dynamic
-            # chunks started each chunk on rows nobody had prefetched: 4-5% slower at 2 threads)
+            # chunks started each chunk on rows nobody had prefetched)
             for p in prange(n_pairs, schedule="static"):
                 if not _bad(idx, off[2 * p], off[2 * p + 2], n_rows, first):
                     qops_eb_bag2_q(bits, table, row_bytes, idx, off[2 * p], off[2 * p + 1],

@@ -20,7 +20,7 @@ static inline void qops_copy_short(uint8_t *d, const uint8_t *s, ptrdiff_t n) {
     if (n > 32 && n <= 512) {
         /* 32-byte moves, the last one ending at n (a library call costs more here: a 3x3
          * conv's im2col row of 32 channels is three runs of 96 bytes, of 64 channels three
-         * of 192: the calls took 5% of such a conv's time on the VNNI tier) */
+         * of 192) */
         for (ptrdiff_t i = 0; i < n - 32; i += 32) memcpy(d + i, s + i, 32);
         memcpy(d + n - 32, s + n - 32, 32);
     } else if (n >= 16 && n <= 32) {

@@ -32,8 +32,8 @@
 #define QOPS_EB_NT 2
 #ifndef QOPS_EB_PREFETCH
 #if defined(__AVX512F__)
-/* entries ahead: 16 as fbgemm's lookups on AVX2 builds (Zen 3); 32 measured 2-4% faster than
- * 16 on an AVX-512 Xeon (1,000,000 x 64 table, 8-bit) */
+/* entries ahead: 16 as fbgemm's lookups on AVX2 builds (Zen 3); AVX-512 builds add a row in
+ * fewer cycles, so the same memory latency needs rows prefetched further ahead */
 #define QOPS_EB_PREFETCH 32
 #else
 #define QOPS_EB_PREFETCH 16

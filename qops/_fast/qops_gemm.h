@@ -535,8 +535,8 @@ static inline __m256i qg_u8_core(__m256 y, const float *bias, const float *mult,
 static inline int32_t qg_load4(const uint8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
 
 /* The micro-kernel over rows given by pointer, their k values in ntaps runs of 4 cg bytes:
- * run t of row i at rp[i] + toff[t] (a conv's window read in place, tap by tap, instead of copied into
- * an im2col row). The packed groups follow in the same (tap, channel) order. */
+ * run t of row i at rp[i] + toff[t] (a conv's window read in place, tap by tap, instead of
+ * copied into an im2col row). The packed groups follow in the same (tap, channel) order. */
 QG_INLINE void qg_micro_taps(const int mr, const int nv, const uint8_t *const *rp,
                              const ptrdiff_t *toff, int ntaps, ptrdiff_t cg, const int8_t *b,
                              int32_t *acc_out) {
@@ -1361,6 +1361,24 @@ typedef struct qg_apk qg_apk;   /* only the AVX2 build repacks A */
 /* Rows [0, M) x column panels [p0, p1), single-threaded. Panel outer: one weight panel
  * (K x QG_NR) is reused from L1/L2 by every row block. ap: A repacked (AVX2; its row 0 is
  * A's row 0), or NULL. */
+/* The column terms of panel columns [n0, n0 + w) for qg_store: wz[j] the weight zero point,
+ * corr[j] = K a_zp wz - a_zp sum_k W[n0 + j, k], wrapping like the accumulator. */
+static inline void qg_panel_terms(const qops_gemm_b *B, int32_t a_zp, ptrdiff_t n0,
+                                  ptrdiff_t w, int32_t *corr, int32_t *wz) {
+    for (ptrdiff_t j = 0; j < w; j++) {
+        const int32_t z = B->wzp ? B->wzp[n0 + j] : 0;
+        wz[j] = z;
+        corr[j] = (int32_t)((uint32_t)B->K * (uint32_t)a_zp * (uint32_t)z
+                            - (uint32_t)a_zp * (uint32_t)B->wsum[n0 + j]);
+    }
+}
+
+/* Rows of the next micro-tile with `left` rows to go: QG_MR, or with 7..9 left two balanced
+ * tiles (4+3, 4+4, 5+4) rather than 6 and a thin one. */
+static inline ptrdiff_t qg_tile_rows(ptrdiff_t left) {
+    return left > QG_MR && left < QG_MR + 4 ? (left + 1) / 2 : (left < QG_MR ? left : QG_MR);
+}
+
 static void qg_panels_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
                            const qops_gemm_b *B, ptrdiff_t p0, ptrdiff_t p1,
                            const qops_gemm_out *o, const qg_apk *ap) {
@@ -1386,13 +1404,7 @@ static void qg_panels_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t
         const ptrdiff_t w = N - n0 < QG_NR ? N - n0 : QG_NR;
         const int width = (int)qg_panel_width(N, p);
         const int8_t *bp = qg_panel_ptr(B->data, K, p);
-        for (ptrdiff_t j = 0; j < w; j++) {
-            int32_t z = B->wzp ? B->wzp[n0 + j] : 0;
-            wz[j] = z;
-            /* K*a_zp*w_zp - a_zp*sum_k W[n,k], wrapping like the accumulator */
-            corr[j] = (int32_t)((uint32_t)K * (uint32_t)a_zp * (uint32_t)z
-                                - (uint32_t)a_zp * (uint32_t)B->wsum[n0 + j]);
-        }
+        qg_panel_terms(B, a_zp, n0, w, corr, wz);
 #ifdef QG_AVX2
         /* the panel in k order, and its reordered copy if it has one (see "Pairing") */
         const uint8_t *order = qg_order(B, p);
@@ -1421,8 +1433,7 @@ static void qg_panels_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t
 #endif
         for (ptrdiff_t mr = 0; m0 < M; m0 += mr) {
             const ptrdiff_t left = M - m0;
-            /* 7..9 rows left: two balanced tiles (4+3, 4+4, 5+4) rather than 6 + a thin one */
-            mr = left > QG_MR && left < QG_MR + 4 ? (left + 1) / 2 : (left < QG_MR ? left : QG_MR);
+            mr = qg_tile_rows(left);
             const uint8_t *Am = A + m0 * lda;
 #ifdef QG_AVX2
             /* exact in int16 where the tile's largest value times the bound fits: the
@@ -1754,13 +1765,10 @@ static void qops_gemm_taps(const uint8_t *const *rp, ptrdiff_t M, const ptrdiff_
         const ptrdiff_t w = N - n0 < QG_NR ? N - n0 : QG_NR;
         const int width = (int)qg_panel_width(N, p);
         const int8_t *bp = qg_panel_ptr(B->data, K, p);
-        for (ptrdiff_t j = 0; j < w; j++) {
-            wz[j] = 0;
-            corr[j] = (int32_t)(0u - (uint32_t)a_zp * (uint32_t)B->wsum[n0 + j]);
-        }
+        qg_panel_terms(B, a_zp, n0, w, corr, wz);
         for (ptrdiff_t mr = 0, m0 = 0; m0 < M; m0 += mr) {
             const ptrdiff_t left = M - m0;
-            mr = left > QG_MR && left < QG_MR + 4 ? (left + 1) / 2 : (left < QG_MR ? left : QG_MR);
+            mr = qg_tile_rows(left);
             qg_micro_taps_dispatch((int)mr, width, rp + m0, toff, ntaps, C / 4, bp, acc);
             qg_store(acc, (int)mr, w, m0, n0, corr, wz, rs, o);
         }

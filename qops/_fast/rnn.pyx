@@ -121,8 +121,8 @@ cdef extern from "<string.h>" nogil:
 
 DEF GEMM_GRAIN = 262144   # multiply-adds per thread below which a second thread costs more
 DEF XBLOCK = 65536        # sequence values a task when quantizing the layer's input
-# rows an input GEMM takes at least (whole steps): 16 left batch-16 layers streaming W_ih
-# once a step; 64 (4 steps) ran 1.2x faster on AMX (its 32-row blocks), 1.03x on VNNI
+# rows an input GEMM takes at least (whole steps): W_ih is streamed once per input GEMM, and
+# AMX multiplies 32-row blocks (16 left a batch-16 layer streaming it every step)
 DEF X_ROWS = 64
 # PyTorch's dynamic RNN modules quantize h with reduce_range: [0, 127]
 DEF H_QMAX = 127

@@ -728,8 +728,7 @@ def _with_frees(steps, slots):
     """Each step with the value slots to drop after it: those it used last (and its own value
     if nothing uses it). Holding every value until the forward returns made the peak memory
     the sum of all activations, all handed back at once at the end, and glibc then returned
-    that heap to the system, so that each forward page-faulted it in again (ResNet-50 at batch
-    8: ~16,000 faults, a third of its time)."""
+    that heap to the system, so that each forward page-faulted it in again."""
     last = {}
     for s, (i, _, _, _, node) in enumerate(steps):
         def note(r, s=s):
@@ -947,7 +946,7 @@ class GraphModule(Module):
                                + (f"\n  from {node.where}" if node.where else ""))
                     e._qops_node = True
                 raise
-            del a
+            del a               # the arguments: a dropped slot's value must not live on here
             for j in frees:
                 env[j] = None
         raise RuntimeError("graph has no output node")
