@@ -1,6 +1,7 @@
 """Compare qops' fast kernels with its reference and with PyTorch, in one process.
 
     python -m qops.bench [--ops conv2d,linear] [--family conv] [--threads 1,2] [--seconds 0.3]
+                         [--xnnpack]
     python -m qops.bench --models [resnet18,...] [--batch 1,8] [--threads 1,2] [--profile]
     python -m qops.bench --zoo [resnet50,...] [--batch 1] [--no-ref]   # every layer shape
 
@@ -11,6 +12,12 @@ cases and the PyTorch calls are the registry's, the same data the tests and asv 
 With --bandwidth, two more columns: fast's effective bandwidth (bytes of every array input and
 output, read once and written once, per second) and that as a share of a plain copy moving the
 same number of bytes on this machine (numpy copyto, one thread), the yardstick of memory-bound ops.
+
+With --xnnpack, two more columns: TFLite/LiteRT with XNNPACK running the same case as a
+one-operator int8 model (qops/_bench_tflite.py; needs `pip install qops[peers]`), timed in the
+same rotation as fast and PyTorch at each thread count, and fast's speed-up over it. Cases the
+model builder cannot express (conv3d, dynamic linear, asymmetric weights, ...) show `-`, with
+the reason under the table.
 """
 import argparse
 import os
@@ -127,13 +134,19 @@ def _zoo_cases(spec, models, batches):
 
 
 def run(ops=None, families=None, threads=(1,), seconds=0.3, backends=("ref", "fast", "torch"),
-        cases=None, out=sys.stdout, bandwidth=False, zoo=None, batches=None):
+        cases=None, out=sys.stdout, bandwidth=False, zoo=None, batches=None, xnnpack=False):
     """Time the selected registry ops; return rows (op, case, threads, {backend: us}).
 
     zoo : None for the ops' benchmark cases; "all" or a list of model names for the layer
         zoo's cases of those models (qops/_registry/_zoo.py), at `batches` (None: all)
+    xnnpack : also time TFLite/LiteRT with XNNPACK (qops._bench_tflite) where it can run the
+        case (raises ImportError without ai_edge_litert)
     """
     torch = _torch() if "torch" in backends else None
+    if xnnpack:
+        from qops import _bench_tflite
+        _bench_tflite.import_litert()       # fail before timing anything, not case by case
+    skipped = {}                            # {(op, case): why xnnpack has no time}
     _settle_allocator()
     specs = [s for s in all_specs()
              if (not ops or s.name in ops) and (not families or s.family in families)]
@@ -158,7 +171,12 @@ def run(ops=None, families=None, threads=(1,), seconds=0.3, backends=("ref", "fa
                 if torch is not None and spec.torch is not None:
                     torch.set_num_threads(n)
                     calls["torch"] = spec.torch(case)
-                # fast and PyTorch in alternating blocks ("fast" is the backend throughout)
+                if xnnpack:
+                    try:
+                        calls["xnnpack"] = _bench_tflite.xnnpack_call(spec.name, case, n)
+                    except (_bench_tflite.Unsupported, RuntimeError) as e:
+                        skipped[(spec.name, name)] = str(e)
+                # fast, PyTorch and XNNPACK in alternating blocks ("fast" is the backend throughout)
                 with qops.backend("fast"), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     times.update(_rotated_us(calls, seconds))
@@ -171,7 +189,7 @@ def run(ops=None, families=None, threads=(1,), seconds=0.3, backends=("ref", "fa
             rows.append((spec.name, name, n, times))
             step += 1
     _progress(total, total, "done")
-    _print(rows, out, torch is not None, bandwidth)
+    _print(rows, out, torch is not None, bandwidth, skipped if xnnpack else None)
     if zoo is not None and torch is not None:
         _zoo_summary(rows, out)
     return rows
@@ -189,18 +207,21 @@ def _peak():
     OS reports (a VM's nominal clock: the true one may differ)."""
     from qops._show import config_info
     kernel = config_info()["gemm_kernel"]
-    mhz, intel = 0.0, False
+    mhz, two_ports = 0.0, False
     try:
         with open("/proc/cpuinfo") as f:
             info = f.read()
-        intel = "GenuineIntel" in info
+        family = next(int(line.split(":")[1]) for line in info.splitlines()
+                      if line.startswith("cpu family"))
+        # Intel's AVX-512 server cores (on a Xeon the GEMM core ran faster than one a cycle
+        # allows) and AMD Zen 5 (family 26, a full 512-bit datapath) issue two 512-bit
+        # vpdpbusd a cycle; Zen 4 (family 25) splits each into two 256-bit halves
+        two_ports = "GenuineIntel" in info or ("AuthenticAMD" in info and family >= 26)
         mhz = next(float(line.split(":")[1]) for line in info.splitlines()
                    if line.startswith("cpu MHz"))
     except (OSError, StopIteration, ValueError):
         pass
-    # Intel's AVX-512 server cores issue two vpdpbusd a cycle (on a Xeon the GEMM core ran
-    # faster than one a cycle allows); counted as one elsewhere, where it is not known
-    vnni = (128, "VNNI: 2 x 64") if intel else (64, "VNNI: 64")
+    vnni = (128, "VNNI: 2 x 64") if two_ports else (64, "VNNI: 64")
     per_cycle, what = ((1024, "AMX: 1024") if "AMX" in kernel else
                        vnni if "VNNI" in kernel else
                        (32, "AVX2: 32") if "AVX2" in kernel else (0, "portable C"))
@@ -241,8 +262,13 @@ def _ratio(a, b):
     return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
 
 
-def _print(rows, out, have_torch, bandwidth=False):
+def _print(rows, out, have_torch, bandwidth=False, xnnpack_skipped=None):
+    """The table; xnnpack_skipped: None without --xnnpack, else {(op, case): why no time}."""
+    xnnpack = xnnpack_skipped is not None
     head = ["op", "case", "thr", "ref us", "fast us", "torch us", "fast vs ref", "fast vs torch"]
+    if xnnpack:
+        head[6:6] = ["xnnpack us"]
+        head += ["fast vs xnnpack"]
     if bandwidth:
         head += ["fast GB/s", "of copy"]
     table = [head]
@@ -250,6 +276,9 @@ def _print(rows, out, have_torch, bandwidth=False):
         row = [op, case, str(n), _fmt(t.get("ref")), _fmt(t.get("fast")),
                _fmt(t.get("torch")) if have_torch else "n/a",
                _ratio(t.get("ref"), t.get("fast")), _ratio(t.get("torch"), t.get("fast"))]
+        if xnnpack:
+            row[6:6] = [_fmt(t.get("xnnpack"))]
+            row += [_ratio(t.get("xnnpack"), t.get("fast"))]
         if bandwidth:
             fast, moved = t.get("fast"), t.get("bytes")
             ok = fast and moved
@@ -263,6 +292,10 @@ def _print(rows, out, have_torch, bandwidth=False):
         if j == 0:
             out.write("  ".join("-" * w for w in widths) + "\n")
     out.write("(fast vs X = X's time / fast's time: above 1x means qops fast is faster)\n")
+    if xnnpack:
+        out.write("(xnnpack: TFLite/LiteRT int8, XNNPACK delegate, NHWC, one-operator model)\n")
+        for (op, case), why in xnnpack_skipped.items():
+            out.write(f"(xnnpack -: {op} {case}: {why})\n")
     if bandwidth:
         out.write("(GB/s: bytes of inputs + outputs / fast's time; of copy: a one-thread numpy "
                   "copy moving the same bytes takes that share of fast's time)\n")
@@ -279,6 +312,9 @@ def main(argv=None):
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch")
     p.add_argument("--bandwidth", action="store_true",
                    help="add fast's GB/s and its share of a plain copy's speed")
+    p.add_argument("--xnnpack", action="store_true",
+                   help="add TFLite/LiteRT with XNNPACK (pip install qops[peers]) and fast's "
+                        "speed-up over it")
     p.add_argument("--list", action="store_true", help="list ops and cases, then exit")
     p.add_argument("--models", nargs="?", const="all", default=None,
                    help="time whole torchvision int8 models in PyTorch and imported into qops "
@@ -292,6 +328,8 @@ def main(argv=None):
     p.add_argument("--profile", action="store_true",
                    help="with --models: per-layer times and ratios, largest share first")
     a = p.parse_args(argv)
+    if a.models is not None and a.xnnpack:
+        p.error("--xnnpack times the ops' cases (and --zoo's), not whole --models")
     if a.models is not None:
         from qops import _bench_models
         names = None if a.models == "all" else a.models.split(",")
@@ -325,8 +363,15 @@ def main(argv=None):
     backends = [b for b in ("ref", "fast", "torch")
                 if not (b == "ref" and a.no_ref) and not (b == "torch" and a.no_torch)]
     split = lambda v: [x for x in v.split(",") if x] if v else None  # noqa: E731
+    if a.xnnpack:
+        from qops import _bench_tflite
+        try:
+            _bench_tflite.import_litert()
+        except ImportError as e:
+            p.error(str(e))
     run(split(a.ops), split(a.family), [int(t) for t in a.threads.split(",")], a.seconds,
-        backends, split(a.cases), bandwidth=a.bandwidth, zoo=zoo, batches=batches)
+        backends, split(a.cases), bandwidth=a.bandwidth, zoo=zoo, batches=batches,
+        xnnpack=a.xnnpack)
     return 0
 
 
