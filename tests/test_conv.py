@@ -758,3 +758,41 @@ def test_gemm_taps_route_equals_ref(threads):
                 assert "conv_cl.gemm_taps" in taken, taken
     finally:
         kernels._set_mode(previous)
+
+
+@pytest.mark.parametrize("flat", [True, False])
+def test_amx_pair_store_equals_ref(flat):
+    # AMX channels-last routes requantize two pixels x 32 output channels at a time where two
+    # whole 16-channel blocks meet (saturating packs for the lower clamp and the zero point):
+    # both clamps hit (a small output scale saturates most outputs, ReLU with a high zero
+    # point), odd widths (a last pixel without its pair), a third partial block, padding
+    # pixels of the flat route between the pairs, the im2col rows of few channels
+    from qops import _fast
+    from qops._show import explain
+    kernels = _fast.load("conv")
+    if not getattr(kernels, "_AMX", False):
+        pytest.skip("the AMX routes need a CPU with AMX-INT8")
+    was = kernels._AMX_FLAT[0]
+    kernels._AMX_FLAT[0] = flat
+    r = u.rng(29)
+    taken = set()
+    try:
+        for n, c, o, k, s, pad, h, w in [(1, 64, 32, 1, 1, 0, 7, 9), (2, 64, 40, 3, 1, 1, 5, 13),
+                                         (1, 128, 96, 3, 2, 1, 9, 11), (1, 16, 64, 3, 1, 1, 6, 7),
+                                         (1, 64, 72, 1, 1, 0, 3, 33), (2, 80, 48, 3, 1, 2, 4, 5)]:
+            raw = r.integers(0, 256, (n, h, w, c)).astype(np.uint8)
+            x = qops.make_per_tensor_quantized_tensor(raw, 0.05, 131).permute(0, 3, 1, 2)
+            wt = _w((o, c, k, k), per_channel=True, seed=o + c)
+            b = r.normal(0, 2, o).astype(np.float32)
+            b[:3] = (1e30, -1e30, 0.0)
+            for fn, scale, zp in [(F.conv2d, 0.02, 3), (F.conv2d_relu, 0.5, 250),
+                                  (F.conv2d, 3.0, 128), (F.conv2d_relu, 0.05, 0)]:
+                args = dict(stride=s, padding=pad, scale=scale, zero_point=zp)
+                with qops.backend("ref"):
+                    want = np.asarray(fn(x, wt, b, **args)._int)
+                taken |= {rr.name for rr in explain(fn, x, wt, b, **args)}
+                got = np.asarray(fn(x, wt, b, **args)._int)
+                np.testing.assert_array_equal(got, want, err_msg=f"{(n, c, o, k, s, h, w)} {zp}")
+    finally:
+        kernels._AMX_FLAT[0] = was
+    assert taken & {"conv_cl.amx_flat", "conv_cl.amx_padded", "conv_cl.amx_im2col"}, taken

@@ -170,6 +170,55 @@ qconv_nhwc_block(const qconv_nhwc_args *a, ptrdiff_t oc, int noc, __m512i *corr,
     *mu = _mm512_maskz_loadu_ps(m, a->mult + oc);
 }
 
+/* Requantize two pixels x 32 output channels (two 16-channel blocks, s[pixel][block], the
+ * zero-point correction added) and store pixel 0's 32 bytes at o0, pixel 1's at o1 (either
+ * NULL: not stored). As qconv_store16, but the lower clamp and the zero point are left to saturating
+ * packs (what they saturate lies beyond [0, 255] either way, as in qconv_dwcl_store): per 64
+ * outputs three packs and a permute replace four two-uop narrowing stores and four clamps.
+ * The packs leave dword 4L + k = lane L of vector k (k: p0b0, p0b1, p1b0, p1b1); idx puts
+ * them back in order. */
+static inline __attribute__((always_inline)) __m512i
+qconv_rq16(__m512i s, __m512 bt, __m512 mu, __m512 hi) {
+    const __m512 y = _mm512_add_ps(_mm512_cvtepi32_ps(s), bt);
+    return _mm512_cvt_roundps_epi32(_mm512_min_ps(_mm512_mul_ps(y, mu), hi),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+typedef struct {
+    __m512 bt0, bt1, mu0, mu1, hi;
+    __m512i corr0, corr1, z16, lo8, idx;
+} qconv_pair_q;
+
+static inline __attribute__((always_inline)) void
+qconv_store2x32(const qconv_pair_q *q, const int32_t *p0b0, const int32_t *p0b1,
+                const int32_t *p1b0, const int32_t *p1b1, uint8_t *o0, uint8_t *o1) {
+    const __m512i a = _mm512_adds_epi16(_mm512_packs_epi32(
+        qconv_rq16(_mm512_add_epi32(_mm512_load_si512((const void *)p0b0), q->corr0), q->bt0, q->mu0, q->hi),
+        qconv_rq16(_mm512_add_epi32(_mm512_load_si512((const void *)p0b1), q->corr1), q->bt1, q->mu1, q->hi)), q->z16);
+    const __m512i b = _mm512_adds_epi16(_mm512_packs_epi32(
+        qconv_rq16(_mm512_add_epi32(_mm512_load_si512((const void *)p1b0), q->corr0), q->bt0, q->mu0, q->hi),
+        qconv_rq16(_mm512_add_epi32(_mm512_load_si512((const void *)p1b1), q->corr1), q->bt1, q->mu1, q->hi)), q->z16);
+    const __m512i u = _mm512_permutexvar_epi32(q->idx, _mm512_max_epu8(_mm512_packus_epi16(a, b), q->lo8));
+    if (o0) _mm256_storeu_si256((__m256i *)o0, _mm512_castsi512_si256(u));
+    if (o1) _mm256_storeu_si256((__m256i *)o1, _mm512_extracti64x4_epi64(u, 1));
+}
+
+/* The constants of qconv_store2x32 for the blocks at oc and oc + 16 (both full). */
+__attribute__((target("amx-tile,amx-int8"))) static inline void
+qconv_pair_init(const qconv_nhwc_args *a, ptrdiff_t oc, qconv_pair_q *q) {
+    const __m512i xz = _mm512_set1_epi32(a->xz);
+    q->corr0 = _mm512_mullo_epi32(xz, _mm512_loadu_si512((const void *)(a->kzw + oc)));
+    q->corr1 = _mm512_mullo_epi32(xz, _mm512_loadu_si512((const void *)(a->kzw + oc + 16)));
+    q->bt0 = _mm512_loadu_ps(a->bterm + oc);
+    q->bt1 = _mm512_loadu_ps(a->bterm + oc + 16);
+    q->mu0 = _mm512_loadu_ps(a->mult + oc);
+    q->mu1 = _mm512_loadu_ps(a->mult + oc + 16);
+    q->hi = _mm512_set1_ps((float)(255 - a->ozp));
+    q->z16 = _mm512_set1_epi16((short)a->ozp);
+    q->lo8 = _mm512_set1_epi8((char)a->lo);
+    q->idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+}
+
 /* One output row: tiles of 32 pixels at xrow (a pixel every sw * Cp bytes), output pixels at
  * orow; the tiles configured by the caller, buf 1 KB of scratch. */
 __attribute__((target("amx-tile,amx-int8"))) static inline void
@@ -185,6 +234,22 @@ qconv_nhwc_amx_row(const qconv_nhwc_args *a, const uint8_t *xrow, uint8_t *orow,
             const uint8_t *xb = xrow + ow * pstride;
             const int8_t *w0 = a->wb + ob * wblk, *w1 = w0 + wblk;
             qconv_nhwc_tiles_2x2(a, xb, pstride, w0, w1, two);
+            if (two && a->O - ob * 16 >= 32) {             /* two full blocks: pairs of pixels */
+                qconv_pair_q q;
+                qconv_pair_init(a, (ptrdiff_t)ob * 16, &q);
+                _tile_stored(0, buf, 64);
+                _tile_stored(1, buf + 256, 64);
+                _tile_stored(2, buf + 512, 64);
+                _tile_stored(3, buf + 768, 64);
+                uint8_t *o = orow + ow * a->O + (ptrdiff_t)ob * 16;
+                for (int i = 0; i < nv; i += 2, o += 2 * a->O) {
+                    /* pixel i of the 32: tile p = i / 16, its row i % 16 */
+                    const int32_t *r0 = buf + 256 * (i >> 4) + 16 * (i & 15);
+                    const int32_t *r1 = buf + 256 * ((i + 1) >> 4) + 16 * ((i + 1) & 15);
+                    qconv_store2x32(&q, r0, r0 + 512, r1, r1 + 512, o, i + 1 < nv ? o + a->O : NULL);
+                }
+                continue;
+            }
             for (int b = 0; b < 1 + two; b++) {
                 const ptrdiff_t oc = (ptrdiff_t)(ob + b) * 16;
                 const int noc = (int)(a->O - oc < 16 ? a->O - oc : 16);
@@ -214,7 +279,7 @@ __attribute__((target("amx-tile,amx-int8"))) static void qconv_nhwc_tiles(void) 
 /* Output rows [r0, r1) of the N * OD * OH rows. */
 __attribute__((target("amx-tile,amx-int8"))) static void
 qconv_nhwc_amx(const qconv_nhwc_args *a, ptrdiff_t r0, ptrdiff_t r1) {
-    int32_t buf[16 * 16] __attribute__((aligned(64)));
+    int32_t buf[4 * 16 * 16] __attribute__((aligned(64)));
     qconv_nhwc_tiles();
     for (ptrdiff_t r = r0; r < r1; r++) {
         const ptrdiff_t oh = r % a->OH, od = (r / a->OH) % a->OD, n = r / (a->OH * a->OD);
@@ -276,7 +341,7 @@ static void qconv_im2col_row(const qconv_im2col_args *f, const qconv_nhwc_args *
 __attribute__((target("amx-tile,amx-int8"))) static void
 qconv_nhwc_amx_im2col(const qconv_nhwc_args *a, const qconv_im2col_args *f, uint8_t *row,
                       ptrdiff_t r0, ptrdiff_t r1) {
-    int32_t buf[16 * 16] __attribute__((aligned(64)));
+    int32_t buf[4 * 16 * 16] __attribute__((aligned(64)));
     qconv_nhwc_tiles();
     for (ptrdiff_t r = r0; r < r1; r++) {
         qconv_im2col_row(f, a, r, row);
@@ -318,7 +383,7 @@ static inline ptrdiff_t qconv_flat_items(const qconv_nhwc_args *a, ptrdiff_t N) 
 /* Work items [i0, i1) (qconv_flat_items of them). */
 __attribute__((target("amx-tile,amx-int8"))) static void
 qconv_nhwc_amx_flat(const qconv_nhwc_args *a, ptrdiff_t i0, ptrdiff_t i1) {
-    int32_t buf[16 * 16] __attribute__((aligned(64)));
+    int32_t buf[4 * 16 * 16] __attribute__((aligned(64)));
     const __m512 lo = _mm512_set1_ps((float)(a->lo - a->ozp)), hi = _mm512_set1_ps((float)(255 - a->ozp));
     const __m512i ozp = _mm512_set1_epi32(a->ozp);
     const ptrdiff_t span = qconv_flat_span(a), npair = (a->nob + 1) / 2;
@@ -336,6 +401,31 @@ qconv_nhwc_amx_flat(const qconv_nhwc_args *a, ptrdiff_t i0, ptrdiff_t i1) {
             const uint8_t *xb = a->xp + n * img + j * Cp;
             const int8_t *w0 = a->wb + ob * wblk, *w1 = w0 + wblk;
             qconv_nhwc_tiles_2x2(a, xb, Cp, w0, w1, two);
+            if (two && a->O - ob * 16 >= 32) {             /* two full blocks: pairs of pixels */
+                qconv_pair_q q;
+                qconv_pair_init(a, ob * 16, &q);
+                _tile_stored(0, buf, 64);
+                _tile_stored(1, buf + 256, 64);
+                _tile_stored(2, buf + 512, 64);
+                _tile_stored(3, buf + 768, 64);
+                /* the first pixel decoded once, the rest stepped (as below) */
+                ptrdiff_t ow = j % a->Wp, oh = (j / a->Wp) % a->Hp, od = j / HWp;
+                uint8_t *o[2];
+                for (int i = 0; i < 32 && j + i < j1; i += 2) {
+                    for (int k = 0; k < 2; k++) {
+                        o[k] = j + i + k < j1 && ow < a->OW && oh < a->OH
+                             ? oimg + ((od * a->OH + oh) * a->OW + ow) * a->O + ob * 16 : NULL;
+                        if (++ow == a->Wp) {
+                            ow = 0;
+                            if (++oh == a->Hp) { oh = 0; od++; }
+                        }
+                    }
+                    const int32_t *r0 = buf + 256 * (i >> 4) + 16 * (i & 15);
+                    const int32_t *r1 = buf + 256 * ((i + 1) >> 4) + 16 * ((i + 1) & 15);
+                    if (o[0] || o[1]) qconv_store2x32(&q, r0, r0 + 512, r1, r1 + 512, o[0], o[1]);
+                }
+                continue;
+            }
             for (int b = 0; b < 1 + two; b++) {
                 const ptrdiff_t oc = (ptrdiff_t)(ob + b) * 16;
                 const int noc = (int)(a->O - oc < 16 ? a->O - oc : 16);

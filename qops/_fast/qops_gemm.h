@@ -1240,6 +1240,36 @@ static inline void qg_store512(const int32_t *acc, int mr, ptrdiff_t v, ptrdiff_
     const __m512 lo = _mm512_set1_ps((float)((o->relu ? zp : 0) - zp));
     const __m512 hi = _mm512_set1_ps((float)(255 - zp));
     const __m512i vzp = _mm512_set1_epi32(zp);
+    if (u8 && v == QG_NR) {
+        /* a whole panel row is 64 bytes: narrowed by saturating packs (values already in
+         * [lo, 255] once the zero point is added) and one permute, stored at once */
+        const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        const __m512i z16 = _mm512_set1_epi16((short)zp);
+        __m512i c[4], z[4];
+        __m512 m[4], b[4];
+        for (int k = 0; k < 4; k++) {
+            c[k] = _mm512_loadu_si512(corr + 16 * k);
+            z[k] = _mm512_loadu_si512(wz + 16 * k);
+            m[k] = _mm512_loadu_ps(o->mult + n0 + 16 * k);
+            b[k] = o->bias ? _mm512_loadu_ps(o->bias + n0 + 16 * k) : _mm512_setzero_ps();
+        }
+        for (int i = 0; i < mr; i++) {
+            __m512i q[4];
+            for (int k = 0; k < 4; k++) {
+                __m512i a = _mm512_add_epi32(_mm512_loadu_si512(acc + i * QG_NR + 16 * k), c[k]);
+                if (rs[i])
+                    a = _mm512_sub_epi32(a, _mm512_mullo_epi32(z[k], _mm512_set1_epi32(rs[i])));
+                __m512 y = _mm512_cvtepi32_ps(a);
+                if (o->bias) y = _mm512_add_ps(y, b[k]);
+                q[k] = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(y, m[k]), lo), hi));
+            }
+            const __m512i p0 = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[1]), z16);
+            const __m512i p1 = _mm512_adds_epi16(_mm512_packs_epi32(q[2], q[3]), z16);
+            _mm512_storeu_si512((uint8_t *)o->out + (m0 + i) * o->ldc + n0,
+                                _mm512_permutexvar_epi32(idx, _mm512_packus_epi16(p0, p1)));
+        }
+        return;
+    }
     for (ptrdiff_t j = 0; j < v; j += 16) {
         const __m512i c = _mm512_loadu_si512(corr + j), z = _mm512_loadu_si512(wz + j);
         const __m512 m = _mm512_loadu_ps(o->mult + n0 + j);
