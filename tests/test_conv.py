@@ -796,3 +796,24 @@ def test_amx_pair_store_equals_ref(flat):
     finally:
         kernels._AMX_FLAT[0] = was
     assert taken & {"conv_cl.amx_flat", "conv_cl.amx_padded", "conv_cl.amx_im2col"}, taken
+
+
+def test_one_row_amx_conv_splits_over_threads():
+    # AMX: a conv1d is one output row; whole rows per thread left the second thread idle (2
+    # threads ran slower than 1), so stride-1 convs with too few rows take the flat route
+    from qops import _fast
+    from qops._show import explain
+    if not getattr(_fast.load("conv"), "_AMX", False):
+        pytest.skip("the AMX routes need a CPU with AMX-INT8")
+    r = u.rng(41)
+    x = u.random_qtensor(r, (1, 64, 700), qops.quint8, scale=0.05, zero_point=120)
+    w = _w((64, 64, 3), seed=4)
+    b = r.normal(0, 1, 64).astype(np.float32)
+    args = dict(padding=1, scale=0.4, zero_point=100)
+    with qops.backend("ref"):
+        want = np.asarray(F.conv1d(x, w, b, **args)._int)
+    with qops.threads(2):
+        taken = [rr.name for rr in explain(F.conv1d, x, w, b, **args)]
+        got = np.asarray(F.conv1d(x, w, b, **args)._int)
+    np.testing.assert_array_equal(got, want)
+    assert "conv_cl.amx_flat" in taken, taken

@@ -931,9 +931,9 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
     'dw_planes': other depthwise convs: a C-order copy for the planes kernel, transposed back.
     'amx_im2col', 'amx_flat', 'amx_padded': ungrouped, symmetric weights, AMX tiles on im2col
     rows (under 32 channels), else on a padded copy of the input: read as one run of pixels
-    where output rows would fill under 85% of 32-pixel tiles (tiles span row ends; strided
-    2-D convs on the copy split into stride phases), tiles of 32 pixels within an output row
-    otherwise.
+    where output rows would fill under 85% of 32-pixel tiles or whole rows would split
+    unevenly over the threads (tiles span row ends; strided 2-D convs on the copy split into
+    stride phases), tiles of 32 pixels within an output row otherwise.
     'gemm_1x1': ungrouped 1x1, stride 1, no padding, _GEMM_MIN_C+ channels, AVX2: the GEMM core
     on the pixels as rows (finite bias terms and multipliers: the GEMM sends NaN to the low
     bound, the conv kernels to the high one).
@@ -969,9 +969,13 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
                                  and padding[0] == 0)):
             # the row kernel's tiles of 32 pixels hold OW / ceil32(OW) real ones; flat ones
             # OW / Wp but pay a decode per pixel: flat wins where the row kernel's fill is
-            # under 85% (at 28 and 56 pixels a row, 87.5%, the row kernel stays ahead)
-            ow = _out_sizes(x.shape[1:4], packed["kernel"], stride, padding, dilation)[2]
-            if ow < 0.85 * ((ow + 31) // 32 * 32):
+            # under 85% (at 28 and 56 pixels a row, 87.5%, the row kernel stays ahead), and
+            # where whole rows leave threads idle (a conv1d's one row: 2 threads ran it slower
+            # than 1), as flat items of QCONV_FLAT_CHUNK pixels split finer
+            od, oh, ow = _out_sizes(x.shape[1:4], packed["kernel"], stride, padding, dilation)
+            rows = x.shape[0] * od * oh
+            nt = qops_threads_for(rows * ow * packed["O"] * c * kd * kh * kw, GRAIN)
+            if ow < 0.85 * ((ow + 31) // 32 * 32) or rows < 0.85 * nt * ((rows + nt - 1) // nt):
                 return "amx_flat"
         return "amx_padded"
     if (_MODE[0] != 1 or not _GEMM[0] or packed["kind"] != "grouped" or groups != 1
