@@ -700,9 +700,14 @@ def test_unpadded_channels_last_convs_read_the_input_in_place(flat):
     if hasattr(kernels, "_AMX_FLAT"):
         kernels._AMX_FLAT[0] = flat
     try:
+        # channels that are not a multiple of 64 too: a pixel's last 64-byte chunk then runs
+        # on into the next pixel's bytes (and past the input's end on the tail copy)
         for n, c, o, k, s, d, h, w in [(1, 64, 33, 1, 1, 1, 7, 9), (3, 128, 16, 3, 1, 1, 5, 37),
                                        (2, 64, 64, 2, 2, 1, 9, 40), (1, 192, 17, 3, 1, 2, 6, 61),
-                                       (2, 64, 48, 1, 1, 1, 56, 56), (1, 64, 16, 3, 2, 1, 11, 3)]:
+                                       (2, 64, 48, 1, 1, 1, 56, 56), (1, 64, 16, 3, 2, 1, 11, 3),
+                                       (1, 40, 33, 1, 1, 1, 7, 9), (3, 100, 24, 3, 1, 1, 5, 37),
+                                       (2, 144, 24, 1, 2, 1, 9, 40), (1, 72, 17, 3, 1, 2, 6, 61),
+                                       (2, 33, 56, 1, 1, 1, 3, 5)]:
             data = rng.integers(0, 256, (n, h, w, c)).astype(np.uint8)
             x = qops.make_per_tensor_quantized_tensor(data, 0.05, 7).permute(0, 3, 1, 2)
             wq = qops.quantize_per_channel(rng.normal(0, 0.1, (o, c, k, k)).astype(np.float32),
@@ -763,7 +768,8 @@ def test_gemm_taps_route_equals_ref(threads):
 @pytest.mark.parametrize("flat", [True, False])
 def test_amx_pair_store_equals_ref(flat):
     # AMX channels-last routes requantize two pixels x 32 output channels at a time where two
-    # whole 16-channel blocks meet (saturating packs for the lower clamp and the zero point):
+    # 16-channel blocks meet, the second's channels possibly ending early (saturating packs
+    # for the lower clamp and the zero point, masked stores):
     # both clamps hit (a small output scale saturates most outputs, ReLU with a high zero
     # point), odd widths (a last pixel without its pair), a third partial block, padding
     # pixels of the flat route between the pairs, the im2col rows of few channels
@@ -779,7 +785,8 @@ def test_amx_pair_store_equals_ref(flat):
     try:
         for n, c, o, k, s, pad, h, w in [(1, 64, 32, 1, 1, 0, 7, 9), (2, 64, 40, 3, 1, 1, 5, 13),
                                          (1, 128, 96, 3, 2, 1, 9, 11), (1, 16, 64, 3, 1, 1, 6, 7),
-                                         (1, 64, 72, 1, 1, 0, 3, 33), (2, 80, 48, 3, 1, 2, 4, 5)]:
+                                         (1, 64, 72, 1, 1, 0, 3, 33), (2, 80, 48, 3, 1, 2, 4, 5),
+                                         (1, 144, 24, 1, 1, 0, 5, 7), (2, 64, 56, 3, 1, 1, 4, 9)]:
             raw = r.integers(0, 256, (n, h, w, c)).astype(np.uint8)
             x = qops.make_per_tensor_quantized_tensor(raw, 0.05, 131).permute(0, 3, 1, 2)
             wt = _w((o, c, k, k), per_channel=True, seed=o + c)
@@ -817,3 +824,23 @@ def test_one_row_amx_conv_splits_over_threads():
         got = np.asarray(F.conv1d(x, w, b, **args)._int)
     np.testing.assert_array_equal(got, want)
     assert "conv_cl.amx_flat" in taken, taken
+
+
+def test_one_pixel_c_order_input_takes_the_channels_last_kernels():
+    # a C-order input of one pixel is channels-last memory too (the 1x1 convs of squeeze-
+    # excitation blocks): the channels-last kernels take it as it lies, with ref's result
+    from qops._show import explain
+    r = u.rng(43)
+    for shape, k, pad, groups in [((2, 64, 1, 1), 1, 0, 1), ((1, 40, 1, 1), 3, 1, 1),
+                                  ((3, 32, 1, 1), 1, 0, 32)]:
+        x = u.random_qtensor(r, shape, qops.quint8, scale=0.05, zero_point=20)
+        c = shape[1]
+        w = _w((c if groups > 1 else 48, c // groups, k, k), seed=c)
+        b = r.normal(0, 1, w.shape[0]).astype(np.float32)
+        args = dict(padding=pad, groups=groups, scale=0.3, zero_point=9)
+        with qops.backend("ref"):
+            want = np.asarray(F.conv2d(x, w, b, **args)._int)
+        got = F.conv2d(x, w, b, **args)
+        np.testing.assert_array_equal(np.asarray(got._int), want)
+        assert [rr.name for rr in explain(F.conv2d, x, w, b, **args)][0].startswith("conv_cl."), \
+            shape

@@ -1079,28 +1079,31 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     # slack past the end: the last pixel tiles read up to 32 strided pixels past a row (and
     # flat tiles up to 32 pixels and a row of taps past the image)
     size = prows * wq * cp if phases else rows * wp_ * cp
-    # no padding and whole 64-byte pixels (2-D): the input is the padded buffer as it lies
-    # (a copy of a large input costs as much as a 1x1 conv's products); the last image's
-    # trailing output rows whose tiles read past the input's end run on a copy of its last
-    # rows with slack ("tail" rows)
-    cdef bint direct = (route == "amx_padded" and not (pd or ph or pw) and cp == c and d == 1
-                        and n > 0)
+    # no padding (2-D): the tiles read the input as it lies, a pixel every c bytes (a copy
+    # of a large input costs as much as a 1x1 conv's products). With c not a multiple of 64 the last
+    # 64-byte chunk of a pixel runs on into the next pixel's bytes, which meet the zero
+    # weights of the channels past c. The last image's trailing output rows whose tiles read
+    # past the input's end run on a copy of its last rows with slack ("tail" rows).
+    cdef bint direct = route == "amx_padded" and not (pd or ph or pw) and d == 1 and n > 0
     cdef Py_ssize_t tail_rows = 0, oh0 = oh
+    cdef Py_ssize_t nch = cp // 64, img = h * wdt * c
 
-    def reach(r):       # pixels of an image that output row r's tiles read up to
+    def reach(r):       # bytes of an image that output row r's tiles read up to
         return ((r * sh + (kh - 1) * dh) * wdt + ((ow + 31) // 32 * 32 - 1) * sw
-                + (kw - 1) * dwl + 1)
+                + (kw - 1) * dwl) * c + nch * 64
     if direct:
         last = reach(oh - 1)
-        direct = last - h * wdt <= h * wdt         # other images' overshoot stays in the next
+        direct = last - img <= img                 # other images' overshoot stays in the next
     if direct:
-        while oh0 > 0 and reach(oh0 - 1) > h * wdt:
+        while oh0 > 0 and reach(oh0 - 1) > img:
             oh0 -= 1
         tail_rows = oh - oh0
         if tail_rows:
-            tail = np.zeros((max(last, h * wdt) - oh0 * sh * wdt) * c + 64, np.uint8)
+            tail = np.zeros(max(last, img) - oh0 * sh * wdt * c + 64, np.uint8)
             tail[:(h - oh0 * sh) * wdt * c] = x[n - 1, 0, oh0 * sh:].reshape(-1)
         size = 0
+    # the pixel stride of what the tiles read: the input's c, or the padded copy's cp
+    cdef Py_ssize_t cs = c if direct else cp
     xpad = qops_empty(np, (size + (32 * sw + wp_ + 64) * cp,), np.uint8)
     f.x = <const uint8_t*>qops_ptr(x)
     f.N, f.D, f.H, f.W, f.C = n, d, h, wdt, c
@@ -1109,7 +1112,7 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     f.xz = x_zero_point
     f.xp = <uint8_t*>qops_ptr(xpad, True)
     # the taps' offsets, kept per geometry (a model calls each conv on one input size)
-    key = ("taps", hp, wp_, cp, dilation, (sh, sw) if phases else None)
+    key = ("taps", hp, wp_, cs, dilation, (sh, sw) if phases else None)
     taps = packed.get(key)
     if taps is None:
         if phases:      # tap (j, k) in plane ((j dh) % sh, (k dw) % sw), shifted by the quotients
@@ -1118,7 +1121,7 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
                   + (k * dwl) // sw) * cp for j in range(kh) for k in range(kw)], dtype=np.intp)
         else:
             taps = np.array(
-                [((i * dd * hp + j * dh) * wp_ + k * dwl) * cp
+                [((i * dd * hp + j * dh) * wp_ + k * dwl) * cs
                  for i in range(kd) for j in range(kh) for k in range(kw)], dtype=np.intp)
         packed[key] = taps
     out = qops_empty(np, (n, od, oh, ow, o), np.uint8)
@@ -1126,7 +1129,7 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     if phases:
         a.Dp, a.Hp, a.Wp, a.Cp = sh * sw, hq, wq, cp
     else:
-        a.Dp, a.Hp, a.Wp, a.Cp = dp, hp, wp_, cp
+        a.Dp, a.Hp, a.Wp, a.Cp = dp, hp, wp_, cs
     a.sd, a.sh, a.sw = sd, sh, sw
     keep = _nhwc_tiles_args(&a, packed, wb, taps, od, oh, ow, cp, len(taps), bias_term,
                             multiplier, x_zero_point, out_zero_point, relu, out)

@@ -171,8 +171,8 @@ qconv_nhwc_block(const qconv_nhwc_args *a, ptrdiff_t oc, int noc, __m512i *corr,
 }
 
 /* Requantize two pixels x 32 output channels (two 16-channel blocks, s[pixel][block], the
- * zero-point correction added) and store pixel 0's 32 bytes at o0, pixel 1's at o1 (either
- * NULL: not stored). As qconv_store16, but the lower clamp and the zero point are left to saturating
+ * zero-point correction added) and store pixel 0's channels (q->m of the 32) at o0, pixel
+ * 1's at o1 (either NULL: not stored). As qconv_store16, but the lower clamp and the zero point are left to saturating
  * packs (what they saturate lies beyond [0, 255] either way, as in qconv_dwcl_store): per 64
  * outputs three packs and a permute replace four two-uop narrowing stores and four clamps.
  * The packs leave dword 4L + k = lane L of vector k (k: p0b0, p0b1, p1b0, p1b1); idx puts
@@ -187,6 +187,7 @@ qconv_rq16(__m512i s, __m512 bt, __m512 mu, __m512 hi) {
 typedef struct {
     __m512 bt0, bt1, mu0, mu1, hi;
     __m512i corr0, corr1, z16, lo8, idx;
+    __mmask32 m;                       /* the pair's real channels (the second block's may end) */
 } qconv_pair_q;
 
 static inline __attribute__((always_inline)) void
@@ -199,20 +200,24 @@ qconv_store2x32(const qconv_pair_q *q, const int32_t *p0b0, const int32_t *p0b1,
         qconv_rq16(_mm512_add_epi32(_mm512_load_si512((const void *)p1b0), q->corr0), q->bt0, q->mu0, q->hi),
         qconv_rq16(_mm512_add_epi32(_mm512_load_si512((const void *)p1b1), q->corr1), q->bt1, q->mu1, q->hi)), q->z16);
     const __m512i u = _mm512_permutexvar_epi32(q->idx, _mm512_max_epu8(_mm512_packus_epi16(a, b), q->lo8));
-    if (o0) _mm256_storeu_si256((__m256i *)o0, _mm512_castsi512_si256(u));
-    if (o1) _mm256_storeu_si256((__m256i *)o1, _mm512_extracti64x4_epi64(u, 1));
+    if (o0) _mm256_mask_storeu_epi8(o0, q->m, _mm512_castsi512_si256(u));
+    if (o1) _mm256_mask_storeu_epi8(o1, q->m, _mm512_extracti64x4_epi64(u, 1));
 }
 
-/* The constants of qconv_store2x32 for the blocks at oc and oc + 16 (both full). */
+/* The constants of qconv_store2x32 for the full block at oc and the one at oc + 16, whose
+ * channels may end before 16 (0 past O, and never stored). */
 __attribute__((target("amx-tile,amx-int8"))) static inline void
 qconv_pair_init(const qconv_nhwc_args *a, ptrdiff_t oc, qconv_pair_q *q) {
     const __m512i xz = _mm512_set1_epi32(a->xz);
+    const int n1 = (int)(a->O - oc - 16 < 16 ? a->O - oc - 16 : 16);
+    const __mmask16 m1 = (__mmask16)((1u << n1) - 1);
+    q->m = (__mmask32)(0xFFFFu | ((uint32_t)m1 << 16));
     q->corr0 = _mm512_mullo_epi32(xz, _mm512_loadu_si512((const void *)(a->kzw + oc)));
-    q->corr1 = _mm512_mullo_epi32(xz, _mm512_loadu_si512((const void *)(a->kzw + oc + 16)));
+    q->corr1 = _mm512_mullo_epi32(xz, _mm512_maskz_loadu_epi32(m1, a->kzw + oc + 16));
     q->bt0 = _mm512_loadu_ps(a->bterm + oc);
-    q->bt1 = _mm512_loadu_ps(a->bterm + oc + 16);
+    q->bt1 = _mm512_maskz_loadu_ps(m1, a->bterm + oc + 16);
     q->mu0 = _mm512_loadu_ps(a->mult + oc);
-    q->mu1 = _mm512_loadu_ps(a->mult + oc + 16);
+    q->mu1 = _mm512_maskz_loadu_ps(m1, a->mult + oc + 16);
     q->hi = _mm512_set1_ps((float)(255 - a->ozp));
     q->z16 = _mm512_set1_epi16((short)a->ozp);
     q->lo8 = _mm512_set1_epi8((char)a->lo);
@@ -234,7 +239,7 @@ qconv_nhwc_amx_row(const qconv_nhwc_args *a, const uint8_t *xrow, uint8_t *orow,
             const uint8_t *xb = xrow + ow * pstride;
             const int8_t *w0 = a->wb + ob * wblk, *w1 = w0 + wblk;
             qconv_nhwc_tiles_2x2(a, xb, pstride, w0, w1, two);
-            if (two && a->O - ob * 16 >= 32) {             /* two full blocks: pairs of pixels */
+            if (two) {                                     /* two blocks: pairs of pixels */
                 qconv_pair_q q;
                 qconv_pair_init(a, (ptrdiff_t)ob * 16, &q);
                 _tile_stored(0, buf, 64);
@@ -401,7 +406,7 @@ qconv_nhwc_amx_flat(const qconv_nhwc_args *a, ptrdiff_t i0, ptrdiff_t i1) {
             const uint8_t *xb = a->xp + n * img + j * Cp;
             const int8_t *w0 = a->wb + ob * wblk, *w1 = w0 + wblk;
             qconv_nhwc_tiles_2x2(a, xb, Cp, w0, w1, two);
-            if (two && a->O - ob * 16 >= 32) {             /* two full blocks: pairs of pixels */
+            if (two) {                                     /* two blocks: pairs of pixels */
                 qconv_pair_q q;
                 qconv_pair_init(a, ob * 16, &q);
                 _tile_stored(0, buf, 64);
