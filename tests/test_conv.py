@@ -825,22 +825,3 @@ def test_one_row_amx_conv_splits_over_threads():
     np.testing.assert_array_equal(got, want)
     assert "conv_cl.amx_flat" in taken, taken
 
-
-def test_one_pixel_c_order_input_takes_the_channels_last_kernels():
-    # a C-order input of one pixel is channels-last memory too (the 1x1 convs of squeeze-
-    # excitation blocks): the channels-last kernels take it as it lies, with ref's result
-    from qops._show import explain
-    r = u.rng(43)
-    for shape, k, pad, groups in [((2, 64, 1, 1), 1, 0, 1), ((1, 40, 1, 1), 3, 1, 1),
-                                  ((3, 32, 1, 1), 1, 0, 32)]:
-        x = u.random_qtensor(r, shape, qops.quint8, scale=0.05, zero_point=20)
-        c = shape[1]
-        w = _w((c if groups > 1 else 48, c // groups, k, k), seed=c)
-        b = r.normal(0, 1, w.shape[0]).astype(np.float32)
-        args = dict(padding=pad, groups=groups, scale=0.3, zero_point=9)
-        with qops.backend("ref"):
-            want = np.asarray(F.conv2d(x, w, b, **args)._int)
-        got = F.conv2d(x, w, b, **args)
-        np.testing.assert_array_equal(np.asarray(got._int), want)
-        assert [rr.name for rr in explain(F.conv2d, x, w, b, **args)][0].startswith("conv_cl."), \
-            shape

@@ -323,6 +323,8 @@ CONV = [
     ("conv_cl.amx_flat", F.conv2d, _conv(2, 64, 48, 14, 3, True, stride=2, padding=1)),
     ("conv_cl.amx_flat", F.conv2d, _conv(2, 64, 48, 7, 3, True, padding=1)),
     ("conv_cl.amx_flat", F.conv2d, _conv(1, 40, 17, 5, 1, True)),
+    ("conv_cl.amx_pixels", F.conv2d, _conv(3, 72, 40, 19, 1, True)),
+    ("conv_cl.amx_pixels", F.conv2d, _conv(2, 128, 16, 16, 1, True)),
     ("conv_cl.gemm_1x1", F.conv2d, _conv(1, 64, 48, 7, 1, True)),
     ("conv_cl.gemm_im2col", F.conv2d, _conv(1, 32, 40, 9, 3, True, stride=2, padding=1)),
     # 49 rows, 160 output channels: at 2 threads each thread takes a share of the weight
@@ -353,7 +355,7 @@ CONV = [
 # routes built for a tier that a wider CPU replaces with routes of its own (CI runs this
 # file on the AVX2 build and with AMX off too, where they are taken)
 _AMX_ROUTES = ("conv_cl.amx_im2col", "conv_cl.amx_flat", "conv_cl.amx_padded",
-               "conv.amx_through_cl", "conv.planes.amx")
+               "conv_cl.amx_pixels", "conv.amx_through_cl", "conv.planes.amx")
 SUPERSEDED = {"lut.bytes": ("lut.vbmi",), "requant_int.lut": ("requant_int.lut_vbmi",),
               "topk.small": ("topk.small_vbmi2",), "conv_cl.dw_planes": ("conv_cl.dw_vnni",),
               "conv_cl.planes": _AMX_ROUTES,

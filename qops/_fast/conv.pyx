@@ -324,6 +324,8 @@ ROUTES = {r.name: r for r in [
           "qops_conv_nhwc.h"),
     Route("conv_cl.amx_flat", "qconv_nhwc_amx_flat (AMX tiles on a padded copy read as one "
           "run of pixels)", "qops_conv_nhwc.h"),
+    Route("conv_cl.amx_pixels", "qconv_nhwc_amx (AMX tiles on the pixels as one GEMM, read in "
+          "place)", "qops_conv_nhwc.h"),
     Route("conv_cl.gemm_1x1", "qops_gemm_mt on the pixels as rows", "qops_gemm.h"),
     Route("conv_cl.gemm_im2col", "qconv_i2c_gemm (im2col rows and the GEMM core, fused; "
           "threads split the rows, or the weight panels where rows are fewer than channels)",
@@ -473,6 +475,58 @@ cdef object _nhwc_tiles_args(qconv_nhwc_args *a, packed, wb, taps, Py_ssize_t od
     a.lo = out_zero_point if relu else 0
     a.out = <uint8_t*>qops_ptr(out, True)
     return bt, mu
+
+
+def _amx_row_pixels(o):
+    """Pixels a row of the 1x1 AMX GEMM of `o` output channels: whole 32-pixel tiles, a row's
+    output about 16 KB (each pair of output blocks passes over the row's output again, which
+    should stay in L1: 128-pixel rows of 256 channels ran 8% slower than 56-pixel ones)."""
+    return max(32, min(256, 16384 // o // 32 * 32))
+
+
+def _amx_pixel_rows(x, packed):
+    """Rows the 1x1 AMX GEMM would run x (N, D, H, W, C) in."""
+    n, d, h, wdt, c = x.shape
+    return n * d * h * wdt // _amx_row_pixels(packed["O"])
+
+
+def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu):
+    """1x1 conv, stride 1, no padding, of contiguous channels-last x on AMX: the N D H W
+    pixels are one GEMM, run as rows of _amx_row_pixels(O) read in place (no padding pixels
+    in the tiles, no copy; a pixel's last 64-byte chunk runs on into the next pixel, whose
+    bytes meet zero weights), the last row, where tiles would read past the input's end, on
+    a copy with slack."""
+    cdef qconv_nhwc_args a
+    n, d, h, wdt, c = x.shape
+    o = packed["O"]
+    cdef Py_ssize_t total = n * d * h * wdt, P = _amx_row_pixels(o)
+    cdef Py_ssize_t R = total // P, rem = total - R * P
+    if rem == 0:
+        R, rem = R - 1, P
+    cp = (c + 63) // 64 * 64
+    wb = _nhwc_weights(packed)
+    taps = packed.get(("taps", 1, 1, 0, (1, 1, 1), None))
+    if taps is None:
+        taps = packed[("taps", 1, 1, 0, (1, 1, 1), None)] = np.zeros(1, np.intp)
+    out = qops_empty(np, (n, d, h, wdt, o), np.uint8)
+    a.xp = <const uint8_t*>qops_ptr(x)
+    a.Dp, a.Hp, a.Wp, a.Cp = 1, R, P, c
+    a.sd, a.sh, a.sw = 1, 1, 1
+    keep = _nhwc_tiles_args(&a, packed, wb, taps, 1, R, P, cp, 1, bias_term, multiplier,
+                            x_zero_point, out_zero_point, relu, out)
+    tail = np.zeros(((rem + 31) // 32 * 32 + 1) * c + 64, np.uint8)
+    tail[:rem * c] = x.reshape(-1)[R * P * c:]
+    cdef qconv_nhwc_args at = a
+    at.xp = <const uint8_t*>qops_ptr(tail)
+    at.Hp, at.Wp, at.OH, at.OW = 1, rem, 1, rem
+    at.out = a.out + <Py_ssize_t>(R * P * o)
+    cdef int nthreads = min(qops_threads_for(total * o * c, GRAIN), max(R, 1))
+    cdef Py_ssize_t i
+    with nogil:
+        for i in prange(nthreads, schedule="static", num_threads=nthreads):
+            qconv_nhwc_amx(&a, R * i // nthreads, R * (i + 1) // nthreads)
+        qconv_nhwc_amx(&at, 0, 1)
+    return out
 
 
 def _conv_cl_im2col(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
@@ -929,6 +983,9 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
     under 32 channels; 17-19 channels on large planes at stride 1 along W, _DW16_MAX_PIXELS,
     take 'dw_planes').
     'dw_planes': other depthwise convs: a C-order copy for the planes kernel, transposed back.
+    'amx_pixels': (AMX, before the next three) 1x1 at stride 1 without padding, 32+ channels,
+    at least two rows of _amx_row_pixels(O) pixels per thread: the pixels as one GEMM, rows of
+    whole tiles read in place.
     'amx_im2col', 'amx_flat', 'amx_padded': ungrouped, symmetric weights, AMX tiles on im2col
     rows (under 32 channels), else on a padded copy of the input: read as one run of pixels
     where output rows would fill under 85% of 32-pixel tiles or whole rows would split
@@ -963,6 +1020,14 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
             and x.size > 0):
         if packed["Cg"] < _NHWC_MIN_C:
             return "amx_im2col"
+        # a 1x1 conv at stride 1 without padding is a plain GEMM over the pixels: rows of
+        # whole tiles read in place, where there are enough rows for the threads
+        if ((kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1)
+                and tuple(padding) == (0, 0, 0)):
+            nt = qops_threads_for(x.shape[0] * x.shape[1] * x.shape[2] * x.shape[3]
+                                  * packed["O"] * c, GRAIN)
+            if _amx_pixel_rows(x, packed) >= 2 * nt:
+                return "amx_pixels"
         # strided: 2-D only (the phase planes stand in for the depth slices)
         if _AMX_FLAT[0] and (tuple(stride) == (1, 1, 1)
                              or (x.shape[1] == 1 and kd == 1 and stride[0] == 1
@@ -1046,6 +1111,9 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     if route == "amx_im2col":
         return _conv_cl_im2col(x, packed, x_zero_point, bias_term, multiplier,
                                out_zero_point, relu, stride, padding, dilation)
+    if route == "amx_pixels":
+        return _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier,
+                                   out_zero_point, relu)
     if route == "planes":
         # the planes' fill copies channels-last pixels 4 channels at a time at stride 1 along
         # W (qconv_fill_rows); otherwise it gathers them byte by byte, slower than a C-order

@@ -294,12 +294,9 @@ def _conv(ndim, relu, input, weight, bias, stride, padding, dilation, groups, pa
     # channels-last memory (channels innermost, the rest in order) of an ungrouped or
     # depthwise conv with zero padding: the channels-last kernels, whose result lies channels
     # last too (as PyTorch's); otherwise the planes are built from any strides (a
-    # channels-last block of a grouped conv as it lies), other non-C layouts transposed first.
-    # A C-order input of one pixel (a squeeze-excitation block's 1x1 convs) is channels-last
-    # memory as well: the channels-last kernels take it without the C-order route's copies.
-    one_pixel = x.flags.c_contiguous and all(s == 1 for s in x.shape[2:])
+    # channels-last block of a grouped conv as it lies), other non-C layouts transposed first
     channels_last = ((pack.groups == 1 or pack.depthwise) and x.shape[0] > 0
-                     and (one_pixel or is_channels_last(x))
+                     and is_channels_last(x)
                      and (pack.padding_mode == "zeros" or not any(pack.padding)))
     needs_copy = not channels_last and not x.flags.c_contiguous and not (
         x.strides[1] == 1 and pack.groups == 1)
