@@ -480,7 +480,7 @@ cdef object _nhwc_tiles_args(qconv_nhwc_args *a, packed, wb, taps, Py_ssize_t od
 def _amx_row_pixels(o):
     """Pixels a row of the 1x1 AMX GEMM of `o` output channels: whole 32-pixel tiles, a row's
     output about 16 KB (each pair of output blocks passes over the row's output again, which
-    should stay in L1: 128-pixel rows of 256 channels ran 8% slower than 56-pixel ones)."""
+    should stay in L1)."""
     return max(32, min(256, 16384 // o // 32 * 32))
 
 
@@ -1148,10 +1148,10 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     # flat tiles up to 32 pixels and a row of taps past the image)
     size = prows * wq * cp if phases else rows * wp_ * cp
     # no padding (2-D): the tiles read the input as it lies, a pixel every c bytes (a copy
-    # of a large input costs as much as a 1x1 conv's products). With c not a multiple of 64 the last
-    # 64-byte chunk of a pixel runs on into the next pixel's bytes, which meet the zero
-    # weights of the channels past c. The last image's trailing output rows whose tiles read
-    # past the input's end run on a copy of its last rows with slack ("tail" rows).
+    # of a large input costs as much as a 1x1 conv's products). With c not a multiple of 64
+    # the last 64-byte chunk of a pixel runs on into the next pixel's bytes, which meet the
+    # zero weights of the channels past c. The last image's trailing output rows whose tiles
+    # read past the input's end run on a copy of its last rows with slack ("tail" rows).
     cdef bint direct = route == "amx_padded" and not (pd or ph or pw) and d == 1 and n > 0
     cdef Py_ssize_t tail_rows = 0, oh0 = oh
     cdef Py_ssize_t nch = cp // 64, img = h * wdt * c

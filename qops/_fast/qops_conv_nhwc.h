@@ -7,7 +7,8 @@
  * weights the B operand (signed, packed as [oc block][tap][64-channel chunk][16 quads][16 oc]
  * [4]), so a C tile holds 16 pixels x 16 output channels, the row of one output pixel. Tiles:
  * C 0-3 (oc block b x pixel tile p -> 2b + p), A 4-5 (pixel tiles), B 6-7 (oc blocks).
- * Requantization by qconv_store16, 16 output channels a vector.
+ * Requantization by qconv_store2x32 where two output blocks meet (two pixels x 32 channels
+ * a step), else by qconv_store16, 16 output channels a vector.
  */
 #ifndef QOPS_CONV_NHWC_H
 #define QOPS_CONV_NHWC_H
@@ -172,9 +173,10 @@ qconv_nhwc_block(const qconv_nhwc_args *a, ptrdiff_t oc, int noc, __m512i *corr,
 
 /* Requantize two pixels x 32 output channels (two 16-channel blocks, s[pixel][block], the
  * zero-point correction added) and store pixel 0's channels (q->m of the 32) at o0, pixel
- * 1's at o1 (either NULL: not stored). As qconv_store16, but the lower clamp and the zero point are left to saturating
- * packs (what they saturate lies beyond [0, 255] either way, as in qconv_dwcl_store): per 64
- * outputs three packs and a permute replace four two-uop narrowing stores and four clamps.
+ * 1's at o1 (either NULL: not stored). As qconv_store16, but the lower clamp and the zero
+ * point are left to saturating packs (what they saturate lies beyond [0, 255] either way, as
+ * in qconv_dwcl_store): per 64 outputs three packs and a permute replace four two-uop
+ * narrowing stores and four clamps.
  * The packs leave dword 4L + k = lane L of vector k (k: p0b0, p0b1, p1b0, p1b1); idx puts
  * them back in order. */
 static inline __attribute__((always_inline)) __m512i
@@ -224,8 +226,16 @@ qconv_pair_init(const qconv_nhwc_args *a, ptrdiff_t oc, qconv_pair_q *q) {
     q->idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
 }
 
+/* Store the four accumulator tiles (tile t at buf + 256 t) for qconv_store2x32. */
+__attribute__((target("amx-tile,amx-int8"))) static inline void qconv_nhwc_store4(int32_t *buf) {
+    _tile_stored(0, buf, 64);
+    _tile_stored(1, buf + 256, 64);
+    _tile_stored(2, buf + 512, 64);
+    _tile_stored(3, buf + 768, 64);
+}
+
 /* One output row: tiles of 32 pixels at xrow (a pixel every sw * Cp bytes), output pixels at
- * orow; the tiles configured by the caller, buf 1 KB of scratch. */
+ * orow; the tiles configured by the caller, buf 4 KB of scratch. */
 __attribute__((target("amx-tile,amx-int8"))) static inline void
 qconv_nhwc_amx_row(const qconv_nhwc_args *a, const uint8_t *xrow, uint8_t *orow, int32_t *buf) {
     const __m512 lo = _mm512_set1_ps((float)(a->lo - a->ozp)), hi = _mm512_set1_ps((float)(255 - a->ozp));
@@ -242,10 +252,7 @@ qconv_nhwc_amx_row(const qconv_nhwc_args *a, const uint8_t *xrow, uint8_t *orow,
             if (two) {                                     /* two blocks: pairs of pixels */
                 qconv_pair_q q;
                 qconv_pair_init(a, (ptrdiff_t)ob * 16, &q);
-                _tile_stored(0, buf, 64);
-                _tile_stored(1, buf + 256, 64);
-                _tile_stored(2, buf + 512, 64);
-                _tile_stored(3, buf + 768, 64);
+                qconv_nhwc_store4(buf);
                 uint8_t *o = orow + ow * a->O + (ptrdiff_t)ob * 16;
                 for (int i = 0; i < nv; i += 2, o += 2 * a->O) {
                     /* pixel i of the 32: tile p = i / 16, its row i % 16 */
@@ -409,10 +416,7 @@ qconv_nhwc_amx_flat(const qconv_nhwc_args *a, ptrdiff_t i0, ptrdiff_t i1) {
             if (two) {                                     /* two blocks: pairs of pixels */
                 qconv_pair_q q;
                 qconv_pair_init(a, ob * 16, &q);
-                _tile_stored(0, buf, 64);
-                _tile_stored(1, buf + 256, 64);
-                _tile_stored(2, buf + 512, 64);
-                _tile_stored(3, buf + 768, 64);
+                qconv_nhwc_store4(buf);
                 /* the first pixel decoded once, the rest stepped (as below) */
                 ptrdiff_t ow = j % a->Wp, oh = (j / a->Wp) % a->Hp, od = j / HWp;
                 uint8_t *o[2];
