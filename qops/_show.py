@@ -103,7 +103,8 @@ def _conv_kernel(fast):
 def _cl_conv_kernel(fast):
     """What channels-last convolutions with symmetric weights run, ungrouped and depthwise."""
     conv = fast.load("conv")
-    ungrouped = ("AMX tiles (im2col rows below 32 channels)" if conv._MODE[0] == 2
+    ungrouped = ("AMX tiles (unpadded inputs read in place, 1x1 at stride 1 as one GEMM over "
+                 "the pixels; im2col rows below 32 channels)" if conv._MODE[0] == 2
                  else "the conv kernel, C-order result")
     if getattr(conv, "_GEMM", [False])[0] and conv._MODE[0] == 1:
         core = "AVX2" if getattr(conv, "_AVX2", False) else "AVX-512 VNNI"

@@ -1388,9 +1388,6 @@ static inline void qg_os_init(qg_os *s, const int32_t *corr, ptrdiff_t w, ptrdif
 typedef struct qg_apk qg_apk;   /* only the AVX2 build repacks A */
 #endif
 
-/* Rows [0, M) x column panels [p0, p1), single-threaded. Panel outer: one weight panel
- * (K x QG_NR) is reused from L1/L2 by every row block. ap: A repacked (AVX2; its row 0 is
- * A's row 0), or NULL. */
 /* The column terms of panel columns [n0, n0 + w) for qg_store: wz[j] the weight zero point,
  * corr[j] = K a_zp wz - a_zp sum_k W[n0 + j, k], wrapping like the accumulator. */
 static inline void qg_panel_terms(const qops_gemm_b *B, int32_t a_zp, ptrdiff_t n0,
@@ -1409,6 +1406,9 @@ static inline ptrdiff_t qg_tile_rows(ptrdiff_t left) {
     return left > QG_MR && left < QG_MR + 4 ? (left + 1) / 2 : (left < QG_MR ? left : QG_MR);
 }
 
+/* Rows [0, M) x column panels [p0, p1), single-threaded. Panel outer: one weight panel
+ * (K x QG_NR) is reused from L1/L2 by every row block. ap: A repacked (AVX2; its row 0 is
+ * A's row 0), or NULL. */
 static void qg_panels_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
                            const qops_gemm_b *B, ptrdiff_t p0, ptrdiff_t p1,
                            const qops_gemm_out *o, const qg_apk *ap) {
