@@ -805,6 +805,39 @@ def test_amx_pair_store_equals_ref(flat):
     assert taken & {"conv_cl.amx_flat", "conv_cl.amx_padded", "conv_cl.amx_im2col"}, taken
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_amx_pixels_split_and_staged_rows_equal_ref(threads):
+    # AMX, 1x1 convs as one GEMM over the pixels (conv_cl.amx_pixels): with too few rows for
+    # the threads each thread takes a part of the output block pairs over every row (an odd
+    # block count: a part ends on a single block); an input starting off a cache line with
+    # whole 64-byte pixels has each row copied to an aligned stage first
+    from qops import _fast
+    from qops._show import explain
+    if not getattr(_fast.load("conv"), "_AMX", False):
+        pytest.skip("the AMX routes need a CPU with AMX-INT8")
+    r = u.rng(43)
+    for n, c, o, h, w, off in [(1, 1024, 240, 14, 14, 0), (1, 1024, 256, 14, 14, 16),
+                               (2, 128, 112, 9, 13, 48), (1, 480, 200, 14, 14, 0),
+                               (1, 2048, 512, 7, 7, 32), (1, 64, 24, 3, 5, 16)]:
+        buf = np.empty(n * h * w * c + 128, np.uint8)
+        start = (-buf.ctypes.data) % 64 + off
+        raw = buf[start:start + n * h * w * c].reshape(n, h, w, c)
+        raw[...] = r.integers(0, 256, raw.shape)
+        x = qops.make_per_tensor_quantized_tensor(raw, 0.05, 131).permute(0, 3, 1, 2)
+        assert x._int.ctypes.data % 64 == off
+        wt = _w((o, c, 1, 1), per_channel=True, seed=o + c)
+        b = r.normal(0, 2, o).astype(np.float32)
+        args = dict(scale=0.02 * np.sqrt(c), zero_point=100)
+        with qops.backend("ref"):
+            want = np.asarray(F.conv2d_relu(x, wt, b, **args)._int)
+        with qops.threads(threads):
+            taken = [rr.name for rr in explain(F.conv2d_relu, x, wt, b, **args)]
+            got = np.asarray(F.conv2d_relu(x, wt, b, **args)._int)
+        np.testing.assert_array_equal(got, want, err_msg=str((n, c, o, h, w, off)))
+        assert len(np.unique(want)) > 20
+        assert taken == ["conv_cl.amx_pixels"], taken
+
+
 def test_one_row_amx_conv_splits_over_threads():
     # AMX: a conv1d is one output row; whole rows per thread left the second thread idle (2
     # threads ran slower than 1), so stride-1 convs with too few rows take the flat route
@@ -813,7 +846,8 @@ def test_one_row_amx_conv_splits_over_threads():
     if not getattr(_fast.load("conv"), "_AMX", False):
         pytest.skip("the AMX routes need a CPU with AMX-INT8")
     r = u.rng(41)
-    x = u.random_qtensor(r, (1, 64, 700), qops.quint8, scale=0.05, zero_point=120)
+    # (long enough to be worth a second thread: AMX_GRAIN)
+    x = u.random_qtensor(r, (1, 64, 2100), qops.quint8, scale=0.05, zero_point=120)
     w = _w((64, 64, 3), seed=4)
     b = r.normal(0, 1, 64).astype(np.float32)
     args = dict(padding=1, scale=0.4, zero_point=100)

@@ -322,7 +322,7 @@ CONV = [
     ("conv_cl.amx_padded", F.conv2d, _conv(1, 64, 32, 56, 3, True, stride=2, padding=1)),
     ("conv_cl.amx_flat", F.conv2d, _conv(2, 64, 48, 14, 3, True, stride=2, padding=1)),
     ("conv_cl.amx_flat", F.conv2d, _conv(2, 64, 48, 7, 3, True, padding=1)),
-    ("conv_cl.amx_flat", F.conv2d, _conv(1, 40, 17, 5, 1, True)),
+    ("conv_cl.amx_pixels", F.conv2d, _conv(1, 40, 17, 5, 1, True)),
     ("conv_cl.amx_pixels", F.conv2d, _conv(3, 72, 40, 19, 1, True)),
     ("conv_cl.amx_pixels", F.conv2d, _conv(2, 128, 16, 16, 1, True)),
     ("conv_cl.gemm_1x1", F.conv2d, _conv(1, 64, 48, 7, 1, True)),

@@ -13,6 +13,9 @@ from libc.math cimport isfinite
 from qops._fast._common cimport *
 
 DEF GRAIN = 1 << 20       # multiply-adds below which a second thread costs more than it gives
+# the same for the AMX tiles (measured: 1x1 convs of 7.5-16 M multiply-adds ran slower on 2
+# threads than on 1, 51 M ones 1.3x faster)
+DEF AMX_GRAIN = 12 << 20
 
 
 cdef extern from "qops_conv.h" nogil:
@@ -203,6 +206,9 @@ cdef extern from "qops_conv_nhwc.h" nogil:
     void qconv_nhwc_fill_phases(const qconv_nhwc_fill_args *f, Py_ssize_t sh, Py_ssize_t sw,
                                 Py_ssize_t hq, Py_ssize_t wq, Py_ssize_t r0, Py_ssize_t r1)
     void qconv_nhwc_amx(const qconv_nhwc_args *a, Py_ssize_t r0, Py_ssize_t r1)
+    void qconv_nhwc_amx_parts(const qconv_nhwc_args *a, const qconv_nhwc_args *at,
+                              Py_ssize_t rows, int nsplit, uint8_t *stage, Py_ssize_t i0,
+                              Py_ssize_t i1)
     Py_ssize_t qconv_flat_items(const qconv_nhwc_args *a, Py_ssize_t N)
     void qconv_nhwc_amx_flat(const qconv_nhwc_args *a, Py_ssize_t i0, Py_ssize_t i1)
     ctypedef struct qconv_im2col_args:
@@ -324,8 +330,8 @@ ROUTES = {r.name: r for r in [
           "qops_conv_nhwc.h"),
     Route("conv_cl.amx_flat", "qconv_nhwc_amx_flat (AMX tiles on a padded copy read as one "
           "run of pixels)", "qops_conv_nhwc.h"),
-    Route("conv_cl.amx_pixels", "qconv_nhwc_amx (AMX tiles on the pixels as one GEMM, read in "
-          "place)", "qops_conv_nhwc.h"),
+    Route("conv_cl.amx_pixels", "qconv_nhwc_amx_parts (AMX tiles on the pixels as one GEMM, "
+          "read in place)", "qops_conv_nhwc.h"),
     Route("conv_cl.gemm_1x1", "qops_gemm_mt on the pixels as rows", "qops_gemm.h"),
     Route("conv_cl.gemm_im2col", "qconv_i2c_gemm (im2col rows and the GEMM core, fused; "
           "threads split the rows, or the weight panels where rows are fewer than channels)",
@@ -484,10 +490,17 @@ def _amx_row_pixels(o):
     return max(32, min(256, 16384 // o // 32 * 32))
 
 
-def _amx_pixel_rows(x, packed):
-    """Rows the 1x1 AMX GEMM would run x (N, D, H, W, C) in."""
-    n, d, h, wdt, c = x.shape
-    return n * d * h * wdt // _amx_row_pixels(packed["O"])
+# rows a thread below which the 1x1 AMX GEMM's threads split the output channels instead
+_PIXEL_SPLIT_ROWS = 4
+
+
+def _amx_pixel_split(rows, npair, nthreads):
+    """Parts the output block pairs of the 1x1 AMX GEMM split into: one per thread where
+    there are under _PIXEL_SPLIT_ROWS rows a thread (whole rows would leave threads idle or
+    unevenly loaded; each thread then reads every row, but only its part of the weights)."""
+    if nthreads > 1 and rows < _PIXEL_SPLIT_ROWS * nthreads and npair >= nthreads:
+        return nthreads
+    return 1
 
 
 def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu):
@@ -495,7 +508,8 @@ def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero
     pixels are one GEMM, run as rows of _amx_row_pixels(O) read in place (no padding pixels
     in the tiles, no copy; a pixel's last 64-byte chunk runs on into the next pixel, whose
     bytes meet zero weights), the last row, where tiles would read past the input's end, on
-    a copy with slack."""
+    a copy with slack. Where the rows are too few for the threads, each thread runs a part
+    of the output channels over every row (_amx_pixel_split)."""
     cdef qconv_nhwc_args a
     n, d, h, wdt, c = x.shape
     o = packed["O"]
@@ -520,12 +534,22 @@ def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero
     at.xp = <const uint8_t*>qops_ptr(tail)
     at.Hp, at.Wp, at.OH, at.OW = 1, rem, 1, rem
     at.out = a.out + <Py_ssize_t>(R * P * o)
-    cdef int nthreads = min(qops_threads_for(total * o * c, GRAIN), max(R, 1))
-    cdef Py_ssize_t i
+    cdef int nthreads = qops_threads_for(total * o * c, AMX_GRAIN)
+    cdef int nsplit = _amx_pixel_split(R + 1, (o + 31) // 32, nthreads)
+    cdef Py_ssize_t i, items = nsplit * (R + 1)
+    nthreads = min(nthreads, items)
+    cdef Py_ssize_t sb = (max(P, rem) + 31) // 32 * 32 * cp
+    cdef uint8_t *sp = NULL
+    # staged where the pixels of an input that starts off a cache line would be read from
+    # there by 4+ block pairs (fewer: the copy costs more than the split reads)
+    if c % 64 == 0 and (<size_t>qops_ptr(x)) % 64 and o > 96:
+        stage = np.empty(nthreads * sb + 64, np.uint8)
+        sp = <uint8_t*>qops_ptr(stage, True)
+        sp = sp + (-<size_t>sp) % 64
     with nogil:
         for i in prange(nthreads, schedule="static", num_threads=nthreads):
-            qconv_nhwc_amx(&a, R * i // nthreads, R * (i + 1) // nthreads)
-        qconv_nhwc_amx(&at, 0, 1)
+            qconv_nhwc_amx_parts(&a, &at, R, nsplit, sp + i * sb if sp != NULL else NULL,
+                                 items * i // nthreads, items * (i + 1) // nthreads)
     return out
 
 
@@ -557,7 +581,7 @@ def _conv_cl_im2col(x, packed, x_zero_point, bias_term, multiplier, out_zero_poi
     keep = _nhwc_tiles_args(&a, packed, _im2col_weights(packed), taps, od, oh, ow, kp, 1,
                             bias_term, multiplier, x_zero_point, out_zero_point, relu, out)
     cdef Py_ssize_t rows = n * od * oh, rowb = owp * kp, i
-    cdef int nthreads = qops_threads_for(rows * ow * o * kp, GRAIN)
+    cdef int nthreads = qops_threads_for(rows * ow * o * kp, AMX_GRAIN)
     # one im2col row per thread, zeroed once: the bytes past the windows stay 0
     scratch = np.zeros(nthreads * rowb + 64, np.uint8)
     cdef uint8_t *sp = <uint8_t*>qops_ptr(scratch, True)
@@ -983,9 +1007,10 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
     under 32 channels; 17-19 channels on large planes at stride 1 along W, _DW16_MAX_PIXELS,
     take 'dw_planes').
     'dw_planes': other depthwise convs: a C-order copy for the planes kernel, transposed back.
-    'amx_pixels': (AMX, before the next three) 1x1 at stride 1 without padding, 32+ channels,
-    at least two rows of _amx_row_pixels(O) pixels per thread: the pixels as one GEMM, rows of
-    whole tiles read in place.
+    'amx_pixels': (AMX, before the next three) 1x1 at stride 1 without padding, 32+ channels:
+    the pixels as one GEMM, rows of whole tiles read in place (staged a row at a time where
+    whole 64-byte pixels start off cache lines), the threads splitting the output channels
+    where rows are few.
     'amx_im2col', 'amx_flat', 'amx_padded': ungrouped, symmetric weights, AMX tiles on im2col
     rows (under 32 channels), else on a padded copy of the input: read as one run of pixels
     where output rows would fill under 85% of 32-pixel tiles or whole rows would split
@@ -1021,13 +1046,10 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
         if packed["Cg"] < _NHWC_MIN_C:
             return "amx_im2col"
         # a 1x1 conv at stride 1 without padding is a plain GEMM over the pixels: rows of
-        # whole tiles read in place, where there are enough rows for the threads
+        # whole tiles read in place
         if ((kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1)
                 and tuple(padding) == (0, 0, 0)):
-            nt = qops_threads_for(x.shape[0] * x.shape[1] * x.shape[2] * x.shape[3]
-                                  * packed["O"] * c, GRAIN)
-            if _amx_pixel_rows(x, packed) >= 2 * nt:
-                return "amx_pixels"
+            return "amx_pixels"
         # strided: 2-D only (the phase planes stand in for the depth slices)
         if _AMX_FLAT[0] and (tuple(stride) == (1, 1, 1)
                              or (x.shape[1] == 1 and kd == 1 and stride[0] == 1
@@ -1039,7 +1061,7 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
             # than 1), as flat items of QCONV_FLAT_CHUNK pixels split finer
             od, oh, ow = _out_sizes(x.shape[1:4], packed["kernel"], stride, padding, dilation)
             rows = x.shape[0] * od * oh
-            nt = qops_threads_for(rows * ow * packed["O"] * c * kd * kh * kw, GRAIN)
+            nt = qops_threads_for(rows * ow * packed["O"] * c * kd * kh * kw, AMX_GRAIN)
             if ow < 0.85 * ((ow + 31) // 32 * 32) or rows < 0.85 * nt * ((rows + nt - 1) // nt):
                 return "amx_flat"
         return "amx_padded"
@@ -1112,8 +1134,8 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
         return _conv_cl_im2col(x, packed, x_zero_point, bias_term, multiplier,
                                out_zero_point, relu, stride, padding, dilation)
     if route == "amx_pixels":
-        return _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier,
-                                   out_zero_point, relu)
+        return _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term,
+                                   multiplier, out_zero_point, relu)
     if route == "planes":
         # the planes' fill copies channels-last pixels 4 channels at a time at stride 1 along
         # W (qconv_fill_rows); otherwise it gathers them byte by byte, slower than a C-order
@@ -1210,7 +1232,7 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
             at.xp = <const uint8_t*>qops_ptr(tail)
             at.OD, at.OH = 1, tail_rows
             at.out = a.out + <Py_ssize_t>(((n - 1) * oh + oh0) * ow * o)
-    cdef int nthreads = qops_threads_for(orows * ow * o * c * len(taps), GRAIN)
+    cdef int nthreads = qops_threads_for(orows * ow * o * c * len(taps), AMX_GRAIN)
     cdef Py_ssize_t i, items = qconv_flat_items(&a, n)
     if flat:
         nthreads = min(nthreads, items)

@@ -234,16 +234,18 @@ __attribute__((target("amx-tile,amx-int8"))) static inline void qconv_nhwc_store
     _tile_stored(3, buf + 768, 64);
 }
 
-/* One output row: tiles of 32 pixels at xrow (a pixel every sw * Cp bytes), output pixels at
- * orow; the tiles configured by the caller, buf 4 KB of scratch. */
+/* One output row's output blocks [ob0, ob1) (ob0 even): tiles of 32 pixels at xrow (a pixel
+ * every sw * Cp bytes), output pixels at orow; the tiles configured by the caller, buf 4 KB
+ * of scratch. */
 __attribute__((target("amx-tile,amx-int8"))) static inline void
-qconv_nhwc_amx_row(const qconv_nhwc_args *a, const uint8_t *xrow, uint8_t *orow, int32_t *buf) {
+qconv_nhwc_amx_row(const qconv_nhwc_args *a, const uint8_t *xrow, uint8_t *orow, int32_t *buf,
+                   int ob0, int ob1) {
     const __m512 lo = _mm512_set1_ps((float)(a->lo - a->ozp)), hi = _mm512_set1_ps((float)(255 - a->ozp));
     const __m512i ozp = _mm512_set1_epi32(a->ozp);
     const ptrdiff_t pstride = a->sw * a->Cp;           /* bytes between a tile's pixel rows */
     const ptrdiff_t wblk = (ptrdiff_t)a->ntaps * a->nch * 1024;
-    for (int ob = 0; ob < a->nob; ob += 2) {
-        const int two = ob + 1 < a->nob;
+    for (int ob = ob0; ob < ob1; ob += 2) {
+        const int two = ob + 1 < ob1;
         for (ptrdiff_t ow = 0; ow < a->OW; ow += 32) {
             const int nv = (int)(a->OW - ow < 32 ? a->OW - ow : 32);
             const uint8_t *xb = xrow + ow * pstride;
@@ -288,15 +290,61 @@ __attribute__((target("amx-tile,amx-int8"))) static void qconv_nhwc_tiles(void) 
     qops_tilecfg_load(&cfg);
 }
 
+/* Output row r of the N * OD * OH rows, its output blocks [ob0, ob1). */
+__attribute__((target("amx-tile,amx-int8"))) static inline void
+qconv_nhwc_amx_one(const qconv_nhwc_args *a, ptrdiff_t r, int32_t *buf, int ob0, int ob1) {
+    const ptrdiff_t oh = r % a->OH, od = (r / a->OH) % a->OD, n = r / (a->OH * a->OD);
+    qconv_nhwc_amx_row(a, a->xp + (((n * a->Dp + od * a->sd) * a->Hp + oh * a->sh) * a->Wp) * a->Cp,
+                       a->out + r * a->OW * a->O, buf, ob0, ob1);
+}
+
 /* Output rows [r0, r1) of the N * OD * OH rows. */
 __attribute__((target("amx-tile,amx-int8"))) static void
 qconv_nhwc_amx(const qconv_nhwc_args *a, ptrdiff_t r0, ptrdiff_t r1) {
     int32_t buf[4 * 16 * 16] __attribute__((aligned(64)));
     qconv_nhwc_tiles();
-    for (ptrdiff_t r = r0; r < r1; r++) {
-        const ptrdiff_t oh = r % a->OH, od = (r / a->OH) % a->OD, n = r / (a->OH * a->OD);
-        qconv_nhwc_amx_row(a, a->xp + (((n * a->Dp + od * a->sd) * a->Hp + oh * a->sh) * a->Wp) * a->Cp,
-                           a->out + r * a->OW * a->O, buf);
+    for (ptrdiff_t r = r0; r < r1; r++)
+        qconv_nhwc_amx_one(a, r, buf, 0, a->nob);
+    _tile_release();
+}
+
+/* Items [i0, i1) of a 1x1 conv at stride 1 over rows of pixels (a: `rows` rows of Wp
+ * pixels, 2-D; at: one more row, the last), each row's output blocks split into nsplit parts
+ * of whole pairs: item i is part i / (rows + 1) of row i % (rows + 1), so a thread given a
+ * run of items keeps one part's weights over many rows (where there are too few rows for
+ * the threads, they split the output channels instead).
+ * With `stage` (64-aligned, 32-rounded Wp pixels of nch x 64 bytes) each row is first copied
+ * there, a pixel every nch x 64 bytes: pixels off 64-byte lines (channels not a multiple of
+ * 64, or an input that starts off a line) would make every 64-byte tile read touch two
+ * lines, for each output block pair again. */
+__attribute__((target("amx-tile,amx-int8"))) static void
+qconv_nhwc_amx_parts(const qconv_nhwc_args *a, const qconv_nhwc_args *at, ptrdiff_t rows,
+                     int nsplit, uint8_t *stage, ptrdiff_t i0, ptrdiff_t i1) {
+    int32_t buf[4 * 16 * 16] __attribute__((aligned(64)));
+    const int npair = (a->nob + 1) / 2;
+    qconv_nhwc_args s = *a;                 /* the staged row: a pixel every Cp bytes */
+    s.Cp = (ptrdiff_t)a->nch * 64;
+    ptrdiff_t staged = -1;
+    qconv_nhwc_tiles();
+    for (ptrdiff_t i = i0; i < i1; i++) {
+        const int part = (int)(i / (rows + 1));
+        const ptrdiff_t r = i % (rows + 1);
+        const int ob0 = 2 * (npair * part / nsplit), ob1e = 2 * (npair * (part + 1) / nsplit);
+        const int ob1 = ob1e < a->nob ? ob1e : a->nob;
+        const qconv_nhwc_args *q = r < rows ? a : at;
+        const ptrdiff_t rq = r < rows ? r : 0;
+        if (!stage) {
+            qconv_nhwc_amx_one(q, rq, buf, ob0, ob1);
+            continue;
+        }
+        if (r != staged) {
+            const uint8_t *src = q->xp + rq * q->Wp * q->Cp;
+            for (ptrdiff_t p = 0; p < q->OW; p++)
+                memcpy(stage + p * s.Cp, src + p * q->Cp, (size_t)q->Cp);
+            staged = r;
+        }
+        s.OW = q->OW;
+        qconv_nhwc_amx_row(&s, stage, q->out + rq * q->OW * q->O, buf, ob0, ob1);
     }
     _tile_release();
 }
@@ -357,13 +405,18 @@ qconv_nhwc_amx_im2col(const qconv_nhwc_args *a, const qconv_im2col_args *f, uint
     qconv_nhwc_tiles();
     for (ptrdiff_t r = r0; r < r1; r++) {
         qconv_im2col_row(f, a, r, row);
-        qconv_nhwc_amx_row(a, row, a->out + r * a->OW * a->O, buf);
+        qconv_nhwc_amx_row(a, row, a->out + r * a->OW * a->O, buf, 0, a->nob);
     }
     _tile_release();
 }
 #else
 static void qconv_nhwc_amx(const qconv_nhwc_args *a, ptrdiff_t r0, ptrdiff_t r1) {
     (void)a; (void)r0; (void)r1;       /* never called: conv_cl runs it only in AMX mode */
+}
+static void qconv_nhwc_amx_parts(const qconv_nhwc_args *a, const qconv_nhwc_args *at,
+                                 ptrdiff_t rows, int nsplit, uint8_t *stage, ptrdiff_t i0,
+                                 ptrdiff_t i1) {
+    (void)a; (void)at; (void)rows; (void)nsplit; (void)stage; (void)i0; (void)i1;
 }
 static void qconv_nhwc_amx_im2col(const qconv_nhwc_args *a, const qconv_im2col_args *f,
                                   uint8_t *row, ptrdiff_t r0, ptrdiff_t r1) {
