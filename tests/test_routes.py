@@ -332,6 +332,8 @@ CONV = [
     ("conv_cl.gemm_im2col", F.conv2d, _conv(1, 48, 160, 7, 3, True, padding=1, wzp=1)),
     ("conv_cl.gemm_taps", F.conv2d, _conv(1, 64, 40, 14, 3, True, padding=1)),
     ("conv_cl.gemm_taps", F.conv2d, _conv(2, 36, 20, 11, 5, True, stride=2)),
+    # an RGB stem: kernel rows as taps
+    ("conv_cl.gemm_taps", F.conv2d, _conv(1, 3, 32, 20, 3, True, stride=2, padding=1)),
     ("conv_cl.planes", F.conv2d, _conv(1, 8, 8, 9, 3, True, padding=1)),
     ("conv.dw_through_nhwc", F.conv2d, _conv(1, 64, 64, 14, 3, False, groups=64, stride=2)),
     ("conv.dw_rows", F.conv2d, _conv(1, 8, 8, 12, 3, False, groups=8, padding=1)),

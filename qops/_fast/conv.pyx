@@ -287,6 +287,7 @@ cdef extern from "qops_conv_im2col.h" nogil:
         Py_ssize_t sd, sh, sw
         const Py_ssize_t *toff
         int ntaps
+        Py_ssize_t Kt
         uint8_t xz
     void qconv_taps_gemm(const qconv_taps_args *t, Py_ssize_t p0, Py_ssize_t p1,
                          const qops_gemm_b *B, const qops_gemm_out *o, Py_ssize_t q0,
@@ -337,7 +338,8 @@ ROUTES = {r.name: r for r in [
           "threads split the rows, or the weight panels where rows are fewer than channels)",
           "qops_conv_im2col.h"),
     Route("conv_cl.gemm_taps", "qconv_taps_gemm (the GEMM core reading each window in place "
-          "from a padded copy, or the input itself without padding: no im2col rows)",
+          "from a padded copy, or the input itself without padding: no im2col rows; under 4 "
+          "channels a kernel row a tap)",
           "qops_conv_im2col.h"),
     Route("conv_cl.planes", "conv's planes kernel on the same memory", "conv.pyx"),
     Route("conv.amx_through_cl", "a channels-last copy, then conv_cl's AMX tiles",
@@ -766,11 +768,13 @@ _DW_CL_MAX_PIXELS = 1024
 _DW16_MAX_PIXELS = 6400
 
 
-def _gemm_weights(packed, Py_ssize_t kp=0):
-    """The weights as the GEMM core takes them: (O, taps x C) in (tap, channel) order, with
-    zero columns up to depth kp when kp is given, packed by qops_gemm_pack; the row sums;
-    the zero points (None when all 0). Built on first use and kept."""
-    key = ("gemm", kp)
+def _gemm_weights(packed, Py_ssize_t kp=0, bint rows=False):
+    """The weights as the GEMM core takes them: (O, taps x C) in (tap, channel) order (with
+    `rows`, each kernel row's KW x C weights padded with zeros to a multiple of 4: the row
+    taps of _conv_cl_taps_gemm), with zero columns up to depth kp when kp is given, packed
+    by qops_gemm_pack; the row sums; the zero points (None when all 0). Built on first use
+    and kept."""
+    key = ("gemm_rows" if rows else "gemm", kp)
     g = packed.get(key)
     if g is None:
         o, ntaps, q4 = packed["wv"].shape
@@ -778,6 +782,12 @@ def _gemm_weights(packed, Py_ssize_t kp=0):
         w = np.ascontiguousarray(
             packed["wv"].view(np.int8).reshape(o, ntaps, q4 * 4)[:, :, :packed["Cg"]]
         ).reshape(o, k)
+        if rows:
+            kw = packed["kernel"][2] * packed["Cg"]
+            wr = np.zeros((o, k // kw, (kw + 3) // 4 * 4), np.int8)
+            wr[:, :, :kw] = w.reshape(o, k // kw, kw)
+            w = wr.reshape(o, -1)
+            k = w.shape[1]
         if kp > k:
             w = np.concatenate([w, np.zeros((o, kp - k), np.int8)], axis=1)
             k = kp
@@ -792,12 +802,14 @@ def _gemm_weights(packed, Py_ssize_t kp=0):
 
 
 cdef tuple _gemm_args(qops_gemm_b *b, qops_gemm_out *o, packed, Py_ssize_t k, bias_term,
-                      multiplier, out_zero_point, relu, out):
+                      multiplier, out_zero_point, relu, out, bint rows=False):
     """Fill the GEMM core's weight and output arguments for rows of depth k (the weights'
-    depth, or padded past it: im2col rows of qops_gemm_kpad) writing into `out`; returns the
-    arrays they point into, to be kept alive while the GEMM runs."""
+    depth, or padded past it: im2col rows of qops_gemm_kpad; `rows`: row taps, as
+    _gemm_weights) writing into `out`; returns the arrays they point into, to be kept alive
+    while the GEMM runs."""
     kd, kh, kw = packed["kernel"]
-    data, wsum, wzp = _gemm_weights(packed, k if k > kd * kh * kw * packed["Cg"] else 0)
+    kw_ = (kw * packed["Cg"] + 3) // 4 * 4 if rows else kw * packed["Cg"]
+    data, wsum, wzp = _gemm_weights(packed, k if k > kd * kh * kw_ else 0, rows)
     bt = np.ascontiguousarray(bias_term, np.float32)
     mu = np.ascontiguousarray(multiplier, np.float32)
     b.data = <const int8_t*>qops_ptr(data)
@@ -911,8 +923,11 @@ def _conv_cl_taps_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_
     """Ungrouped conv of contiguous channels-last x (N, D, H, W, C), symmetric weights, C a
     multiple of 4: the GEMM core reads each output pixel's window tap by tap in place
     (qconv_taps_gemm), from a padded copy of the input, or the input itself without padding;
-    no im2col rows are written. Threads split the pixels, or the weight panels where pixels
-    are no more than output channels (as _conv_cl_im2col_gemm)."""
+    no im2col rows are written. Under 4 channels (an RGB stem, unit dilation along W) a tap
+    is a whole kernel row, its KW x C bytes one run of the input read as a multiple of 4
+    (the bytes past it meet zero weights), always from a copy with slack ("row taps").
+    Threads split the pixels, or the weight panels where pixels are no more than output
+    channels (as _conv_cl_im2col_gemm)."""
     cdef qconv_taps_args t
     cdef qconv_nhwc_fill_args f
     cdef qops_gemm_b b
@@ -921,19 +936,22 @@ def _conv_cl_taps_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_
     kd, kh, kw = packed["kernel"]
     (pd, ph, pw), (sd, sh, sw), (dd, dh, dwl) = padding, stride, dilation
     od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
-    cdef Py_ssize_t m = n * od * oh * ow, k = kd * kh * kw * c, i
+    cdef bint row_taps = c < 4
+    cdef Py_ssize_t kt = (kw * c + 3) // 4 * 4 if row_taps else c
+    cdef Py_ssize_t m = n * od * oh * ow, k = kd * kh * (kt if row_taps else kw * c), i
     out = qops_empty(np, (n, od, oh, ow, packed["O"]), np.uint8)
     if m == 0:
         return out
     keep = _gemm_args(&b, &o, packed, qops_gemm_kpad(k), bias_term, multiplier,
-                      out_zero_point, relu, out)
+                      out_zero_point, relu, out, row_taps)
     if b.wzp != NULL:   # the windows' row sums (the zero-point term) are never taken here
         raise ValueError("conv_cl.gemm_taps takes symmetric weights only")
     dp, hp, wp_ = d + 2 * pd, h + 2 * ph, wdt + 2 * pw
-    cdef bint padded = bool(pd or ph or pw)
+    cdef bint padded = bool(pd or ph or pw) or row_taps
     cdef Py_ssize_t rows = n * dp * hp
     if padded:
-        xpad = qops_empty(np, (rows * wp_ * c,), np.uint8)
+        # (slack: a row tap reads up to 3 bytes past the last pixel's kernel row)
+        xpad = qops_empty(np, (rows * wp_ * c + 64,), np.uint8)
         f.x = <const uint8_t*>qops_ptr(x)
         f.N, f.D, f.H, f.W, f.C = n, d, h, wdt, c
         f.pd, f.ph, f.pw = pd, ph, pw
@@ -948,12 +966,14 @@ def _conv_cl_taps_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_
     if toff is None:
         toff = packed[key] = np.array(
             [((i * dd * hp + j * dh) * wp_ + q * dwl) * c
-             for i in range(kd) for j in range(kh) for q in range(kw)], dtype=np.intp)
+             for i in range(kd) for j in range(kh) for q in range(1 if row_taps else kw)],
+            dtype=np.intp)
     t.Dp, t.Hp, t.Wp, t.C = dp, hp, wp_, c
     t.OD, t.OH, t.OW = od, oh, ow
     t.sd, t.sh, t.sw = sd, sh, sw
     t.toff = <const Py_ssize_t*>qops_ptr(toff)
-    t.ntaps = kd * kh * kw
+    t.ntaps = len(toff)
+    t.Kt = kt
     t.xz = x_zero_point
     cdef int nt
     cdef Py_ssize_t npan
@@ -1025,7 +1045,9 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
     gathered and multiplied by the GEMM core a block at a time.
     'gemm_taps': (before gemm_im2col) symmetric weights, 32+ channels a multiple of 4, more
     than one tap, AVX-512 VNNI, and more pixels than output channels or one thread: the GEMM
-    core reading each window in place (no im2col rows).
+    core reading each window in place (no im2col rows). Also (before the few-channel
+    gemm_im2col) under 4 channels at unit dilation along W, symmetric weights: each kernel
+    row one tap of KW x C bytes read as a multiple of 4 (the RGB stems).
     'planes': everything else, `conv` on the same memory, or on a C-order copy where its fill
     has no channels-last path (its C-order result as a view).
     """
@@ -1072,6 +1094,9 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
             and _GEMM_MIN_C <= c <= _GEMM_MAX_K):
         return "gemm_1x1"
     k = kd * kh * kw * c
+    if (_TAPS[0] and c < 4 and packed["symmetric"] and kd * kh * kw > 1
+            and dilation[2] == 1 and kd * kh * ((kw * c + 3) // 4 * 4) <= _GEMM_MAX_K):
+        return "gemm_taps"
     if c <= 4 and _FEW_C_MIN_K_CL <= k <= _GEMM_MAX_K:
         return "gemm_im2col"
     if (_TAPS[0] and packed["symmetric"] and c % 4 == 0 and c >= 32 and kd * kh * kw > 1

@@ -155,6 +155,8 @@ typedef struct {
     ptrdiff_t sd, sh, sw;
     const ptrdiff_t *toff;             /* tap t at toff[t] bytes from a window's first */
     int ntaps;
+    ptrdiff_t Kt;                      /* bytes a tap reads: C, or a kernel row's KW C
+                                        * rounded up to 4 (few channels, "row taps") */
     uint8_t xz;
 } qconv_taps_args;
 
@@ -169,16 +171,24 @@ static void qconv_taps_gemm(const qconv_taps_args *t, ptrdiff_t p0, ptrdiff_t p1
     const uint8_t *rp[QCONV_TAPS_ROWS];
     ptrdiff_t n, od, oh, ow;
     qconv_i2c_pixel(p0, t->OD, t->OH, t->OW, &n, &od, &oh, &ow);
+    /* windows step sw pixels along an output row; the row's first from (n, od, oh) (a
+     * pointer a pixel costs as much as a few-channel window's products otherwise) */
+    const ptrdiff_t step = t->sw * t->C;
+    const uint8_t *row = t->xp + ((n * t->Dp + od * t->sd) * t->Hp + oh * t->sh) * t->Wp * t->C;
     for (ptrdiff_t r0 = p0; r0 < p1; r0 += QCONV_TAPS_ROWS) {
         const ptrdiff_t m = p1 - r0 < QCONV_TAPS_ROWS ? p1 - r0 : QCONV_TAPS_ROWS;
         for (ptrdiff_t i = 0; i < m; i++) {
-            rp[i] = t->xp + (((n * t->Dp + od * t->sd) * t->Hp + oh * t->sh) * t->Wp
-                             + ow * t->sw) * t->C;
-            qconv_i2c_next(t->OD, t->OH, t->OW, &n, &od, &oh, &ow);
+            rp[i] = row + ow * step;
+            if (++ow == t->OW) {
+                ow = 0;
+                qconv_i2c_next(t->OD, t->OH, 1, &n, &od, &oh, &ow);
+                ow = 0;
+                row = t->xp + ((n * t->Dp + od * t->sd) * t->Hp + oh * t->sh) * t->Wp * t->C;
+            }
         }
         qops_gemm_out ob = *o;
         ob.out = (uint8_t *)o->out + r0 * o->ldc;
-        qops_gemm_taps(rp, m, t->toff, t->ntaps, t->C, t->xz, B, q0, q1, &ob);
+        qops_gemm_taps(rp, m, t->toff, t->ntaps, t->Kt, t->xz, B, q0, q1, &ob);
     }
 }
 

@@ -1270,25 +1270,30 @@ static inline void qg_store512(const int32_t *acc, int mr, ptrdiff_t v, ptrdiff_
         }
         return;
     }
+    /* o's fields as locals: the byte stores below could alias *o, and reloading them
+     * every row cost a few-channel conv (an RGB stem, 16-32 outputs a pixel) a tenth */
+    const int relu = o->relu, has_bias = o->bias != NULL;
+    const ptrdiff_t ldc = o->ldc;
+    uint8_t *const out8 = (uint8_t *)o->out + m0 * ldc + n0;
+    float *const outf = (float *)o->out + m0 * ldc + n0;
     for (ptrdiff_t j = 0; j < v; j += 16) {
         const __m512i c = _mm512_loadu_si512(corr + j), z = _mm512_loadu_si512(wz + j);
         const __m512 m = _mm512_loadu_ps(o->mult + n0 + j);
-        const __m512 b = o->bias ? _mm512_loadu_ps(o->bias + n0 + j) : _mm512_setzero_ps();
+        const __m512 b = has_bias ? _mm512_loadu_ps(o->bias + n0 + j) : _mm512_setzero_ps();
         for (int i = 0; i < mr; i++) {
             __m512i a = _mm512_add_epi32(_mm512_loadu_si512(acc + i * QG_NR + j), c);
             if (rs[i])
                 a = _mm512_sub_epi32(a, _mm512_mullo_epi32(z, _mm512_set1_epi32(rs[i])));
             __m512 y = _mm512_cvtepi32_ps(a);
             if (u8) {
-                if (o->bias) y = _mm512_add_ps(y, b);
+                if (has_bias) y = _mm512_add_ps(y, b);
                 y = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(y, m), lo), hi);
                 const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(y), vzp);
-                _mm_storeu_si128((__m128i *)((uint8_t *)o->out + (m0 + i) * o->ldc + n0 + j),
-                                 _mm512_cvtepi32_epi8(q));
+                _mm_storeu_si128((__m128i *)(out8 + i * ldc + j), _mm512_cvtepi32_epi8(q));
             } else {
                 y = _mm512_fmadd_ps(y, m, b);
-                if (o->relu) y = _mm512_max_ps(y, _mm512_setzero_ps());
-                _mm512_storeu_ps((float *)o->out + (m0 + i) * o->ldc + n0 + j, y);
+                if (relu) y = _mm512_max_ps(y, _mm512_setzero_ps());
+                _mm512_storeu_ps(outf + i * ldc + j, y);
             }
         }
     }
@@ -1777,6 +1782,46 @@ static inline int qops_gemm_taps_available(void) {
 #endif
 }
 
+#ifdef QG_VNNI
+/* qg_store512's uint8 formula for a panel of w columns without weight zero points, its
+ * constants held across the panel's tiles; a partial last block by masked stores. */
+typedef struct {
+    __m512i c[4], vzp;
+    __m512 m[4], b[4], lo, hi;
+    int nb;                            /* 16-column blocks, the last maybe partial */
+    __mmask16 last;                    /* the last block's columns */
+} qg_u8_panel;
+
+QG_INLINE void qg_u8_panel_init(qg_u8_panel *q, const int32_t *corr, ptrdiff_t n0, ptrdiff_t w,
+                                const qops_gemm_out *o) {
+    const int32_t zp = o->out_zp;
+    q->lo = _mm512_set1_ps((float)((o->relu ? zp : 0) - zp));
+    q->hi = _mm512_set1_ps((float)(255 - zp));
+    q->vzp = _mm512_set1_epi32(zp);
+    q->nb = (int)((w + 15) / 16);
+    q->last = (__mmask16)(w % 16 ? (1u << (w % 16)) - 1 : 0xFFFFu);
+    for (int k = 0; k < q->nb; k++) {
+        const __mmask16 mk = k == q->nb - 1 ? q->last : (__mmask16)0xFFFF;
+        q->c[k] = _mm512_maskz_loadu_epi32(mk, corr + 16 * k);
+        q->m[k] = _mm512_maskz_loadu_ps(mk, o->mult + n0 + 16 * k);
+        q->b[k] = o->bias ? _mm512_maskz_loadu_ps(mk, o->bias + n0 + 16 * k) : _mm512_setzero_ps();
+    }
+}
+
+QG_INLINE void qg_u8_panel_store(const qg_u8_panel *q, const int32_t *acc, int mr, uint8_t *out,
+                                 ptrdiff_t ldc) {
+    for (int i = 0; i < mr; i++)
+        for (int k = 0; k < q->nb; k++) {
+            const __m512i a = _mm512_add_epi32(_mm512_loadu_si512(acc + i * QG_NR + 16 * k), q->c[k]);
+            const __m512 y = _mm512_add_ps(_mm512_cvtepi32_ps(a), q->b[k]);
+            const __m512 z = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(y, q->m[k]), q->lo), q->hi);
+            const __m128i r = _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(z), q->vzp));
+            if (k == q->nb - 1) _mm_mask_storeu_epi8(out + i * ldc + 16 * k, q->last, r);
+            else _mm_storeu_si128((__m128i *)(out + i * ldc + 16 * k), r);
+        }
+}
+#endif
+
 /* M rows by pointer (row i's k values: ntaps runs of C bytes, run t at rp[i] + toff[t];
  * C % 4 == 0, K = ntaps * C up to the packed depth, whose extra groups are zero weights)
  * times weight panels [p0, p1) of B, whose zero points must all be 0 (B->wzp NULL): the
@@ -1796,6 +1841,19 @@ static void qops_gemm_taps(const uint8_t *const *rp, ptrdiff_t M, const ptrdiff_
         const int width = (int)qg_panel_width(N, p);
         const int8_t *bp = qg_panel_ptr(B->data, K, p);
         qg_panel_terms(B, a_zp, n0, w, corr, wz);
+        if (o->kind == QOPS_GEMM_U8 && !B->wzp) {
+            /* the usual case (uint8 out, symmetric weights): the panel's requantization
+             * constants loaded once, not per tile (few-channel convs, the RGB stems, store
+             * 16-32 outputs a pixel for ~9 products each) */
+            qg_u8_panel q;
+            qg_u8_panel_init(&q, corr, n0, w, o);
+            for (ptrdiff_t mr = 0, m0 = 0; m0 < M; m0 += mr) {
+                mr = qg_tile_rows(M - m0);
+                qg_micro_taps_dispatch((int)mr, width, rp + m0, toff, ntaps, C / 4, bp, acc);
+                qg_u8_panel_store(&q, acc, (int)mr, (uint8_t *)o->out + m0 * o->ldc + n0, o->ldc);
+            }
+            continue;
+        }
         for (ptrdiff_t mr = 0, m0 = 0; m0 < M; m0 += mr) {
             const ptrdiff_t left = M - m0;
             mr = qg_tile_rows(left);
