@@ -165,3 +165,16 @@ def test_memory_order_ignores_strides_of_size_one_axes():
     assert memory_order(odd) == channels_last_order(4) and is_channels_last(odd)
     b = np.zeros((2, 5, 1, 7), np.uint8).transpose(0, 3, 1, 2)
     assert b.transpose(memory_order(b)).flags.c_contiguous
+
+
+@pytest.mark.parametrize("channels", [1, 2, 3, 4, 5, 17])
+def test_few_channel_images_turn_channels_last_exactly(channels):
+    # the byte transpose takes 1-4 rows (an RGB image's planes) by widening and compressing
+    # 16 columns at a time, the rest of a row one byte at a time; more rows take the tiles
+    from qops import _fast
+    kernels = _fast.load("conv")
+    rng = np.random.default_rng(channels)
+    for n, cols in [(1, 1), (1, 15), (2, 16), (3, 17), (1, 100), (2, 50176)]:
+        x = rng.integers(0, 256, (n, channels, cols), dtype=np.uint8)
+        got = kernels._transposed(x, (n, cols, channels))
+        np.testing.assert_array_equal(got, x.transpose(0, 2, 1), err_msg=str((n, cols)))

@@ -338,7 +338,9 @@ CONV = [
     ("conv.dw_through_nhwc", F.conv2d, _conv(1, 64, 64, 14, 3, False, groups=64, stride=2)),
     ("conv.dw_rows", F.conv2d, _conv(1, 8, 8, 12, 3, False, groups=8, padding=1)),
     ("conv.gemm_1x1", F.conv2d, _conv(3, 72, 40, 1, 1, False, wzp=1)),
-    ("conv.gemm_im2col", F.conv2d, _conv(3, 3, 20, 23, 7, False, stride=2, padding=3)),
+    ("conv.gemm_im2col", F.conv2d, _conv(3, 3, 20, 23, 7, False, stride=2, padding=3,
+                                         wzp=1)),
+    ("conv.taps_through_cl", F.conv2d, _conv(2, 3, 20, 23, 7, False, stride=2, padding=3)),
     ("conv.gemm_im2col", F.conv2d, _conv(2, 24, 40, 9, 1, False, stride=2, wzp=1)),
     ("conv.gemm_1x1_cl", F.conv2d, _conv(2, 40, 24, 7, 1, False, wzp=1)),
     ("conv.dw_through_cl", F.conv2d, _conv(2, 37, 37, 9, 5, False, groups=37, stride=2,
@@ -435,7 +437,7 @@ def test_route(family, route, fn, make, threads):
         pytest.skip(f"{route}: not in this build or CPU ({qops._fast.ISA}); took {taken}")
     if set(SUPERSEDED.get(route, ())) & set(taken):
         pytest.skip(f"{route}: this CPU takes {taken} instead")
-    if route.startswith(("conv.gemm", "conv_cl.gemm")) and mod._MODE[0] == 2:
+    if route.startswith(("conv.gemm", "conv_cl.gemm", "conv.taps")) and mod._MODE[0] == 2:
         pytest.skip(f"{route}: the AMX tier takes other routes ({taken})")
     assert route in taken, taken
 

@@ -342,6 +342,8 @@ ROUTES = {r.name: r for r in [
           "channels a kernel row a tap)",
           "qops_conv_im2col.h"),
     Route("conv_cl.planes", "conv's planes kernel on the same memory", "conv.pyx"),
+    Route("conv.taps_through_cl", "a channels-last copy, then conv_cl's gemm_taps with a kernel "
+          "row a tap (RGB stems)", "qops_conv_im2col.h"),
     Route("conv.amx_through_cl", "a channels-last copy, then conv_cl's AMX tiles",
           "qops_conv_nhwc.h"),
     Route("conv.dw_through_nhwc", "transposes around qconv_dwcl_rows (AVX-512 VNNI)",
@@ -369,7 +371,7 @@ def _built_here(name):
         return _DWCL2
     if name.startswith("conv_cl.amx") or name in ("conv.planes.amx", "conv.amx_through_cl"):
         return _AMX
-    if name == "conv_cl.gemm_taps":
+    if name in ("conv_cl.gemm_taps", "conv.taps_through_cl"):
         return _TAPS[0]
     if name.startswith("conv_cl.gemm") or name.startswith("conv.gemm"):
         return _AVX2 or qconv_best_mode() >= 1
@@ -1018,6 +1020,15 @@ def _dw_through_nhwc(x, packed, x_zero_point, bias_term, multiplier, out_zero_po
     return _transposed(y.reshape(n, -1, c), (n, c) + y.shape[1:4])
 
 
+def _row_taps(packed, c, dilation):
+    """True where the VNNI taps GEMM runs a conv of c < 4 input channels (an RGB stem) with a
+    kernel row as each tap (_conv_cl_taps_gemm): symmetric weights, several taps, unit
+    dilation along W."""
+    kd, kh, kw = packed["kernel"]
+    return (_TAPS[0] and c < 4 and packed["symmetric"] and kd * kh * kw > 1
+            and dilation[2] == 1 and kd * kh * ((kw * c + 3) // 4 * 4) <= _GEMM_MAX_K)
+
+
 def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1, 1, 1),
              bias_term=None, multiplier=None):
     """The route of a channels-last conv of contiguous x (N, D, H, W, C), by name.
@@ -1094,8 +1105,7 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
             and _GEMM_MIN_C <= c <= _GEMM_MAX_K):
         return "gemm_1x1"
     k = kd * kh * kw * c
-    if (_TAPS[0] and c < 4 and packed["symmetric"] and kd * kh * kw > 1
-            and dilation[2] == 1 and kd * kh * ((kw * c + 3) // 4 * 4) <= _GEMM_MAX_K):
+    if _row_taps(packed, c, dilation):
         return "gemm_taps"
     if c <= 4 and _FEW_C_MIN_K_CL <= k <= _GEMM_MAX_K:
         return "gemm_im2col"
@@ -1333,6 +1343,8 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     channels are mostly padding) and K = taps x C >= _FEW_C_MIN_K (the stems: 7x7 on RGB),
     or _C_ORDER_GEMM_MIN_C+ channels, several taps and K >= 128: transposed to channels
     last, then conv_cl's im2col rows and GEMM core, the result channels last as PyTorch's.
+    'taps_through_cl': (before gemm_im2col) the RGB stems of conv_cl's gemm_taps (under 4
+    channels, _row_taps): transposed to channels last, then a kernel row a tap.
     'gemm_1x1': ungrouped 1x1 on single pixels (a squeeze-excite block's convs), AVX2, as
     conv_cl's gemm_1x1: one pixel lies the same in both layouts.
     'gemm_1x1_cl': other ungrouped 1x1 convs (stride 1, no padding) from _GEMM_MIN_C
@@ -1375,6 +1387,8 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     if (gemm_ok and (kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1)
             and tuple(padding) == (0, 0, 0) and _GEMM_MIN_C <= c <= _GEMM_MAX_K):
         return "gemm_1x1_cl", mode, 0
+    if gemm_ok and _row_taps(packed, c, dilation):
+        return "taps_through_cl", mode, 0
     if (gemm_ok and k <= _GEMM_MAX_K
             and ((c <= 4 and _FEW_C_MIN_K <= k)
                  or (c >= _C_ORDER_GEMM_MIN_C and k >= 128 and kd * kh * kw > 1)
@@ -1438,6 +1452,11 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
         xc = _transposed(np.ascontiguousarray(x).reshape(n, c, -1), (n, d, h, wdt, c))
         y = _conv_cl_im2col_gemm(xc, packed, x_zero_point, bias_term, multiplier,
                                  out_zero_point, relu, stride, padding, dilation)
+        return y.transpose(0, 4, 1, 2, 3)
+    if route == "taps_through_cl":
+        xc = _transposed(np.ascontiguousarray(x).reshape(n, c, -1), (n, d, h, wdt, c))
+        y = _conv_cl_taps_gemm(xc, packed, x_zero_point, bias_term, multiplier,
+                               out_zero_point, relu, stride, padding, dilation)
         return y.transpose(0, 4, 1, 2, 3)
     if route == "amx_through_cl":
         xc = _transposed(np.ascontiguousarray(x).reshape(n, c, -1), (n, d, h, wdt, c))
