@@ -1411,6 +1411,64 @@ static inline ptrdiff_t qg_tile_rows(ptrdiff_t left) {
     return left > QG_MR && left < QG_MR + 4 ? (left + 1) / 2 : (left < QG_MR ? left : QG_MR);
 }
 
+#ifdef QG_VNNI
+/* qg_store512's uint8 formula for a panel of w columns without weight zero points, its
+ * constants held across the panel's tiles; a partial last block by masked stores. */
+typedef struct {
+    __m512i c[4], vzp;
+    __m512 m[4], b[4], lo, hi;
+    int nb;                            /* 16-column blocks, the last maybe partial */
+    __mmask16 last;                    /* the last block's columns */
+} qg_u8_panel;
+
+QG_INLINE void qg_u8_panel_init(qg_u8_panel *q, const int32_t *corr, ptrdiff_t n0, ptrdiff_t w,
+                                const qops_gemm_out *o) {
+    const int32_t zp = o->out_zp;
+    q->lo = _mm512_set1_ps((float)((o->relu ? zp : 0) - zp));
+    q->hi = _mm512_set1_ps((float)(255 - zp));
+    q->vzp = _mm512_set1_epi32(zp);
+    q->nb = (int)((w + 15) / 16);
+    q->last = (__mmask16)(w % 16 ? (1u << (w % 16)) - 1 : 0xFFFFu);
+    for (int k = 0; k < q->nb; k++) {
+        const __mmask16 mk = k == q->nb - 1 ? q->last : (__mmask16)0xFFFF;
+        q->c[k] = _mm512_maskz_loadu_epi32(mk, corr + 16 * k);
+        q->m[k] = _mm512_maskz_loadu_ps(mk, o->mult + n0 + 16 * k);
+        q->b[k] = o->bias ? _mm512_maskz_loadu_ps(mk, o->bias + n0 + 16 * k) : _mm512_setzero_ps();
+    }
+}
+
+QG_INLINE void qg_u8_panel_store(const qg_u8_panel *q, const int32_t *acc, int mr, uint8_t *out,
+                                 ptrdiff_t ldc) {
+    if (q->nb == 4 && q->last == 0xFFFF) {
+        /* a whole 64-byte panel row: narrowed by saturating packs (the values are in
+         * [lo, 255] once the zero point is added) and one permute, as qg_store512 */
+        const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        const __m512i z16 = _mm512_packs_epi32(q->vzp, q->vzp);
+        for (int i = 0; i < mr; i++) {
+            __m512i r[4];
+            for (int k = 0; k < 4; k++) {
+                const __m512i a = _mm512_add_epi32(_mm512_loadu_si512(acc + i * QG_NR + 16 * k), q->c[k]);
+                const __m512 y = _mm512_add_ps(_mm512_cvtepi32_ps(a), q->b[k]);
+                r[k] = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(y, q->m[k]), q->lo), q->hi));
+            }
+            const __m512i p0 = _mm512_adds_epi16(_mm512_packs_epi32(r[0], r[1]), z16);
+            const __m512i p1 = _mm512_adds_epi16(_mm512_packs_epi32(r[2], r[3]), z16);
+            _mm512_storeu_si512(out + i * ldc, _mm512_permutexvar_epi32(idx, _mm512_packus_epi16(p0, p1)));
+        }
+        return;
+    }
+    for (int i = 0; i < mr; i++)
+        for (int k = 0; k < q->nb; k++) {
+            const __m512i a = _mm512_add_epi32(_mm512_loadu_si512(acc + i * QG_NR + 16 * k), q->c[k]);
+            const __m512 y = _mm512_add_ps(_mm512_cvtepi32_ps(a), q->b[k]);
+            const __m512 z = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(y, q->m[k]), q->lo), q->hi);
+            const __m128i r = _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(z), q->vzp));
+            if (k == q->nb - 1) _mm_mask_storeu_epi8(out + i * ldc + 16 * k, q->last, r);
+            else _mm_storeu_si128((__m128i *)(out + i * ldc + 16 * k), r);
+        }
+}
+#endif
+
 /* Rows [0, M) x column panels [p0, p1), single-threaded. Panel outer: one weight panel
  * (K x QG_NR) is reused from L1/L2 by every row block. ap: A repacked (AVX2; its row 0 is
  * A's row 0), or NULL. */
@@ -1440,6 +1498,13 @@ static void qg_panels_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t
         const int width = (int)qg_panel_width(N, p);
         const int8_t *bp = qg_panel_ptr(B->data, K, p);
         qg_panel_terms(B, a_zp, n0, w, corr, wz);
+#ifdef QG_VNNI
+        /* uint8 out without row sums: the panel's constants held across its tiles (convs
+         * of 16-32 input channels store as much as they multiply) */
+        qg_u8_panel q8;
+        const int u8p = o->kind == QOPS_GEMM_U8 && !B->wzp;
+        if (u8p) qg_u8_panel_init(&q8, corr, n0, w, o);
+#endif
 #ifdef QG_AVX2
         /* the panel in k order, and its reordered copy if it has one (see "Pairing") */
         const uint8_t *order = qg_order(B, p);
@@ -1492,6 +1557,12 @@ static void qg_panels_rows(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t
             if (done) continue;
 #else
             qg_micro_dispatch((int)mr, width, Am, lda, K, bp, acc);
+#endif
+#ifdef QG_VNNI
+            if (u8p) {
+                qg_u8_panel_store(&q8, acc, (int)mr, (uint8_t *)o->out + m0 * o->ldc + n0, o->ldc);
+                continue;
+            }
 #endif
             for (int i = 0; i < mr; i++) rs[i] = B->wzp ? qg_row_sum(Am + i * lda, K) : 0;
             qg_store(acc, (int)mr, w, m0, n0, corr, wz, rs, o);
@@ -1781,46 +1852,6 @@ static inline int qops_gemm_taps_available(void) {
     return 0;
 #endif
 }
-
-#ifdef QG_VNNI
-/* qg_store512's uint8 formula for a panel of w columns without weight zero points, its
- * constants held across the panel's tiles; a partial last block by masked stores. */
-typedef struct {
-    __m512i c[4], vzp;
-    __m512 m[4], b[4], lo, hi;
-    int nb;                            /* 16-column blocks, the last maybe partial */
-    __mmask16 last;                    /* the last block's columns */
-} qg_u8_panel;
-
-QG_INLINE void qg_u8_panel_init(qg_u8_panel *q, const int32_t *corr, ptrdiff_t n0, ptrdiff_t w,
-                                const qops_gemm_out *o) {
-    const int32_t zp = o->out_zp;
-    q->lo = _mm512_set1_ps((float)((o->relu ? zp : 0) - zp));
-    q->hi = _mm512_set1_ps((float)(255 - zp));
-    q->vzp = _mm512_set1_epi32(zp);
-    q->nb = (int)((w + 15) / 16);
-    q->last = (__mmask16)(w % 16 ? (1u << (w % 16)) - 1 : 0xFFFFu);
-    for (int k = 0; k < q->nb; k++) {
-        const __mmask16 mk = k == q->nb - 1 ? q->last : (__mmask16)0xFFFF;
-        q->c[k] = _mm512_maskz_loadu_epi32(mk, corr + 16 * k);
-        q->m[k] = _mm512_maskz_loadu_ps(mk, o->mult + n0 + 16 * k);
-        q->b[k] = o->bias ? _mm512_maskz_loadu_ps(mk, o->bias + n0 + 16 * k) : _mm512_setzero_ps();
-    }
-}
-
-QG_INLINE void qg_u8_panel_store(const qg_u8_panel *q, const int32_t *acc, int mr, uint8_t *out,
-                                 ptrdiff_t ldc) {
-    for (int i = 0; i < mr; i++)
-        for (int k = 0; k < q->nb; k++) {
-            const __m512i a = _mm512_add_epi32(_mm512_loadu_si512(acc + i * QG_NR + 16 * k), q->c[k]);
-            const __m512 y = _mm512_add_ps(_mm512_cvtepi32_ps(a), q->b[k]);
-            const __m512 z = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(y, q->m[k]), q->lo), q->hi);
-            const __m128i r = _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(z), q->vzp));
-            if (k == q->nb - 1) _mm_mask_storeu_epi8(out + i * ldc + 16 * k, q->last, r);
-            else _mm_storeu_si128((__m128i *)(out + i * ldc + 16 * k), r);
-        }
-}
-#endif
 
 /* M rows by pointer (row i's k values: ntaps runs of C bytes, run t at rp[i] + toff[t];
  * C % 4 == 0, K = ntaps * C up to the packed depth, whose extra groups are zero weights)
