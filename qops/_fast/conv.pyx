@@ -207,8 +207,8 @@ cdef extern from "qops_conv_nhwc.h" nogil:
                                 Py_ssize_t hq, Py_ssize_t wq, Py_ssize_t r0, Py_ssize_t r1)
     void qconv_nhwc_amx(const qconv_nhwc_args *a, Py_ssize_t r0, Py_ssize_t r1)
     void qconv_nhwc_amx_parts(const qconv_nhwc_args *a, const qconv_nhwc_args *at,
-                              Py_ssize_t rows, int nsplit, uint8_t *stage, Py_ssize_t i0,
-                              Py_ssize_t i1)
+                              Py_ssize_t rows, int nsplit, uint8_t *stage, int stage_rows,
+                              Py_ssize_t i0, Py_ssize_t i1)
     Py_ssize_t qconv_flat_items(const qconv_nhwc_args *a, Py_ssize_t N)
     void qconv_nhwc_amx_flat(const qconv_nhwc_args *a, Py_ssize_t i0, Py_ssize_t i1)
     ctypedef struct qconv_im2col_args:
@@ -511,9 +511,10 @@ def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero
     """1x1 conv, stride 1, no padding, of contiguous channels-last x on AMX: the N D H W
     pixels are one GEMM, run as rows of _amx_row_pixels(O) read in place (no padding pixels
     in the tiles, no copy; a pixel's last 64-byte chunk runs on into the next pixel, whose
-    bytes meet zero weights), the last row, where tiles would read past the input's end, on
-    a copy with slack. Where the rows are too few for the threads, each thread runs a part
-    of the output channels over every row (_amx_pixel_split)."""
+    bytes meet zero weights), the last row, whose tiles would read past the input's end,
+    from each thread's stage (an aligned copy with slack). Where the rows are too few for
+    the threads, each thread runs a part of the output channels over every row
+    (_amx_pixel_split)."""
     cdef qconv_nhwc_args a
     n, d, h, wdt, c = x.shape
     o = packed["O"]
@@ -532,10 +533,8 @@ def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero
     a.sd, a.sh, a.sw = 1, 1, 1
     keep = _nhwc_tiles_args(&a, packed, wb, taps, 1, R, P, cp, 1, bias_term, multiplier,
                             x_zero_point, out_zero_point, relu, out)
-    tail = np.zeros(((rem + 31) // 32 * 32 + 1) * c + 64, np.uint8)
-    tail[:rem * c] = x.reshape(-1)[R * P * c:]
     cdef qconv_nhwc_args at = a
-    at.xp = <const uint8_t*>qops_ptr(tail)
+    at.xp = a.xp + <Py_ssize_t>(R * P * c)
     at.Hp, at.Wp, at.OH, at.OW = 1, rem, 1, rem
     at.out = a.out + <Py_ssize_t>(R * P * o)
     cdef int nthreads = qops_threads_for(total * o * c, AMX_GRAIN)
@@ -543,16 +542,17 @@ def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero
     cdef Py_ssize_t i, items = nsplit * (R + 1)
     nthreads = min(nthreads, items)
     cdef Py_ssize_t sb = (max(P, rem) + 31) // 32 * 32 * cp
-    cdef uint8_t *sp = NULL
-    # staged where the pixels of an input that starts off a cache line would be read from
-    # there by 4+ block pairs (fewer: the copy costs more than the split reads)
-    if c % 64 == 0 and (<size_t>qops_ptr(x)) % 64 and o > 96:
-        stage = np.empty(nthreads * sb + 64, np.uint8)
-        sp = <uint8_t*>qops_ptr(stage, True)
-        sp = sp + (-<size_t>sp) % 64
+    stage = np.empty(nthreads * sb + 64, np.uint8)
+    cdef uint8_t *sp = <uint8_t*>qops_ptr(stage, True)
+    sp = sp + (-<size_t>sp) % 64
+    # every row staged where the pixels of an input that starts off a cache line would be
+    # read from there by 4+ block pairs (fewer: the copy costs more than the split reads),
+    # unless threads split the channels (each would copy every row)
+    cdef int stage_rows = (c % 64 == 0 and (<size_t>qops_ptr(x)) % 64 != 0 and o > 96
+                           and nsplit == 1)
     with nogil:
         for i in prange(nthreads, schedule="static", num_threads=nthreads):
-            qconv_nhwc_amx_parts(&a, &at, R, nsplit, sp + i * sb if sp != NULL else NULL,
+            qconv_nhwc_amx_parts(&a, &at, R, nsplit, sp + i * sb, stage_rows,
                                  items * i // nthreads, items * (i + 1) // nthreads)
     return out
 

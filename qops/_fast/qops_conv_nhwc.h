@@ -309,20 +309,20 @@ qconv_nhwc_amx(const qconv_nhwc_args *a, ptrdiff_t r0, ptrdiff_t r1) {
 }
 
 /* Items [i0, i1) of a 1x1 conv at stride 1 over rows of pixels (a: `rows` rows of Wp
- * pixels, 2-D; at: one more row, the last), each row's output blocks split into nsplit parts
- * of whole pairs: item i is part i / (rows + 1) of row i % (rows + 1), so a thread given a
- * run of items keeps one part's weights over many rows (where there are too few rows for
- * the threads, they split the output channels instead).
- * With `stage` (64-aligned, 32-rounded Wp pixels of nch x 64 bytes) each row is first copied
- * there, a pixel every nch x 64 bytes: pixels off 64-byte lines (channels not a multiple of
- * 64, or an input that starts off a line) would make every 64-byte tile read touch two
- * lines, for each output block pair again. */
+ * pixels, 2-D; at: one more row, the last, at most Wp pixels), each row's output blocks split
+ * into nsplit parts of whole pairs: item i is part i / (rows + 1) of row i % (rows + 1), so a
+ * thread given a run of items keeps one part's weights over many rows (where there are too
+ * few rows for the threads, they split the output channels instead).
+ * stage: this thread's 64-aligned buffer of Wp pixels rounded up to 32, nch x 64 bytes each.
+ * The last row is always copied there first (its tiles read whole 32-pixel groups, past the
+ * input's end); with stage_rows every row is (pixels off 64-byte lines would make every
+ * 64-byte tile read touch two lines, for each output block pair again). */
 __attribute__((target("amx-tile,amx-int8"))) static void
 qconv_nhwc_amx_parts(const qconv_nhwc_args *a, const qconv_nhwc_args *at, ptrdiff_t rows,
-                     int nsplit, uint8_t *stage, ptrdiff_t i0, ptrdiff_t i1) {
+                     int nsplit, uint8_t *stage, int stage_rows, ptrdiff_t i0, ptrdiff_t i1) {
     int32_t buf[4 * 16 * 16] __attribute__((aligned(64)));
     const int npair = (a->nob + 1) / 2;
-    qconv_nhwc_args s = *a;                 /* the staged row: a pixel every Cp bytes */
+    qconv_nhwc_args s = *a;                 /* the staged row: a pixel every nch x 64 bytes */
     s.Cp = (ptrdiff_t)a->nch * 64;
     ptrdiff_t staged = -1;
     qconv_nhwc_tiles();
@@ -333,7 +333,7 @@ qconv_nhwc_amx_parts(const qconv_nhwc_args *a, const qconv_nhwc_args *at, ptrdif
         const int ob1 = ob1e < a->nob ? ob1e : a->nob;
         const qconv_nhwc_args *q = r < rows ? a : at;
         const ptrdiff_t rq = r < rows ? r : 0;
-        if (!stage) {
+        if (r < rows && !stage_rows) {
             qconv_nhwc_amx_one(q, rq, buf, ob0, ob1);
             continue;
         }
@@ -414,9 +414,10 @@ static void qconv_nhwc_amx(const qconv_nhwc_args *a, ptrdiff_t r0, ptrdiff_t r1)
     (void)a; (void)r0; (void)r1;       /* never called: conv_cl runs it only in AMX mode */
 }
 static void qconv_nhwc_amx_parts(const qconv_nhwc_args *a, const qconv_nhwc_args *at,
-                                 ptrdiff_t rows, int nsplit, uint8_t *stage, ptrdiff_t i0,
-                                 ptrdiff_t i1) {
-    (void)a; (void)at; (void)rows; (void)nsplit; (void)stage; (void)i0; (void)i1;
+                                 ptrdiff_t rows, int nsplit, uint8_t *stage, int stage_rows,
+                                 ptrdiff_t i0, ptrdiff_t i1) {
+    (void)a; (void)at; (void)rows; (void)nsplit; (void)stage; (void)stage_rows; (void)i0;
+    (void)i1;
 }
 static void qconv_nhwc_amx_im2col(const qconv_nhwc_args *a, const qconv_im2col_args *f,
                                   uint8_t *row, ptrdiff_t r0, ptrdiff_t r1) {
