@@ -1012,12 +1012,13 @@ def _transposed(x, shape):
 def _dw_through_nhwc(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
                      stride, padding, dilation):
     """Depthwise conv of C-contiguous x (N, C, D, H, W) by the channels-last kernel: x
-    transposed to channels last, the result transposed back to (N, C, OD, OH, OW)."""
+    transposed to channels last, the result (N, C, OD, OH, OW) in channels-last memory, as
+    PyTorch's convs return it (transposed back, the caller would only transpose it again)."""
     n, c, d, h, wdt = x.shape
     xc = _transposed(x, (n, d, h, wdt, c))
     y = _conv_dw_cl(xc, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
                     stride, padding, dilation)
-    return _transposed(y.reshape(n, -1, c), (n, c) + y.shape[1:4])
+    return y.transpose(0, 4, 1, 2, 3)
 
 
 def _row_taps(packed, c, dilation):
