@@ -104,11 +104,13 @@ def _cl_conv_kernel(fast):
     """What channels-last convolutions with symmetric weights run, ungrouped and depthwise."""
     conv = fast.load("conv")
     ungrouped = ("AMX tiles (unpadded inputs read in place, 1x1 at stride 1 as one GEMM over "
-                 "the pixels; im2col rows below 32 channels)" if conv._MODE[0] == 2
+                 "the pixels, its output channels split over the threads where pixels are "
+                 "few; im2col rows below 32 channels)" if conv._MODE[0] == 2
                  else "the conv kernel, C-order result")
     if getattr(conv, "_GEMM", [False])[0] and conv._MODE[0] == 1:
         core = "AVX2" if getattr(conv, "_AVX2", False) else "AVX-512 VNNI"
-        rows = ("windows read in place from 32 channels, im2col rows below"
+        rows = ("windows read in place from 32 channels, im2col rows below, a kernel row "
+                "a tap under 4 channels (RGB stems)"
                 if getattr(conv, "_TAPS", [False])[0] else "im2col rows on small grids")
         ungrouped = (f"{core} GEMM core (1x1 as it lies; {rows}), "
                      "else the conv kernel, C-order result")
