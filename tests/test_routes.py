@@ -491,3 +491,19 @@ def test_show_config_names_a_linear_route(capsys):
     qops.show_config(F.linear, *args, **kwargs)
     out = capsys.readouterr().out
     assert "route linear.gemm" in out and "in qops_gemm.h" in out
+
+
+def test_cython_sources_use_no_negative_indexes():
+    # the compiled modules run with wraparound off (setup.py's DIRECTIVES): there x.shape[-1]
+    # reads before a tuple's first item, not its last (it crashed conv_cl twice while it was
+    # being written), and the bounds-checked CI build turns wraparound back on, so only the
+    # source shows it
+    import re
+    from pathlib import Path
+    negative = re.compile(r"\[\s*-\s*\d")
+    fast = Path(__file__).resolve().parent.parent / "qops" / "_fast"
+    found = [f"{p.name}:{i}: {line.strip()}"
+             for p in sorted(fast.rglob("*.px[di]")) + sorted(fast.rglob("*.pyx"))
+             for i, line in enumerate(p.read_text().splitlines(), 1)
+             if negative.search(line.split("#", 1)[0])]
+    assert not found, found
