@@ -13,8 +13,8 @@ from libc.math cimport isfinite
 from qops._fast._common cimport *
 
 DEF GRAIN = 1 << 20       # multiply-adds below which a second thread costs more than it gives
-# the same for the AMX tiles (measured: 1x1 convs of 7.5-16 M multiply-adds ran slower on 2
-# threads than on 1, 51 M ones 1.3x faster)
+# the same for the AMX tiles, whose multiply-adds cost a small fraction of a VNNI one's
+# while a second thread's start-up and tile set-up do not shrink (amounts: CHANGELOG)
 DEF AMX_GRAIN = 12 << 20
 
 

@@ -1270,30 +1270,25 @@ static inline void qg_store512(const int32_t *acc, int mr, ptrdiff_t v, ptrdiff_
         }
         return;
     }
-    /* o's fields as locals: the byte stores below could alias *o, and reloading them
-     * every row cost a few-channel conv (an RGB stem, 16-32 outputs a pixel) a tenth */
-    const int relu = o->relu, has_bias = o->bias != NULL;
-    const ptrdiff_t ldc = o->ldc;
-    uint8_t *const out8 = (uint8_t *)o->out + m0 * ldc + n0;
-    float *const outf = (float *)o->out + m0 * ldc + n0;
     for (ptrdiff_t j = 0; j < v; j += 16) {
         const __m512i c = _mm512_loadu_si512(corr + j), z = _mm512_loadu_si512(wz + j);
         const __m512 m = _mm512_loadu_ps(o->mult + n0 + j);
-        const __m512 b = has_bias ? _mm512_loadu_ps(o->bias + n0 + j) : _mm512_setzero_ps();
+        const __m512 b = o->bias ? _mm512_loadu_ps(o->bias + n0 + j) : _mm512_setzero_ps();
         for (int i = 0; i < mr; i++) {
             __m512i a = _mm512_add_epi32(_mm512_loadu_si512(acc + i * QG_NR + j), c);
             if (rs[i])
                 a = _mm512_sub_epi32(a, _mm512_mullo_epi32(z, _mm512_set1_epi32(rs[i])));
             __m512 y = _mm512_cvtepi32_ps(a);
             if (u8) {
-                if (has_bias) y = _mm512_add_ps(y, b);
+                if (o->bias) y = _mm512_add_ps(y, b);
                 y = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(y, m), lo), hi);
                 const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(y), vzp);
-                _mm_storeu_si128((__m128i *)(out8 + i * ldc + j), _mm512_cvtepi32_epi8(q));
+                _mm_storeu_si128((__m128i *)((uint8_t *)o->out + (m0 + i) * o->ldc + n0 + j),
+                                 _mm512_cvtepi32_epi8(q));
             } else {
                 y = _mm512_fmadd_ps(y, m, b);
-                if (relu) y = _mm512_max_ps(y, _mm512_setzero_ps());
-                _mm512_storeu_ps(outf + i * ldc + j, y);
+                if (o->relu) y = _mm512_max_ps(y, _mm512_setzero_ps());
+                _mm512_storeu_ps((float *)o->out + (m0 + i) * o->ldc + n0 + j, y);
             }
         }
     }

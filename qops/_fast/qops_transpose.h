@@ -80,8 +80,8 @@ static inline void qops_t16x64(const uint8_t *src, ptrdiff_t ls, uint8_t *dst, p
 #if defined(__AVX512BW__)
 /* dst[c * R + r] = src[r * ls + c] for R <= 4 rows and columns [c0, c1), 16 columns a step:
  * each row's bytes widened to dwords and merged (dword j = column j's R bytes), squeezed to
- * R bytes a column by a shuffle within lanes and a compress across them. (The 16-row tiles
- * leave so few rows to a byte loop: an RGB image took 79 us to turn channels last.) */
+ * R bytes a column by a shuffle within lanes and a compress across them (the 16-row tiles
+ * would leave an image's 1-4 planes to the byte loop below them). */
 static void qops_interleave_rows(const uint8_t *src, ptrdiff_t ls, uint8_t *dst, int R,
                                  ptrdiff_t c0, ptrdiff_t c1) {
     char b[16];
