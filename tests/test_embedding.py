@@ -336,7 +336,7 @@ def test_large_tables_prefetch_path(kind):
     and padding, bags of 0 to 40 entries."""
     from qops._registry.embedding import random_packed
     r = np.random.default_rng(23)
-    for d in (6, 16, 40, 64, 72, 128):
+    for d in (6, 16, 40, 64, 72, 128, 160):
         if kind == "quint4x2" and d % 2:
             continue
         row = 4 * d if kind == "float" else (d if kind == "quint8" else d // 2) + 8

@@ -218,25 +218,29 @@ static inline __attribute__((always_inline)) void qops_eb_store(int bits, int nv
 }
 
 #if defined(__AVX512F__)
-/* 8-bit rows in 512-bit vectors: nz accumulators of 16 columns (nz <= 4), the same
- * operations per column as the 256-bit loops, half their instructions. */
+/* Rows in 512-bit vectors: nz accumulators of 16 columns (nz <= 8: 32 registers hold a
+ * D = 128 row's accumulators and its loads), the same operations per column as the 256-bit
+ * loops, half their instructions. 4-bit rows go in pairs of accumulators (nz even), as in
+ * qops_eb_loadv: 16 bytes of nibbles are the even columns of 32, then the odd ones. */
 #define QOPS_EB_INLINE static inline __attribute__((always_inline))
 
 /* The row of entry i (QOPS_EB_PREFETCH on) prefetched: pf_bytes from column c0, with pf_tail
  * also its scale and bias. */
-QOPS_EB_INLINE void qops_eb_pf512(const uint8_t *table, ptrdiff_t row_bytes, const int64_t *idx,
-                                  ptrdiff_t i, ptrdiff_t n_idx, ptrdiff_t c0, ptrdiff_t pf_bytes,
-                                  int pf_tail) {
-    const uint8_t *ahead = table + idx[qops_eb_ahead(i, n_idx, QOPS_EB_PREFETCH)] * row_bytes;
-    qops_eb_prefetch(ahead + c0, pf_bytes);
+QOPS_EB_INLINE void qops_eb_pf512(int bits, const uint8_t *table, ptrdiff_t row_bytes,
+                                  const int64_t *idx, ptrdiff_t i, ptrdiff_t n_idx, ptrdiff_t c0,
+                                  ptrdiff_t pf_bytes, int pf_tail) {
+    const ptrdiff_t dist = bits == 4 ? QOPS_EB_PREFETCH4 : QOPS_EB_PREFETCH;
+    const uint8_t *ahead = table + idx[qops_eb_ahead(i, n_idx, dist)] * row_bytes;
+    qops_eb_prefetch(ahead + c0 * bits / 8, pf_bytes);
     if (pf_tail)
         qops_eb_prefetch(ahead + row_bytes - 8, 8);
 }
 
 /* Entry i's columns [c0, c0 + 16 nz) into acc (qops_eb_entry); 1 if counted (not padding). */
-QOPS_EB_INLINE int qops_eb_entry512(int nz, const uint8_t *table, ptrdiff_t row_bytes,
-                                    ptrdiff_t c0, const int64_t *idx, ptrdiff_t i,
-                                    const float *psw, int64_t padding_idx, __m512 *acc) {
+QOPS_EB_INLINE int qops_eb_entry512(int bits, int nz, const uint8_t *table,
+                                    ptrdiff_t row_bytes, ptrdiff_t c0, const int64_t *idx,
+                                    ptrdiff_t i, const float *psw, int64_t padding_idx,
+                                    __m512 *acc) {
     const int64_t r = idx[i];
     if (r == padding_idx)
         return 0;
@@ -244,7 +248,19 @@ QOPS_EB_INLINE int qops_eb_entry512(int nz, const uint8_t *table, ptrdiff_t row_
     float scale, bias;
     qops_eb_row_terms(q, row_bytes - 8, psw, i, &scale, &bias);
     const __m512 vs = _mm512_set1_ps(scale), vc = _mm512_set1_ps(bias);
-    #pragma GCC unroll 4
+    if (bits == 4) {
+        #pragma GCC unroll 4
+        for (int k = 0; k < nz; k += 2) {
+            __m512i w = _mm512_cvtepu8_epi32(
+                _mm_loadu_si128((const __m128i *)(q + c0 / 2 + 8 * k)));
+            __m512 e = _mm512_cvtepi32_ps(_mm512_and_si512(w, _mm512_set1_epi32(15)));
+            __m512 o = _mm512_cvtepi32_ps(_mm512_srli_epi32(w, 4));
+            acc[k] = _mm512_fmadd_ps(vs, e, _mm512_add_ps(acc[k], vc));
+            acc[k + 1] = _mm512_fmadd_ps(vs, o, _mm512_add_ps(acc[k + 1], vc));
+        }
+        return 1;
+    }
+    #pragma GCC unroll 8
     for (int k = 0; k < nz; k++) {
         __m512 v = _mm512_cvtepi32_ps(
             _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + c0 + 16 * k))));
@@ -253,41 +269,92 @@ QOPS_EB_INLINE int qops_eb_entry512(int nz, const uint8_t *table, ptrdiff_t row_
     return 1;
 }
 
-/* The bag's nz accumulators (divided by count for the mean) to out[0:16 nz]; streamed
- * stores go out as 256-bit halves (output rows are only 32-byte aligned). */
-QOPS_EB_INLINE void qops_eb_store512(int nz, float *out, __m512 *acc, ptrdiff_t count,
-                                     int mean, int stream) {
+/* 16 values to out as two 256-bit halves (streamed output rows are only 32-byte aligned). */
+QOPS_EB_INLINE void qops_eb_put512(float *out, __m512 v, int stream) {
+    qops_eb_put(out, _mm512_castps512_ps256(v), stream);
+    qops_eb_put(out + 8, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)),
+                stream);
+}
+
+/* The bag's nz accumulators (divided by count for the mean) to out[0:16 nz], 4-bit pairs
+ * back from even-then-odd column order. */
+QOPS_EB_INLINE void qops_eb_store512(int bits, int nz, float *out, __m512 *acc,
+                                     ptrdiff_t count, int mean, int stream) {
     if (mean && count > 0) {
         const __m512 n = _mm512_set1_ps((float)count);
-        #pragma GCC unroll 4
+        #pragma GCC unroll 8
         for (int k = 0; k < nz; k++)
             acc[k] = _mm512_div_ps(acc[k], n);
     }
-    #pragma GCC unroll 4
-    for (int k = 0; k < nz; k++) {
-        qops_eb_put(out + 16 * k, _mm512_castps512_ps256(acc[k]), stream);
-        qops_eb_put(out + 16 * k + 8, _mm256_castpd_ps(_mm512_extractf64x4_pd(
-                        _mm512_castps_pd(acc[k]), 1)), stream);
+    if (bits == 4) {
+        const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                            16, 0);
+        const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10,
+                                            25, 9, 24, 8);
+        #pragma GCC unroll 4
+        for (int k = 0; k < nz; k += 2) {
+            qops_eb_put512(out + 16 * k, _mm512_permutex2var_ps(acc[k], lo, acc[k + 1]),
+                           stream);
+            qops_eb_put512(out + 16 * k + 16, _mm512_permutex2var_ps(acc[k], hi, acc[k + 1]),
+                           stream);
+        }
+        return;
     }
+    #pragma GCC unroll 8
+    for (int k = 0; k < nz; k++)
+        qops_eb_put512(out + 16 * k, acc[k], stream);
 }
 
-/* qops_eb_cols for 8-bit rows, 16 nz columns from c0 (see above). */
+/* qops_eb_cols in 512-bit vectors, 16 nz columns from c0 (see above). */
 QOPS_EB_INLINE ptrdiff_t qops_eb_cols512(
-        int nz, const uint8_t *table, ptrdiff_t row_bytes, const int64_t *idx, ptrdiff_t lo,
-        ptrdiff_t hi, ptrdiff_t n_idx, const float *psw, int64_t padding_idx, int mean,
-        float *out, ptrdiff_t c0, int prefetch, ptrdiff_t pf_bytes, int pf_tail, int stream) {
+        int bits, int nz, const uint8_t *table, ptrdiff_t row_bytes, const int64_t *idx,
+        ptrdiff_t lo, ptrdiff_t hi, ptrdiff_t n_idx, const float *psw, int64_t padding_idx,
+        int mean, float *out, ptrdiff_t c0, int prefetch, ptrdiff_t pf_bytes, int pf_tail,
+        int stream) {
     ptrdiff_t count = 0;
-    __m512 acc[4];
-    #pragma GCC unroll 4
+    __m512 acc[8];
+    #pragma GCC unroll 8
     for (int k = 0; k < nz; k++)
         acc[k] = _mm512_setzero_ps();
     for (ptrdiff_t i = lo; i < hi; i++) {
         if (prefetch)
-            qops_eb_pf512(table, row_bytes, idx, i, n_idx, c0, pf_bytes, pf_tail);
-        count += qops_eb_entry512(nz, table, row_bytes, c0, idx, i, psw, padding_idx, acc);
+            qops_eb_pf512(bits, table, row_bytes, idx, i, n_idx, c0, pf_bytes, pf_tail);
+        count += qops_eb_entry512(bits, nz, table, row_bytes, c0, idx, i, psw, padding_idx,
+                                  acc);
     }
-    qops_eb_store512(nz, out + c0, acc, count, mean, stream);
+    qops_eb_store512(bits, nz, out + c0, acc, count, mean, stream);
     return count;
+}
+
+/* qops_eb_cols2 in 512-bit vectors, 16 nz columns (nz <= 2) of each of the two bags. */
+QOPS_EB_INLINE void qops_eb_cols2_512(int bits, int nz, const uint8_t *table,
+                                      ptrdiff_t row_bytes, const int64_t *idx, ptrdiff_t lo,
+                                      ptrdiff_t mid, ptrdiff_t hi, const float *psw,
+                                      int64_t padding_idx, int mean, float *out0, ptrdiff_t d,
+                                      int stream) {
+    __m512 a0[2], a1[2];
+    ptrdiff_t n0 = 0, n1 = 0;
+    #pragma GCC unroll 2
+    for (int k = 0; k < nz; k++) {
+        a0[k] = _mm512_setzero_ps();
+        a1[k] = _mm512_setzero_ps();
+    }
+    const ptrdiff_t len0 = mid - lo, len1 = hi - mid;
+    const ptrdiff_t both = len0 < len1 ? len0 : len1;
+    for (ptrdiff_t j = 0; j < both; j++) {
+        n0 += qops_eb_entry512(bits, nz, table, row_bytes, 0, idx, lo + j, psw, padding_idx,
+                               a0);
+        n1 += qops_eb_entry512(bits, nz, table, row_bytes, 0, idx, mid + j, psw, padding_idx,
+                               a1);
+    }
+    for (ptrdiff_t j = both; j < len0; j++)
+        n0 += qops_eb_entry512(bits, nz, table, row_bytes, 0, idx, lo + j, psw, padding_idx,
+                               a0);
+    for (ptrdiff_t j = both; j < len1; j++)
+        n1 += qops_eb_entry512(bits, nz, table, row_bytes, 0, idx, mid + j, psw, padding_idx,
+                               a1);
+    qops_eb_store512(bits, nz, out0, a0, n0, mean, stream);
+    qops_eb_store512(bits, nz, out0 + d, a1, n1, mean, stream);
 }
 
 #endif
@@ -305,8 +372,8 @@ static inline __attribute__((always_inline)) ptrdiff_t qops_eb_cols(
         int mean, float *out, ptrdiff_t c0, int prefetch, ptrdiff_t pf_bytes, int pf_tail,
         int stream) {
 #if defined(__AVX512F__)
-    if (bits == 8 && nv % 2 == 0 && nv <= 8)
-        return qops_eb_cols512(nv / 2, table, row_bytes, idx, lo, hi, n_idx, psw, padding_idx,
+    if (nv % (16 / bits) == 0)       /* whole 16-column vectors (4-bit: pairs of them) */
+        return qops_eb_cols512(bits, nv / 2, table, row_bytes, idx, lo, hi, n_idx, psw, padding_idx,
                                mean, out, c0, prefetch, pf_bytes, pf_tail, stream);
 #endif
     const ptrdiff_t vals = row_bytes - 8;
@@ -394,13 +461,19 @@ static inline __attribute__((always_inline)) void qops_eb_sum8(
     }
     /* wider rows in passes of 64 columns, each prefetching what it reads (as
      * qops_eb_sum8_f32); D = 128 with the row's size a constant */
-    if (d == 128 && bits == 8 && prefetch) {
+#if defined(__AVX512F__)
+    const int one_pass = 1;
+#else
+    const int one_pass = bits == 8 && prefetch;
+#endif
+    if (d == 128 && one_pass) {
         /* tables that take prefetches (embedding.pyx: past 64 KB): one pass of sixteen
          * accumulators, the whole row prefetched; two passes (below) leave the next rows'
          * misses unissued while the second runs. Without prefetch the two passes are
-         * faster: GCC spills some of the sixteen. */
-        qops_eb_cols(8, 16, table, 136, idx, lo, hi, n_idx, psw, padding_idx, mean, out, 0,
-                     prefetch, 136, 0, stream);
+         * faster on AVX2, where GCC spills some of the sixteen, and 4-bit rows take two
+         * there (AVX-512: eight accumulators in 32 registers, one pass for both). */
+        qops_eb_cols(bits, 16, table, 128 * bits / 8 + 8, idx, lo, hi, n_idx, psw,
+                     padding_idx, mean, out, 0, prefetch, 128 * bits / 8 + 8, 0, stream);
         return;
     }
     if (d == 128) {
@@ -464,6 +537,13 @@ static inline __attribute__((always_inline)) void qops_eb_cols2(
         int bits, int nv, const uint8_t *table, ptrdiff_t row_bytes, const int64_t *idx,
         ptrdiff_t lo, ptrdiff_t mid, ptrdiff_t hi, const float *psw, int64_t padding_idx,
         int mean, float *out0, ptrdiff_t d, ptrdiff_t c0, int stream) {
+#if defined(__AVX512F__)
+    if (nv % (16 / bits) == 0 && c0 == 0) {
+        qops_eb_cols2_512(bits, nv / 2, table, row_bytes, idx, lo, mid, hi, psw, padding_idx, mean,
+                          out0, d, stream);
+        return;
+    }
+#endif
     __m256 a0[4], a1[4];
     ptrdiff_t n0 = 0, n1 = 0;
     #pragma GCC unroll 8
