@@ -359,20 +359,25 @@ def test_large_tables_prefetch_path(kind):
                                               err_msg=f"{kind} d={d} {kw.get('mode')}")
 
 
+@pytest.mark.parametrize("big", [False, True])
 @pytest.mark.parametrize("kind", ["quint8", "quint4x2", "float"])
-def test_large_outputs_streamed(kind):
+def test_large_outputs_streamed(kind, big):
     """Outputs above 1 MB are written with non-temporal stores (D a multiple of 8; the bag
-    pairs of D <= 32 too): fast equals ref bit for bit at 1 and 2 threads, an odd bag count
-    leaving one bag to the calling thread, sum, mean with padding, weights."""
+    pairs of D <= 32 too; with prefetched rows only on CPUs other than Intel's): fast equals
+    ref bit for bit at 1 and 2 threads, an odd bag count leaving one bag to the calling
+    thread, sum, mean with padding, weights; tables in cache and past the prefetch
+    thresholds."""
     from qops._registry.embedding import random_packed
     r = np.random.default_rng(29)
-    for d in (16, 32, 64, 128):
+    for d in (32, 128) if big else (16, 32, 64, 128):
         n_bags = (1 << 20) // (4 * d) + 1        # odd: a bag pair short
-        table = (r.standard_normal((300, d)).astype(F32) if kind == "float"
-                 else random_packed(r, 300, d, kind))
+        row = 4 * d if kind == "float" else (d if kind == "quint8" else d // 2) + 8
+        n = (3 << 19) // row if big else 300
+        table = (r.standard_normal((n, d)).astype(F32) if kind == "float"
+                 else random_packed(r, n, d, kind))
         run = (F.embedding_bag if kind == "float" else
                lambda i, t, o, **kw: F.quantized_embedding_bag(t, i, o, **kw))
-        idx, off = random_bags(r, 300, n_bags, 4)
+        idx, off = random_bags(r, n, n_bags, 4)
         psw = r.uniform(-2, 2, idx.shape[0]).astype(F32)
         for kw in ({"mode": "sum"}, {"mode": "mean", "padding_idx": 7},
                    {"mode": "sum", "per_sample_weights": psw}):

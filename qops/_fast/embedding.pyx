@@ -25,6 +25,7 @@ cdef extern from "qops_embedding.h" nogil:
                                  int64_t n_rows)
     void qops_eb_note_bad(int64_t *first, int64_t pos)
     void qops_eb_fence()
+    int qops_eb_stream_with_prefetch()
     int QOPS_EB_PF
     int QOPS_EB_NT
     void qops_eb_quantize_row(const float *x, Py_ssize_t d, float qmax, float eps, uint8_t *q,
@@ -49,6 +50,7 @@ DEF STREAM_BYTES = 1 << 20
 DEF CHUNK = 32
 
 cdef float EPS32 = np.finfo(np.float32).eps
+cdef int STREAM_WITH_PREFETCH = qops_eb_stream_with_prefetch()
 
 
 def quantize_rows(weight, qmax):
@@ -111,7 +113,8 @@ cdef int _flags(Py_ssize_t table_bytes, Py_ssize_t out_bytes, const float *out, 
     limit: the table size past which rows are prefetched."""
     cdef int f = QOPS_EB_PF if table_bytes > limit else 0
     # streamed rows must start 32-byte aligned: a 32-byte aligned output and D % 8 == 0
-    if out_bytes > STREAM_BYTES and d % 8 == 0 and (<size_t>out) % 32 == 0:
+    if (out_bytes > STREAM_BYTES and d % 8 == 0 and (<size_t>out) % 32 == 0
+            and (STREAM_WITH_PREFETCH or not f & QOPS_EB_PF)):
         f |= QOPS_EB_NT
     return f
 
