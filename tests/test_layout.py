@@ -167,10 +167,13 @@ def test_memory_order_ignores_strides_of_size_one_axes():
     assert b.transpose(memory_order(b)).flags.c_contiguous
 
 
-@pytest.mark.parametrize("channels", [1, 2, 3, 4, 5, 17])
+@pytest.mark.parametrize("channels", [1, 2, 3, 4, 5, 17, 24, 31, 70, 100])
 def test_few_channel_images_turn_channels_last_exactly(channels):
     # the byte transpose takes 1-4 rows (an RGB image's planes) by widening and compressing
-    # 16 columns at a time, the rest of a row one byte at a time; more rows take the tiles
+    # 16 columns at a time, the rest of a row one byte at a time; more rows take the tiles,
+    # the last 16 rows of a block over rows the tile before did (24, 31, and 100 split into
+    # 64-row strips where there are fewer columns: 36 rows after the first strip), a block
+    # of under 16 rows (70: 6 after the first strip) a byte at a time
     from qops import _fast
     kernels = _fast.load("conv")
     rng = np.random.default_rng(channels)

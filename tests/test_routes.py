@@ -336,6 +336,9 @@ CONV = [
     ("conv_cl.gemm_taps", F.conv2d, _conv(1, 3, 32, 20, 3, True, stride=2, padding=1)),
     ("conv_cl.planes", F.conv2d, _conv(1, 8, 8, 9, 3, True, padding=1)),
     ("conv.dw_through_nhwc", F.conv2d, _conv(1, 64, 64, 14, 3, False, groups=64, stride=2)),
+    # under 32 channels (24: not a divisor of the 64 lanes)
+    ("conv.dw_through_nhwc", F.conv2d, _conv(2, 24, 24, 17, 3, False, groups=24, stride=2,
+                                             padding=1)),
     ("conv.dw_rows", F.conv2d, _conv(1, 8, 8, 12, 3, False, groups=8, padding=1)),
     ("conv.gemm_1x1", F.conv2d, _conv(3, 72, 40, 1, 1, False, wzp=1)),
     ("conv.gemm_im2col", F.conv2d, _conv(3, 3, 20, 23, 7, False, stride=2, padding=3,

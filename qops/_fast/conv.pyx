@@ -764,6 +764,10 @@ _C_ORDER_GEMM_MIN_C = 16 if _AVX2 else 32
 # run channels last through a copy: per channel the planes kernel's fixed costs outweigh its
 # work on small planes
 _DW_CL_MAX_PIXELS = 1024
+# ... and with symmetric weights, AVX-512 VNNI, from this many channels (dw_through_nhwc:
+# 3x3 at 16-24 channels 1.3-3x faster than the planes or row kernels on 14x14 to 112x112/2
+# planes; at 8 channels the 112x112/2 plane lost, 1 and 2 threads, Intel Xeon)
+_DW_NHWC_MIN_C = 16
 # channels-last depthwise convs of 17-19 channels (two 16-blocks, nearly half their lanes
 # repeated) at stride 1 along W with KW <= 4 on planes past this many pixels: the planes'
 # row kernel through dw_planes beats qconv_dwcl2_rows (1 thread, Zen 3)
@@ -1355,9 +1359,9 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     'dw_through_cl': depthwise with 16+ channels on AVX2 where the planes run short (at
     most _DW_CL_MAX_PIXELS input pixels a channel) or strided: transposed to channels last,
     then conv_cl's dw_avx2, the result channels last.
-    'dw_through_nhwc': symmetric depthwise with 32+ channels at a stride along W or on small
-    planes, where the VNNI channels-last kernel wins even with the two transposes (at stride
-    1 on large planes the transposes cost more than they save).
+    'dw_through_nhwc': symmetric depthwise with _DW_NHWC_MIN_C+ channels at a stride along W
+    or on small planes, where the VNNI channels-last kernel wins even with the two transposes
+    (at stride 1 on large planes the transposes cost more than they save).
     'dw_rows': other depthwise convs at stride 1 along W with KW <= 4 whose padded rows fit
     the row buffer: qconv_dwr_channel, one channel per work item.
     'amx_through_cl': ungrouped, symmetric weights, 32+ output channels, AMX: transposed to
@@ -1395,7 +1399,7 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
                  or (c >= _C_ORDER_GEMM_MIN_C and k >= 128 and kd * kh * kw > 1)
                  or (c >= _GEMM_MIN_C and kd * kh * kw == 1))):
         return "gemm_im2col", mode, 0
-    if (dw and _DWCL and mode >= 1 and packed["symmetric"] and c >= 32
+    if (dw and _DWCL and mode >= 1 and packed["symmetric"] and c >= _DW_NHWC_MIN_C
             and (sw > 1 or d * h * wdt <= 1024) and x.flags.c_contiguous
             and n * od * oh * ow > 0 and kd * kh <= QCONV_DWCL_MAX_ROWS):
         return "dw_through_nhwc", mode, 0

@@ -104,7 +104,8 @@ static void qops_interleave_rows(const uint8_t *src, ptrdiff_t ls, uint8_t *dst,
 #endif
 
 /* dst[c * ld + r] = src[r * ls + c] for rows [r0, r1) and columns [c0, c1) of src; row
- * blocks of 16 from r0 (whole tiles, the rest a byte at a time). */
+ * blocks of 16 from r0, the last one ending at r1 (over rows the one before did: the same
+ * bytes written twice, within [r0, r1)); under 16 rows a byte at a time. */
 static void qops_transpose8_block(const uint8_t *src, ptrdiff_t ls, uint8_t *dst, ptrdiff_t ld,
                                   ptrdiff_t r0, ptrdiff_t r1, ptrdiff_t c0, ptrdiff_t c1) {
     ptrdiff_t r = r0, c;
@@ -115,7 +116,12 @@ static void qops_transpose8_block(const uint8_t *src, ptrdiff_t ls, uint8_t *dst
     }
 #endif
 #if defined(__x86_64__)
-    for (; r + 16 <= r1; r += 16) {
+    for (; r < r1; r += 16) {
+        if (r + 16 > r1) {
+            if (r1 - r0 < 16)
+                break;
+            r = r1 - 16;
+        }
         c = c0;
 #if defined(__AVX512BW__)
         for (; c + 64 <= c1; c += 64)
