@@ -325,6 +325,13 @@ CONV = [
     ("conv_cl.amx_pixels", F.conv2d, _conv(1, 40, 17, 5, 1, True)),
     ("conv_cl.amx_pixels", F.conv2d, _conv(3, 72, 40, 19, 1, True)),
     ("conv_cl.amx_pixels", F.conv2d, _conv(2, 128, 16, 16, 1, True)),
+    # strided: 25 pixels in one row; 49 pixels of 1024 -> 512 (at 2 threads they split the
+    # channels: all gathered first); 2 x 400 pixels in rows (each thread gathers its own),
+    # channels off 64 bytes; strides (1, 3)
+    ("conv_cl.amx_pixels_strided", F.conv2d, _conv(1, 64, 40, 9, 1, True, stride=2)),
+    ("conv_cl.amx_pixels_strided", F.conv2d, _conv(1, 1024, 512, 13, 1, True, stride=2)),
+    ("conv_cl.amx_pixels_strided", F.conv2d, _conv(2, 136, 96, 40, 1, True, stride=2)),
+    ("conv_cl.amx_pixels_strided", F.conv2d, _conv(1, 72, 48, 17, 1, True, stride=(1, 3))),
     ("conv_cl.gemm_1x1", F.conv2d, _conv(1, 64, 48, 7, 1, True)),
     ("conv_cl.gemm_im2col", F.conv2d, _conv(1, 32, 40, 9, 3, True, stride=2, padding=1)),
     # 49 rows, 160 output channels: at 2 threads each thread takes a share of the weight

@@ -205,6 +205,10 @@ cdef extern from "qops_conv_nhwc.h" nogil:
     void qconv_nhwc_fill(const qconv_nhwc_fill_args *f, Py_ssize_t r0, Py_ssize_t r1)
     void qconv_nhwc_fill_phases(const qconv_nhwc_fill_args *f, Py_ssize_t sh, Py_ssize_t sw,
                                 Py_ssize_t hq, Py_ssize_t wq, Py_ssize_t r0, Py_ssize_t r1)
+    void qconv_gather_pixels(const uint8_t *x, Py_ssize_t D, Py_ssize_t H, Py_ssize_t W,
+                             Py_ssize_t C, Py_ssize_t sd, Py_ssize_t sh, Py_ssize_t sw,
+                             Py_ssize_t OD, Py_ssize_t OH, Py_ssize_t OW, uint8_t *dst,
+                             Py_ssize_t g0, Py_ssize_t g1)
     void qconv_nhwc_amx(const qconv_nhwc_args *a, Py_ssize_t r0, Py_ssize_t r1)
     void qconv_nhwc_amx_parts(const qconv_nhwc_args *a, const qconv_nhwc_args *at,
                               Py_ssize_t rows, int nsplit, uint8_t *stage, int stage_rows,
@@ -333,6 +337,8 @@ ROUTES = {r.name: r for r in [
           "run of pixels)", "qops_conv_nhwc.h"),
     Route("conv_cl.amx_pixels", "qconv_nhwc_amx_parts (AMX tiles on the pixels as one GEMM, "
           "read in place)", "qops_conv_nhwc.h"),
+    Route("conv_cl.amx_pixels_strided", "the strided pixels gathered, then qconv_nhwc_amx_parts "
+          "(AMX tiles on them as one GEMM)", "qops_conv_nhwc.h"),
     Route("conv_cl.gemm_1x1", "qops_gemm_mt on the pixels as rows", "qops_gemm.h"),
     Route("conv_cl.gemm_im2col", "qconv_i2c_gemm (im2col rows and the GEMM core, fused; "
           "threads split the rows, or the weight panels where rows are fewer than channels)",
@@ -507,18 +513,30 @@ def _amx_pixel_split(rows, npair, nthreads):
     return 1
 
 
-def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu):
-    """1x1 conv, stride 1, no padding, of contiguous channels-last x on AMX: the N D H W
+def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
+                        stride=(1, 1, 1)):
+    """1x1 conv without padding of contiguous channels-last x on AMX: the N D H W output
     pixels are one GEMM, run as rows of _amx_row_pixels(O) read in place (no padding pixels
     in the tiles, no copy; a pixel's last 64-byte chunk runs on into the next pixel, whose
     bytes meet zero weights), the last row, whose tiles would read past the input's end,
     from each thread's stage (an aligned copy with slack). Where the rows are too few for
     the threads, each thread runs a part of the output channels over every row
-    (_amx_pixel_split)."""
+    (_amx_pixel_split). At a stride the pixels it reads are first gathered into a dense
+    copy, each thread the pixels of its own rows (all of them first where threads split
+    the channels)."""
     cdef qconv_nhwc_args a
     n, d, h, wdt, c = x.shape
+    cdef Py_ssize_t sd = stride[0], sh = stride[1], sw = stride[2]
+    cdef bint gather = (sd, sh, sw) != (1, 1, 1)
+    cdef Py_ssize_t xd = d, xh = h, xw = wdt, xc = c
+    cdef Py_ssize_t od = (d - 1) // sd + 1, oh = (h - 1) // sh + 1, ow = (wdt - 1) // sw + 1
     o = packed["O"]
-    cdef Py_ssize_t total = n * d * h * wdt, P = _amx_row_pixels(o)
+    cdef Py_ssize_t total = n * od * oh * ow, P = _amx_row_pixels(o)
+    # up to 64 pixels in one row where the weights are past 1 MB: each row streams all of
+    # them, from L3 when they outgrow L2 (1x1 1024 -> 2048 on 7x7 pixels: 2 MB; under 1 MB
+    # the second row cost less than staging the whole input as one)
+    if total <= 64 and o * c > (1 << 20):
+        P = max(P, (total + 31) // 32 * 32)
     cdef Py_ssize_t R = total // P, rem = total - R * P
     if rem == 0:
         R, rem = R - 1, P
@@ -527,8 +545,11 @@ def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero
     taps = packed.get(("taps", 1, 1, 0, (1, 1, 1), None))
     if taps is None:
         taps = packed[("taps", 1, 1, 0, (1, 1, 1), None)] = np.zeros(1, np.intp)
-    out = qops_empty(np, (n, d, h, wdt, o), np.uint8)
-    a.xp = <const uint8_t*>qops_ptr(x)
+    out = qops_empty(np, (n, od, oh, ow, o), np.uint8)
+    xs = qops_empty(np, (n, od, oh, ow, c), np.uint8) if gather else x
+    cdef const uint8_t *xp = <const uint8_t*>qops_ptr(x)
+    cdef uint8_t *gp = <uint8_t*>qops_ptr(xs, True) if gather else NULL
+    a.xp = <const uint8_t*>qops_ptr(xs)
     a.Dp, a.Hp, a.Wp, a.Cp = 1, R, P, c
     a.sd, a.sh, a.sw = 1, 1, 1
     keep = _nhwc_tiles_args(&a, packed, wb, taps, 1, R, P, cp, 1, bias_term, multiplier,
@@ -539,7 +560,7 @@ def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero
     at.out = a.out + <Py_ssize_t>(R * P * o)
     cdef int nthreads = qops_threads_for(total * o * c, AMX_GRAIN)
     cdef int nsplit = _amx_pixel_split(R + 1, (o + 31) // 32, nthreads)
-    cdef Py_ssize_t i, items = nsplit * (R + 1)
+    cdef Py_ssize_t i, i0, i1, items = nsplit * (R + 1)
     nthreads = min(nthreads, items)
     cdef Py_ssize_t sb = (max(P, rem) + 31) // 32 * 32 * cp
     stage = np.empty(nthreads * sb + 64, np.uint8)
@@ -548,12 +569,20 @@ def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero
     # every row staged where the pixels of an input that starts off a cache line would be
     # read from there by 4+ block pairs (fewer: the copy costs more than the split reads),
     # unless threads split the channels (each would copy every row)
-    cdef int stage_rows = (c % 64 == 0 and (<size_t>qops_ptr(x)) % 64 != 0 and o > 96
+    cdef int stage_rows = (c % 64 == 0 and (<size_t>a.xp) % 64 != 0 and o > 96
                            and nsplit == 1)
     with nogil:
+        if gather and nsplit > 1:
+            qconv_gather_pixels(xp, xd, xh, xw, xc, sd, sh, sw, od, oh, ow, gp, 0, total)
         for i in prange(nthreads, schedule="static", num_threads=nthreads):
-            qconv_nhwc_amx_parts(&a, &at, R, nsplit, sp + i * sb, stage_rows,
-                                 items * i // nthreads, items * (i + 1) // nthreads)
+            i0 = items * i // nthreads
+            i1 = items * (i + 1) // nthreads
+            if gather and nsplit == 1:
+                # this thread's rows' pixels (items are rows here): the core that copies
+                # them reads them next
+                qconv_gather_pixels(xp, xd, xh, xw, xc, sd, sh, sw, od, oh, ow, gp, i0 * P,
+                                    min(i1 * P, total))
+            qconv_nhwc_amx_parts(&a, &at, R, nsplit, sp + i * sb, stage_rows, i0, i1)
     return out
 
 
@@ -1047,6 +1076,8 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
     the pixels as one GEMM, rows of whole tiles read in place (staged a row at a time where
     whole 64-byte pixels start off cache lines), the threads splitting the output channels
     where rows are few.
+    'amx_pixels_strided': (AMX) other 1x1 convs without padding: 'amx_pixels' on a dense
+    copy of the pixels the stride reads, each thread gathering its own rows.
     'amx_im2col', 'amx_flat', 'amx_padded': ungrouped, symmetric weights, AMX tiles on im2col
     rows (under 32 channels), else on a padded copy of the input: read as one run of pixels
     where output rows would fill under 85% of 32-pixel tiles or whole rows would split
@@ -1088,6 +1119,10 @@ def _plan_cl(x, packed, groups, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1
         if ((kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1)
                 and tuple(padding) == (0, 0, 0)):
             return "amx_pixels"
+        # ... and at a stride the pixels it reads, gathered first: a quarter of the input at
+        # stride 2, where the padded and flat routes copy all of it (into phase planes)
+        if (kd, kh, kw) == (1, 1, 1) and tuple(padding) == (0, 0, 0):
+            return "amx_pixels_strided"
         # strided: 2-D only (the phase planes stand in for the depth slices)
         if _AMX_FLAT[0] and (tuple(stride) == (1, 1, 1)
                              or (x.shape[1] == 1 and kd == 1 and stride[0] == 1
@@ -1176,6 +1211,9 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     if route == "amx_pixels":
         return _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term,
                                    multiplier, out_zero_point, relu)
+    if route == "amx_pixels_strided":
+        return _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term,
+                                   multiplier, out_zero_point, relu, stride)
     if route == "planes":
         # the planes' fill copies channels-last pixels 4 channels at a time at stride 1 along
         # W (qconv_fill_rows); otherwise it gathers them byte by byte, slower than a C-order

@@ -67,6 +67,30 @@ static void qconv_nhwc_fill(const qconv_nhwc_fill_args *f, ptrdiff_t r0, ptrdiff
     }
 }
 
+/* Output pixels [g0, g1) of the N * OD * OH * OW pixels of a 1x1 conv at strides (sd, sh, sw)
+ * without padding: each one's C bytes, from input pixel (n, od sd, oh sh, ow sw) of x (NDHWC,
+ * contiguous), to dst + g C. The first pixel is decoded, the rest stepped. */
+static void qconv_gather_pixels(const uint8_t *x, ptrdiff_t D, ptrdiff_t H, ptrdiff_t W,
+                                ptrdiff_t C, ptrdiff_t sd, ptrdiff_t sh, ptrdiff_t sw,
+                                ptrdiff_t OD, ptrdiff_t OH, ptrdiff_t OW, uint8_t *dst,
+                                ptrdiff_t g0, ptrdiff_t g1) {
+    if (g0 >= g1)
+        return;
+    ptrdiff_t ow = g0 % OW, oh = (g0 / OW) % OH, od = (g0 / (OW * OH)) % OD;
+    ptrdiff_t n = g0 / (OW * OH * OD);
+    for (ptrdiff_t g = g0; g < g1; g++) {
+        memcpy(dst + g * C, x + (((n * D + od * sd) * H + oh * sh) * W + ow * sw) * C,
+               (size_t)C);
+        if (++ow == OW) {
+            ow = 0;
+            if (++oh == OH) {
+                oh = 0;
+                if (++od == OD) { od = 0; n++; }
+            }
+        }
+    }
+}
+
 /* Strided 2-D convs run the flat kernel too, on the padded input split by the stride into
  * sh x sw phase planes of Hq x Wq pixels: plane (py, px) holds padded pixels (i sh + py,
  * j sw + px). Output pixel (oh, ow)'s tap (kh, kw) then lies in plane (kh % sh, kw % sw) at
