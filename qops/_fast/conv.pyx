@@ -1042,15 +1042,20 @@ def _transposed(x, shape):
     return out
 
 
+def _to_channels_last(x):
+    """A channels-last copy (N, D, H, W, C) of C-order x (N, C, D, H, W): the first step of
+    the routes that run a C-order conv on a channels-last kernel."""
+    n, c, d, h, wdt = x.shape
+    return _transposed(np.ascontiguousarray(x).reshape(n, c, -1), (n, d, h, wdt, c))
+
+
 def _dw_through_nhwc(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
                      stride, padding, dilation):
     """Depthwise conv of C-contiguous x (N, C, D, H, W) by the channels-last kernel: x
     transposed to channels last, the result (N, C, OD, OH, OW) in channels-last memory, as
     PyTorch's convs return it (transposed back, the caller would only transpose it again)."""
-    n, c, d, h, wdt = x.shape
-    xc = _transposed(x, (n, d, h, wdt, c))
-    y = _conv_dw_cl(xc, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
-                    stride, padding, dilation)
+    y = _conv_dw_cl(_to_channels_last(x), packed, x_zero_point, bias_term, multiplier,
+                    out_zero_point, relu, stride, padding, dilation)
     return y.transpose(0, 4, 1, 2, 3)
 
 
@@ -1482,27 +1487,27 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
                           multiplier, out_zero_point, relu)
         return y.reshape(n, 1, 1, 1, o).transpose(0, 4, 1, 2, 3)
     if route == "gemm_1x1_cl":
-        xc = _transposed(np.ascontiguousarray(x).reshape(n, c, -1), (n, d, h, wdt, c))
+        xc = _to_channels_last(x)
         y = _conv_cl_gemm(xc, packed, x_zero_point, bias_term, multiplier, out_zero_point,
                           relu)
         return y.transpose(0, 4, 1, 2, 3)
     if route == "dw_through_cl":
-        xc = _transposed(np.ascontiguousarray(x).reshape(n, c, -1), (n, d, h, wdt, c))
+        xc = _to_channels_last(x)
         y = _conv_dw_cl_avx2(xc, packed, x_zero_point, bias_term, multiplier, out_zero_point,
                              relu, stride, padding, dilation)
         return y.transpose(0, 4, 1, 2, 3)
     if route == "gemm_im2col":
-        xc = _transposed(np.ascontiguousarray(x).reshape(n, c, -1), (n, d, h, wdt, c))
+        xc = _to_channels_last(x)
         y = _conv_cl_im2col_gemm(xc, packed, x_zero_point, bias_term, multiplier,
                                  out_zero_point, relu, stride, padding, dilation)
         return y.transpose(0, 4, 1, 2, 3)
     if route == "taps_through_cl":
-        xc = _transposed(np.ascontiguousarray(x).reshape(n, c, -1), (n, d, h, wdt, c))
+        xc = _to_channels_last(x)
         y = _conv_cl_taps_gemm(xc, packed, x_zero_point, bias_term, multiplier,
                                out_zero_point, relu, stride, padding, dilation)
         return y.transpose(0, 4, 1, 2, 3)
     if route == "amx_through_cl":
-        xc = _transposed(np.ascontiguousarray(x).reshape(n, c, -1), (n, d, h, wdt, c))
+        xc = _to_channels_last(x)
         y = conv_cl(xc, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
                     stride, padding, dilation, groups)
         return y.transpose(0, 4, 1, 2, 3)
