@@ -352,6 +352,8 @@ CONV = [
                                          wzp=1)),
     ("conv.taps_through_cl", F.conv2d, _conv(2, 3, 20, 23, 7, False, stride=2, padding=3)),
     ("conv.gemm_im2col", F.conv2d, _conv(2, 24, 40, 9, 1, False, stride=2, wzp=1)),
+    # 16 channels, 3x3: on AVX-512 through channels last on small planes only
+    ("conv.gemm_im2col", F.conv2d, _conv(1, 16, 24, 13, 3, False, padding=1)),
     ("conv.gemm_1x1_cl", F.conv2d, _conv(2, 40, 24, 7, 1, False, wzp=1)),
     ("conv.dw_through_cl", F.conv2d, _conv(2, 37, 37, 9, 5, False, groups=37, stride=2,
                                            padding=2, wzp=1)),

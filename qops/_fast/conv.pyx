@@ -789,6 +789,11 @@ _FEW_C_MIN_K_CL = 16
 # (1 thread, Zen 3: 3x3 at 7x7 to 56x56 grids, 16 to 512 channels). The AVX-512 VNNI
 # planes, four channels a dword, stay ahead of the copy below 32 channels (Intel Xeon).
 _C_ORDER_GEMM_MIN_C = 16 if _AVX2 else 32
+# ... and (AVX-512) from 16 channels on output planes of up to this many pixels: the copy and
+# im2col rows beat the planes there since the transposes lost their byte loop (QOPS_AMX=0,
+# Intel Xeon, 1 and 2 threads: 3x3 16->32 on 28x28 91 -> 55 us, 24->64 on 56x56/2 194 -> 90,
+# 16->32 on 56x56 150 -> 138; on 112x112 the planes stayed ahead, 455 against 500)
+_C_ORDER_GEMM_MAX_PIXELS = 3136
 # C-order depthwise convs (16+ channels, AVX2) on planes up to this many pixels, or strided,
 # run channels last through a copy: per channel the planes kernel's fixed costs outweigh its
 # work on small planes
@@ -1389,8 +1394,9 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
 
     'gemm_im2col': ungrouped, AVX2, at most 4 input channels (the planes kernel's quads of
     channels are mostly padding) and K = taps x C >= _FEW_C_MIN_K (the stems: 7x7 on RGB),
-    or _C_ORDER_GEMM_MIN_C+ channels, several taps and K >= 128: transposed to channels
-    last, then conv_cl's im2col rows and GEMM core, the result channels last as PyTorch's.
+    or _C_ORDER_GEMM_MIN_C+ channels (16+ on output planes of up to _C_ORDER_GEMM_MAX_PIXELS),
+    several taps and K >= 128: transposed to channels last, then conv_cl's im2col rows and
+    GEMM core (or taps), the result channels last as PyTorch's.
     'taps_through_cl': (before gemm_im2col) the RGB stems of conv_cl's gemm_taps (under 4
     channels, _row_taps): transposed to channels last, then a kernel row a tap.
     'gemm_1x1': ungrouped 1x1 on single pixels (a squeeze-excite block's convs), AVX2, as
@@ -1440,6 +1446,8 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     if (gemm_ok and k <= _GEMM_MAX_K
             and ((c <= 4 and _FEW_C_MIN_K <= k)
                  or (c >= _C_ORDER_GEMM_MIN_C and k >= 128 and kd * kh * kw > 1)
+                 or (c >= 16 and k >= 128 and kd * kh * kw > 1
+                     and od * oh * ow <= _C_ORDER_GEMM_MAX_PIXELS)
                  or (c >= _GEMM_MIN_C and kd * kh * kw == 1))):
         return "gemm_im2col", mode, 0
     if (dw and _DWCL and mode >= 1 and packed["symmetric"] and c >= _DW_NHWC_MIN_C
