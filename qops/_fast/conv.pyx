@@ -533,8 +533,8 @@ def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero
     o = packed["O"]
     cdef Py_ssize_t total = n * od * oh * ow, P = _amx_row_pixels(o)
     # up to 64 pixels in one row where the weights are past 1 MB: each row streams all of
-    # them, from L3 when they outgrow L2 (1x1 1024 -> 2048 on 7x7 pixels: 2 MB; under 1 MB
-    # the second row cost less than staging the whole input as one)
+    # them, from L3 when they outgrow L2; smaller weights stay in L2, where a second row
+    # costs less than staging the whole input as one
     if total <= 64 and o * c > (1 << 20):
         P = max(P, (total + 31) // 32 * 32)
     cdef Py_ssize_t R = total // P, rem = total - R * P
@@ -790,17 +790,16 @@ _FEW_C_MIN_K_CL = 16
 # planes, four channels a dword, stay ahead of the copy below 32 channels (Intel Xeon).
 _C_ORDER_GEMM_MIN_C = 16 if _AVX2 else 32
 # ... and (AVX-512) from 16 channels on output planes of up to this many pixels: the copy and
-# im2col rows beat the planes there since the transposes lost their byte loop (QOPS_AMX=0,
-# Intel Xeon, 1 and 2 threads: 3x3 16->32 on 28x28 91 -> 55 us, 24->64 on 56x56/2 194 -> 90,
-# 16->32 on 56x56 150 -> 138; on 112x112 the planes stayed ahead, 455 against 500)
+# im2col rows beat the planes there since the transposes lost their byte loop; on larger
+# planes the planes kernel's long rows keep it ahead (CHANGELOG)
 _C_ORDER_GEMM_MAX_PIXELS = 3136
 # C-order depthwise convs (16+ channels, AVX2) on planes up to this many pixels, or strided,
 # run channels last through a copy: per channel the planes kernel's fixed costs outweigh its
 # work on small planes
 _DW_CL_MAX_PIXELS = 1024
-# ... and with symmetric weights, AVX-512 VNNI, from this many channels (dw_through_nhwc:
-# 3x3 at 16-24 channels 1.3-3x faster than the planes or row kernels on 14x14 to 112x112/2
-# planes; at 8 channels the 112x112/2 plane lost, 1 and 2 threads, Intel Xeon)
+# ... and with symmetric weights, AVX-512 VNNI, from this many channels (dw_through_nhwc):
+# from 16 channels the two transposes cost less than the planes or row kernels lose on every
+# plane measured; at 8 the largest strided planes lost (CHANGELOG)
 _DW_NHWC_MIN_C = 16
 # channels-last depthwise convs of 17-19 channels (two 16-blocks, nearly half their lanes
 # repeated) at stride 1 along W with KW <= 4 on planes past this many pixels: the planes'

@@ -861,9 +861,8 @@ static inline void qops_eb_quantize_row(const float *x, ptrdiff_t d, float qmax,
 }
 
 /* 1 where streamed stores may go with prefetched rows: not on Intel cores, whose streaming
- * stores take the L1 fill buffers the rows' prefetches need (the lookup is bound by how many
- * misses a core keeps in flight: measured, streamed outputs made the 1e6 x 64 lookup 5-10%
- * slower on a Xeon). */
+ * stores take the L1 fill buffers the rows' prefetches need (a lookup of a large table is
+ * bound by how many misses a core keeps in flight). */
 static inline int qops_eb_stream_with_prefetch(void) {
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
     __builtin_cpu_init();
