@@ -845,6 +845,42 @@ def test_amx_pixels_split_and_staged_rows_equal_ref(threads):
         assert taken == ["conv_cl.amx_pixels"], taken
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_amx_pixels_corder_equal_ref(threads):
+    # AMX, C-order 1x1 convs (conv.amx_pixels_corder): each thread transposes its rows' pixels
+    # out of the channel planes into its stage; rows that cross image boundaries (3-D too),
+    # channel counts off 16 and 64, planes off 16 pixels (byte tails), an input off a cache
+    # line; where threads would split the channels, the whole channels-last copy instead
+    from qops import _fast
+    from qops._show import explain
+    if not getattr(_fast.load("conv"), "_AMX", False):
+        pytest.skip("the AMX routes need a CPU with AMX-INT8")
+    r = u.rng(44)
+    taken = set()
+    for n, c, o, dims, off in [(2, 72, 32, (19, 19), 0), (3, 256, 64, (48, 48), 16),
+                               (2, 40, 48, (3, 7, 9), 48), (1, 1024, 256, (14, 14), 0),
+                               (4, 136, 96, (5, 13), 32), (1, 32, 512, (1, 1), 0)]:
+        size = n * c * int(np.prod(dims))
+        buf = np.empty(size + 128, np.uint8)
+        start = (-buf.ctypes.data) % 64 + off
+        raw = buf[start:start + size].reshape((n, c) + dims)
+        raw[...] = r.integers(0, 256, raw.shape)
+        x = qops.make_per_tensor_quantized_tensor(raw, 0.05, 131)
+        wt = _w((o, c) + (1,) * len(dims), per_channel=True, seed=o + c)
+        b = r.normal(0, 2, o).astype(np.float32)
+        fn = F.conv2d_relu if len(dims) == 2 else F.conv3d
+        args = dict(scale=0.02 * np.sqrt(c), zero_point=100)
+        with qops.backend("ref"):
+            want = np.asarray(fn(x, wt, b, **args)._int)
+        with qops.threads(threads):
+            taken |= {rr.name for rr in explain(fn, x, wt, b, **args)}
+            got = np.asarray(fn(x, wt, b, **args)._int)
+        np.testing.assert_array_equal(got, want, err_msg=str((n, c, o, dims, off)))
+        assert len(np.unique(want)) > 20
+        assert np.array_equal(raw, buf[start:start + size].reshape(raw.shape))
+    assert "conv.amx_pixels_corder" in taken, taken
+
+
 def test_one_row_amx_conv_splits_over_threads():
     # AMX: a conv1d is one output row; whole rows per thread left the second thread idle (2
     # threads ran slower than 1), so stride-1 convs with too few rows take the flat route

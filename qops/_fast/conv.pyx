@@ -212,7 +212,7 @@ cdef extern from "qops_conv_nhwc.h" nogil:
     void qconv_nhwc_amx(const qconv_nhwc_args *a, Py_ssize_t r0, Py_ssize_t r1)
     void qconv_nhwc_amx_parts(const qconv_nhwc_args *a, const qconv_nhwc_args *at,
                               Py_ssize_t rows, int nsplit, uint8_t *stage, int stage_rows,
-                              Py_ssize_t i0, Py_ssize_t i1)
+                              const uint8_t *xc, Py_ssize_t hw, Py_ssize_t i0, Py_ssize_t i1)
     Py_ssize_t qconv_flat_items(const qconv_nhwc_args *a, Py_ssize_t N)
     void qconv_nhwc_amx_flat(const qconv_nhwc_args *a, Py_ssize_t i0, Py_ssize_t i1)
     ctypedef struct qconv_im2col_args:
@@ -352,6 +352,9 @@ ROUTES = {r.name: r for r in [
           "row a tap (RGB stems)", "qops_conv_im2col.h"),
     Route("conv.amx_through_cl", "a channels-last copy, then conv_cl's AMX tiles",
           "qops_conv_nhwc.h"),
+    Route("conv.amx_pixels_corder", "qconv_nhwc_amx_parts, each row's pixels transposed out "
+          "of the channel planes into its thread's stage (AMX tiles on them as one GEMM)",
+          "qops_conv_nhwc.h"),
     Route("conv.dw_through_nhwc", "transposes around qconv_dwcl_rows (AVX-512 VNNI)",
           "qops_conv_nhwc.h"),
     Route("conv.dw_rows", "qconv_dwr_channel (one channel per work item)",
@@ -375,7 +378,7 @@ def _built_here(name):
         return _DWCL
     if name in ("conv_cl.dw_avx2", "conv.dw_through_cl"):
         return _DWCL2
-    if name.startswith("conv_cl.amx") or name in ("conv.planes.amx", "conv.amx_through_cl"):
+    if name.startswith(("conv_cl.amx", "conv.amx")) or name == "conv.planes.amx":
         return _AMX
     if name in ("conv_cl.gemm_taps", "conv.taps_through_cl"):
         return _TAPS[0]
@@ -513,8 +516,27 @@ def _amx_pixel_split(rows, npair, nthreads):
     return 1
 
 
+def _amx_pixels_layout(total, o, c):
+    """(P, R, rem, nthreads, nsplit) of the 1x1 AMX GEMM over `total` pixels: R rows of P
+    pixels and a last one of rem, run by nthreads threads whose items split the output block
+    pairs into nsplit parts (_amx_pixel_split)."""
+    P = _amx_row_pixels(o)
+    # up to 64 pixels in one row where the weights are past 1 MB: each row streams all of
+    # them, from L3 when they outgrow L2; smaller weights stay in L2, where a second row
+    # costs less than staging the whole input as one
+    if total <= 64 and o * c > (1 << 20):
+        P = max(P, (total + 31) // 32 * 32)
+    R = total // P
+    rem = total - R * P
+    if rem == 0:
+        R, rem = R - 1, P
+    nthreads = qops_threads_for(total * o * c, AMX_GRAIN)
+    nsplit = _amx_pixel_split(R + 1, (o + 31) // 32, nthreads)
+    return P, R, rem, min(nthreads, nsplit * (R + 1)), nsplit
+
+
 def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
-                        stride=(1, 1, 1)):
+                        stride=(1, 1, 1), corder=False):
     """1x1 conv without padding of contiguous channels-last x on AMX: the N D H W output
     pixels are one GEMM, run as rows of _amx_row_pixels(O) read in place (no padding pixels
     in the tiles, no copy; a pixel's last 64-byte chunk runs on into the next pixel, whose
@@ -523,23 +545,24 @@ def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero
     the threads, each thread runs a part of the output channels over every row
     (_amx_pixel_split). At a stride the pixels it reads are first gathered into a dense
     copy, each thread the pixels of its own rows (all of them first where threads split
-    the channels)."""
+    the channels). With corder, x is C-order (N, C, D, H, W) (stride 1, threads not
+    splitting the channels): each thread transposes its rows' pixels out of the channel
+    planes into its stage (no channels-last copy of the whole input)."""
     cdef qconv_nhwc_args a
-    n, d, h, wdt, c = x.shape
+    if corder:
+        n, c, d, h, wdt = x.shape
+    else:
+        n, d, h, wdt, c = x.shape
     cdef Py_ssize_t sd = stride[0], sh = stride[1], sw = stride[2]
     cdef bint gather = (sd, sh, sw) != (1, 1, 1)
     cdef Py_ssize_t xd = d, xh = h, xw = wdt, xc = c
     cdef Py_ssize_t od = (d - 1) // sd + 1, oh = (h - 1) // sh + 1, ow = (wdt - 1) // sw + 1
     o = packed["O"]
-    cdef Py_ssize_t total = n * od * oh * ow, P = _amx_row_pixels(o)
-    # up to 64 pixels in one row where the weights are past 1 MB: each row streams all of
-    # them, from L3 when they outgrow L2; smaller weights stay in L2, where a second row
-    # costs less than staging the whole input as one
-    if total <= 64 and o * c > (1 << 20):
-        P = max(P, (total + 31) // 32 * 32)
-    cdef Py_ssize_t R = total // P, rem = total - R * P
-    if rem == 0:
-        R, rem = R - 1, P
+    cdef Py_ssize_t total = n * od * oh * ow, P, R, rem
+    cdef int nthreads, nsplit
+    P, R, rem, nthreads, nsplit = _amx_pixels_layout(total, o, c)
+    if corder and nsplit > 1:
+        raise AssertionError("conv.amx_pixels_corder: threads would split the channels")
     cp = (c + 63) // 64 * 64
     wb = _nhwc_weights(packed)
     taps = packed.get(("taps", 1, 1, 0, (1, 1, 1), None))
@@ -558,10 +581,9 @@ def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero
     at.xp = a.xp + <Py_ssize_t>(R * P * c)
     at.Hp, at.Wp, at.OH, at.OW = 1, rem, 1, rem
     at.out = a.out + <Py_ssize_t>(R * P * o)
-    cdef int nthreads = qops_threads_for(total * o * c, AMX_GRAIN)
-    cdef int nsplit = _amx_pixel_split(R + 1, (o + 31) // 32, nthreads)
     cdef Py_ssize_t i, i0, i1, items = nsplit * (R + 1)
-    nthreads = min(nthreads, items)
+    cdef const uint8_t *xco = xp if corder else NULL
+    cdef Py_ssize_t hw = d * h * wdt
     cdef Py_ssize_t sb = (max(P, rem) + 31) // 32 * 32 * cp
     stage = np.empty(nthreads * sb + 64, np.uint8)
     cdef uint8_t *sp = <uint8_t*>qops_ptr(stage, True)
@@ -582,7 +604,8 @@ def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero
                 # them reads them next
                 qconv_gather_pixels(xp, xd, xh, xw, xc, sd, sh, sw, od, oh, ow, gp, i0 * P,
                                     min(i1 * P, total))
-            qconv_nhwc_amx_parts(&a, &at, R, nsplit, sp + i * sb, stage_rows, i0, i1)
+            qconv_nhwc_amx_parts(&a, &at, R, nsplit, sp + i * sb, stage_rows, xco, hw,
+                                 i0, i1)
     return out
 
 
@@ -1412,6 +1435,10 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     (at stride 1 on large planes the transposes cost more than they save).
     'dw_rows': other depthwise convs at stride 1 along W with KW <= 4 whose padded rows fit
     the row buffer: qconv_dwr_channel, one channel per work item.
+    'amx_pixels_corder': (AMX, before amx_through_cl) its 1x1 convs at stride 1 without
+    padding from _NHWC_MIN_C channels, C-contiguous, where threads run whole rows of pixels:
+    conv_cl's amx_pixels, each row transposed into its thread's stage from the channel planes
+    (the whole channels-last copy, written out and read back, cost as much as the conv).
     'amx_through_cl': ungrouped, symmetric weights, 32+ output channels, AMX: transposed to
     channels last, then conv_cl's tiles (im2col rows under 32 input channels), the result
     channels last: the channels-last tiles beat the planes' AMX tier by more than both
@@ -1463,6 +1490,10 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
             return "dw_rows", mode, owp
     if (not dw and _MODE[0] == 2 and groups == 1 and packed["kind"] == "grouped"
             and packed["symmetric"] and o >= 32 and n * od * oh * ow > 0):
+        if ((kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1)
+                and tuple(padding) == (0, 0, 0) and c >= _NHWC_MIN_C
+                and x.flags.c_contiguous and _amx_pixels_layout(n * od * oh * ow, o, c)[4] == 1):
+            return "amx_pixels_corder", mode, 0
         return "amx_through_cl", mode, 0
     if mode == 2 and ("wa" not in packed or packed["Kc"] < _AMX_MIN_KC[0]):
         mode = qconv_best_mode()
@@ -1512,6 +1543,10 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
         xc = _to_channels_last(x)
         y = _conv_cl_taps_gemm(xc, packed, x_zero_point, bias_term, multiplier,
                                out_zero_point, relu, stride, padding, dilation)
+        return y.transpose(0, 4, 1, 2, 3)
+    if route == "amx_pixels_corder":
+        y = _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier,
+                                out_zero_point, relu, corder=True)
         return y.transpose(0, 4, 1, 2, 3)
     if route == "amx_through_cl":
         xc = _to_channels_last(x)

@@ -17,6 +17,7 @@
 #include <string.h>
 #include "qops_common.h"
 #include "qops_conv_planes_vnni.h" /* qconv_store16, QCONV_VNNI, QCONV_AMX */
+#include "qops_transpose.h"
 
 typedef struct {
     const uint8_t *x;                  /* input NDHWC, contiguous */
@@ -340,10 +341,13 @@ qconv_nhwc_amx(const qconv_nhwc_args *a, ptrdiff_t r0, ptrdiff_t r1) {
  * stage: this thread's 64-aligned buffer of Wp pixels rounded up to 32, nch x 64 bytes each.
  * The last row is always copied there first (its tiles read whole 32-pixel groups, past the
  * input's end); with stage_rows every row is (pixels off 64-byte lines would make every
- * 64-byte tile read touch two lines, for each output block pair again). */
+ * 64-byte tile read touch two lines, for each output block pair again).
+ * xc (else NULL): the input in C order instead, images of C planes of hw pixels; every row
+ * is then staged by transposing its pixels out of the planes (a->xp and at->xp unread). */
 __attribute__((target("amx-tile,amx-int8"))) static void
 qconv_nhwc_amx_parts(const qconv_nhwc_args *a, const qconv_nhwc_args *at, ptrdiff_t rows,
-                     int nsplit, uint8_t *stage, int stage_rows, ptrdiff_t i0, ptrdiff_t i1) {
+                     int nsplit, uint8_t *stage, int stage_rows, const uint8_t *xc,
+                     ptrdiff_t hw, ptrdiff_t i0, ptrdiff_t i1) {
     int32_t buf[4 * 16 * 16] __attribute__((aligned(64)));
     const int npair = (a->nob + 1) / 2;
     qconv_nhwc_args s = *a;                 /* the staged row: a pixel every nch x 64 bytes */
@@ -357,11 +361,31 @@ qconv_nhwc_amx_parts(const qconv_nhwc_args *a, const qconv_nhwc_args *at, ptrdif
         const int ob1 = ob1e < a->nob ? ob1e : a->nob;
         const qconv_nhwc_args *q = r < rows ? a : at;
         const ptrdiff_t rq = r < rows ? r : 0;
-        if (r < rows && !stage_rows) {
+        if (r < rows && !stage_rows && !xc) {
             qconv_nhwc_amx_one(q, rq, buf, ob0, ob1);
             continue;
         }
-        if (r != staged) {
+        if (r != staged && xc) {
+            /* the row's pixels [p0, p0 + OW), a run within each image */
+            ptrdiff_t p0 = (r < rows ? r : rows) * a->Wp, left = q->OW;
+            uint8_t *dst = stage;
+            while (left > 0) {
+                const ptrdiff_t img = p0 / hw, at0 = p0 - img * hw;
+                const ptrdiff_t run = hw - at0 < left ? hw - at0 : left;
+                /* 64 pixels at a time, all their channels: their 64 x nch lines of the
+                 * stage stay in L1 while the 16-channel blocks fill them (the last 64
+                 * over pixels done before, as in qops_transpose8_block) */
+                for (ptrdiff_t c0 = 0; c0 < run; c0 += 64) {
+                    const ptrdiff_t c1 = c0 + 64 < run ? c0 + 64 : run;
+                    qops_transpose8_block(xc + img * q->Cp * hw + at0, hw, dst, s.Cp, 0,
+                                          q->Cp, c1 - c0 < 64 && run >= 64 ? c1 - 64 : c0, c1);
+                }
+                dst += run * s.Cp;
+                p0 += run;
+                left -= run;
+            }
+            staged = r;
+        } else if (r != staged) {
             const uint8_t *src = q->xp + rq * q->Wp * q->Cp;
             for (ptrdiff_t p = 0; p < q->OW; p++)
                 memcpy(stage + p * s.Cp, src + p * q->Cp, (size_t)q->Cp);
@@ -439,9 +463,9 @@ static void qconv_nhwc_amx(const qconv_nhwc_args *a, ptrdiff_t r0, ptrdiff_t r1)
 }
 static void qconv_nhwc_amx_parts(const qconv_nhwc_args *a, const qconv_nhwc_args *at,
                                  ptrdiff_t rows, int nsplit, uint8_t *stage, int stage_rows,
-                                 ptrdiff_t i0, ptrdiff_t i1) {
-    (void)a; (void)at; (void)rows; (void)nsplit; (void)stage; (void)stage_rows; (void)i0;
-    (void)i1;
+                                 const uint8_t *xc, ptrdiff_t hw, ptrdiff_t i0, ptrdiff_t i1) {
+    (void)a; (void)at; (void)rows; (void)nsplit; (void)stage; (void)stage_rows; (void)xc;
+    (void)hw; (void)i0; (void)i1;
 }
 static void qconv_nhwc_amx_im2col(const qconv_nhwc_args *a, const qconv_im2col_args *f,
                                   uint8_t *row, ptrdiff_t r0, ptrdiff_t r1) {

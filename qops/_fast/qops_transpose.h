@@ -105,7 +105,8 @@ static void qops_interleave_rows(const uint8_t *src, ptrdiff_t ls, uint8_t *dst,
 
 /* dst[c * ld + r] = src[r * ls + c] for rows [r0, r1) and columns [c0, c1) of src; row
  * blocks of 16 from r0, the last one ending at r1 (over rows the one before did: the same
- * bytes written twice, within [r0, r1)); under 16 rows a byte at a time. */
+ * bytes written twice, within [r0, r1)); under 16 rows a byte at a time. Columns likewise:
+ * tiles of 64 (16) from c0, the last ending at c1 where the range holds a whole one. */
 static void qops_transpose8_block(const uint8_t *src, ptrdiff_t ls, uint8_t *dst, ptrdiff_t ld,
                                   ptrdiff_t r0, ptrdiff_t r1, ptrdiff_t c0, ptrdiff_t c1) {
     ptrdiff_t r = r0, c;
@@ -126,9 +127,17 @@ static void qops_transpose8_block(const uint8_t *src, ptrdiff_t ls, uint8_t *dst
 #if defined(__AVX512BW__)
         for (; c + 64 <= c1; c += 64)
             qops_t16x64(src + r * ls + c, ls, dst + c * ld + r, ld);
+        if (c < c1 && c1 - c0 >= 64) {
+            qops_t16x64(src + r * ls + c1 - 64, ls, dst + (c1 - 64) * ld + r, ld);
+            c = c1;
+        }
 #endif
         for (; c + 16 <= c1; c += 16)
             qops_t16x16(src + r * ls + c, ls, dst + c * ld + r, ld);
+        if (c < c1 && c1 - c0 >= 16) {
+            qops_t16x16(src + r * ls + c1 - 16, ls, dst + (c1 - 16) * ld + r, ld);
+            c = c1;
+        }
         for (; c < c1; c++)
             for (ptrdiff_t k = 0; k < 16; k++) dst[c * ld + r + k] = src[(r + k) * ls + c];
     }
