@@ -881,6 +881,50 @@ def test_amx_pixels_corder_equal_ref(threads):
     assert "conv.amx_pixels_corder" in taken, taken
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_amx_padded_corder_equal_ref(threads):
+    # AMX, C-order convs whose padded copy conv_cl fills row by row (conv.amx_padded_corder):
+    # the fill transposes each row's pixels out of the channel planes; channels off 64 (the
+    # bytes past them zeroed), strides, dilation, 3-D, planes off 16 pixels, an input off a
+    # cache line, small planes on the flat route (strided there: stride phases, which the
+    # whole channels-last copy feeds instead)
+    from qops import _fast
+    from qops._show import explain
+    if not getattr(_fast.load("conv"), "_AMX", False):
+        pytest.skip("the AMX routes need a CPU with AMX-INT8")
+    r = u.rng(45)
+    taken = set()
+    for n, c, o, dims, k, s, p, dil, off in [
+            (1, 64, 64, (23, 21), 3, 1, 1, 1, 0), (2, 40, 48, (13, 13), 3, 2, 1, 1, 16),
+            (2, 40, 48, (9, 64), 3, 1, 1, 1, 16), (1, 64, 32, (56, 56), 3, 2, 1, 1, 0),
+            (1, 96, 32, (19, 17), 5, 1, 2, 2, 48), (2, 64, 40, (7, 7), 3, 1, 1, 1, 0),
+            (1, 48, 64, (5, 9, 11), 3, 1, 1, 1, 32), (1, 160, 96, (9, 9), (1, 7), 1, (0, 3),
+                                                      1, 0)]:
+        size = n * c * int(np.prod(dims))
+        buf = np.empty(size + 128, np.uint8)
+        start = (-buf.ctypes.data) % 64 + off
+        raw = buf[start:start + size].reshape((n, c) + dims)
+        raw[...] = r.integers(0, 256, raw.shape)
+        x = qops.make_per_tensor_quantized_tensor(raw, 0.05, 131)
+        kk = (k,) * len(dims) if isinstance(k, int) else k
+        wt = _w((o, c) + kk, per_channel=True, seed=o + c)
+        b = r.normal(0, 2, o).astype(np.float32)
+        fn = F.conv2d_relu if len(dims) == 2 else F.conv3d
+        args = dict(stride=s, padding=p, dilation=dil, scale=0.02 * np.sqrt(c * np.prod(kk)),
+                    zero_point=100)
+        with qops.backend("ref"):
+            want = np.asarray(fn(x, wt, b, **args)._int)
+        with qops.threads(threads):
+            got_routes = {rr.name for rr in explain(fn, x, wt, b, **args)}
+            got = np.asarray(fn(x, wt, b, **args)._int)
+        taken |= got_routes
+        np.testing.assert_array_equal(got, want, err_msg=str((n, c, o, dims, k, s, p)))
+        assert len(np.unique(want)) > 20
+        assert np.array_equal(raw, buf[start:start + size].reshape(raw.shape))
+    assert "conv.amx_padded_corder" in taken, taken
+    assert {"conv_cl.amx_padded", "conv_cl.amx_flat"} <= taken, taken
+
+
 def test_one_row_amx_conv_splits_over_threads():
     # AMX: a conv1d is one output row; whole rows per thread left the second thread idle (2
     # threads ran slower than 1), so stride-1 convs with too few rows take the flat route

@@ -362,6 +362,9 @@ CONV = [
                                            padding=1)),
     ("conv.planes.amx", F.conv2d, _conv(1, 32, 16, 9, 3, False, padding=1)),
     # C order, 1x1: a row of 512 pixels across the two images, 72 channels; 9 rows of 256
+    # C order, padded: 40 channels (a 64-byte pixel with 24 zero bytes), at stride 2
+    ("conv.amx_padded_corder", F.conv2d, _conv(1, 40, 48, 14, 3, False, padding=1)),
+    ("conv.amx_padded_corder", F.conv2d, _conv(1, 64, 32, 56, 3, False, stride=2, padding=1)),
     ("conv.amx_pixels_corder", F.conv2d, _conv(2, 72, 32, 19, 1, False)),
     ("conv.amx_pixels_corder", F.conv2d, _conv(1, 256, 64, 48, 1, False)),
     ("conv.amx_through_cl", F.conv2d, _conv(2, 3, 40, 23, 7, False, stride=2, padding=3)),
@@ -375,6 +378,7 @@ CONV = [
 # file on the AVX2 build and with AMX off too, where they are taken)
 _AMX_ROUTES = ("conv_cl.amx_im2col", "conv_cl.amx_flat", "conv_cl.amx_padded",
                "conv_cl.amx_pixels", "conv.amx_through_cl", "conv.amx_pixels_corder",
+               "conv.amx_padded_corder",
                "conv.planes.amx")
 SUPERSEDED = {"lut.bytes": ("lut.vbmi",), "requant_int.lut": ("requant_int.lut_vbmi",),
               "topk.small": ("topk.small_vbmi2",), "conv_cl.dw_planes": ("conv_cl.dw_vnni",),

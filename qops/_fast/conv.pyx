@@ -189,6 +189,7 @@ cdef extern from "qops_conv_nhwc.h" nogil:
         Py_ssize_t Dp, Hp, Wp, Cp
         uint8_t xz
         uint8_t *xp
+        int corder
     ctypedef struct qconv_nhwc_args:
         const uint8_t *xp
         Py_ssize_t Dp, Hp, Wp, Cp
@@ -351,6 +352,9 @@ ROUTES = {r.name: r for r in [
     Route("conv.taps_through_cl", "a channels-last copy, then conv_cl's gemm_taps with a kernel "
           "row a tap (RGB stems)", "qops_conv_im2col.h"),
     Route("conv.amx_through_cl", "a channels-last copy, then conv_cl's AMX tiles",
+          "qops_conv_nhwc.h"),
+    Route("conv.amx_padded_corder", "conv_cl's amx_padded or amx_flat, its padded copy "
+          "filled by transposing each row's pixels out of the channel planes",
           "qops_conv_nhwc.h"),
     Route("conv.amx_pixels_corder", "qconv_nhwc_amx_parts, each row's pixels transposed out "
           "of the channel planes into its thread's stage (AMX tiles on them as one GEMM)",
@@ -1020,6 +1024,7 @@ def _conv_cl_taps_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_
         f.Dp, f.Hp, f.Wp, f.Cp = dp, hp, wp_, c
         f.xz = x_zero_point
         f.xp = <uint8_t*>qops_ptr(xpad, True)
+        f.corder = 0
         t.xp = f.xp
     else:
         t.xp = <const uint8_t*>qops_ptr(x)
@@ -1256,8 +1261,22 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
         out = conv(xc, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
                    stride, padding, dilation, groups)
         return out.transpose(0, 2, 3, 4, 1)
+    return _conv_cl_amx_tiles(x, packed, x_zero_point, bias_term, multiplier, out_zero_point,
+                              relu, stride, padding, dilation, route)
+
+
+def _conv_cl_amx_tiles(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
+                       stride, padding, dilation, route, corder=False):
+    """conv_cl's routes amx_padded and amx_flat: AMX tiles on a padded copy of x (or on x in
+    place, without padding). With corder, x is C-order (N, C, D, H, W) and the padded copy
+    is filled by transposing each row's pixels out of the channel planes (never in place, nor
+    in stride phases)."""
     cdef qconv_nhwc_fill_args f
     cdef qconv_nhwc_args a
+    if corder:
+        n, c, d, h, wdt = x.shape
+    else:
+        n, d, h, wdt, c = x.shape
     kd, kh, kw = packed["kernel"]
     o = packed["O"]
     (pd, ph, pw), (sd, sh, sw), (dd, dh, dwl) = padding, stride, dilation
@@ -1284,7 +1303,8 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     # the last 64-byte chunk of a pixel runs on into the next pixel's bytes, which meet the
     # zero weights of the channels past c. The last image's trailing output rows whose tiles
     # read past the input's end run on a copy of its last rows with slack ("tail" rows).
-    cdef bint direct = route == "amx_padded" and not (pd or ph or pw) and d == 1 and n > 0
+    cdef bint direct = (route == "amx_padded" and not (pd or ph or pw) and d == 1 and n > 0
+                        and not corder)
     cdef Py_ssize_t tail_rows = 0, oh0 = oh
     cdef Py_ssize_t nch = cp // 64, img = h * wdt * c
 
@@ -1311,6 +1331,9 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
     f.Dp, f.Hp, f.Wp, f.Cp = dp, hp, wp_, cp
     f.xz = x_zero_point
     f.xp = <uint8_t*>qops_ptr(xpad, True)
+    f.corder = corder
+    if corder and phases:
+        raise AssertionError("conv.amx_padded_corder: no stride phases from C order")
     # the taps' offsets, kept per geometry (a model calls each conv on one input size)
     key = ("taps", hp, wp_, cs, dilation, (sh, sw) if phases else None)
     taps = packed.get(key)
@@ -1439,6 +1462,9 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     padding from _NHWC_MIN_C channels, C-contiguous, where threads run whole rows of pixels:
     conv_cl's amx_pixels, each row transposed into its thread's stage from the channel planes
     (the whole channels-last copy, written out and read back, cost as much as the conv).
+    'amx_padded_corder': (AMX, before amx_through_cl) its convs that conv_cl runs on a padded
+    copy filled row by row (_amx_tiles_corder), C-contiguous: that copy filled by
+    transposing from the channel planes (no channels-last copy first).
     'amx_through_cl': ungrouped, symmetric weights, 32+ output channels, AMX: transposed to
     channels last, then conv_cl's tiles (im2col rows under 32 input channels), the result
     channels last: the channels-last tiles beat the planes' AMX tier by more than both
@@ -1494,10 +1520,30 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
                 and tuple(padding) == (0, 0, 0) and c >= _NHWC_MIN_C
                 and x.flags.c_contiguous and _amx_pixels_layout(n * od * oh * ow, o, c)[4] == 1):
             return "amx_pixels_corder", mode, 0
+        if _amx_tiles_corder(x, packed, stride, padding, dilation, groups, bias_term,
+                             multiplier) is not None:
+            return "amx_padded_corder", mode, 0
         return "amx_through_cl", mode, 0
     if mode == 2 and ("wa" not in packed or packed["Kc"] < _AMX_MIN_KC[0]):
         mode = qconv_best_mode()
     return {2: "planes.amx", 1: "planes.simd", 0: "planes.portable"}[mode], mode, 0
+
+
+def _amx_tiles_corder(x, packed, stride, padding, dilation, groups, bias_term, multiplier):
+    """The conv_cl route (amx_padded or amx_flat) that conv.amx_padded_corder runs C-order x
+    by, or None: the routes whose padded copy the fill writes row by row (not read in place
+    without padding, not split into stride phases). Rows under 16 pixels (a byte loop in the
+    transposes) only for one image: measured, from batch 8 on 7x7 and 14x14 planes the whole
+    copy's transpose of each plane at once is as fast or faster."""
+    if not x.flags.c_contiguous or x.size == 0 or (x.shape[4] < 16 and x.shape[0] > 1):
+        return None
+    xv = x.transpose(0, 2, 3, 4, 1)
+    r = _plan_cl(xv, packed, groups, stride, padding, dilation, bias_term, multiplier)
+    if r == "amx_flat" and tuple(stride[1:]) == (1, 1):
+        return r
+    if r == "amx_padded" and (any(padding) or x.shape[2] > 1):
+        return r
+    return None
 
 
 def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
@@ -1547,6 +1593,14 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
     if route == "amx_pixels_corder":
         y = _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier,
                                 out_zero_point, relu, corder=True)
+        return y.transpose(0, 4, 1, 2, 3)
+    if route == "amx_padded_corder":
+        r = _amx_tiles_corder(x, packed, stride, padding, dilation, groups, bias_term,
+                              multiplier)
+        if _TRACE:
+            _traced("conv_cl." + r)
+        y = _conv_cl_amx_tiles(x, packed, x_zero_point, bias_term, multiplier, out_zero_point,
+                               relu, stride, padding, dilation, r, corder=True)
         return y.transpose(0, 4, 1, 2, 3)
     if route == "amx_through_cl":
         xc = _to_channels_last(x)

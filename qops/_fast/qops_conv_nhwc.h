@@ -26,6 +26,7 @@ typedef struct {
     ptrdiff_t Dp, Hp, Wp, Cp;
     uint8_t xz;
     uint8_t *xp;                       /* padded input (N, Dp, Hp, Wp, Cp) */
+    int corder;                        /* x is NCDHW instead (qconv_nhwc_fill only) */
 } qconv_nhwc_fill_args;
 
 /* Padded rows [r0, r1) of the N * Dp * Hp rows of the padded buffer. */
@@ -42,7 +43,15 @@ static void qconv_nhwc_fill(const qconv_nhwc_fill_args *f, ptrdiff_t r0, ptrdiff
         const uint8_t *src = f->x + ((n * f->D + d) * f->H + h) * f->W * f->C;
         memset(dst, f->xz, (size_t)(f->pw * f->Cp));
         uint8_t *p = dst + f->pw * f->Cp;
-        if (f->Cp == f->C) {
+        if (f->corder) {
+            /* the row's W pixels out of the C planes of image n (the channels past C meet
+             * zero weights: 0 there, as below) */
+            const ptrdiff_t hw = f->D * f->H * f->W;
+            if (f->Cp != f->C)
+                memset(p, 0, (size_t)(f->W * f->Cp));
+            qops_transpose8_block(f->x + n * f->C * hw + (d * f->H + h) * f->W, hw, p, f->Cp,
+                                  0, f->C, 0, f->W);
+        } else if (f->Cp == f->C) {
             memcpy(p, src, (size_t)(f->W * f->C));
         } else {
 #ifdef QCONV_VNNI
