@@ -850,7 +850,8 @@ def test_amx_pixels_corder_equal_ref(threads):
     # AMX, C-order 1x1 convs (conv.amx_pixels_corder): each thread transposes its rows' pixels
     # out of the channel planes into its stage; rows that cross image boundaries (3-D too),
     # channel counts off 16 and 64, planes off 16 pixels (byte tails), an input off a cache
-    # line; where threads would split the channels, the whole channels-last copy instead
+    # line; at 2 threads, rows too few for the threads, which then split the channels (each
+    # transposing every row)
     from qops import _fast
     from qops._show import explain
     if not getattr(_fast.load("conv"), "_AMX", False):

@@ -549,9 +549,10 @@ def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero
     the threads, each thread runs a part of the output channels over every row
     (_amx_pixel_split). At a stride the pixels it reads are first gathered into a dense
     copy, each thread the pixels of its own rows (all of them first where threads split
-    the channels). With corder, x is C-order (N, C, D, H, W) (stride 1, threads not
-    splitting the channels): each thread transposes its rows' pixels out of the channel
-    planes into its stage (no channels-last copy of the whole input)."""
+    the channels). With corder, x is C-order (N, C, D, H, W) (stride 1): each thread
+    transposes its rows' pixels out of the channel planes into its stage (no channels-last
+    copy of the whole input; where the threads split the channels, each transposes every
+    row for itself, which costs less than one copy the other core wrote half of)."""
     cdef qconv_nhwc_args a
     if corder:
         n, c, d, h, wdt = x.shape
@@ -565,8 +566,6 @@ def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero
     cdef Py_ssize_t total = n * od * oh * ow, P, R, rem
     cdef int nthreads, nsplit
     P, R, rem, nthreads, nsplit = _amx_pixels_layout(total, o, c)
-    if corder and nsplit > 1:
-        raise AssertionError("conv.amx_pixels_corder: threads would split the channels")
     cp = (c + 63) // 64 * 64
     wb = _nhwc_weights(packed)
     taps = packed.get(("taps", 1, 1, 0, (1, 1, 1), None))
@@ -1459,9 +1458,9 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     'dw_rows': other depthwise convs at stride 1 along W with KW <= 4 whose padded rows fit
     the row buffer: qconv_dwr_channel, one channel per work item.
     'amx_pixels_corder': (AMX, before amx_through_cl) its 1x1 convs at stride 1 without
-    padding from _NHWC_MIN_C channels, C-contiguous, where threads run whole rows of pixels:
-    conv_cl's amx_pixels, each row transposed into its thread's stage from the channel planes
-    (the whole channels-last copy, written out and read back, cost as much as the conv).
+    padding from _NHWC_MIN_C channels, C-contiguous: conv_cl's amx_pixels, each row
+    transposed into its thread's stage from the channel planes (the whole channels-last
+    copy, written out and read back, cost as much as the conv).
     'amx_padded_corder': (AMX, before amx_through_cl) its convs that conv_cl runs on a padded
     copy filled row by row (_amx_tiles_corder), C-contiguous: that copy filled by
     transposing from the channel planes (no channels-last copy first).
@@ -1518,7 +1517,7 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
             and packed["symmetric"] and o >= 32 and n * od * oh * ow > 0):
         if ((kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1)
                 and tuple(padding) == (0, 0, 0) and c >= _NHWC_MIN_C
-                and x.flags.c_contiguous and _amx_pixels_layout(n * od * oh * ow, o, c)[4] == 1):
+                and x.flags.c_contiguous):
             return "amx_pixels_corder", mode, 0
         if _amx_tiles_corder(x, packed, stride, padding, dilation, groups, bias_term,
                              multiplier) is not None:
