@@ -850,8 +850,8 @@ def test_amx_pixels_corder_equal_ref(threads):
     # AMX, C-order 1x1 convs (conv.amx_pixels_corder): each thread transposes its rows' pixels
     # out of the channel planes into its stage; rows that cross image boundaries (3-D too),
     # channel counts off 16 and 64, planes off 16 pixels (byte tails), an input off a cache
-    # line; at 2 threads, rows too few for the threads, which then split the channels (each
-    # transposing every row)
+    # line, under 32 output channels; at 2 threads, rows too few for the threads, which then
+    # split the channels (each transposing every row)
     from qops import _fast
     from qops._show import explain
     if not getattr(_fast.load("conv"), "_AMX", False):
@@ -860,7 +860,8 @@ def test_amx_pixels_corder_equal_ref(threads):
     taken = set()
     for n, c, o, dims, off in [(2, 72, 32, (19, 19), 0), (3, 256, 64, (48, 48), 16),
                                (2, 40, 48, (3, 7, 9), 48), (1, 1024, 256, (14, 14), 0),
-                               (4, 136, 96, (5, 13), 32), (1, 32, 512, (1, 1), 0)]:
+                               (4, 136, 96, (5, 13), 32), (1, 32, 512, (1, 1), 0),
+                               (1, 512, 24, (14, 14), 16), (2, 40, 16, (9, 11), 0)]:
         size = n * c * int(np.prod(dims))
         buf = np.empty(size + 128, np.uint8)
         start = (-buf.ctypes.data) % 64 + off

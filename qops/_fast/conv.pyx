@@ -1434,7 +1434,8 @@ def _max_in_memory_order(x):
 def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
                multiplier=None):
     """The route of a conv of x (N, C, D, H, W), by name, with the planes kernel's tier
-    (_MODE: 2 AMX, 1 SIMD, 0 portable) and, for 'dw_rows', its padded output width.
+    (_MODE: 2 AMX, 1 SIMD, 0 portable) and, for 'dw_rows', its padded output width (for
+    'amx_padded_corder', the conv_cl route it runs).
 
     'gemm_im2col': ungrouped, AVX2, at most 4 input channels (the planes kernel's quads of
     channels are mostly padding) and K = taps x C >= _FEW_C_MIN_K (the stems: 7x7 on RGB),
@@ -1457,10 +1458,11 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     (at stride 1 on large planes the transposes cost more than they save).
     'dw_rows': other depthwise convs at stride 1 along W with KW <= 4 whose padded rows fit
     the row buffer: qconv_dwr_channel, one channel per work item.
-    'amx_pixels_corder': (AMX, before amx_through_cl) its 1x1 convs at stride 1 without
-    padding from _NHWC_MIN_C channels, C-contiguous: conv_cl's amx_pixels, each row
+    'amx_pixels_corder': (AMX) ungrouped 1x1 convs at stride 1 without padding, symmetric
+    weights, from _NHWC_MIN_C channels, C-contiguous: conv_cl's amx_pixels, each row
     transposed into its thread's stage from the channel planes (the whole channels-last
-    copy, written out and read back, cost as much as the conv).
+    copy, written out and read back, cost as much as the conv), under 32 output channels
+    too (3x faster than the planes' AMX tier on 512->24 at 14x14).
     'amx_padded_corder': (AMX, before amx_through_cl) its convs that conv_cl runs on a padded
     copy filled row by row (_amx_tiles_corder), C-contiguous: that copy filled by
     transposing from the channel planes (no channels-last copy first).
@@ -1514,14 +1516,16 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
         if (d + 2 * pd) * (h + 2 * ph) * qconv_dwr_rowpix(owp, dilation[2]) * 4 <= (1 << 20):
             return "dw_rows", mode, owp
     if (not dw and _MODE[0] == 2 and groups == 1 and packed["kind"] == "grouped"
+            and packed["symmetric"] and n * od * oh * ow > 0
+            and (kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1)
+            and tuple(padding) == (0, 0, 0) and c >= _NHWC_MIN_C and x.flags.c_contiguous):
+        return "amx_pixels_corder", mode, 0
+    if (not dw and _MODE[0] == 2 and groups == 1 and packed["kind"] == "grouped"
             and packed["symmetric"] and o >= 32 and n * od * oh * ow > 0):
-        if ((kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1)
-                and tuple(padding) == (0, 0, 0) and c >= _NHWC_MIN_C
-                and x.flags.c_contiguous):
-            return "amx_pixels_corder", mode, 0
-        if _amx_tiles_corder(x, packed, stride, padding, dilation, groups, bias_term,
-                             multiplier) is not None:
-            return "amx_padded_corder", mode, 0
+        cl_route = _amx_tiles_corder(x, packed, stride, padding, dilation, groups, bias_term,
+                                     multiplier)
+        if cl_route is not None:
+            return "amx_padded_corder", mode, cl_route
         return "amx_through_cl", mode, 0
     if mode == 2 and ("wa" not in packed or packed["Kc"] < _AMX_MIN_KC[0]):
         mode = qconv_best_mode()
@@ -1561,8 +1565,8 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
     dd, dh, dwl = dilation
     dp, hp, wp_ = d + 2 * pd, h + 2 * ph, wdt + 2 * pw
     od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
-    route, mode, owp = _plan_conv(x, packed, stride, padding, dilation, groups, bias_term,
-                                  multiplier)
+    route, mode, extra = _plan_conv(x, packed, stride, padding, dilation, groups, bias_term,
+                                    multiplier)
     if _TRACE:
         _traced("conv." + route)
     if route == "gemm_1x1":
@@ -1594,12 +1598,10 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
                                 out_zero_point, relu, corder=True)
         return y.transpose(0, 4, 1, 2, 3)
     if route == "amx_padded_corder":
-        r = _amx_tiles_corder(x, packed, stride, padding, dilation, groups, bias_term,
-                              multiplier)
         if _TRACE:
-            _traced("conv_cl." + r)
+            _traced("conv_cl." + extra)         # (the conv_cl route it runs)
         y = _conv_cl_amx_tiles(x, packed, x_zero_point, bias_term, multiplier, out_zero_point,
-                               relu, stride, padding, dilation, r, corder=True)
+                               relu, stride, padding, dilation, extra, corder=True)
         return y.transpose(0, 4, 1, 2, 3)
     if route == "amx_through_cl":
         xc = _to_channels_last(x)
@@ -1611,7 +1613,8 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
                                 relu, stride, padding, dilation)
     if route == "dw_rows":
         return _conv_dwr(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
-                         (kd, kh, kw), (sd, sh), (pd, ph, pw), (dd, dh, dwl), (od, oh, ow), owp)
+                         (kd, kh, kw), (sd, sh), (pd, ph, pw), (dd, dh, dwl), (od, oh, ow),
+                         extra)
     # The layout below splits each padded row into `sw` phases of wq pixels, sw * wq >= wp_.
     # A stride past the padded width leaves output column 0 alone, whose taps do not depend
     # on it: clamped, a stride of 10**12 no longer asks for terabytes.
