@@ -355,6 +355,9 @@ CONV = [
     # 16 channels, 3x3: on AVX-512 through channels last on small planes only
     ("conv.gemm_im2col", F.conv2d, _conv(1, 16, 24, 13, 3, False, padding=1)),
     ("conv.gemm_1x1_cl", F.conv2d, _conv(2, 40, 24, 7, 1, False, wzp=1)),
+    # AVX-512: rows across the two images; 196 rows whose 2 threads split the weight panels
+    ("conv.gemm_1x1_corder", F.conv2d, _conv(2, 40, 24, 7, 1, False, wzp=1)),
+    ("conv.gemm_1x1_corder", F.conv2d, _conv(1, 480, 96, 14, 1, False)),
     ("conv.dw_through_cl", F.conv2d, _conv(2, 37, 37, 9, 5, False, groups=37, stride=2,
                                            padding=2, wzp=1)),
     ("conv.dw_through_cl", F.conv2d, _conv(1, 40, 40, 12, 3, False, groups=40, padding=1)),
@@ -385,7 +388,9 @@ SUPERSEDED = {"lut.bytes": ("lut.vbmi",), "requant_int.lut": ("requant_int.lut_v
               "conv_cl.planes": _AMX_ROUTES,
               # AVX-512 VNNI: windows read in place where the pixels outnumber the channels
               # or one thread runs
-              "conv_cl.gemm_im2col": ("conv_cl.gemm_taps",)}
+              "conv_cl.gemm_im2col": ("conv_cl.gemm_taps",),
+              # AVX-512 builds: C-order 1x1 convs transpose per GEMM thread
+              "conv.gemm_1x1_cl": ("conv.gemm_1x1_corder",)}
 
 # family -> its route table
 TABLES = {"conv": CONV, "linear": LINEAR, "quant": QUANT, "activation": ACTIVATION, "arith": ARITH,

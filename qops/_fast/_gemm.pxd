@@ -33,6 +33,9 @@ cdef extern from "qops_gemm.h" nogil:
                    const qops_gemm_b *B, const qops_gemm_out *out)
     void qops_gemm_mt(const uint8_t *A, Py_ssize_t lda, Py_ssize_t M, int32_t a_zp,
                       const qops_gemm_b *B, const qops_gemm_out *out, int nthreads)
+    void qops_gemm_mt_corder(const uint8_t *x, Py_ssize_t hw, Py_ssize_t K, Py_ssize_t M,
+                             int32_t a_zp, const qops_gemm_b *B, const qops_gemm_out *out,
+                             int nthreads, uint8_t *bufs)
     Py_ssize_t qops_gemm_rows_scratch(Py_ssize_t M, Py_ssize_t K)
     Py_ssize_t qops_gemm_npanels(Py_ssize_t N)
     int qops_gemm_amx(int on)

@@ -366,6 +366,9 @@ ROUTES = {r.name: r for r in [
     Route("conv.gemm_1x1", "qops_gemm_mt on single pixels as rows", "qops_gemm.h"),
     Route("conv.gemm_im2col", "a channels-last copy, then qconv_i2c_gemm",
           "qops_conv_im2col.h"),
+    Route("conv.gemm_1x1_corder", "qops_gemm_mt_corder: each thread transposes the pixel "
+          "rows its tiles read out of the channel planes, then multiplies them",
+          "qops_gemm.h"),
     Route("conv.gemm_1x1_cl", "a channels-last copy, then qops_gemm_mt on its pixels as rows",
           "qops_gemm.h"),
     Route("conv.dw_through_cl", "a channels-last copy, then qconv_dwcl2_rows (AVX2)",
@@ -386,6 +389,8 @@ def _built_here(name):
         return _AMX
     if name in ("conv_cl.gemm_taps", "conv.taps_through_cl"):
         return _TAPS[0]
+    if name == "conv.gemm_1x1_corder":
+        return not _AVX2 and qconv_best_mode() >= 1
     if name.startswith("conv_cl.gemm") or name.startswith("conv.gemm"):
         return _AVX2 or qconv_best_mode() >= 1
     if name in ("conv.planes.simd", "conv.dw_rows"):
@@ -914,6 +919,30 @@ def _conv_cl_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_point
     cdef int32_t xz = x_zero_point
     with nogil:
         qops_gemm_mt(xp, k, m, xz, &b, &o, nt)
+    return out
+
+
+def _conv_gemm_1x1_corder(x, packed, x_zero_point, bias_term, multiplier, out_zero_point,
+                          relu):
+    """Ungrouped 1x1 conv at stride 1 of C-contiguous x (N, C, D, H, W) by the GEMM core,
+    its pixels the rows: each thread transposes the rows its tiles read out of the channel
+    planes into its own buffer (qops_gemm_mt_corder); the output (N, D, H, W, O)."""
+    cdef qops_gemm_b b
+    cdef qops_gemm_out o
+    n, c, d, h, wdt = x.shape
+    oc = packed["O"]
+    out = qops_empty(np, (n, d, h, wdt, oc), np.uint8)
+    if out.size == 0:
+        return out
+    keep = _gemm_args(&b, &o, packed, c, bias_term, multiplier, out_zero_point, relu, out)
+    cdef Py_ssize_t m = n * d * h * wdt, k = c, hw = d * h * wdt
+    cdef int nt = qops_threads_for(m * oc * k, _GEMM_GRAIN)
+    bufs = qops_empty(np, (nt * m * k,), np.uint8)
+    cdef const uint8_t *xp = <const uint8_t*>qops_ptr(x)
+    cdef uint8_t *bp = <uint8_t*>qops_ptr(bufs, True)
+    cdef int32_t xz = x_zero_point
+    with nogil:
+        qops_gemm_mt_corder(xp, hw, k, m, xz, &b, &o, nt, bp)
     return out
 
 
@@ -1450,6 +1479,9 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     channels, AVX2: transposed to channels last, then conv_cl's gemm_1x1, the result channels
     last (strided or padded 1x1 convs take 'gemm_im2col'): the planes kernel has no depth to
     vectorize over in a 1x1 conv, the GEMM core has the channels.
+    'gemm_1x1_corder': the same convs, C-contiguous, on AVX-512 builds: each GEMM thread
+    transposes the rows it reads for itself (a shared copy, half written by each core, made
+    2 threads slower than 1 on 14x14 planes).
     'dw_through_cl': depthwise with 16+ channels on AVX2 where the planes run short (at
     most _DW_CL_MAX_PIXELS input pixels a channel) or strided: transposed to channels last,
     then conv_cl's dw_avx2, the result channels last.
@@ -1493,6 +1525,8 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
                and bias_term is not None and _finite(bias_term) and _finite(multiplier))
     if (gemm_ok and (kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1)
             and tuple(padding) == (0, 0, 0) and _GEMM_MIN_C <= c <= _GEMM_MAX_K):
+        if not _AVX2 and x.flags.c_contiguous:
+            return "gemm_1x1_corder", mode, 0
         return "gemm_1x1_cl", mode, 0
     if gemm_ok and _row_taps(packed, c, dilation):
         return "taps_through_cl", mode, 0
@@ -1573,6 +1607,10 @@ def conv(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
         y = _conv_cl_gemm(x.reshape(n, 1, 1, 1, c), packed, x_zero_point, bias_term,
                           multiplier, out_zero_point, relu)
         return y.reshape(n, 1, 1, 1, o).transpose(0, 4, 1, 2, 3)
+    if route == "gemm_1x1_corder":
+        y = _conv_gemm_1x1_corder(x, packed, x_zero_point, bias_term, multiplier,
+                                  out_zero_point, relu)
+        return y.transpose(0, 4, 1, 2, 3)
     if route == "gemm_1x1_cl":
         xc = _to_channels_last(x)
         y = _conv_cl_gemm(xc, packed, x_zero_point, bias_term, multiplier, out_zero_point,

@@ -74,6 +74,7 @@
 #include <string.h>
 #include <stdlib.h>
 #include "qops_common.h"
+#include "qops_transpose.h"
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -1627,10 +1628,40 @@ static void qg_panels(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp
     }
 }
 
-/* All tiles of rows [0, M) over nthreads threads: row blocks x column panels, static. */
-static void qg_tiles(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
-                     const qops_gemm_b *B, const qops_gemm_out *out, int nthreads,
-                     const qg_apk *ap) {
+/* A given in C order instead (a conv's images of K channel planes of hw pixels, a 1x1 conv
+ * at stride 1): each thread transposes the rows its tiles read into its own buffer of M x K
+ * bytes (bufs + thread x M K), just before it multiplies them. */
+typedef struct {
+    const uint8_t *x;
+    ptrdiff_t hw;
+    uint8_t *bufs;
+} qg_corder;
+
+/* Rows [r0, r1) of the C-order source into buf (row r at buf + r K). */
+static void qg_corder_rows(const qg_corder *src, ptrdiff_t K, uint8_t *buf, ptrdiff_t r0,
+                           ptrdiff_t r1) {
+    const ptrdiff_t hw = src->hw;
+    while (r0 < r1) {
+        const ptrdiff_t img = r0 / hw, at = r0 - img * hw;
+        const ptrdiff_t run = hw - at < r1 - r0 ? hw - at : r1 - r0;
+        const uint8_t *planes = src->x + img * K * hw + at;
+        uint8_t *dst = buf + r0 * K;
+        /* 64 pixels at a time, all their channels (their rows stay in L1 meanwhile); the
+         * last 64 over pixels done before (as qops_transpose8_block's tiles) */
+        for (ptrdiff_t c0 = 0; c0 < run; c0 += 64) {
+            const ptrdiff_t c1 = c0 + 64 < run ? c0 + 64 : run;
+            qops_transpose8_block(planes, hw, dst, K, 0, K, c1 - c0 < 64 && run >= 64 ? c1 - 64
+                                                                                      : c0, c1);
+        }
+        r0 += run;
+    }
+}
+
+/* All tiles of rows [0, M) over nthreads threads: row blocks x column panels, static (with
+ * src, A is unread: each thread transposes its tiles' rows from src first). */
+static void qg_tiles_src(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
+                         const qops_gemm_b *B, const qops_gemm_out *out, int nthreads,
+                         const qg_apk *ap, const qg_corder *src) {
     const ptrdiff_t P = qg_npanels(B->N);
     const ptrdiff_t nmb = (M + QG_MB - 1) / QG_MB;
     ptrdiff_t mb = (M + nmb - 1) / nmb;
@@ -1644,29 +1675,54 @@ static void qg_tiles(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
     if (nthreads < 1) nthreads = 1;
     if (nthreads > ntiles) nthreads = (int)ntiles;
     /* Tiles panel-major (a thread's tiles share weight panels), or row-block-major for small
-     * weights (qg_sweep); no two tiles share outputs. */
+     * weights (qg_sweep); no two tiles share outputs. Each thread a contiguous run of them. */
     const int sweep = qg_sweep(B, P);
-    #pragma omp parallel for schedule(static) num_threads(nthreads)
-    for (ptrdiff_t t = 0; t < ntiles; t++) {
-        const ptrdiff_t p = sweep ? t % P : t / nmb, r0 = (sweep ? t / P : t % nmb) * mb;
-        if (r0 < M) {
-            const ptrdiff_t rows = M - r0 < mb ? M - r0 : mb;
-            const qops_gemm_out o = qg_out_from(out, r0);
-#ifdef QG_AVX2
-            qg_apk a2;
-            if (ap) {
-                a2 = qg_apk_from(ap, r0);
-                /* this thread's slot (the team numbers its threads from 0) */
+    #pragma omp parallel num_threads(nthreads)
+    {
 #ifdef _OPENMP
-                a2.tmp += (ptrdiff_t)omp_get_thread_num() * QG_TMP_ROWS * a2.Kp;
+        const ptrdiff_t tid = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+        const ptrdiff_t tid = 0, nt = 1;
+#endif
+        const ptrdiff_t t0 = ntiles * tid / nt, t1 = ntiles * (tid + 1) / nt;
+        const uint8_t *At = A;
+        if (src) {
+            /* the rows this thread's tiles read, transposed into its buffer */
+            ptrdiff_t lo = M, hi = 0;
+            for (ptrdiff_t t = t0; t < t1; t++) {
+                const ptrdiff_t r0 = (sweep ? t / P : t % nmb) * mb;
+                if (r0 >= M) continue;
+                lo = r0 < lo ? r0 : lo;
+                hi = r0 + mb > hi ? (r0 + mb < M ? r0 + mb : M) : hi;
+            }
+            uint8_t *buf = src->bufs + tid * M * lda;
+            qg_corder_rows(src, lda, buf, lo, hi);
+            At = buf;
+        }
+        for (ptrdiff_t t = t0; t < t1; t++) {
+            const ptrdiff_t p = sweep ? t % P : t / nmb, r0 = (sweep ? t / P : t % nmb) * mb;
+            if (r0 < M) {
+                const ptrdiff_t rows = M - r0 < mb ? M - r0 : mb;
+                const qops_gemm_out o = qg_out_from(out, r0);
+#ifdef QG_AVX2
+                qg_apk a2;
+                if (ap) {
+                    a2 = qg_apk_from(ap, r0);
+                    a2.tmp += tid * QG_TMP_ROWS * a2.Kp;        /* this thread's slot */
+                }
+                qg_panels(At + r0 * lda, lda, rows, a_zp, B, p, p + 1, &o, ap ? &a2 : NULL);
+#else
+                qg_panels(At + r0 * lda, lda, rows, a_zp, B, p, p + 1, &o, ap);
 #endif
             }
-            qg_panels(A + r0 * lda, lda, rows, a_zp, B, p, p + 1, &o, ap ? &a2 : NULL);
-#else
-            qg_panels(A + r0 * lda, lda, rows, a_zp, B, p, p + 1, &o, ap);
-#endif
         }
     }
+}
+
+static void qg_tiles(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
+                     const qops_gemm_b *B, const qops_gemm_out *out, int nthreads,
+                     const qg_apk *ap) {
+    qg_tiles_src(A, lda, M, a_zp, B, out, nthreads, ap, NULL);
 }
 
 #ifdef QG_AVX2
@@ -1910,6 +1966,23 @@ static void qops_gemm_mt(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a
     qg_run(A, lda, M, a_zp, B, out, nthreads);
 #else
     qg_tiles(A, lda, M, a_zp, B, out, nthreads, NULL);
+#endif
+}
+
+/* qops_gemm_mt of A = the pixels of x, C-order images of K channel planes of hw pixels
+ * (M = images x hw rows of K), each thread transposing the rows its tiles read into its own
+ * part of bufs (nthreads x M x K bytes). AVX2 builds (which repack A per block) transpose
+ * all of it into bufs first. */
+static void qops_gemm_mt_corder(const uint8_t *x, ptrdiff_t hw, ptrdiff_t K, ptrdiff_t M,
+                                int32_t a_zp, const qops_gemm_b *B, const qops_gemm_out *out,
+                                int nthreads, uint8_t *bufs) {
+    if (M <= 0 || B->N <= 0) return;
+    const qg_corder src = {x, hw, bufs};
+#ifdef QG_AVX2
+    qg_corder_rows(&src, K, bufs, 0, M);
+    qg_run(bufs, K, M, a_zp, B, out, nthreads);
+#else
+    qg_tiles_src(bufs, K, M, a_zp, B, out, nthreads, NULL, &src);
 #endif
 }
 
