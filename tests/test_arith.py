@@ -193,6 +193,33 @@ def test_mul_by_channel_scale_rows_equals_ref(dtype, relu):
             np.testing.assert_array_equal(f(x.contiguous(), s, 0.07, 5).int_repr(), want)
 
 
+@pytest.mark.parametrize("dtype", [qops.quint8, qops.qint8])
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mul_by_channel_scale_planes_equals_ref(dtype, relu, threads):
+    """A C-order image times its (N, C, 1, 1) scale runs the planes kernel (mul.planes): equal
+    to the reference and to the materialized broadcast, either operand first: small planes
+    many to a tile (7x7, 3x5), planes past the tile (70x70: pieces of one plane), plane runs
+    split over threads, one channel."""
+    from qops._show import explain
+    f = F.mul_relu if relu else F.mul
+    r = np.random.default_rng(6)
+    for n, c, h, w in [(8, 672, 7, 7), (2, 40, 5, 3), (1, 3, 70, 70), (1, 480, 14, 14),
+                       (2, 1, 9, 9), (1, 129, 1, 2)]:
+        x = u.random_qtensor(r, (n, c, h, w), dtype)
+        s = u.random_qtensor(r, (n, c, 1, 1), dtype)
+        with qops.backend("ref"):
+            want = f(x, s, 0.07, 5).int_repr()
+            full = qops.make_per_tensor_quantized_tensor(
+                np.ascontiguousarray(np.broadcast_to(s.int_repr(), x.shape)), s.q_scale(),
+                s.q_zero_point())
+            np.testing.assert_array_equal(f(x, full, 0.07, 5).int_repr(), want)
+        with qops.backend("fast"), qops.threads(threads):
+            for args in ((x, s), (s, x)):
+                np.testing.assert_array_equal(f(*args, 0.07, 5).int_repr(), want)
+                assert [q.name for q in explain(f, *args, 0.07, 5)] == ["mul.planes"]
+
+
 def test_cat_channels_last_images_checked_every_call():
     """The channels-last image cat memoizes its checks per call signature (layouts, dtypes,
     qparams): a repeated call gives the general path's result, with qparams taken from the

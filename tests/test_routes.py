@@ -176,6 +176,8 @@ ARITH = [
     ("add.vector", F.add, lambda: ((_qu8((3, 100)), _qu8((3, 100), zp=9), 0.1, 5), {})),
     ("add.vector", F.add_relu, lambda: ((_qs8((3, 70)), _qs8((3, 70), zp=2), 0.02, -5), {})),
     ("mul.vector", F.mul, lambda: ((_qu8((3, 100)), _qu8((3, 100), zp=9), 0.3, 5), {})),
+    ("mul.planes", F.mul, lambda: ((_qu8((2, 40, 1, 1)), _qu8((2, 40, 5, 3), zp=9), 0.3, 5),
+                                   {})),
     ("mul.rows", F.mul, lambda: ((_qu8((2, 40, 1, 1)), _qu8_cl((2, 40, 5, 3), zp=9), 0.3, 5),
                                  {})),
     ("requant_int.formula", F.add_scalar, lambda: ((_qu8((3, 100)), 1.0), {})),

@@ -14,7 +14,7 @@ from qops._fast._routes import Route, TRACE, trace_routes as _trace_routes
 import numpy as np
 from cython.parallel cimport prange
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 from qops._fast._common cimport *
 
 cdef extern from "qops_arith.h" nogil:
@@ -30,6 +30,7 @@ cdef extern from "qops_arith.h" nogil:
         int clamp_lo
     void qops_mul_run(const void *a, const void *b, void *out, Py_ssize_t n, int is_signed,
                       const qops_mul_params *p)
+    void qops_fill_planes(char *tile, const char *b, Py_ssize_t per, Py_ssize_t R)
     ctypedef struct qops_requant_params:
         int32_t base, zo
         float m, hi
@@ -56,6 +57,8 @@ cdef extern from "qops_lut.h" nogil:
 DEF BLOCK = 16384         # elements per parallel chunk
 DEF GRAIN = 131072        # below this many elements one thread is faster
 DEF LUT_GRAIN = 262144    # the same for a table lookup (L2-resident data, cheaper per byte)
+DEF PLANE_TILE = 4096     # values a vector run of mul.planes takes at most
+DEF PLANES_GRAIN = 32768  # mul.planes: 3x an add's work a value, and no thread reads b's copy
 
 cdef int _lut_vbmi = qops_lut_vectorized()      # runs the CPU check once, outside any prange
 LUT_VECTORIZED = bool(_lut_vbmi)
@@ -82,6 +85,8 @@ ROUTES = {r.name: r for r in [
     Route("mul.vector", f"qops_mul_run ({_TIER})", "qops_arith.h"),
     Route("mul.rows", f"_mul_rows: qops_mul_run ({_TIER}) against a tiled row of b",
           "arith.pyx"),
+    Route("mul.planes", f"_mul_planes: qops_mul_run ({_TIER}) over runs of whole planes, "
+          "each plane's value of b repeated in a tile", "arith.pyx"),
     Route("requant_int.formula", "qops_requant_run (AVX2, R_int per element)", "qops_arith.h"),
     Route("requant_int.lut_vbmi", "qops_lut_vbmi (AVX-512 VBMI) of a 256-byte table",
           "qops_lut.h"),
@@ -107,6 +112,7 @@ cdef object R_EMPTY = ROUTES["empty"]
 cdef object R_ADD = ROUTES["add.vector"]
 cdef object R_MUL = ROUTES["mul.vector"]
 cdef object R_MUL_ROWS = ROUTES["mul.rows"]
+cdef object R_MUL_PLANES = ROUTES["mul.planes"]
 cdef object R_RQ_FORMULA = ROUTES["requant_int.formula"]
 cdef object R_RQ_VBMI = ROUTES["requant_int.lut_vbmi"]
 cdef object R_RQ_LUT = ROUTES["requant_int.lut"]
@@ -126,13 +132,14 @@ cdef object _plan(int op, Py_ssize_t n, bint is_signed=False, int64_t base=0, in
     """The Route of one call: every kernel choice of the family, in one place.
 
     op: OP_*; n: elements (cat: bytes written); requant_int's int8 flag, base and output
-    zero point; cat's rows and widest input row (mul: rows 1 when b is a row broadcast)."""
+    zero point; cat's rows and widest input row (mul: rows 1 when b is a row broadcast, 2
+    when one value a plane)."""
     if n == 0:
         route = R_EMPTY
     elif op == OP_ADD:
         route = R_ADD
     elif op == OP_MUL:
-        route = R_MUL_ROWS if rows else R_MUL
+        route = R_MUL_PLANES if rows == 2 else R_MUL_ROWS if rows else R_MUL
     elif op == OP_REQUANT:
         # without a vector table lookup (AVX512-VBMI) the formula per element is the faster
         # map; it gives the table's bytes where qops_requant_ok
@@ -361,6 +368,41 @@ def add(a, b, a_scale, a_zero_point, b_scale, b_zero_point, out_inv_scale, out_z
     return out
 
 
+cdef void _mul_plane_run(const char* a, const char* b, char* out, Py_ssize_t m,
+                         Py_ssize_t m1, Py_ssize_t R, bint is_signed,
+                         const qops_mul_params* p) noexcept nogil:
+    # planes [m, m1), PLANE_TILE values at a time (whole planes, or a piece of one larger
+    # plane), b's values repeated into this call's tile: one vector run covers many small
+    # planes (83 of 7x7)
+    cdef char tile[PLANE_TILE + 64]
+    cdef Py_ssize_t k, per
+    while m < m1:
+        if R >= PLANE_TILE:
+            memset(tile, b[m], PLANE_TILE)
+            for k in range(0, R, PLANE_TILE):
+                qops_mul_run(a + m * R + k, tile, out + m * R + k, min(PLANE_TILE, R - k),
+                             is_signed, p)
+            m = m + 1
+        else:
+            per = min(PLANE_TILE // R, m1 - m)
+            qops_fill_planes(tile, b + m, per, R)
+            qops_mul_run(a + m * R, tile, out + m * R, per * R, is_signed, p)
+            m = m + per
+
+
+cdef void _mul_planes(const char* a, const char* b, char* out, Py_ssize_t M, Py_ssize_t R,
+                      bint is_signed, const qops_mul_params* p, int threads) noexcept nogil:
+    # plane m of R values times b[m] (a C-order image against its per-channel scale): each
+    # thread a contiguous run of planes, so b is never materialized in full and no thread
+    # reads what another wrote
+    cdef Py_ssize_t t
+    if threads <= 1:
+        _mul_plane_run(a, b, out, 0, M, R, is_signed, p)
+        return
+    for t in prange(threads, schedule="static", num_threads=threads):
+        _mul_plane_run(a, b, out, M * t // threads, M * (t + 1) // threads, R, is_signed, p)
+
+
 cdef void _mul_rows(const char* a, const char* b, char* out, Py_ssize_t M, Py_ssize_t R,
                     Py_ssize_t C, bint is_signed, const qops_mul_params* p, char* tile,
                     Py_ssize_t T, int threads) noexcept nogil:
@@ -383,7 +425,8 @@ cdef void _mul_rows(const char* a, const char* b, char* out, Py_ssize_t M, Py_ss
 
 def mul(a, b, a_zero_point, b_zero_point, multiplier, out_zero_point, relu):
     """Quantized mul: R_int((a - za) * (b - zb), M), relu = max(out, out_zero_point); b of
-    a's shape, or (M, 1, C) against a (M, R, C) (a row per m, broadcast)."""
+    a's shape, or (M, 1, C) against a (M, R, C) (a row per m, broadcast), or (M, 1) against
+    a (M, R) (a value per m)."""
     out = qops_empty(np, a.shape, a.dtype)
     qmin, qmax = qops_range8(a.dtype)
     cdef qops_mul_params p
@@ -400,9 +443,12 @@ def mul(a, b, a_zero_point, b_zero_point, multiplier, out_zero_point, relu):
     a = np.ascontiguousarray(a)
     b = np.ascontiguousarray(b)
     cdef Py_ssize_t n = a.size, M, R, C, T
-    cdef bint rows = b.shape != a.shape
-    if rows and (a.ndim != 3 or b.shape != (a.shape[0], 1, a.shape[2])):
-        raise ValueError(f"mul: b {b.shape} is neither a's shape {a.shape} nor one row of it")
+    cdef int rows = b.shape != a.shape
+    if rows and a.ndim == 2 and b.shape == (a.shape[0], 1):
+        rows = 2
+    elif rows and (a.ndim != 3 or b.shape != (a.shape[0], 1, a.shape[2])):
+        raise ValueError(f"mul: b {b.shape} is neither a's shape {a.shape}, one row of it, "
+                         f"nor one value a row")
     cdef char* tile
     cdef const char* pa
     cdef const char* pb
@@ -412,6 +458,13 @@ def mul(a, b, a_zero_point, b_zero_point, multiplier, out_zero_point, relu):
     route = _plan(OP_MUL, n, False, 0, 0, rows)
     if route is R_MUL:
         _mul_flat(qops_ptr(a), qops_ptr(b), qops_ptr(out, True), n, qmin < 0, &p)
+    elif route is R_MUL_PLANES:
+        M, R = a.shape
+        threads = min(qops_threads_for(n, PLANES_GRAIN), M)
+        pa, pb, po = qops_ptr(a), qops_ptr(b), qops_ptr(out, True)
+        is_signed = qmin < 0
+        with nogil:
+            _mul_planes(pa, pb, po, M, R, is_signed, &p, threads)
     elif route is R_MUL_ROWS:
         M, R, C = a.shape
         T = max(1, 4096 // C)

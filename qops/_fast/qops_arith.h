@@ -13,6 +13,7 @@
 #ifndef QOPS_ARITH_H
 #define QOPS_ARITH_H
 #include <stddef.h>
+#include <string.h>
 #include <stdint.h>
 #include <math.h>
 #include "qops_common.h"
@@ -532,5 +533,26 @@ static void qops_cat_requant(const uint8_t *src, uint8_t *dst, ptrdiff_t n, int 
 #endif
 }
 
+
+/* tile[j R : (j + 1) R] = b[j] for j < per: mul.planes' repeated plane values. A vector
+ * store a 32 or 64 bytes, each plane's last one running past it into bytes the next plane
+ * (or nothing: the tile has 64 bytes of slack) then writes: a memset call a plane cost more
+ * than the products of 7x7 planes. */
+static void qops_fill_planes(char *tile, const char *b, ptrdiff_t per, ptrdiff_t R) {
+    for (ptrdiff_t j = 0; j < per; j++) {
+        char *t = tile + j * R;
+#if defined(QOPS_ARITH_AVX512)
+        const __m512i v = _mm512_set1_epi8(b[j]);
+        for (ptrdiff_t k = 0; k < R; k += 64)
+            _mm512_storeu_si512((void *)(t + k), v);
+#elif defined(QOPS_ARITH_AVX2)
+        const __m256i v = _mm256_set1_epi8(b[j]);
+        for (ptrdiff_t k = 0; k < R; k += 32)
+            _mm256_storeu_si256((__m256i *)(t + k), v);
+#else
+        memset(t, b[j], (size_t)R);
+#endif
+    }
+}
 
 #endif

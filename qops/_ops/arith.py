@@ -135,7 +135,36 @@ def _scale_rows(a, b):
     return None
 
 
+def _scale_planes(a, b):
+    """(image, scale) when one of a, b is a C-contiguous image (N, C, H, W) and the other its
+    per-channel scale (N, C, 1, 1), else None."""
+    if (type(a) is not QTensor or type(b) is not QTensor or a._axis is not None
+            or b._axis is not None or a._dtype is not b._dtype or a._dtype not in _DTYPES):
+        return None
+    sa, sb = a._int.shape, b._int.shape
+    if len(sa) != 4 or len(sb) != 4 or sa[:2] != sb[:2]:
+        return None
+    if sb[2:] == (1, 1) and sa[2] * sa[3] > 1 and a._int.flags.c_contiguous:
+        return a, b
+    if sa[2:] == (1, 1) and sb[2] * sb[3] > 1 and b._int.flags.c_contiguous:
+        return b, a
+    return None
+
+
 def _mul(a, b, scale, zero_point, relu, what):
+    planes = _scale_planes(a, b)
+    if planes is not None:
+        # each (n, c) plane against its one value: the kernel repeats it, never the whole
+        # broadcast (the product is symmetric, so which operand was `a` is moot)
+        x, v = planes
+        scale = qp.check_scale(scale)
+        zero_point = qp.check_zero_point(zero_point, a._dtype)
+        n, c, h, w = x._int.shape
+        m = float(F32(F32(a._scale) * F32(b._scale)) * F32(qp.inv_scale(scale)))
+        data = _kernels().mul(x._int.reshape(n * c, h * w),
+                              np.ascontiguousarray(v._int).reshape(n * c, 1), x._zero_point,
+                              v._zero_point, m, zero_point, relu)
+        return QTensor._make(data.reshape(n, c, h, w), a.dtype, scale, zero_point)
     pair = _scale_rows(a, b)
     if pair is not None:
         # the image's memory as (N, H*W, C) rows, the scale as one row per image: the kernel

@@ -48,7 +48,7 @@ def mul(a, b, a_zero_point, b_zero_point, multiplier, out_zero_point, relu):
     Parameters
     ----------
     a, b : uint8 or int8 ndarrays of one dtype, one shape or a (M, R, C) and b (M, 1, C)
-        (b's row broadcast over a's R rows)
+        (b's row broadcast over a's R rows), or a (M, R) and b (M, 1) (a value per row)
     a_zero_point, b_zero_point : int
     multiplier : float, M = f32(f32(f32(sa) * f32(sb)) * f32(1 / f32(so)))
     out_zero_point : int
