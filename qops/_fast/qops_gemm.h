@@ -1415,6 +1415,9 @@ typedef struct {
     __m512 m[4], b[4], lo, hi;
     int nb;                            /* 16-column blocks, the last maybe partial */
     __mmask16 last;                    /* the last block's columns */
+    /* four whole blocks: its own int, tested each tile (GCC merged nb == 4 && last == 0xFFFF
+     * into one 6-byte load just after nb's 4-byte store: a store-forwarding stall a tile) */
+    int full;
 } qg_u8_panel;
 
 QG_INLINE void qg_u8_panel_init(qg_u8_panel *q, const int32_t *corr, ptrdiff_t n0, ptrdiff_t w,
@@ -1425,6 +1428,7 @@ QG_INLINE void qg_u8_panel_init(qg_u8_panel *q, const int32_t *corr, ptrdiff_t n
     q->vzp = _mm512_set1_epi32(zp);
     q->nb = (int)((w + 15) / 16);
     q->last = (__mmask16)(w % 16 ? (1u << (w % 16)) - 1 : 0xFFFFu);
+    q->full = q->nb == 4 && q->last == 0xFFFF;
     for (int k = 0; k < q->nb; k++) {
         const __mmask16 mk = k == q->nb - 1 ? q->last : (__mmask16)0xFFFF;
         q->c[k] = _mm512_maskz_loadu_epi32(mk, corr + 16 * k);
@@ -1435,7 +1439,7 @@ QG_INLINE void qg_u8_panel_init(qg_u8_panel *q, const int32_t *corr, ptrdiff_t n
 
 QG_INLINE void qg_u8_panel_store(const qg_u8_panel *q, const int32_t *acc, int mr, uint8_t *out,
                                  ptrdiff_t ldc) {
-    if (q->nb == 4 && q->last == 0xFFFF) {
+    if (q->full) {
         /* a whole 64-byte panel row: narrowed by saturating packs (the values are in
          * [lo, 255] once the zero point is added) and one permute, as qg_store512 */
         const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
