@@ -845,6 +845,17 @@ def test_amx_pixels_split_and_staged_rows_equal_ref(threads):
         assert taken == ["conv_cl.amx_pixels"], taken
 
 
+def _c_order_at(r, shape, off):
+    """Random uint8 values of `shape`, C-contiguous, starting `off` bytes past a cache line."""
+    size = int(np.prod(shape))
+    buf = np.empty(size + 128, np.uint8)
+    start = (-buf.ctypes.data) % 64 + off
+    raw = buf[start:start + size].reshape(shape)
+    raw[...] = r.integers(0, 256, shape)
+    assert raw.ctypes.data % 64 == off
+    return raw
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_amx_pixels_corder_equal_ref(threads):
     # AMX, C-order 1x1 convs (conv.amx_pixels_corder): each thread transposes its rows' pixels
@@ -862,12 +873,9 @@ def test_amx_pixels_corder_equal_ref(threads):
                                (2, 40, 48, (3, 7, 9), 48), (1, 1024, 256, (14, 14), 0),
                                (4, 136, 96, (5, 13), 32), (1, 32, 512, (1, 1), 0),
                                (1, 512, 24, (14, 14), 16), (2, 40, 16, (9, 11), 0)]:
-        size = n * c * int(np.prod(dims))
-        buf = np.empty(size + 128, np.uint8)
-        start = (-buf.ctypes.data) % 64 + off
-        raw = buf[start:start + size].reshape((n, c) + dims)
-        raw[...] = r.integers(0, 256, raw.shape)
+        raw = _c_order_at(r, (n, c) + dims, off)
         x = qops.make_per_tensor_quantized_tensor(raw, 0.05, 131)
+        kept = raw.copy()
         wt = _w((o, c) + (1,) * len(dims), per_channel=True, seed=o + c)
         b = r.normal(0, 2, o).astype(np.float32)
         fn = F.conv2d_relu if len(dims) == 2 else F.conv3d
@@ -879,7 +887,7 @@ def test_amx_pixels_corder_equal_ref(threads):
             got = np.asarray(fn(x, wt, b, **args)._int)
         np.testing.assert_array_equal(got, want, err_msg=str((n, c, o, dims, off)))
         assert len(np.unique(want)) > 20
-        assert np.array_equal(raw, buf[start:start + size].reshape(raw.shape))
+        assert np.array_equal(raw, kept)                # the input is never written
     assert "conv.amx_pixels_corder" in taken, taken
 
 
@@ -902,12 +910,9 @@ def test_amx_padded_corder_equal_ref(threads):
             (1, 96, 32, (19, 17), 5, 1, 2, 2, 48), (2, 64, 40, (7, 7), 3, 1, 1, 1, 0),
             (1, 48, 64, (5, 9, 11), 3, 1, 1, 1, 32), (1, 160, 96, (9, 9), (1, 7), 1, (0, 3),
                                                       1, 0)]:
-        size = n * c * int(np.prod(dims))
-        buf = np.empty(size + 128, np.uint8)
-        start = (-buf.ctypes.data) % 64 + off
-        raw = buf[start:start + size].reshape((n, c) + dims)
-        raw[...] = r.integers(0, 256, raw.shape)
+        raw = _c_order_at(r, (n, c) + dims, off)
         x = qops.make_per_tensor_quantized_tensor(raw, 0.05, 131)
+        kept = raw.copy()
         kk = (k,) * len(dims) if isinstance(k, int) else k
         wt = _w((o, c) + kk, per_channel=True, seed=o + c)
         b = r.normal(0, 2, o).astype(np.float32)
@@ -922,7 +927,7 @@ def test_amx_padded_corder_equal_ref(threads):
         taken |= got_routes
         np.testing.assert_array_equal(got, want, err_msg=str((n, c, o, dims, k, s, p)))
         assert len(np.unique(want)) > 20
-        assert np.array_equal(raw, buf[start:start + size].reshape(raw.shape))
+        assert np.array_equal(raw, kept)
     assert "conv.amx_padded_corder" in taken, taken
     assert {"conv_cl.amx_padded", "conv_cl.amx_flat"} <= taken, taken
 

@@ -119,66 +119,46 @@ def add_relu(a: QTensor, b: QTensor, scale: float, zero_point: int) -> QTensor:
     return _add(a, b, scale, zero_point, True, "add_relu")
 
 
-def _scale_rows(a, b):
-    """(image, scale) when one of a, b is a channels-last image (N, C, H, W) and the other
-    its per-channel scale (N, C, 1, 1) (a squeeze-excite block), else None."""
-    if (type(a) is not QTensor or type(b) is not QTensor or a._axis is not None
-            or b._axis is not None or a._dtype is not b._dtype or a._dtype not in _DTYPES):
-        return None
-    sa, sb = a._int.shape, b._int.shape
-    if len(sa) != 4 or len(sb) != 4:
-        return None
-    if sb[2:] == (1, 1) and sa[:2] == sb[:2] and memory_order(a._int) is _CL4:
-        return a, b
-    if sa[2:] == (1, 1) and sa[:2] == sb[:2] and memory_order(b._int) is _CL4:
-        return b, a
-    return None
-
-
-def _scale_planes(a, b):
-    """(image, scale) when one of a, b is a C-contiguous image (N, C, H, W) and the other its
-    per-channel scale (N, C, 1, 1), else None."""
+def _scale_operands(a, b):
+    """(image, scale, channels_last) when one of a, b is an image (N, C, H, W), channels last
+    or C-contiguous, and the other its per-channel scale (N, C, 1, 1) (a squeeze-excite
+    block), else None."""
     if (type(a) is not QTensor or type(b) is not QTensor or a._axis is not None
             or b._axis is not None or a._dtype is not b._dtype or a._dtype not in _DTYPES):
         return None
     sa, sb = a._int.shape, b._int.shape
     if len(sa) != 4 or len(sb) != 4 or sa[:2] != sb[:2]:
         return None
-    if sb[2:] == (1, 1) and sa[2] * sa[3] > 1 and a._int.flags.c_contiguous:
-        return a, b
-    if sa[2:] == (1, 1) and sb[2] * sb[3] > 1 and b._int.flags.c_contiguous:
-        return b, a
+    for x, v in ((a, b), (b, a)):
+        if v._int.shape[2:] == (1, 1) and x._int.shape[2] * x._int.shape[3] > 1:
+            if memory_order(x._int) is _CL4:
+                return x, v, True
+            if x._int.flags.c_contiguous:
+                return x, v, False
     return None
 
 
 def _mul(a, b, scale, zero_point, relu, what):
-    planes = _scale_planes(a, b)
-    if planes is not None:
-        # each (n, c) plane against its one value: the kernel repeats it, never the whole
-        # broadcast (the product is symmetric, so which operand was `a` is moot)
-        x, v = planes
+    scaled = _scale_operands(a, b)
+    if scaled is not None:
+        # the kernel repeats the scale, never broadcast in full (the product is symmetric, so
+        # which operand was `a` is moot): a channels-last image's memory as (N, H*W, C) rows
+        # against one row an image, a C-order one as (N*C, H*W) planes against one value each
+        x, v, cl = scaled
         scale = qp.check_scale(scale)
         zero_point = qp.check_zero_point(zero_point, a._dtype)
         n, c, h, w = x._int.shape
         m = float(F32(F32(a._scale) * F32(b._scale)) * F32(qp.inv_scale(scale)))
-        data = _kernels().mul(x._int.reshape(n * c, h * w),
-                              np.ascontiguousarray(v._int).reshape(n * c, 1), x._zero_point,
-                              v._zero_point, m, zero_point, relu)
-        return QTensor._make(data.reshape(n, c, h, w), a.dtype, scale, zero_point)
-    pair = _scale_rows(a, b)
-    if pair is not None:
-        # the image's memory as (N, H*W, C) rows, the scale as one row per image: the kernel
-        # broadcasts the row (the product is symmetric, so which operand was `a` is moot)
-        x, v = pair
-        scale = qp.check_scale(scale)
-        zero_point = qp.check_zero_point(zero_point, a._dtype)
-        n, c, h, w = x._int.shape
-        m = float(F32(F32(a._scale) * F32(b._scale)) * F32(qp.inv_scale(scale)))
-        data = _kernels().mul(x._int.transpose(_CL4).reshape(n, h * w, c),
-                              np.ascontiguousarray(v._int).reshape(n, 1, c), x._zero_point,
-                              v._zero_point, m, zero_point, relu)
-        return QTensor._make(data.reshape(n, h, w, c).transpose(_CL4_BACK), a.dtype, scale,
-                             zero_point)
+        vs = np.ascontiguousarray(v._int)
+        if cl:
+            data = _kernels().mul(x._int.transpose(_CL4).reshape(n, h * w, c),
+                                  vs.reshape(n, 1, c), x._zero_point, v._zero_point, m,
+                                  zero_point, relu).reshape(n, h, w, c).transpose(_CL4_BACK)
+        else:
+            data = _kernels().mul(x._int.reshape(n * c, h * w), vs.reshape(n * c, 1),
+                                  x._zero_point, v._zero_point, m, zero_point,
+                                  relu).reshape(n, c, h, w)
+        return QTensor._make(data, a.dtype, scale, zero_point)
     ra, rb, scale, zero_point = _binary_inputs(a, b, scale, zero_point, what)
     m = float(F32(F32(a._scale) * F32(b._scale)) * F32(qp.inv_scale(scale)))
     data = elementwise2(_kernels().mul, ra, rb, a._zero_point, b._zero_point, m, zero_point, relu)
