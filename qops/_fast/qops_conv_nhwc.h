@@ -49,8 +49,8 @@ static void qconv_nhwc_fill(const qconv_nhwc_fill_args *f, ptrdiff_t r0, ptrdiff
             const ptrdiff_t hw = f->D * f->H * f->W;
             if (f->Cp != f->C)
                 memset(p, 0, (size_t)(f->W * f->Cp));
-            qops_transpose8_block(f->x + n * f->C * hw + (d * f->H + h) * f->W, hw, p, f->Cp,
-                                  0, f->C, 0, f->W);
+            qops_transpose8_pixels(f->x + n * f->C * hw + (d * f->H + h) * f->W, hw, f->C,
+                                   f->W, p, f->Cp);
         } else if (f->Cp == f->C) {
             memcpy(p, src, (size_t)(f->W * f->C));
         } else {
@@ -381,14 +381,7 @@ qconv_nhwc_amx_parts(const qconv_nhwc_args *a, const qconv_nhwc_args *at, ptrdif
             while (left > 0) {
                 const ptrdiff_t img = p0 / hw, at0 = p0 - img * hw;
                 const ptrdiff_t run = hw - at0 < left ? hw - at0 : left;
-                /* 64 pixels at a time, all their channels: their 64 x nch lines of the
-                 * stage stay in L1 while the 16-channel blocks fill them (the last 64
-                 * over pixels done before, as in qops_transpose8_block) */
-                for (ptrdiff_t c0 = 0; c0 < run; c0 += 64) {
-                    const ptrdiff_t c1 = c0 + 64 < run ? c0 + 64 : run;
-                    qops_transpose8_block(xc + img * q->Cp * hw + at0, hw, dst, s.Cp, 0,
-                                          q->Cp, c1 - c0 < 64 && run >= 64 ? c1 - 64 : c0, c1);
-                }
+                qops_transpose8_pixels(xc + img * q->Cp * hw + at0, hw, q->Cp, run, dst, s.Cp);
                 dst += run * s.Cp;
                 p0 += run;
                 left -= run;

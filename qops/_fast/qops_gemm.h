@@ -1648,15 +1648,7 @@ static void qg_corder_rows(const qg_corder *src, ptrdiff_t K, uint8_t *buf, ptrd
     while (r0 < r1) {
         const ptrdiff_t img = r0 / hw, at = r0 - img * hw;
         const ptrdiff_t run = hw - at < r1 - r0 ? hw - at : r1 - r0;
-        const uint8_t *planes = src->x + img * K * hw + at;
-        uint8_t *dst = buf + r0 * K;
-        /* 64 pixels at a time, all their channels (their rows stay in L1 meanwhile); the
-         * last 64 over pixels done before (as qops_transpose8_block's tiles) */
-        for (ptrdiff_t c0 = 0; c0 < run; c0 += 64) {
-            const ptrdiff_t c1 = c0 + 64 < run ? c0 + 64 : run;
-            qops_transpose8_block(planes, hw, dst, K, 0, K, c1 - c0 < 64 && run >= 64 ? c1 - 64
-                                                                                      : c0, c1);
-        }
+        qops_transpose8_pixels(src->x + img * K * hw + at, hw, K, run, buf + r0 * K, K);
         r0 += run;
     }
 }

@@ -146,6 +146,19 @@ static void qops_transpose8_block(const uint8_t *src, ptrdiff_t ls, uint8_t *dst
         for (c = c0; c < c1; c++) dst[c * ld + r] = src[r * ls + c];
 }
 
+/* Pixels [0, n) of C channel planes (plane stride hw) to n rows of C bytes at dst (row
+ * stride ld): 64 pixels at a time, all their channels, so the 64 rows they fill stay in L1
+ * meanwhile; the last 64 over pixels done before where there are 64 or more (as the
+ * tiles above). A channels-last row of pixels out of a C-order image. */
+static inline void qops_transpose8_pixels(const uint8_t *planes, ptrdiff_t hw, ptrdiff_t C,
+                                          ptrdiff_t n, uint8_t *dst, ptrdiff_t ld) {
+    for (ptrdiff_t c0 = 0; c0 < n; c0 += 64) {
+        const ptrdiff_t c1 = c0 + 64 < n ? c0 + 64 : n;
+        qops_transpose8_block(planes, hw, dst, ld, 0, C, c1 - c0 < 64 && n >= 64 ? c1 - 64 : c0,
+                              c1);
+    }
+}
+
 #if defined(_OPENMP)
 #define QOPS_TRANSPOSE_OMP_FOR _Pragma("omp parallel for schedule(static) num_threads(threads)")
 #else
