@@ -772,6 +772,15 @@ def test_gemm_taps_route_equals_ref(threads):
         kernels._set_mode(previous)
 
 
+def _need_amx():
+    """The conv kernels module, or a skip where the CPU has no AMX tiles."""
+    from qops import _fast
+    kernels = _fast.load("conv")
+    if not getattr(kernels, "_AMX", False):
+        pytest.skip("the AMX routes need a CPU with AMX-INT8")
+    return kernels
+
+
 @pytest.mark.parametrize("flat", [True, False])
 def test_amx_pair_store_equals_ref(flat):
     # AMX channels-last routes requantize two pixels x 32 output channels at a time where two
@@ -780,11 +789,8 @@ def test_amx_pair_store_equals_ref(flat):
     # both clamps hit (a small output scale saturates most outputs, ReLU with a high zero
     # point), odd widths (a last pixel without its pair), a third partial block, padding
     # pixels of the flat route between the pairs, the im2col rows of few channels
-    from qops import _fast
     from qops._show import explain
-    kernels = _fast.load("conv")
-    if not getattr(kernels, "_AMX", False):
-        pytest.skip("the AMX routes need a CPU with AMX-INT8")
+    kernels = _need_amx()
     was = kernels._AMX_FLAT[0]
     kernels._AMX_FLAT[0] = flat
     r = u.rng(29)
@@ -818,10 +824,8 @@ def test_amx_pixels_split_and_staged_rows_equal_ref(threads):
     # the threads each thread takes a part of the output block pairs over every row (an odd
     # block count: a part ends on a single block); an input starting off a cache line with
     # whole 64-byte pixels has each row copied to an aligned stage first
-    from qops import _fast
     from qops._show import explain
-    if not getattr(_fast.load("conv"), "_AMX", False):
-        pytest.skip("the AMX routes need a CPU with AMX-INT8")
+    _need_amx()
     r = u.rng(43)
     for n, c, o, h, w, off in [(1, 1024, 240, 14, 14, 0), (1, 1024, 256, 14, 14, 16),
                                (2, 128, 112, 9, 13, 48), (1, 480, 200, 14, 14, 0),
@@ -845,15 +849,33 @@ def test_amx_pixels_split_and_staged_rows_equal_ref(threads):
         assert taken == ["conv_cl.amx_pixels"], taken
 
 
-def _c_order_at(r, shape, off):
-    """Random uint8 values of `shape`, C-contiguous, starting `off` bytes past a cache line."""
+def _corder_conv_routes(r, shape, off, o, kernel, threads, **args):
+    """A C-order conv2d_relu (conv3d for 3-D) of random uint8 values of `shape` starting
+    `off` bytes past a cache line, fast at `threads` threads against ref, bit for bit, the
+    input unchanged; the routes it took."""
+    from qops._show import explain
     size = int(np.prod(shape))
     buf = np.empty(size + 128, np.uint8)
     start = (-buf.ctypes.data) % 64 + off
     raw = buf[start:start + size].reshape(shape)
     raw[...] = r.integers(0, 256, shape)
     assert raw.ctypes.data % 64 == off
-    return raw
+    kept = raw.copy()
+    x = qops.make_per_tensor_quantized_tensor(raw, 0.05, 131)
+    c = shape[1]
+    wt = _w((o, c) + kernel, per_channel=True, seed=o + c)
+    b = r.normal(0, 2, o).astype(np.float32)
+    fn = F.conv2d_relu if len(shape) == 4 else F.conv3d
+    args = dict(args, scale=0.02 * np.sqrt(c * np.prod(kernel)), zero_point=100)
+    with qops.backend("ref"):
+        want = np.asarray(fn(x, wt, b, **args)._int)
+    with qops.threads(threads):
+        taken = {rr.name for rr in explain(fn, x, wt, b, **args)}
+        got = np.asarray(fn(x, wt, b, **args)._int)
+    np.testing.assert_array_equal(got, want, err_msg=str((shape, o, kernel, off, args)))
+    assert len(np.unique(want)) > 20
+    assert np.array_equal(raw, kept)                    # the input is never written
+    return taken
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -863,31 +885,14 @@ def test_amx_pixels_corder_equal_ref(threads):
     # channel counts off 16 and 64, planes off 16 pixels (byte tails), an input off a cache
     # line, under 32 output channels; at 2 threads, rows too few for the threads, which then
     # split the channels (each transposing every row)
-    from qops import _fast
-    from qops._show import explain
-    if not getattr(_fast.load("conv"), "_AMX", False):
-        pytest.skip("the AMX routes need a CPU with AMX-INT8")
+    _need_amx()
     r = u.rng(44)
     taken = set()
     for n, c, o, dims, off in [(2, 72, 32, (19, 19), 0), (3, 256, 64, (48, 48), 16),
                                (2, 40, 48, (3, 7, 9), 48), (1, 1024, 256, (14, 14), 0),
                                (4, 136, 96, (5, 13), 32), (1, 32, 512, (1, 1), 0),
                                (1, 512, 24, (14, 14), 16), (2, 40, 16, (9, 11), 0)]:
-        raw = _c_order_at(r, (n, c) + dims, off)
-        x = qops.make_per_tensor_quantized_tensor(raw, 0.05, 131)
-        kept = raw.copy()
-        wt = _w((o, c) + (1,) * len(dims), per_channel=True, seed=o + c)
-        b = r.normal(0, 2, o).astype(np.float32)
-        fn = F.conv2d_relu if len(dims) == 2 else F.conv3d
-        args = dict(scale=0.02 * np.sqrt(c), zero_point=100)
-        with qops.backend("ref"):
-            want = np.asarray(fn(x, wt, b, **args)._int)
-        with qops.threads(threads):
-            taken |= {rr.name for rr in explain(fn, x, wt, b, **args)}
-            got = np.asarray(fn(x, wt, b, **args)._int)
-        np.testing.assert_array_equal(got, want, err_msg=str((n, c, o, dims, off)))
-        assert len(np.unique(want)) > 20
-        assert np.array_equal(raw, kept)                # the input is never written
+        taken |= _corder_conv_routes(r, (n, c) + dims, off, o, (1,) * len(dims), threads)
     assert "conv.amx_pixels_corder" in taken, taken
 
 
@@ -898,10 +903,7 @@ def test_amx_padded_corder_equal_ref(threads):
     # bytes past them zeroed), strides, dilation, 3-D, planes off 16 pixels, an input off a
     # cache line, small planes on the flat route (strided there: stride phases, which the
     # whole channels-last copy feeds instead)
-    from qops import _fast
-    from qops._show import explain
-    if not getattr(_fast.load("conv"), "_AMX", False):
-        pytest.skip("the AMX routes need a CPU with AMX-INT8")
+    _need_amx()
     r = u.rng(45)
     taken = set()
     for n, c, o, dims, k, s, p, dil, off in [
@@ -910,24 +912,9 @@ def test_amx_padded_corder_equal_ref(threads):
             (1, 96, 32, (19, 17), 5, 1, 2, 2, 48), (2, 64, 40, (7, 7), 3, 1, 1, 1, 0),
             (1, 48, 64, (5, 9, 11), 3, 1, 1, 1, 32), (1, 160, 96, (9, 9), (1, 7), 1, (0, 3),
                                                       1, 0)]:
-        raw = _c_order_at(r, (n, c) + dims, off)
-        x = qops.make_per_tensor_quantized_tensor(raw, 0.05, 131)
-        kept = raw.copy()
         kk = (k,) * len(dims) if isinstance(k, int) else k
-        wt = _w((o, c) + kk, per_channel=True, seed=o + c)
-        b = r.normal(0, 2, o).astype(np.float32)
-        fn = F.conv2d_relu if len(dims) == 2 else F.conv3d
-        args = dict(stride=s, padding=p, dilation=dil, scale=0.02 * np.sqrt(c * np.prod(kk)),
-                    zero_point=100)
-        with qops.backend("ref"):
-            want = np.asarray(fn(x, wt, b, **args)._int)
-        with qops.threads(threads):
-            got_routes = {rr.name for rr in explain(fn, x, wt, b, **args)}
-            got = np.asarray(fn(x, wt, b, **args)._int)
-        taken |= got_routes
-        np.testing.assert_array_equal(got, want, err_msg=str((n, c, o, dims, k, s, p)))
-        assert len(np.unique(want)) > 20
-        assert np.array_equal(raw, kept)
+        taken |= _corder_conv_routes(r, (n, c) + dims, off, o, kk, threads, stride=s,
+                                     padding=p, dilation=dil)
     assert "conv.amx_padded_corder" in taken, taken
     assert {"conv_cl.amx_padded", "conv_cl.amx_flat"} <= taken, taken
 
@@ -935,10 +922,8 @@ def test_amx_padded_corder_equal_ref(threads):
 def test_one_row_amx_conv_splits_over_threads():
     # AMX: a conv1d is one output row; whole rows per thread left the second thread idle (2
     # threads ran slower than 1), so stride-1 convs with too few rows take the flat route
-    from qops import _fast
     from qops._show import explain
-    if not getattr(_fast.load("conv"), "_AMX", False):
-        pytest.skip("the AMX routes need a CPU with AMX-INT8")
+    _need_amx()
     r = u.rng(41)
     # (long enough to be worth a second thread: AMX_GRAIN)
     x = u.random_qtensor(r, (1, 64, 2100), qops.quint8, scale=0.05, zero_point=120)

@@ -540,8 +540,8 @@ def _amx_pixels_layout(total, o, c):
     if rem == 0:
         R, rem = R - 1, P
     # work: the products, or for few channels the bytes in and out (64 products' worth a
-    # byte): 32->16 on 112x112 is 6 M products but streams 600 KB, where a second thread
-    # pays (66 -> 45 us)
+    # byte): 32->16 on 112x112 is 6 M products but streams 600 KB, which a second thread
+    # halves
     nthreads = qops_threads_for(total * max(o * c, 64 * (c + o)), AMX_GRAIN)
     nsplit = _amx_pixel_split(R + 1, (o + 31) // 32, nthreads)
     return P, R, rem, min(nthreads, nsplit * (R + 1)), nsplit
@@ -1497,7 +1497,7 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
     weights, from _NHWC_MIN_C channels, C-contiguous: conv_cl's amx_pixels, each row
     transposed into its thread's stage from the channel planes (the whole channels-last
     copy, written out and read back, cost as much as the conv), under 32 output channels
-    too (3x faster than the planes' AMX tier on 512->24 at 14x14).
+    too (measured faster there as well than the planes' AMX tier).
     'amx_padded_corder': (AMX, before amx_through_cl) its convs that conv_cl runs on a padded
     copy filled row by row (_amx_tiles_corder), C-contiguous: that copy filled by
     transposing from the channel planes (no channels-last copy first).
@@ -1552,13 +1552,12 @@ def _plan_conv(x, packed, stride, padding, dilation, groups=1, bias_term=None,
         owp = (ow + 15) // 16 * 16
         if (d + 2 * pd) * (h + 2 * ph) * qconv_dwr_rowpix(owp, dilation[2]) * 4 <= (1 << 20):
             return "dw_rows", mode, owp
-    if (not dw and _MODE[0] == 2 and groups == 1 and packed["kind"] == "grouped"
-            and packed["symmetric"] and n * od * oh * ow > 0
-            and (kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1)
+    amx_ok = (not dw and _MODE[0] == 2 and groups == 1 and packed["kind"] == "grouped"
+              and packed["symmetric"] and n * od * oh * ow > 0)
+    if (amx_ok and (kd, kh, kw) == (1, 1, 1) and tuple(stride) == (1, 1, 1)
             and tuple(padding) == (0, 0, 0) and c >= _NHWC_MIN_C and x.flags.c_contiguous):
         return "amx_pixels_corder", mode, 0
-    if (not dw and _MODE[0] == 2 and groups == 1 and packed["kind"] == "grouped"
-            and packed["symmetric"] and o >= 32 and n * od * oh * ow > 0):
+    if amx_ok and o >= 32:
         cl_route = _amx_tiles_corder(x, packed, stride, padding, dilation, groups, bias_term,
                                      multiplier)
         if cl_route is not None:
