@@ -36,6 +36,27 @@ def _count_calls(monkeypatch, module, name):
     return calls
 
 
+@pytest.mark.parametrize("transposed", [False, True])
+def test_used_packed_conv_pickles_and_copies(backend, transposed):
+    # a pack that has run holds per-process packings and per-geometry calls (the kernel
+    # module among them, which cannot be pickled): copies and pickles drop them
+    import copy
+    import pickle
+
+    from qops import nn
+    x = _x((2, 8, 9, 9))
+    if transposed:
+        m = nn.quantized.ConvTranspose2d(8, 4, 3, stride=2, padding=1)
+    else:
+        m = nn.quantized.Conv2d(8, 16, 3, padding=1, bias=True)
+    m.set_weight_bias(_w(tuple(m.weight().shape), per_channel=not transposed), None)
+    m.scale, m.zero_point = 0.2, 100
+    want = m(x).int_repr()
+    for clone in (copy.deepcopy(m), pickle.loads(pickle.dumps(m))):
+        np.testing.assert_array_equal(clone(x).int_repr(), want)
+        np.testing.assert_array_equal(clone(x).int_repr(), want)
+
+
 def test_output_shapes_and_batch0(backend):
     x = _x((0, 4, 9, 9))
     out = F.conv2d(x, _w((8, 2, 3, 3)), None, stride=2, padding=1, groups=2, scale=0.5,

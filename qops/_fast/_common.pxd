@@ -16,6 +16,7 @@ ctypedef int32_t acc_t    # integer accumulators (exact int32, as fbgemm's)
 
 cdef extern from "qops_common.h" nogil:
     int qops_threads_for(Py_ssize_t work, Py_ssize_t grain)
+    int qops_omp_threads()
     Py_ssize_t qops_chunk64(Py_ssize_t n, int threads)
     float qops_rintf(float x)
     float qops_clampf(float v, float lo, float hi)

@@ -547,6 +547,55 @@ def _amx_pixels_layout(total, o, c):
     return P, R, rem, min(nthreads, nsplit * (R + 1)), nsplit
 
 
+cdef class _PixelsCall:
+    """What _conv_cl_amx_pixels works out from the geometry alone, kept as _TilesCall."""
+    cdef qconv_nhwc_args a, at
+    cdef bint gather
+    cdef Py_ssize_t xd, xh, xw, xc, sd, sh, sw, od, oh, ow, total, P, R, hw, sb, items
+    cdef Py_ssize_t at_in, at_out
+    cdef int nthreads, nsplit
+    cdef object out_shape, gather_shape, keep
+
+
+cdef _PixelsCall _pixels_call(shape, packed, stride, bint corder):
+    """The _PixelsCall of _conv_cl_amx_pixels for input `shape` (see there)."""
+    cdef _PixelsCall t = _PixelsCall()
+    if corder:
+        n, c, d, h, wdt = shape
+    else:
+        n, d, h, wdt, c = shape
+    t.sd, t.sh, t.sw = stride[0], stride[1], stride[2]
+    t.gather = (t.sd, t.sh, t.sw) != (1, 1, 1)
+    t.xd, t.xh, t.xw, t.xc = d, h, wdt, c
+    t.od, t.oh, t.ow = (d - 1) // t.sd + 1, (h - 1) // t.sh + 1, (wdt - 1) // t.sw + 1
+    o = packed["O"]
+    t.total = n * t.od * t.oh * t.ow
+    P, R, rem, t.nthreads, t.nsplit = _amx_pixels_layout(t.total, o, c)
+    t.P, t.R = P, R
+    cp = (c + 63) // 64 * 64
+    wb = _nhwc_weights(packed)
+    taps = packed.get(("taps", 1, 1, 0, (1, 1, 1), None))
+    if taps is None:
+        taps = packed[("taps", 1, 1, 0, (1, 1, 1), None)] = np.zeros(1, np.intp)
+    t.out_shape = (n, t.od, t.oh, t.ow, o)
+    t.gather_shape = (n, t.od, t.oh, t.ow, c)
+    t.a.Dp, t.a.Hp, t.a.Wp, t.a.Cp = 1, R, P, c
+    t.a.sd, t.a.sh, t.a.sw = 1, 1, 1
+    t.a.OD, t.a.OH, t.a.OW, t.a.O = 1, R, P, o
+    t.a.ntaps, t.a.nch, t.a.nob = 1, cp // 64, (o + 15) // 16
+    t.a.toff = <const Py_ssize_t*>qops_ptr(taps)
+    t.a.wb = <const int8_t*>qops_ptr(wb)
+    t.a.kzw = <const int32_t*>qops_ptr(packed["kzw"])
+    t.keep = (taps, wb, packed["kzw"])
+    t.at = t.a
+    t.at.Hp, t.at.Wp, t.at.OH, t.at.OW = 1, rem, 1, rem
+    t.at_in, t.at_out = R * P * c, R * P * o
+    t.items = t.nsplit * (R + 1)
+    t.hw = d * h * wdt
+    t.sb = (max(P, rem) + 31) // 32 * 32 * cp
+    return t
+
+
 def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
                         stride=(1, 1, 1), corder=False):
     """1x1 conv without padding of contiguous channels-last x on AMX: the N D H W output
@@ -561,48 +610,41 @@ def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero
     transposes its rows' pixels out of the channel planes into its stage (no channels-last
     copy of the whole input; where the threads split the channels, each transposes every
     row for itself, which costs less than one copy the other core wrote half of)."""
-    cdef qconv_nhwc_args a
-    if corder:
-        n, c, d, h, wdt = x.shape
-    else:
-        n, d, h, wdt, c = x.shape
-    cdef Py_ssize_t sd = stride[0], sh = stride[1], sw = stride[2]
-    cdef bint gather = (sd, sh, sw) != (1, 1, 1)
-    cdef Py_ssize_t xd = d, xh = h, xw = wdt, xc = c
-    cdef Py_ssize_t od = (d - 1) // sd + 1, oh = (h - 1) // sh + 1, ow = (wdt - 1) // sw + 1
-    o = packed["O"]
-    cdef Py_ssize_t total = n * od * oh * ow, P, R, rem
-    cdef int nthreads, nsplit
-    P, R, rem, nthreads, nsplit = _amx_pixels_layout(total, o, c)
-    cp = (c + 63) // 64 * 64
-    wb = _nhwc_weights(packed)
-    taps = packed.get(("taps", 1, 1, 0, (1, 1, 1), None))
-    if taps is None:
-        taps = packed[("taps", 1, 1, 0, (1, 1, 1), None)] = np.zeros(1, np.intp)
-    out = qops_empty(np, (n, od, oh, ow, o), np.uint8)
-    xs = qops_empty(np, (n, od, oh, ow, c), np.uint8) if gather else x
+    calls = _calls(packed)
+    key = ("pixels", x.shape, stride, corder, qops_omp_threads())
+    cdef _PixelsCall t = calls.get(key)
+    if t is None:
+        t = calls[key] = _pixels_call(x.shape, packed, stride, corder)
+    cdef qconv_nhwc_args a = t.a
+    cdef qconv_nhwc_args at = t.at
+    cdef bint gather = t.gather
+    bt = np.ascontiguousarray(bias_term, np.float32)
+    mu = np.ascontiguousarray(multiplier, np.float32)
+    out = qops_empty(np, t.out_shape, np.uint8)
+    xs = qops_empty(np, t.gather_shape, np.uint8) if gather else x
     cdef const uint8_t *xp = <const uint8_t*>qops_ptr(x)
     cdef uint8_t *gp = <uint8_t*>qops_ptr(xs, True) if gather else NULL
     a.xp = <const uint8_t*>qops_ptr(xs)
-    a.Dp, a.Hp, a.Wp, a.Cp = 1, R, P, c
-    a.sd, a.sh, a.sw = 1, 1, 1
-    keep = _nhwc_tiles_args(&a, packed, wb, taps, 1, R, P, cp, 1, bias_term, multiplier,
-                            x_zero_point, out_zero_point, relu, out)
-    cdef qconv_nhwc_args at = a
-    at.xp = a.xp + <Py_ssize_t>(R * P * c)
-    at.Hp, at.Wp, at.OH, at.OW = 1, rem, 1, rem
-    at.out = a.out + <Py_ssize_t>(R * P * o)
-    cdef Py_ssize_t i, i0, i1, items = nsplit * (R + 1)
+    a.bterm = <const float*>qops_ptr(bt)
+    a.mult = <const float*>qops_ptr(mu)
+    a.xz = x_zero_point
+    a.ozp = out_zero_point
+    a.lo = out_zero_point if relu else 0
+    a.out = <uint8_t*>qops_ptr(out, True)
+    at.xp, at.out = a.xp + t.at_in, a.out + t.at_out
+    at.bterm, at.mult, at.xz, at.ozp, at.lo = a.bterm, a.mult, a.xz, a.ozp, a.lo
+    cdef Py_ssize_t i, i0, i1, items = t.items, R = t.R, P = t.P, total = t.total
+    cdef Py_ssize_t xd = t.xd, xh = t.xh, xw = t.xw, xc = t.xc, sd = t.sd, sh = t.sh, sw = t.sw
+    cdef Py_ssize_t od = t.od, oh = t.oh, ow = t.ow, hw = t.hw, sb = t.sb
+    cdef int nthreads = t.nthreads, nsplit = t.nsplit
     cdef const uint8_t *xco = xp if corder else NULL
-    cdef Py_ssize_t hw = d * h * wdt
-    cdef Py_ssize_t sb = (max(P, rem) + 31) // 32 * 32 * cp
     stage = np.empty(nthreads * sb + 64, np.uint8)
     cdef uint8_t *sp = <uint8_t*>qops_ptr(stage, True)
     sp = sp + (-<size_t>sp) % 64
     # every row staged where the pixels of an input that starts off a cache line would be
     # read from there by 4+ block pairs (fewer: the copy costs more than the split reads),
     # unless threads split the channels (each would copy every row)
-    cdef int stage_rows = (c % 64 == 0 and (<size_t>a.xp) % 64 != 0 and o > 96
+    cdef int stage_rows = (xc % 64 == 0 and (<size_t>a.xp) % 64 != 0 and a.O > 96
                            and nsplit == 1)
     with nogil:
         if gather and nsplit > 1:
@@ -1296,18 +1338,39 @@ def conv_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu
                               relu, stride, padding, dilation, route)
 
 
-def _conv_cl_amx_tiles(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
-                       stride, padding, dilation, route, corder=False):
-    """conv_cl's routes amx_padded and amx_flat: AMX tiles on a padded copy of x (or on x in
-    place, without padding). With corder, x is C-order (N, C, D, H, W) and the padded copy
-    is filled by transposing each row's pixels out of the channel planes (never in place, nor
-    in stride phases)."""
+cdef class _TilesCall:
+    """What _conv_cl_amx_tiles works out from the geometry alone (the kernels' argument
+    structs without their data pointers, the sizes of its copies, the threads), kept per
+    geometry in the packed weight: a model calls each conv on one input size, and for small
+    convs working this out again cost as much as the kernel."""
     cdef qconv_nhwc_fill_args f
     cdef qconv_nhwc_args a
+    cdef bint flat, phases, direct
+    cdef Py_ssize_t xpad_len, tail_rows, tail_len, tail_copy, tail_src, tail_out
+    cdef Py_ssize_t rows, orows, prows, items, psh, psw, hq, wq
+    cdef int nthreads, fill_threads
+    cdef object out_shape, keep
+
+
+# geometries whose prepared calls a packed weight keeps (a model calls each conv on one)
+_CALLS_KEPT = 16
+
+
+cdef dict _calls(packed):
+    """The packed weight's dict of prepared calls, emptied when it grows past _CALLS_KEPT."""
+    calls = packed.get("calls")
+    if calls is None or len(<dict>calls) >= _CALLS_KEPT:
+        calls = packed["calls"] = {}
+    return <dict>calls
+
+
+cdef _TilesCall _tiles_call(shape, packed, stride, padding, dilation, route, bint corder):
+    """The _TilesCall of _conv_cl_amx_tiles for input `shape` (see there)."""
+    cdef _TilesCall t = _TilesCall()
     if corder:
-        n, c, d, h, wdt = x.shape
+        n, c, d, h, wdt = shape
     else:
-        n, d, h, wdt, c = x.shape
+        n, d, h, wdt, c = shape
     kd, kh, kw = packed["kernel"]
     o = packed["O"]
     (pd, ph, pw), (sd, sh, sw), (dd, dh, dwl) = padding, stride, dilation
@@ -1318,88 +1381,130 @@ def _conv_cl_amx_tiles(x, packed, x_zero_point, bias_term, multiplier, out_zero_
     sw = min(sw, wp_)
     wb = _nhwc_weights(packed)
     cp = (c + 63) // 64 * 64
-    cdef bint flat = route == "amx_flat"
+    t.flat = route == "amx_flat"
     # strided flat convs (2-D) read the padded input split by the stride into phase planes
     # of hq x wq pixels (qconv_nhwc_fill_phases); the planes stand in for depth slices
-    cdef bint phases = flat and (sh > 1 or sw > 1)
-    cdef Py_ssize_t psh = sh, psw = sw
-    cdef Py_ssize_t hq = (hp + sh - 1) // sh, wq = (wp_ + sw - 1) // sw
-    cdef Py_ssize_t rows = n * dp * hp, orows = n * od * oh
-    cdef Py_ssize_t prows = n * sh * sw * hq
+    t.phases = t.flat and (sh > 1 or sw > 1)
+    t.psh, t.psw = sh, sw
+    t.hq, t.wq = (hp + sh - 1) // sh, (wp_ + sw - 1) // sw
+    t.rows, t.orows = n * dp * hp, n * od * oh
+    t.prows = n * sh * sw * t.hq
     # slack past the end: the last pixel tiles read up to 32 strided pixels past a row (and
     # flat tiles up to 32 pixels and a row of taps past the image)
-    size = prows * wq * cp if phases else rows * wp_ * cp
+    size = t.prows * t.wq * cp if t.phases else t.rows * wp_ * cp
     # no padding (2-D): the tiles read the input as it lies, a pixel every c bytes (a copy
     # of a large input costs as much as a 1x1 conv's products). With c not a multiple of 64
     # the last 64-byte chunk of a pixel runs on into the next pixel's bytes, which meet the
     # zero weights of the channels past c. The last image's trailing output rows whose tiles
     # read past the input's end run on a copy of its last rows with slack ("tail" rows).
-    cdef bint direct = (route == "amx_padded" and not (pd or ph or pw) and d == 1 and n > 0
-                        and not corder)
-    cdef Py_ssize_t tail_rows = 0, oh0 = oh
-    cdef Py_ssize_t nch = cp // 64, img = h * wdt * c
+    t.direct = (route == "amx_padded" and not (pd or ph or pw) and d == 1 and n > 0
+                and not corder)
+    t.tail_rows = 0
+    oh0 = oh
+    nch, img = cp // 64, h * wdt * c
 
     def reach(r):       # bytes of an image that output row r's tiles read up to
         return ((r * sh + (kh - 1) * dh) * wdt + ((ow + 31) // 32 * 32 - 1) * sw
                 + (kw - 1) * dwl) * c + nch * 64
-    if direct:
+    if t.direct:
         last = reach(oh - 1)
-        direct = last - img <= img                 # other images' overshoot stays in the next
-    if direct:
+        t.direct = last - img <= img               # other images' overshoot stays in the next
+    if t.direct:
         while oh0 > 0 and reach(oh0 - 1) > img:
             oh0 -= 1
-        tail_rows = oh - oh0
-        if tail_rows:
-            tail = np.zeros(max(last, img) - oh0 * sh * wdt * c + 64, np.uint8)
-            tail[:(h - oh0 * sh) * wdt * c] = x[n - 1, 0, oh0 * sh:].reshape(-1)
+        t.tail_rows = oh - oh0
+        if t.tail_rows:
+            # the tail copy: its length, the bytes copied into it from the last image (at
+            # tail_src), and where its rows' output starts
+            t.tail_len = max(last, img) - oh0 * sh * wdt * c + 64
+            t.tail_copy = (h - oh0 * sh) * wdt * c
+            t.tail_src = ((n - 1) * h + oh0 * sh) * wdt * c
+            t.tail_out = ((n - 1) * oh + oh0) * ow * o
         size = 0
     # the pixel stride of what the tiles read: the input's c, or the padded copy's cp
-    cdef Py_ssize_t cs = c if direct else cp
-    xpad = qops_empty(np, (size + (32 * sw + wp_ + 64) * cp,), np.uint8)
-    f.x = <const uint8_t*>qops_ptr(x)
-    f.N, f.D, f.H, f.W, f.C = n, d, h, wdt, c
-    f.pd, f.ph, f.pw = pd, ph, pw
-    f.Dp, f.Hp, f.Wp, f.Cp = dp, hp, wp_, cp
-    f.xz = x_zero_point
-    f.xp = <uint8_t*>qops_ptr(xpad, True)
-    f.corder = corder
-    if corder and phases:
+    cs = c if t.direct else cp
+    t.xpad_len = size + (32 * sw + wp_ + 64) * cp
+    t.f.N, t.f.D, t.f.H, t.f.W, t.f.C = n, d, h, wdt, c
+    t.f.pd, t.f.ph, t.f.pw = pd, ph, pw
+    t.f.Dp, t.f.Hp, t.f.Wp, t.f.Cp = dp, hp, wp_, cp
+    t.f.corder = corder
+    if corder and t.phases:
         raise AssertionError("conv.amx_padded_corder: no stride phases from C order")
     # the taps' offsets, kept per geometry (a model calls each conv on one input size)
-    key = ("taps", hp, wp_, cs, dilation, (sh, sw) if phases else None)
+    key = ("taps", hp, wp_, cs, dilation, (sh, sw) if t.phases else None)
     taps = packed.get(key)
     if taps is None:
-        if phases:      # tap (j, k) in plane ((j dh) % sh, (k dw) % sw), shifted by the quotients
+        if t.phases:    # tap (j, k) in plane ((j dh) % sh, (k dw) % sw), shifted by the quotients
             taps = np.array(
-                [((((j * dh) % sh * sw + (k * dwl) % sw) * hq + (j * dh) // sh) * wq
+                [((((j * dh) % sh * sw + (k * dwl) % sw) * t.hq + (j * dh) // sh) * t.wq
                   + (k * dwl) // sw) * cp for j in range(kh) for k in range(kw)], dtype=np.intp)
         else:
             taps = np.array(
                 [((i * dd * hp + j * dh) * wp_ + k * dwl) * cs
                  for i in range(kd) for j in range(kh) for k in range(kw)], dtype=np.intp)
         packed[key] = taps
-    out = qops_empty(np, (n, od, oh, ow, o), np.uint8)
-    a.xp = f.xp
-    if phases:
-        a.Dp, a.Hp, a.Wp, a.Cp = sh * sw, hq, wq, cp
+    t.out_shape = (n, od, oh, ow, o)
+    if t.phases:
+        t.a.Dp, t.a.Hp, t.a.Wp, t.a.Cp = sh * sw, t.hq, t.wq, cp
     else:
-        a.Dp, a.Hp, a.Wp, a.Cp = dp, hp, wp_, cs
-    a.sd, a.sh, a.sw = sd, sh, sw
-    keep = _nhwc_tiles_args(&a, packed, wb, taps, od, oh, ow, cp, len(taps), bias_term,
-                            multiplier, x_zero_point, out_zero_point, relu, out)
-    cdef qconv_nhwc_args at = a
-    cdef int fill_threads = qops_threads_for(rows * wp_ * cp, 1 << 16)
-    if direct:
+        t.a.Dp, t.a.Hp, t.a.Wp, t.a.Cp = dp, hp, wp_, cs
+    t.a.sd, t.a.sh, t.a.sw = sd, sh, sw
+    t.a.OD, t.a.OH, t.a.OW, t.a.O = od, oh, ow, o
+    t.a.ntaps, t.a.nch, t.a.nob = len(taps), cp // 64, (o + 15) // 16
+    t.a.toff = <const Py_ssize_t*>qops_ptr(taps)
+    t.a.wb = <const int8_t*>qops_ptr(wb)
+    t.a.kzw = <const int32_t*>qops_ptr(packed["kzw"])
+    t.keep = (taps, wb, packed["kzw"])
+    t.fill_threads = 0 if t.direct else qops_threads_for(t.rows * wp_ * cp, 1 << 16)
+    t.nthreads = qops_threads_for(t.orows * ow * o * c * len(taps), AMX_GRAIN)
+    t.items = qconv_flat_items(&t.a, n)
+    if t.flat:
+        t.nthreads = min(t.nthreads, t.items)
+    return t
+
+
+def _conv_cl_amx_tiles(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
+                       stride, padding, dilation, route, corder=False):
+    """conv_cl's routes amx_padded and amx_flat: AMX tiles on a padded copy of x (or on x in
+    place, without padding). With corder, x is C-order (N, C, D, H, W) and the padded copy
+    is filled by transposing each row's pixels out of the channel planes (never in place, nor
+    in stride phases). The geometry's work is a _TilesCall, kept per input shape and
+    threads."""
+    calls = _calls(packed)
+    key = ("tiles", x.shape, stride, padding, dilation, route, corder, qops_omp_threads())
+    cdef _TilesCall t = calls.get(key)
+    if t is None:
+        t = calls[key] = _tiles_call(x.shape, packed, stride, padding, dilation, route, corder)
+    cdef qconv_nhwc_fill_args f = t.f
+    cdef qconv_nhwc_args a = t.a
+    cdef qconv_nhwc_args at
+    bt = np.ascontiguousarray(bias_term, np.float32)
+    mu = np.ascontiguousarray(multiplier, np.float32)
+    xpad = qops_empty(np, (t.xpad_len,), np.uint8)
+    out = qops_empty(np, t.out_shape, np.uint8)
+    f.x = <const uint8_t*>qops_ptr(x)
+    f.xz = x_zero_point
+    f.xp = <uint8_t*>qops_ptr(xpad, True)
+    a.xp = f.xp
+    a.bterm = <const float*>qops_ptr(bt)
+    a.mult = <const float*>qops_ptr(mu)
+    a.xz = x_zero_point
+    a.ozp = out_zero_point
+    a.lo = out_zero_point if relu else 0
+    a.out = <uint8_t*>qops_ptr(out, True)
+    at = a
+    if t.direct:
         a.xp = f.x
-        fill_threads = 0
-        if tail_rows:       # rows [oh0, oh) of the last image, on the tail copy
+        if t.tail_rows:       # rows [oh0, oh) of the last image, on the tail copy
+            tail = np.zeros(t.tail_len, np.uint8)
+            tail[:t.tail_copy] = x.reshape(-1)[t.tail_src:t.tail_src + t.tail_copy]
             at.xp = <const uint8_t*>qops_ptr(tail)
-            at.OD, at.OH = 1, tail_rows
-            at.out = a.out + <Py_ssize_t>(((n - 1) * oh + oh0) * ow * o)
-    cdef int nthreads = qops_threads_for(orows * ow * o * c * len(taps), AMX_GRAIN)
-    cdef Py_ssize_t i, items = qconv_flat_items(&a, n)
-    if flat:
-        nthreads = min(nthreads, items)
+            at.OD, at.OH = 1, t.tail_rows
+            at.out = a.out + t.tail_out
+    cdef Py_ssize_t i, items = t.items, rows = t.rows, orows = t.orows, prows = t.prows
+    cdef Py_ssize_t tail_rows = t.tail_rows, psh = t.psh, psw = t.psw, hq = t.hq, wq = t.wq
+    cdef int nthreads = t.nthreads, fill_threads = t.fill_threads
+    cdef bint phases = t.phases, flat = t.flat, direct = t.direct
     with nogil:
         if phases:
             for i in prange(fill_threads, schedule="static", num_threads=fill_threads):

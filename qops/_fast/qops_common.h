@@ -37,6 +37,15 @@ static inline void qops_copy_short(uint8_t *d, const uint8_t *s, ptrdiff_t n) {
     }
 }
 
+/* The threads a parallel region of the calling thread may start (its OpenMP setting). */
+static inline int qops_omp_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
 /* Threads worth starting for `work` units when one thread should get at least `grain`. */
 static inline int qops_threads_for(ptrdiff_t work, ptrdiff_t grain) {
 #ifdef _OPENMP

@@ -85,6 +85,15 @@ class PackedConv:
         self._k = int(np.prod(w5.shape[1:], dtype=np.int64))
         self._wmax = int(max(np.max(wz + 128), np.max(127 - wz)))
 
+    def __getstate__(self):
+        # The packings and the per-call caches are per process (their layout depends on the
+        # ISA build, and they name the kernel module, which cannot be pickled).
+        return (self.ndim, self._weight, self._bias, self.stride, self.padding, self.dilation,
+                self.groups, self.padding_mode)
+
+    def __setstate__(self, state):
+        self.__init__(*state)
+
     @property
     def in_channels(self) -> int:
         return self._weight.shape[1] * self.groups
@@ -349,7 +358,17 @@ def _conv(ndim, relu, input, weight, bias, stride, padding, dilation, groups, pa
                          f"accumulator could overflow with these zero points")
     o = pack.out_channels
     out_shape = (x.shape[0], o) + tuple(out_sizes[3 - ndim:])
-    geo = (ndim, channels_last, needs_copy, lead, stride3, pad3, dil3, out_shape)
+    order = channels_last_order(ndim + 2)
+    # the kernel's view of x and of its result, worked out once per geometry: channels last,
+    # x's memory as (N, D, H, W, C) and the result's (N, OD, OH, OW, O); C order, x as
+    # (N, C, D, H, W)
+    if channels_last:
+        cl = x.shape[:1] + x.shape[2:] + x.shape[1:2]
+        views = (cl[:1] + lead + cl[1:], (out_shape[0],) + out_shape[2:] + (out_shape[1],),
+                 inverse(order))
+    else:
+        views = (x.shape[:2] + lead + x.shape[2:], out_shape, None)
+    geo = (channels_last, needs_copy, stride3, pad3, dil3, out_shape, order, views)
     if not padded_copy:
         # (inputs padded here by copy take this path every call)
         if len(pack._geometry) >= 16:
@@ -361,7 +380,7 @@ def _conv(ndim, relu, input, weight, bias, stride, padding, dilation, groups, pa
 def _conv_run(pack, input, geo, relu, scale, zero_point, x=None):
     """The kernel call of _conv once its checks and geometry are known (x: the raw input as
     the kernel takes it, else derived from `input` as geo says)."""
-    ndim, channels_last, needs_copy, lead, stride3, pad3, dil3, out_shape = geo
+    channels_last, needs_copy, stride3, pad3, dil3, out_shape, order, views = geo
     if out_shape[0] == 0:
         return QTensor._make(np.zeros(out_shape, np.uint8), quint8, scale, zero_point)
     if x is None:
@@ -369,19 +388,16 @@ def _conv_run(pack, input, geo, relu, scale, zero_point, x=None):
     x_zp = int(input._zero_point)
     bterm, mult = pack._requant(input._scale, scale)
     kernels = _config.impl("conv")
+    x_view, out_view, inv = views
     if channels_last:
-        order = channels_last_order(ndim + 2)
-        xm = x.transpose(order)
-        xm = xm.reshape(xm.shape[:1] + lead + xm.shape[1:])
+        xm = x.transpose(order).reshape(x_view)
         out = kernels.conv_cl(xm, pack._kernel_pack(kernels), x_zp, bterm, mult, zero_point,
                               bool(relu), stride3, pad3, dil3, pack.groups)
-        out = out.reshape((out_shape[0],) + out_shape[2:] + (out_shape[1],))
-        return _channels_last(out.transpose(inverse(order)), order, scale, zero_point)
-    x5 = x.reshape(x.shape[:2] + lead + x.shape[2:])
-    out = kernels.conv(x5, pack._kernel_pack(kernels), x_zp, bterm, mult, zero_point, bool(relu),
-                       stride3, pad3, dil3, pack.groups)
-    return _channels_last(out.reshape(out_shape), channels_last_order(ndim + 2), scale,
-                          zero_point)
+        # conv_cl's result is its channels-last memory: the view is the result as it is
+        return QTensor._make(out.reshape(out_view).transpose(inv), quint8, scale, zero_point)
+    out = kernels.conv(x.reshape(x_view), pack._kernel_pack(kernels), x_zp, bterm, mult,
+                       zero_point, bool(relu), stride3, pad3, dil3, pack.groups)
+    return _channels_last(out.reshape(out_view), order, scale, zero_point)
 
 
 def _channels_last(out, order, scale, zero_point):
