@@ -730,29 +730,54 @@ def _dw_quads(packed):
     return wq
 
 
-def _conv_dw_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
-                stride, padding, dilation):
-    """Depthwise conv of contiguous channels-last x (N, D, H, W, C) by qconv_dwcl_rows."""
+cdef class _DwCall:
+    """What _conv_dw_cl works out from the geometry alone, kept as _TilesCall."""
     cdef qconv_dwcl_args a
-    n, d, h, wdt, c = x.shape
+    cdef Py_ssize_t rows, ncst
+    cdef int nthreads
+    cdef object out_shape, keep
+
+
+cdef _DwCall _dw_call(shape, packed, stride, padding, dilation):
+    """The _DwCall of _conv_dw_cl for input `shape` (see there)."""
+    cdef _DwCall t = _DwCall()
+    n, d, h, wdt, c = shape
     kd, kh, kw = packed["kernel"]
     (pd, ph, pw), (sd, sh, sw), (dd, dh, dwl) = padding, stride, dilation
     od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
     wq = _dw_quads(packed)
-    cb = (c + 63) // 64
-    cst = np.empty(cb * 64 * 3, np.float32)
-    out = qops_empty(np, (n, od, oh, ow, c), np.uint8)
+    t.ncst = (c + 63) // 64 * 64 * 3
+    t.out_shape = (n, od, oh, ow, c)
+    t.a.N, t.a.D, t.a.H, t.a.W, t.a.C = n, d, h, wdt, c
+    t.a.OD, t.a.OH, t.a.OW = od, oh, ow
+    t.a.KD, t.a.KH, t.a.KW = kd, kh, kw
+    t.a.sd, t.a.sh, t.a.sw, t.a.pd, t.a.ph, t.a.pw = sd, sh, sw, pd, ph, pw
+    t.a.dd, t.a.dh, t.a.dw = dd, dh, dwl
+    t.a.wq = <const int8_t*>qops_ptr(wq)
+    t.a.kzw = <const int32_t*>qops_ptr(packed["kzw"])
+    t.keep = (wq, packed["kzw"])
+    t.rows = n * od * oh
+    # a quarter of GRAIN: a depthwise multiply-add costs this kernel about four times what
+    # one costs the dense kernels
+    t.nthreads = qops_threads_for(t.rows * ow * c * kd * kh * kw, GRAIN // 4)
+    return t
+
+
+def _conv_dw_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
+                stride, padding, dilation):
+    """Depthwise conv of contiguous channels-last x (N, D, H, W, C) by qconv_dwcl_rows (the
+    geometry's work a _DwCall, kept per input shape and threads)."""
+    calls = _calls(packed)
+    key = ("dw", x.shape, stride, padding, dilation, qops_omp_threads())
+    cdef _DwCall t = calls.get(key)
+    if t is None:
+        t = calls[key] = _dw_call(x.shape, packed, stride, padding, dilation)
+    cdef qconv_dwcl_args a = t.a
+    cst = np.empty(t.ncst, np.float32)
+    out = qops_empty(np, t.out_shape, np.uint8)
     bt = np.ascontiguousarray(bias_term, np.float32)
     mu = np.ascontiguousarray(multiplier, np.float32)
-    kzw = packed["kzw"]
     a.x = <const uint8_t*>qops_ptr(x)
-    a.N, a.D, a.H, a.W, a.C = n, d, h, wdt, c
-    a.OD, a.OH, a.OW = od, oh, ow
-    a.KD, a.KH, a.KW = kd, kh, kw
-    a.sd, a.sh, a.sw, a.pd, a.ph, a.pw = sd, sh, sw, pd, ph, pw
-    a.dd, a.dh, a.dw = dd, dh, dwl
-    a.wq = <const int8_t*>qops_ptr(wq)
-    a.kzw = <const int32_t*>qops_ptr(kzw)
     a.bterm = <const float*>qops_ptr(bt)
     a.mult = <const float*>qops_ptr(mu)
     a.xz = x_zero_point
@@ -760,10 +785,8 @@ def _conv_dw_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, 
     a.lo = out_zero_point if relu else 0
     a.out = <uint8_t*>qops_ptr(out, True)
     cdef float *cp = <float*>qops_ptr(cst, True)
-    cdef Py_ssize_t rows = n * od * oh, i
-    # a quarter of GRAIN: a depthwise multiply-add costs this kernel about four times what
-    # one costs the dense kernels
-    cdef int nthreads = qops_threads_for(rows * ow * c * kd * kh * kw, GRAIN // 4)
+    cdef Py_ssize_t rows = t.rows, i
+    cdef int nthreads = t.nthreads
     with nogil:
         qconv_dwcl_consts(&a, cp)
         for i in prange(nthreads, schedule="static", num_threads=nthreads):
@@ -1057,6 +1080,64 @@ def _gemm_split(Py_ssize_t m, Py_ssize_t o, Py_ssize_t k):
     return nt, npan, nt > 1 and npan >= nt and m <= _I2C_PANELS_ROWS[0] * o
 
 
+cdef class _TapsCall:
+    """What _conv_cl_taps_gemm works out from the geometry alone, kept as _TilesCall."""
+    cdef qconv_taps_args t
+    cdef qconv_nhwc_fill_args f
+    cdef qops_gemm_b b
+    cdef bint padded, by_panels
+    cdef Py_ssize_t m, rows, xpad_len, npan
+    cdef int nt, fill_threads
+    cdef object out_shape, keep
+
+
+cdef _TapsCall _taps_call(shape, packed, stride, padding, dilation):
+    """The _TapsCall of _conv_cl_taps_gemm for input `shape` (see there)."""
+    cdef _TapsCall g = _TapsCall()
+    cdef qops_gemm_out o
+    n, d, h, wdt, c = shape
+    kd, kh, kw = packed["kernel"]
+    (pd, ph, pw), (sd, sh, sw), (dd, dh, dwl) = padding, stride, dilation
+    od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
+    row_taps = c < 4
+    kt = (kw * c + 3) // 4 * 4 if row_taps else c
+    g.m = n * od * oh * ow
+    k = kd * kh * (kt if row_taps else kw * c)
+    g.out_shape = (n, od, oh, ow, packed["O"])
+    # (the output arguments are filled again on every call; here only the weights')
+    data, wsum, wzp = _gemm_args(&g.b, &o, packed, qops_gemm_kpad(k), np.zeros(1, np.float32),
+                                 np.zeros(1, np.float32), 0, False, np.zeros(1, np.uint8),
+                                 row_taps)[:3]
+    if g.b.wzp != NULL:  # the windows' row sums (the zero-point term) are never taken here
+        raise ValueError("conv_cl.gemm_taps takes symmetric weights only")
+    dp, hp, wp_ = d + 2 * pd, h + 2 * ph, wdt + 2 * pw
+    g.padded = bool(pd or ph or pw) or row_taps
+    g.rows = n * dp * hp
+    # (slack: a row tap reads up to 3 bytes past the last pixel's kernel row)
+    g.xpad_len = g.rows * wp_ * c + 64
+    g.f.N, g.f.D, g.f.H, g.f.W, g.f.C = n, d, h, wdt, c
+    g.f.pd, g.f.ph, g.f.pw = pd, ph, pw
+    g.f.Dp, g.f.Hp, g.f.Wp, g.f.Cp = dp, hp, wp_, c
+    g.f.corder = 0
+    key = ("taps_cl", hp, wp_, c, tuple(dilation))
+    toff = packed.get(key)
+    if toff is None:
+        toff = packed[key] = np.array(
+            [((i * dd * hp + j * dh) * wp_ + q * dwl) * c
+             for i in range(kd) for j in range(kh) for q in range(1 if row_taps else kw)],
+            dtype=np.intp)
+    g.t.Dp, g.t.Hp, g.t.Wp, g.t.C = dp, hp, wp_, c
+    g.t.OD, g.t.OH, g.t.OW = od, oh, ow
+    g.t.sd, g.t.sh, g.t.sw = sd, sh, sw
+    g.t.toff = <const Py_ssize_t*>qops_ptr(toff)
+    g.t.ntaps = len(toff)
+    g.t.Kt = kt
+    g.keep = (data, wsum, toff)
+    g.nt, g.npan, g.by_panels = _gemm_split(g.m, packed["O"], k)
+    g.fill_threads = qops_threads_for(g.rows * wp_ * c, 1 << 16) if g.padded else 0
+    return g
+
+
 def _conv_cl_taps_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
                        stride, padding, dilation):
     """Ungrouped conv of contiguous channels-last x (N, D, H, W, C), symmetric weights, C a
@@ -1066,68 +1147,48 @@ def _conv_cl_taps_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_
     is a whole kernel row, its KW x C bytes one run of the input read as a multiple of 4
     (the bytes past it meet zero weights), always from a copy with slack ("row taps").
     Threads split the pixels, or the weight panels where pixels are no more than output
-    channels (as _conv_cl_im2col_gemm)."""
-    cdef qconv_taps_args t
-    cdef qconv_nhwc_fill_args f
-    cdef qops_gemm_b b
+    channels (as _conv_cl_im2col_gemm). The geometry's work is a _TapsCall, kept per input
+    shape and threads."""
+    calls = _calls(packed)
+    key = ("taps", x.shape, stride, padding, dilation, qops_omp_threads())
+    cdef _TapsCall g = calls.get(key)
+    if g is None:
+        g = calls[key] = _taps_call(x.shape, packed, stride, padding, dilation)
+    cdef qconv_taps_args t = g.t
+    cdef qconv_nhwc_fill_args f = g.f
     cdef qops_gemm_out o
-    n, d, h, wdt, c = x.shape
-    kd, kh, kw = packed["kernel"]
-    (pd, ph, pw), (sd, sh, sw), (dd, dh, dwl) = padding, stride, dilation
-    od, oh, ow = _out_sizes((d, h, wdt), packed["kernel"], stride, padding, dilation)
-    cdef bint row_taps = c < 4
-    cdef Py_ssize_t kt = (kw * c + 3) // 4 * 4 if row_taps else c
-    cdef Py_ssize_t m = n * od * oh * ow, k = kd * kh * (kt if row_taps else kw * c), i
-    out = qops_empty(np, (n, od, oh, ow, packed["O"]), np.uint8)
-    if m == 0:
+    out = qops_empty(np, g.out_shape, np.uint8)
+    if g.m == 0:
         return out
-    keep = _gemm_args(&b, &o, packed, qops_gemm_kpad(k), bias_term, multiplier,
-                      out_zero_point, relu, out, row_taps)
-    if b.wzp != NULL:   # the windows' row sums (the zero-point term) are never taken here
-        raise ValueError("conv_cl.gemm_taps takes symmetric weights only")
-    dp, hp, wp_ = d + 2 * pd, h + 2 * ph, wdt + 2 * pw
-    cdef bint padded = bool(pd or ph or pw) or row_taps
-    cdef Py_ssize_t rows = n * dp * hp
-    if padded:
-        # (slack: a row tap reads up to 3 bytes past the last pixel's kernel row)
-        xpad = qops_empty(np, (rows * wp_ * c + 64,), np.uint8)
+    bt = np.ascontiguousarray(bias_term, np.float32)
+    mu = np.ascontiguousarray(multiplier, np.float32)
+    o.kind = QOPS_GEMM_U8
+    o.bias = <const float*>qops_ptr(bt)
+    o.mult = <const float*>qops_ptr(mu)
+    o.out_zp = out_zero_point
+    o.relu = 1 if relu else 0
+    o.out = <void*>qops_ptr(out, True)
+    o.ldc = packed["O"]
+    if g.padded:
+        xpad = qops_empty(np, (g.xpad_len,), np.uint8)
         f.x = <const uint8_t*>qops_ptr(x)
-        f.N, f.D, f.H, f.W, f.C = n, d, h, wdt, c
-        f.pd, f.ph, f.pw = pd, ph, pw
-        f.Dp, f.Hp, f.Wp, f.Cp = dp, hp, wp_, c
         f.xz = x_zero_point
         f.xp = <uint8_t*>qops_ptr(xpad, True)
-        f.corder = 0
         t.xp = f.xp
     else:
         t.xp = <const uint8_t*>qops_ptr(x)
-    key = ("taps_cl", hp, wp_, c, tuple(dilation))
-    toff = packed.get(key)
-    if toff is None:
-        toff = packed[key] = np.array(
-            [((i * dd * hp + j * dh) * wp_ + q * dwl) * c
-             for i in range(kd) for j in range(kh) for q in range(1 if row_taps else kw)],
-            dtype=np.intp)
-    t.Dp, t.Hp, t.Wp, t.C = dp, hp, wp_, c
-    t.OD, t.OH, t.OW = od, oh, ow
-    t.sd, t.sh, t.sw = sd, sh, sw
-    t.toff = <const Py_ssize_t*>qops_ptr(toff)
-    t.ntaps = len(toff)
-    t.Kt = kt
     t.xz = x_zero_point
-    cdef int nt
-    cdef Py_ssize_t npan
-    cdef bint by_panels
-    nt, npan, by_panels = _gemm_split(m, packed["O"], k)
-    cdef int fill_threads = qops_threads_for(rows * wp_ * c, 1 << 16) if padded else 0
+    cdef Py_ssize_t i, m = g.m, rows = g.rows, npan = g.npan
+    cdef int nt = g.nt, fill_threads = g.fill_threads
+    cdef bint by_panels = g.by_panels
     with nogil:
         for i in prange(fill_threads, schedule="static", num_threads=fill_threads):
             qconv_nhwc_fill(&f, rows * i // fill_threads, rows * (i + 1) // fill_threads)
         for i in prange(nt, schedule="static", num_threads=nt):
             if by_panels:
-                qconv_taps_gemm(&t, 0, m, &b, &o, npan * i // nt, npan * (i + 1) // nt)
+                qconv_taps_gemm(&t, 0, m, &g.b, &o, npan * i // nt, npan * (i + 1) // nt)
             else:
-                qconv_taps_gemm(&t, m * i // nt, m * (i + 1) // nt, &b, &o, 0, npan)
+                qconv_taps_gemm(&t, m * i // nt, m * (i + 1) // nt, &g.b, &o, 0, npan)
     return out
 
 
