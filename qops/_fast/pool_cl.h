@@ -46,20 +46,25 @@ QPC_REQUANT(qpc_requant_s8, int8_t)
 #undef QPC_REQUANT
 
 #if defined(__AVX512BW__)
-/* Channels [0, 64) of s (the window's first tap) summed over the window and requantized. */
+/* The channels of mask cm among [0, 64) of s (the window's first tap) summed over the window
+ * and requantized: every 64-channel block, and the channels past the last one (masked loads
+ * read nothing past cm, masked stores write nothing past it; the 16-channel quarters past
+ * cm are skipped). */
 #define QPC_BLOCK64(NAME, T, CVT)                                                              \
 static inline void NAME(const T *s, T *o, ptrdiff_t nd, ptrdiff_t nh, ptrdiff_t nw,           \
                         ptrdiff_t ps, ptrdiff_t rs, ptrdiff_t C, int32_t sub, float m,         \
-                        const qpc_row *g) {                                                    \
+                        const qpc_row *g, __mmask64 cm) {                                      \
+    const __mmask16 m0 = (__mmask16)cm, m1 = (__mmask16)(cm >> 16);                           \
+    const __mmask16 m2 = (__mmask16)(cm >> 32), m3 = (__mmask16)(cm >> 48);                   \
     __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;                           \
     for (ptrdiff_t d = 0; d < nd; d++)                                                         \
         for (ptrdiff_t h = 0; h < nh; h++) {                                                   \
             const T *p = s + d * ps + h * rs;                                                  \
             for (ptrdiff_t w = 0; w < nw; w++, p += C) {                                       \
-                a0 = _mm512_add_epi32(a0, CVT(_mm_loadu_si128((const __m128i *)p)));          \
-                a1 = _mm512_add_epi32(a1, CVT(_mm_loadu_si128((const __m128i *)(p + 16))));   \
-                a2 = _mm512_add_epi32(a2, CVT(_mm_loadu_si128((const __m128i *)(p + 32))));   \
-                a3 = _mm512_add_epi32(a3, CVT(_mm_loadu_si128((const __m128i *)(p + 48))));   \
+                a0 = _mm512_add_epi32(a0, CVT(_mm_maskz_loadu_epi8(m0, p)));                  \
+                if (m1) a1 = _mm512_add_epi32(a1, CVT(_mm_maskz_loadu_epi8(m1, p + 16)));     \
+                if (m2) a2 = _mm512_add_epi32(a2, CVT(_mm_maskz_loadu_epi8(m2, p + 32)));     \
+                if (m3) a3 = _mm512_add_epi32(a3, CVT(_mm_maskz_loadu_epi8(m3, p + 48)));     \
             }                                                                                  \
         }                                                                                      \
     const __m512i vs = _mm512_set1_epi32(sub);                                                 \
@@ -69,14 +74,14 @@ static inline void NAME(const T *s, T *o, ptrdiff_t nd, ptrdiff_t nh, ptrdiff_t 
     const __m512 lo = _mm512_set1_ps(g->qmin - g->post), hi = _mm512_set1_ps(g->qmax - g->post); \
     const __m512i vp = _mm512_set1_epi32((int32_t)g->post);                                     \
     __m512i acc[4] = {a0, a1, a2, a3};                                                         \
-    for (int k = 0; k < 4; k++) {                                                              \
+    for (int k = 0; k < 4 && (__mmask16)(cm >> (16 * k)); k++) {                              \
         __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[k], vs));                           \
         f = _mm512_fmadd_ps(f, vm, va);                                                        \
         /* clamping to integer bounds before the rounding gives clamp(rint(v)); the           \
          * conversion rounds half to even (the default MXCSR mode), as rint */                \
         f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);                                           \
-        _mm_storeu_si128((__m128i *)(o + 16 * k),                                              \
-                         _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), vp)));    \
+        _mm_mask_storeu_epi8(o + 16 * k, (__mmask16)(cm >> (16 * k)),                          \
+                             _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), vp))); \
     }                                                                                          \
 }
 QPC_BLOCK64(qpc_block64_u8, uint8_t, _mm512_cvtepu8_epi32)
@@ -88,7 +93,8 @@ QPC_BLOCK64(qpc_block64_s8, int8_t, _mm512_cvtepi8_epi32)
 #define QPC_BLOCK64(NAME, T, CVT, REQUANT)                                                     \
 static inline void NAME(const T *s, T *o, ptrdiff_t nd, ptrdiff_t nh, ptrdiff_t nw,           \
                         ptrdiff_t ps, ptrdiff_t rs, ptrdiff_t C, int32_t sub, float m,         \
-                        const qpc_row *g) {                                                    \
+                        const qpc_row *g, uint64_t cm) {                                       \
+    (void)cm;                                                                                  \
     __m256i a[8];                                                                              \
     int32_t sums[64];                                                                          \
     for (int k = 0; k < 8; k++) a[k] = _mm256_setzero_si256();                                 \
@@ -109,8 +115,20 @@ QPC_BLOCK64(qpc_block64_s8, int8_t, _mm256_cvtepi8_epi32, qpc_requant_s8)
 #define QPC_HAVE_BLOCK64 1
 #else
 #define QPC_HAVE_BLOCK64 0
-#define qpc_block64_u8(s, o, nd, nh, nw, ps, rs, C, sub, m, g) ((void)0)
-#define qpc_block64_s8(s, o, nd, nh, nw, ps, rs, C, sub, m, g) ((void)0)
+#define qpc_block64_u8(s, o, nd, nh, nw, ps, rs, C, sub, m, g, cm) ((void)0)
+#define qpc_block64_s8(s, o, nd, nh, nw, ps, rs, C, sub, m, g, cm) ((void)0)
+#endif
+
+#if defined(__AVX512BW__)
+/* Channels past the 64-blocks: one masked block. */
+#define QPC_TAIL64(s, o, c0, C, BLOCK64)                                                       \
+        if (c0 < C) {                                                                          \
+            BLOCK64(s + c0, o + c0, nd, nh, nw, ps, rs, C, sub, m, g,                          \
+                    ~(uint64_t)0 >> (64 - (C - c0)));                                          \
+            c0 = C;                                                                            \
+        }
+#else
+#define QPC_TAIL64(s, o, c0, C, BLOCK64)
 #endif
 
 #if defined(__AVX2__)
@@ -148,7 +166,8 @@ static void NAME(const T *restrict x, T *restrict out, const qpc_row *g) {      
         T *o = out + ow * C;                                                                   \
         ptrdiff_t c0 = 0;                                                                      \
         for (; c0 < c64; c0 += 64)                                                             \
-            BLOCK64(s + c0, o + c0, nd, nh, nw, ps, rs, C, sub, m, g);                         \
+            BLOCK64(s + c0, o + c0, nd, nh, nw, ps, rs, C, sub, m, g, ~(uint64_t)0);           \
+        QPC_TAIL64(s, o, c0, C, BLOCK64)                                                       \
         QPC_TAIL8(T, CVT8, REQUANT)                                                          \
         for (; c0 < C; c0 += 64) {                                                             \
             ptrdiff_t nb = C - c0 < 64 ? C - c0 : 64;                                          \
@@ -167,6 +186,7 @@ QPC_ROW(qpc_avg_row_u8, uint8_t, qpc_block64_u8, qpc_requant_u8, QPC_CVT8_U8)
 QPC_ROW(qpc_avg_row_s8, int8_t, qpc_block64_s8, qpc_requant_s8, QPC_CVT8_S8)
 #undef QPC_ROW
 #undef QPC_TAIL8
+#undef QPC_TAIL64
 
 /* Max pools of channels-last data, one output row (n, od, oh): rows[] are the window's valid
  * input rows (D and H taps) of this output row. Each output pixel takes the max over its
