@@ -839,6 +839,55 @@ def test_amx_pair_store_equals_ref(flat):
     assert taken & {"conv_cl.amx_flat", "conv_cl.amx_padded", "conv_cl.amx_im2col"}, taken
 
 
+@pytest.mark.parametrize("flat", [True, False])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_amx_kernel_row_runs_equal_ref(flat, threads):
+    # AMX, channels that leave part of each 64-byte pixel empty: a kernel row read as one run
+    # of KW x C bytes of a padded copy holding C bytes a pixel (its last chunk's bytes past
+    # the run meet zero weights): 32, 33, 40, 80, 96 and 160 channels; kernels 3x3, 5x5, 2x2,
+    # 1x3, 1x7, 3x1 (no run); strides, padding 0 (read in place, the tail rows on a copy),
+    # dilation along H, 1-D and 3-D, both layouts, a second call from the kept geometry
+    from qops._show import explain
+    kernels = _need_amx()
+    was = kernels._AMX_FLAT[0]
+    kernels._AMX_FLAT[0] = flat
+    r = u.rng(33)
+    taken = set()
+    try:
+        with qops.threads(threads):
+            for nd, n, c, o, k, s, pad, dil, size in [
+                    (2, 1, 32, 64, (3, 3), 1, 1, 1, (13, 37)),
+                    (2, 2, 32, 40, (5, 5), 1, 2, 1, (9, 11)),
+                    (2, 1, 96, 32, (2, 2), 2, 0, 1, (8, 9)),
+                    (2, 1, 160, 48, (1, 7), 1, (0, 3), 1, (5, 17)),
+                    (2, 2, 32, 16, (3, 1), 1, 1, 1, (6, 7)),
+                    (2, 1, 80, 64, (3, 3), 2, 1, 1, (15, 15)),
+                    (2, 1, 33, 96, (3, 3), 1, 0, 1, (12, 35)),
+                    (2, 1, 40, 32, (3, 3), 1, 2, (2, 1), (11, 9)),
+                    (1, 2, 96, 64, (3,), 1, 1, 1, (50,)),
+                    (3, 1, 32, 32, (3, 3, 3), 1, 1, 1, (3, 5, 6))]:
+                raw = r.integers(0, 256, (n,) + size + (c,)).astype(np.uint8)
+                xcl = qops.make_per_tensor_quantized_tensor(raw, 0.05, 131).permute(
+                    0, nd + 1, *range(1, nd + 1))
+                xc = qops.make_per_tensor_quantized_tensor(
+                    np.ascontiguousarray(np.moveaxis(raw, -1, 1)), 0.05, 131)
+                wt = _w((o, c) + k, per_channel=True, seed=o + c + nd)
+                b = r.normal(0, 2, o).astype(np.float32)
+                fn = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nd]
+                args = dict(stride=s, padding=pad, dilation=dil, scale=0.3, zero_point=100)
+                for x in (xcl, xc):
+                    with qops.backend("ref"):
+                        want = np.asarray(fn(x, wt, b, **args)._int)
+                    taken |= {rr.name for rr in explain(fn, x, wt, b, **args)}
+                    for _ in range(2):      # the second call from the kept geometry
+                        got = np.asarray(fn(x, wt, b, **args)._int)
+                        np.testing.assert_array_equal(got, want, err_msg=f"{(nd, n, c, o, k)}")
+                    np.testing.assert_array_equal(x._int, xcl._int)      # input unchanged
+    finally:
+        kernels._AMX_FLAT[0] = was
+    assert taken & {"conv_cl.amx_flat", "conv_cl.amx_padded"}, taken
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_amx_pixels_split_and_staged_rows_equal_ref(threads):
     # AMX, 1x1 convs as one GEMM over the pixels (conv_cl.amx_pixels): with too few rows for

@@ -471,6 +471,24 @@ def _nhwc_weights(packed):
     return wb
 
 
+def _nhwc_weights_runs(packed):
+    """The weights as B tiles whose K is a whole kernel row: KW taps of C channels in (tap,
+    channel) order, zero-padded to 64-byte chunks, built on first use and kept: the tiles
+    then read a kernel row as one run of the bytes of neighbouring pixels in a padded copy
+    that holds C bytes a pixel (no padding to 64 per pixel)."""
+    wb = packed.get("wb_runs")
+    if wb is None:
+        o, ntaps, q4 = packed["wv"].shape
+        kd, kh, kw = packed["kernel"]
+        c = packed["Cg"]
+        k = kw * c
+        w = np.zeros((o, kd * kh, (k + 63) // 64 * 64), np.int8)
+        w[:, :, :k] = packed["wv"].view(np.int8).reshape(o, kd * kh, kw, q4 * 4)[
+            :, :, :, :c].reshape(o, kd * kh, k)
+        wb = packed["wb_runs"] = _amx_b_tiles(w)
+    return wb
+
+
 def _im2col_weights(packed):
     """The weights as B tiles of the im2col kernel: one tap of K = taps x C bytes in (tap,
     channel) order, built on first use and kept."""
@@ -1440,19 +1458,28 @@ cdef _TilesCall _tiles_call(shape, packed, stride, padding, dilation, route, bin
     # a stride past the padded width leaves one output column, whatever its value: clamped,
     # the tiles' strided reads (and the slack below) stay small
     sw = min(sw, wp_)
-    wb = _nhwc_weights(packed)
     cp = (c + 63) // 64 * 64
     t.flat = route == "amx_flat"
     # strided flat convs (2-D) read the padded input split by the stride into phase planes
     # of hq x wq pixels (qconv_nhwc_fill_phases); the planes stand in for depth slices
     t.phases = t.flat and (sh > 1 or sw > 1)
+    # channels that leave part of each 64-byte pixel empty (32, 96, 80, 160): at unit
+    # dilation along W a kernel row's KW pixels are one run of KW x C bytes in a copy that
+    # holds C bytes a pixel, read as ceil(KW C / 64) chunks instead of KW ceil(C / 64)
+    # (_nhwc_weights_runs): a third fewer tile products for 32 or 80 channels, 3 wide
+    runs = (kw > 1 and dwl == 1 and not t.phases
+            and (kw * c + 63) // 64 < kw * (cp // 64))
+    wb = _nhwc_weights_runs(packed) if runs else _nhwc_weights(packed)
+    # the padded copy's pixel stride; the chunks a tap (a kernel row with runs) reads
+    cpix = c if runs else cp
+    nchk = (kw * c + 63) // 64 if runs else cp // 64
     t.psh, t.psw = sh, sw
     t.hq, t.wq = (hp + sh - 1) // sh, (wp_ + sw - 1) // sw
     t.rows, t.orows = n * dp * hp, n * od * oh
     t.prows = n * sh * sw * t.hq
     # slack past the end: the last pixel tiles read up to 32 strided pixels past a row (and
     # flat tiles up to 32 pixels and a row of taps past the image)
-    size = t.prows * t.wq * cp if t.phases else t.rows * wp_ * cp
+    size = t.prows * t.wq * cp if t.phases else t.rows * wp_ * cpix
     # no padding (2-D): the tiles read the input as it lies, a pixel every c bytes (a copy
     # of a large input costs as much as a 1x1 conv's products). With c not a multiple of 64
     # the last 64-byte chunk of a pixel runs on into the next pixel's bytes, which meet the
@@ -1462,11 +1489,13 @@ cdef _TilesCall _tiles_call(shape, packed, stride, padding, dilation, route, bin
                 and not corder)
     t.tail_rows = 0
     oh0 = oh
-    nch, img = cp // 64, h * wdt * c
+    img = h * wdt * c
+    # the last tap's offset along W within a window: its pixel (a run starts at kw 0)
+    last_tap = 0 if runs else (kw - 1) * dwl
 
     def reach(r):       # bytes of an image that output row r's tiles read up to
         return ((r * sh + (kh - 1) * dh) * wdt + ((ow + 31) // 32 * 32 - 1) * sw
-                + (kw - 1) * dwl) * c + nch * 64
+                + last_tap) * c + nchk * 64
     if t.direct:
         last = reach(oh - 1)
         t.direct = last - img <= img               # other images' overshoot stays in the next
@@ -1483,19 +1512,22 @@ cdef _TilesCall _tiles_call(shape, packed, stride, padding, dilation, route, bin
             t.tail_out = ((n - 1) * oh + oh0) * ow * o
         size = 0
     # the pixel stride of what the tiles read: the input's c, or the padded copy's cp
-    cs = c if t.direct else cp
+    cs = c if t.direct else cpix
     t.xpad_len = size + (32 * sw + wp_ + 64) * cp
     t.f.N, t.f.D, t.f.H, t.f.W, t.f.C = n, d, h, wdt, c
     t.f.pd, t.f.ph, t.f.pw = pd, ph, pw
-    t.f.Dp, t.f.Hp, t.f.Wp, t.f.Cp = dp, hp, wp_, cp
+    t.f.Dp, t.f.Hp, t.f.Wp, t.f.Cp = dp, hp, wp_, cpix
     t.f.corder = corder
     if corder and t.phases:
         raise AssertionError("conv.amx_padded_corder: no stride phases from C order")
     # the taps' offsets, kept per geometry (a model calls each conv on one input size)
-    key = ("taps", hp, wp_, cs, dilation, (sh, sw) if t.phases else None)
+    key = ("taps", hp, wp_, cs, dilation, (sh, sw) if t.phases else None, runs)
     taps = packed.get(key)
     if taps is None:
-        if t.phases:    # tap (j, k) in plane ((j dh) % sh, (k dw) % sw), shifted by the quotients
+        if runs:        # kernel row (i, j): its run starts at tap kw 0
+            taps = np.array([(i * dd * hp + j * dh) * wp_ * cs
+                             for i in range(kd) for j in range(kh)], dtype=np.intp)
+        elif t.phases:    # tap (j, k) in plane ((j dh) % sh, (k dw) % sw), shifted by the quotients
             taps = np.array(
                 [((((j * dh) % sh * sw + (k * dwl) % sw) * t.hq + (j * dh) // sh) * t.wq
                   + (k * dwl) // sw) * cp for j in range(kh) for k in range(kw)], dtype=np.intp)
@@ -1511,13 +1543,13 @@ cdef _TilesCall _tiles_call(shape, packed, stride, padding, dilation, route, bin
         t.a.Dp, t.a.Hp, t.a.Wp, t.a.Cp = dp, hp, wp_, cs
     t.a.sd, t.a.sh, t.a.sw = sd, sh, sw
     t.a.OD, t.a.OH, t.a.OW, t.a.O = od, oh, ow, o
-    t.a.ntaps, t.a.nch, t.a.nob = len(taps), cp // 64, (o + 15) // 16
+    t.a.ntaps, t.a.nch, t.a.nob = len(taps), nchk, (o + 15) // 16
     t.a.toff = <const Py_ssize_t*>qops_ptr(taps)
     t.a.wb = <const int8_t*>qops_ptr(wb)
     t.a.kzw = <const int32_t*>qops_ptr(packed["kzw"])
     t.keep = (taps, wb, packed["kzw"])
     t.fill_threads = 0 if t.direct else qops_threads_for(t.rows * wp_ * cp, 1 << 16)
-    t.nthreads = qops_threads_for(t.orows * ow * o * c * len(taps), AMX_GRAIN)
+    t.nthreads = qops_threads_for(t.orows * ow * o * c * kd * kh * kw, AMX_GRAIN)
     t.items = qconv_flat_items(&t.a, n)
     if t.flat:
         t.nthreads = min(t.nthreads, t.items)
