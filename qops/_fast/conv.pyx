@@ -963,17 +963,30 @@ cdef tuple _gemm_args(qops_gemm_b *b, qops_gemm_out *o, packed, Py_ssize_t k, bi
     depth, or padded past it: im2col rows of qops_gemm_kpad; `rows`: row taps, as
     _gemm_weights) writing into `out`; returns the arrays they point into, to be kept alive
     while the GEMM runs."""
+    return (_gemm_b_args(b, packed, k, rows)
+            + _gemm_out_args(o, packed, bias_term, multiplier, out_zero_point, relu, out))
+
+
+cdef tuple _gemm_b_args(qops_gemm_b *b, packed, Py_ssize_t k, bint rows):
+    """The weight half of _gemm_args: (data, wsum, wzp), the arrays b points into."""
     kd, kh, kw = packed["kernel"]
     kw_ = (kw * packed["Cg"] + 3) // 4 * 4 if rows else kw * packed["Cg"]
     data, wsum, wzp = _gemm_weights(packed, k if k > kd * kh * kw_ else 0, rows)
-    bt = np.ascontiguousarray(bias_term, np.float32)
-    mu = np.ascontiguousarray(multiplier, np.float32)
     b.data = <const int8_t*>qops_ptr(data)
     b.wsum = <const int32_t*>qops_ptr(wsum)
     b.wzp = NULL
     if wzp is not None:
         b.wzp = <const int32_t*>qops_ptr(wzp)
     b.N, b.K = packed["O"], k
+    return data, wsum, wzp
+
+
+cdef tuple _gemm_out_args(qops_gemm_out *o, packed, bias_term, multiplier, out_zero_point,
+                          relu, out):
+    """The output half of _gemm_args (uint8 into `out`): (bias terms, multipliers), the
+    arrays o points into."""
+    bt = np.ascontiguousarray(bias_term, np.float32)
+    mu = np.ascontiguousarray(multiplier, np.float32)
     o.kind = QOPS_GEMM_U8
     o.bias = <const float*>qops_ptr(bt)
     o.mult = <const float*>qops_ptr(mu)
@@ -981,7 +994,7 @@ cdef tuple _gemm_args(qops_gemm_b *b, qops_gemm_out *o, packed, Py_ssize_t k, bi
     o.relu = 1 if relu else 0
     o.out = <void*>qops_ptr(out, True)
     o.ldc = packed["O"]
-    return data, wsum, wzp, bt, mu
+    return bt, mu
 
 
 def _conv_cl_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, relu,
@@ -1112,7 +1125,6 @@ cdef class _TapsCall:
 cdef _TapsCall _taps_call(shape, packed, stride, padding, dilation):
     """The _TapsCall of _conv_cl_taps_gemm for input `shape` (see there)."""
     cdef _TapsCall g = _TapsCall()
-    cdef qops_gemm_out o
     n, d, h, wdt, c = shape
     kd, kh, kw = packed["kernel"]
     (pd, ph, pw), (sd, sh, sw), (dd, dh, dwl) = padding, stride, dilation
@@ -1122,10 +1134,7 @@ cdef _TapsCall _taps_call(shape, packed, stride, padding, dilation):
     g.m = n * od * oh * ow
     k = kd * kh * (kt if row_taps else kw * c)
     g.out_shape = (n, od, oh, ow, packed["O"])
-    # (the output arguments are filled again on every call; here only the weights')
-    data, wsum, wzp = _gemm_args(&g.b, &o, packed, qops_gemm_kpad(k), np.zeros(1, np.float32),
-                                 np.zeros(1, np.float32), 0, False, np.zeros(1, np.uint8),
-                                 row_taps)[:3]
+    data, wsum, wzp = _gemm_b_args(&g.b, packed, qops_gemm_kpad(k), row_taps)
     if g.b.wzp != NULL:  # the windows' row sums (the zero-point term) are never taken here
         raise ValueError("conv_cl.gemm_taps takes symmetric weights only")
     dp, hp, wp_ = d + 2 * pd, h + 2 * ph, wdt + 2 * pw
@@ -1178,15 +1187,7 @@ def _conv_cl_taps_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_
     out = qops_empty(np, g.out_shape, np.uint8)
     if g.m == 0:
         return out
-    bt = np.ascontiguousarray(bias_term, np.float32)
-    mu = np.ascontiguousarray(multiplier, np.float32)
-    o.kind = QOPS_GEMM_U8
-    o.bias = <const float*>qops_ptr(bt)
-    o.mult = <const float*>qops_ptr(mu)
-    o.out_zp = out_zero_point
-    o.relu = 1 if relu else 0
-    o.out = <void*>qops_ptr(out, True)
-    o.ldc = packed["O"]
+    keep = _gemm_out_args(&o, packed, bias_term, multiplier, out_zero_point, relu, out)
     if g.padded:
         xpad = qops_empty(np, (g.xpad_len,), np.uint8)
         f.x = <const uint8_t*>qops_ptr(x)
