@@ -629,7 +629,7 @@ def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero
     copy of the whole input; where the threads split the channels, each transposes every
     row for itself, which costs less than one copy the other core wrote half of)."""
     calls = _calls(packed)
-    key = ("pixels", x.shape, stride, corder, qops_omp_threads())
+    key = ("pixels", x.shape, tuple(stride), corder, qops_omp_threads())
     cdef _PixelsCall t = calls.get(key)
     if t is None:
         t = calls[key] = _pixels_call(x.shape, packed, stride, corder)
@@ -786,7 +786,8 @@ def _conv_dw_cl(x, packed, x_zero_point, bias_term, multiplier, out_zero_point, 
     """Depthwise conv of contiguous channels-last x (N, D, H, W, C) by qconv_dwcl_rows (the
     geometry's work a _DwCall, kept per input shape and threads)."""
     calls = _calls(packed)
-    key = ("dw", x.shape, stride, padding, dilation, qops_omp_threads())
+    key = ("dw", x.shape, tuple(stride), tuple(padding), tuple(dilation),
+           qops_omp_threads())
     cdef _DwCall t = calls.get(key)
     if t is None:
         t = calls[key] = _dw_call(x.shape, packed, stride, padding, dilation)
@@ -1177,7 +1178,8 @@ def _conv_cl_taps_gemm(x, packed, x_zero_point, bias_term, multiplier, out_zero_
     channels (as _conv_cl_im2col_gemm). The geometry's work is a _TapsCall, kept per input
     shape and threads."""
     calls = _calls(packed)
-    key = ("taps", x.shape, stride, padding, dilation, qops_omp_threads())
+    key = ("taps", x.shape, tuple(stride), tuple(padding), tuple(dilation),
+           qops_omp_threads())
     cdef _TapsCall g = calls.get(key)
     if g is None:
         g = calls[key] = _taps_call(x.shape, packed, stride, padding, dilation)
@@ -1565,7 +1567,8 @@ def _conv_cl_amx_tiles(x, packed, x_zero_point, bias_term, multiplier, out_zero_
     in stride phases). The geometry's work is a _TilesCall, kept per input shape and
     threads."""
     calls = _calls(packed)
-    key = ("tiles", x.shape, stride, padding, dilation, route, corder, qops_omp_threads())
+    key = ("tiles", x.shape, tuple(stride), tuple(padding), tuple(dilation), route, corder,
+           qops_omp_threads())
     cdef _TilesCall t = calls.get(key)
     if t is None:
         t = calls[key] = _tiles_call(x.shape, packed, stride, padding, dilation, route, corder)
