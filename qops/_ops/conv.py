@@ -393,8 +393,9 @@ def _conv_run(pack, input, geo, relu, scale, zero_point, x=None):
         xm = x.transpose(order).reshape(x_view)
         out = kernels.conv_cl(xm, pack._kernel_pack(kernels), x_zp, bterm, mult, zero_point,
                               bool(relu), stride3, pad3, dil3, pack.groups)
-        # conv_cl's result is its channels-last memory: the view is the result as it is
-        return QTensor._make(out.reshape(out_view).transpose(inv), quint8, scale, zero_point)
+        # (routes through the planes kernel hand back a view of a C-order result:
+        # _channels_last makes it channels last, as every other route's result lies)
+        return _channels_last(out.reshape(out_view).transpose(inv), order, scale, zero_point)
     out = kernels.conv(x.reshape(x_view), pack._kernel_pack(kernels), x_zp, bterm, mult,
                        zero_point, bool(relu), stride3, pad3, dil3, pack.groups)
     return _channels_last(out.reshape(out_view), order, scale, zero_point)
