@@ -471,6 +471,13 @@ def _nhwc_weights(packed):
     return wb
 
 
+# kernel-row runs where they need at most this share of the 64-byte-pixel chunks: their
+# chunks start off cache lines for most pixels, which costs the tile loads (measured with
+# runs against without: 32 and 80 channels 1.16-1.31x faster at 2/3 of the chunks; 96, 144,
+# 160 at 0.78-0.89 of them 0.93-1.09x)
+_RUNS_RATIO = [0.75]
+
+
 def _nhwc_weights_runs(packed):
     """The weights as B tiles whose K is a whole kernel row: KW taps of C channels in (tap,
     channel) order, zero-padded to 64-byte chunks, built on first use and kept: the tiles
@@ -1466,12 +1473,12 @@ cdef _TilesCall _tiles_call(shape, packed, stride, padding, dilation, route, bin
     # strided flat convs (2-D) read the padded input split by the stride into phase planes
     # of hq x wq pixels (qconv_nhwc_fill_phases); the planes stand in for depth slices
     t.phases = t.flat and (sh > 1 or sw > 1)
-    # channels that leave part of each 64-byte pixel empty (32, 96, 80, 160): at unit
-    # dilation along W a kernel row's KW pixels are one run of KW x C bytes in a copy that
-    # holds C bytes a pixel, read as ceil(KW C / 64) chunks instead of KW ceil(C / 64)
+    # channels that leave much of each 64-byte pixel empty (32, 40, 80): at unit dilation
+    # along W a kernel row's KW pixels are one run of KW x C bytes in a copy that holds C
+    # bytes a pixel, read as ceil(KW C / 64) chunks instead of KW ceil(C / 64)
     # (_nhwc_weights_runs): a third fewer tile products for 32 or 80 channels, 3 wide
     runs = (kw > 1 and dwl == 1 and not t.phases
-            and (kw * c + 63) // 64 < kw * (cp // 64))
+            and (kw * c + 63) // 64 <= _RUNS_RATIO[0] * kw * (cp // 64))
     wb = _nhwc_weights_runs(packed) if runs else _nhwc_weights(packed)
     # the padded copy's pixel stride; the chunks a tap (a kernel row with runs) reads
     cpix = c if runs else cp

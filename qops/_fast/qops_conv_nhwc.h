@@ -9,7 +9,7 @@
  * C 0-3 (oc block b x pixel tile p -> 2b + p), A 4-5 (pixel tiles), B 6-7 (oc blocks).
  * Requantization by qconv_store2x32 where two output blocks meet (two pixels x 32 channels
  * a step), else by qconv_store16, 16 output channels a vector.
- * Where C leaves part of each 64-byte pixel empty (32, 80, 96 channels) and the kernel has
+ * Where C leaves much of each 64-byte pixel empty (32, 40, 80 channels) and the kernel has
  * unit dilation along W, the buffer holds C bytes a pixel instead and a "tap" is a whole
  * kernel row: its KW pixels one run of KW x C bytes, read as nch 64-byte chunks (the weights
  * packed per kernel row, zero past the run; conv.pyx's _tiles_call). The kernels below are
