@@ -472,9 +472,8 @@ def _nhwc_weights(packed):
 
 
 # kernel-row runs where they need at most this share of the 64-byte-pixel chunks: their
-# chunks start off cache lines for most pixels, which costs the tile loads (measured with
-# runs against without: 32 and 80 channels 1.16-1.31x faster at 2/3 of the chunks; 96, 144,
-# 160 at 0.78-0.89 of them 0.93-1.09x)
+# chunks start off cache lines for most pixels, which costs the tile loads, so a few chunks
+# fewer do not pay (96, 144, 160 channels; the measurements are in CHANGELOG)
 _RUNS_RATIO = [0.75]
 
 
