@@ -4,7 +4,9 @@ cdef extern from "qops_cpu.h":
     const int qops_have_openmp
     const int qops_debug_build
     void qops_set_threads(int n) nogil
-    int qops_max_threads() nogil
+
+cdef extern from "qops_common.h":
+    int qops_omp_threads() nogil
 
 
 def supports(isa):
@@ -24,7 +26,7 @@ def set_num_threads(int n):
 
 def get_max_threads():
     """OpenMP's default thread count (1 without OpenMP)."""
-    return qops_max_threads()
+    return qops_omp_threads()
 
 
 def debug_build():

@@ -507,19 +507,25 @@ def _im2col_weights(packed):
     return wb
 
 
-cdef object _nhwc_tiles_args(qconv_nhwc_args *a, packed, wb, taps, Py_ssize_t od, Py_ssize_t oh,
-                             Py_ssize_t ow, Py_ssize_t cp, Py_ssize_t ntaps, bias_term,
-                             multiplier, x_zero_point, out_zero_point, relu, out):
-    """Fill the parts of the AMX kernel's arguments both channels-last paths share; returns
-    the float arrays the pointers point into (keep them alive through the call)."""
+cdef tuple _nhwc_tiles_args(qconv_nhwc_args *a, packed, wb, taps, Py_ssize_t od,
+                            Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t nch):
+    """Fill the geometry and weight parts of the AMX kernel's arguments (the prepared calls
+    do it once per geometry); returns the arrays the pointers point into."""
     o = packed["O"]
-    bt = np.ascontiguousarray(bias_term, np.float32)
-    mu = np.ascontiguousarray(multiplier, np.float32)
     a.OD, a.OH, a.OW, a.O = od, oh, ow, o
-    a.ntaps, a.nch, a.nob = ntaps, cp // 64, (o + 15) // 16
+    a.ntaps, a.nch, a.nob = len(taps), nch, (o + 15) // 16
     a.toff = <const Py_ssize_t*>qops_ptr(taps)
     a.wb = <const int8_t*>qops_ptr(wb)
     a.kzw = <const int32_t*>qops_ptr(packed["kzw"])
+    return taps, wb, packed["kzw"]
+
+
+cdef tuple _nhwc_out_args(qconv_nhwc_args *a, bias_term, multiplier, x_zero_point,
+                          out_zero_point, relu, out):
+    """Fill the per-call parts of the AMX kernel's arguments (requantization and output);
+    returns the float arrays the pointers point into (keep them alive through the call)."""
+    bt = np.ascontiguousarray(bias_term, np.float32)
+    mu = np.ascontiguousarray(multiplier, np.float32)
     a.bterm = <const float*>qops_ptr(bt)
     a.mult = <const float*>qops_ptr(mu)
     a.xz = x_zero_point
@@ -605,12 +611,7 @@ cdef _PixelsCall _pixels_call(shape, packed, stride, bint corder):
     t.gather_shape = (n, t.od, t.oh, t.ow, c)
     t.a.Dp, t.a.Hp, t.a.Wp, t.a.Cp = 1, R, P, c
     t.a.sd, t.a.sh, t.a.sw = 1, 1, 1
-    t.a.OD, t.a.OH, t.a.OW, t.a.O = 1, R, P, o
-    t.a.ntaps, t.a.nch, t.a.nob = 1, cp // 64, (o + 15) // 16
-    t.a.toff = <const Py_ssize_t*>qops_ptr(taps)
-    t.a.wb = <const int8_t*>qops_ptr(wb)
-    t.a.kzw = <const int32_t*>qops_ptr(packed["kzw"])
-    t.keep = (taps, wb, packed["kzw"])
+    t.keep = _nhwc_tiles_args(&t.a, packed, wb, taps, 1, R, P, cp // 64)
     t.at = t.a
     t.at.Hp, t.at.Wp, t.at.OH, t.at.OW = 1, rem, 1, rem
     t.at_in, t.at_out = R * P * c, R * P * o
@@ -642,21 +643,15 @@ def _conv_cl_amx_pixels(x, packed, x_zero_point, bias_term, multiplier, out_zero
     cdef qconv_nhwc_args a = t.a
     cdef qconv_nhwc_args at = t.at
     cdef bint gather = t.gather
-    bt = np.ascontiguousarray(bias_term, np.float32)
-    mu = np.ascontiguousarray(multiplier, np.float32)
     out = qops_empty(np, t.out_shape, np.uint8)
     xs = qops_empty(np, t.gather_shape, np.uint8) if gather else x
     cdef const uint8_t *xp = <const uint8_t*>qops_ptr(x)
     cdef uint8_t *gp = <uint8_t*>qops_ptr(xs, True) if gather else NULL
+    keep = _nhwc_out_args(&a, bias_term, multiplier, x_zero_point, out_zero_point, relu, out)
     a.xp = <const uint8_t*>qops_ptr(xs)
-    a.bterm = <const float*>qops_ptr(bt)
-    a.mult = <const float*>qops_ptr(mu)
-    a.xz = x_zero_point
-    a.ozp = out_zero_point
-    a.lo = out_zero_point if relu else 0
-    a.out = <uint8_t*>qops_ptr(out, True)
-    at.xp, at.out = a.xp + t.at_in, a.out + t.at_out
+    # the last row's arguments: the same, but for its place and size (at's geometry)
     at.bterm, at.mult, at.xz, at.ozp, at.lo = a.bterm, a.mult, a.xz, a.ozp, a.lo
+    at.xp, at.out = a.xp + t.at_in, a.out + t.at_out
     cdef Py_ssize_t i, i0, i1, items = t.items, R = t.R, P = t.P, total = t.total
     cdef Py_ssize_t xd = t.xd, xh = t.xh, xw = t.xw, xc = t.xc, sd = t.sd, sh = t.sh, sw = t.sw
     cdef Py_ssize_t od = t.od, oh = t.oh, ow = t.ow, hw = t.hw, sb = t.sb
@@ -711,8 +706,8 @@ def _conv_cl_im2col(x, packed, x_zero_point, bias_term, multiplier, out_zero_poi
     a.xp = NULL
     a.Dp, a.Hp, a.Wp, a.Cp = od, oh, owp, kp
     a.sd, a.sh, a.sw = 1, 1, 1
-    keep = _nhwc_tiles_args(&a, packed, _im2col_weights(packed), taps, od, oh, ow, kp, 1,
-                            bias_term, multiplier, x_zero_point, out_zero_point, relu, out)
+    keep = (_nhwc_tiles_args(&a, packed, _im2col_weights(packed), taps, od, oh, ow, kp // 64)
+            + _nhwc_out_args(&a, bias_term, multiplier, x_zero_point, out_zero_point, relu, out))
     cdef Py_ssize_t rows = n * od * oh, rowb = owp * kp, i
     cdef int nthreads = qops_threads_for(rows * ow * o * kp, AMX_GRAIN)
     # one im2col row per thread, zeroed once: the bytes past the windows stay 0
@@ -1551,12 +1546,7 @@ cdef _TilesCall _tiles_call(shape, packed, stride, padding, dilation, route, bin
     else:
         t.a.Dp, t.a.Hp, t.a.Wp, t.a.Cp = dp, hp, wp_, cs
     t.a.sd, t.a.sh, t.a.sw = sd, sh, sw
-    t.a.OD, t.a.OH, t.a.OW, t.a.O = od, oh, ow, o
-    t.a.ntaps, t.a.nch, t.a.nob = len(taps), nchk, (o + 15) // 16
-    t.a.toff = <const Py_ssize_t*>qops_ptr(taps)
-    t.a.wb = <const int8_t*>qops_ptr(wb)
-    t.a.kzw = <const int32_t*>qops_ptr(packed["kzw"])
-    t.keep = (taps, wb, packed["kzw"])
+    t.keep = _nhwc_tiles_args(&t.a, packed, wb, taps, od, oh, ow, nchk)
     t.fill_threads = 0 if t.direct else qops_threads_for(t.rows * wp_ * cp, 1 << 16)
     t.nthreads = qops_threads_for(t.orows * ow * o * c * kd * kh * kw, AMX_GRAIN)
     t.items = qconv_flat_items(&t.a, n)
@@ -1581,20 +1571,13 @@ def _conv_cl_amx_tiles(x, packed, x_zero_point, bias_term, multiplier, out_zero_
     cdef qconv_nhwc_fill_args f = t.f
     cdef qconv_nhwc_args a = t.a
     cdef qconv_nhwc_args at
-    bt = np.ascontiguousarray(bias_term, np.float32)
-    mu = np.ascontiguousarray(multiplier, np.float32)
     xpad = qops_empty(np, (t.xpad_len,), np.uint8)
     out = qops_empty(np, t.out_shape, np.uint8)
     f.x = <const uint8_t*>qops_ptr(x)
     f.xz = x_zero_point
     f.xp = <uint8_t*>qops_ptr(xpad, True)
     a.xp = f.xp
-    a.bterm = <const float*>qops_ptr(bt)
-    a.mult = <const float*>qops_ptr(mu)
-    a.xz = x_zero_point
-    a.ozp = out_zero_point
-    a.lo = out_zero_point if relu else 0
-    a.out = <uint8_t*>qops_ptr(out, True)
+    keep = _nhwc_out_args(&a, bias_term, multiplier, x_zero_point, out_zero_point, relu, out)
     at = a
     if t.direct:
         a.xp = f.x

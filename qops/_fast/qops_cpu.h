@@ -29,16 +29,15 @@ static const int qops_debug_build = 1;
 static const int qops_debug_build = 0;
 #endif
 
-/* Without OpenMP everything runs on the calling thread, and the thread count is always 1. */
+/* Without OpenMP everything runs on the calling thread, and the thread count is always 1
+ * (qops_omp_threads, qops_common.h). */
 #ifdef _OPENMP
 #include <omp.h>
 static const int qops_have_openmp = 1;
 static void qops_set_threads(int n) { omp_set_num_threads(n); }
-static int qops_max_threads(void) { return omp_get_max_threads(); }
 #else
 static const int qops_have_openmp = 0;
 static void qops_set_threads(int n) { (void)n; }
-static int qops_max_threads(void) { return 1; }
 #endif
 
 #endif /* QOPS_CPU_H */
