@@ -1,5 +1,7 @@
 /* One step of the LSTM, GRU and Elman cells on float32 rows (see rnn.pyx, qops/_ref/rnn.py).
- * Every operation is rounded to float32 in PyTorch's order. exp/expm1 are qops' own float64
+ * Every operation is rounded to float32 in PyTorch's order. The sigmoid is PyTorch's vector
+ * sigmoid with SLEEF's float32 exp (qops_expf.h), which gives PyTorch's bits; tanh (MKL's in
+ * PyTorch's x86 build, not reproducible) takes expm1 from qops' own float64
  * functions (Cody-Waite reduction, degree-11 Taylor polynomial, 2^n from the exponent bits)
  * made of IEEE +, -, *, /, rint and bit operations only, so that numpy evaluates the very same
  * operations and the reference gives the same bits; they are accurate to ~1e-14, far below
@@ -16,20 +18,13 @@
 #include <string.h>
 #include "qops_common.h"
 #include "qops_exp64.h"
+#include "qops_expf.h"
 
 #define QOPS_RNN_CHUNK 256
 
-/* f32(1 / f32(1 + f32(exp(-x)))); |x| clamped to 100 first (exp(100) is inf in float32 and
- * exp(-100) vanishes against 1), NaN kept. */
+/* PyTorch's vector sigmoid, 1 / (exp(0 - x) + 1) with SLEEF's expf (qops_expf.h) */
 static inline float qops_rnn_sigmoid(float x) {
-    double y = -(double)x;
-    y = copysign(qops_rnn_min_bits(fabs(y), 100.0), y);
-    double pm1;
-    double t = qops_rnn_exp_parts(y, &pm1);
-    float e = (float)(t * (1.0 + pm1));
-    float d = 1.0f + e;
-    float s = 1.0f / d;
-    return qops_rnn_keep_nan(x, s);
+    return qops_sigmoidf(x);
 }
 
 /* `width` columns of one batch row, the gates (i, f, g, o) `sgi` apart in gi and `sgh` apart
@@ -126,6 +121,19 @@ typedef __m512d qr_vd;               /* float64 lanes */
         _mm256_castps_pd(_mm512_cvtpd_ps(hi)), 1))
 /* x where x is NaN, else v (qops_rnn_keep_nan) */
 #define qr_keep_nan(x, v) _mm512_mask_blend_ps(_mm512_cmp_ps_mask((x), (x), _CMP_UNORD_Q), (v), (x))
+typedef __m512i qr_vi;
+#define qr_fmaf _mm512_fmadd_ps
+#define qr_cvt_i _mm512_cvtps_epi32           /* rounds to nearest even (MXCSR) */
+#define qr_cvt_f _mm512_cvtepi32_ps
+#define qr_set1i _mm512_set1_epi32
+#define qr_addi _mm512_add_epi32
+#define qr_subi _mm512_sub_epi32
+#define qr_srai _mm512_srai_epi32
+#define qr_slli _mm512_slli_epi32
+#define qr_castif _mm512_castsi512_ps
+/* 0 where a < b, v elsewhere; v where a < b, w elsewhere */
+#define qr_zero_lt(a, b, v) _mm512_maskz_mov_ps(_mm512_cmp_ps_mask((a), (b), _CMP_NLT_UQ), (v))
+#define qr_sel_lt(a, b, v, w) _mm512_mask_blend_ps(_mm512_cmp_ps_mask((a), (b), _CMP_LT_OQ), (w), (v))
 #else
 typedef __m256 qr_vf;
 typedef __m256d qr_vd;
@@ -155,6 +163,18 @@ typedef __m256d qr_vd;
 #define qr_cvt_hi(a) _mm256_cvtps_pd(_mm256_extractf128_ps((a), 1))
 #define qr_join(lo, hi) _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo))
 #define qr_keep_nan(x, v) _mm256_blendv_ps((v), (x), _mm256_cmp_ps((x), (x), _CMP_UNORD_Q))
+typedef __m256i qr_vi;
+#define qr_fmaf _mm256_fmadd_ps
+#define qr_cvt_i _mm256_cvtps_epi32
+#define qr_cvt_f _mm256_cvtepi32_ps
+#define qr_set1i _mm256_set1_epi32
+#define qr_addi _mm256_add_epi32
+#define qr_subi _mm256_sub_epi32
+#define qr_srai _mm256_srai_epi32
+#define qr_slli _mm256_slli_epi32
+#define qr_castif _mm256_castsi256_ps
+#define qr_zero_lt(a, b, v) _mm256_andnot_ps(_mm256_cmp_ps((a), (b), _CMP_LT_OQ), (v))
+#define qr_sel_lt(a, b, v, w) _mm256_blendv_ps((w), (v), _mm256_cmp_ps((a), (b), _CMP_LT_OQ))
 #endif
 
 #ifndef QR_U
@@ -200,24 +220,38 @@ QR_INLINE void qr_exp_parts(const qr_vd* y, qr_vd* t, qr_vd* pm1) {
     }
 }
 
-/* qops_rnn_sigmoid of QR_COLS floats */
+/* 2^q for -126 <= q <= 127 (qops_expf_pow2i) */
+QR_INLINE qr_vf qr_pow2i(qr_vi q) {
+    return qr_castif(qr_slli(qr_addi(q, qr_set1i(127)), 23));
+}
+
+/* qops_sigmoidf of QR_COLS floats: qops_expf's operations lane for lane (out of range, the
+ * conversion to int gives INT_MIN and the selects decide, as in SLEEF) */
 QR_INLINE void qr_sigmoid(const qr_vf* x, qr_vf* out) {
-    const qr_vd sign = qr_set1d(-0.0);
-    qr_vd y[QR_U], t[QR_U], pm1[QR_U];
-    qr_vf e[QR_F];
-    qr_widen(x, y);
-    for (int u = 0; u < QR_U; u++) {
-        qr_vd v = qr_xord(y[u], sign);                                 /* -x */
-        qr_vd m = qr_mind(qr_andnotd(sign, v), qr_set1d(100.0));
-        y[u] = qr_ord(m, qr_andd(v, sign));                            /* copysign */
+    static const float coef[5] = {QOPS_EXPF_C1, QOPS_EXPF_C2, QOPS_EXPF_C3, QOPS_EXPF_C4,
+                                  QOPS_EXPF_C5};
+    qr_vf d[QR_F], qf[QR_F], s[QR_F], u[QR_F];
+    qr_vi q[QR_F];
+    for (int i = 0; i < QR_F; i++) {
+        d[i] = qr_subf(qr_set1(0.0f), x[i]);
+        q[i] = qr_cvt_i(qr_mulf(d[i], qr_set1(QOPS_EXPF_R_LN2)));
+        qf[i] = qr_cvt_f(q[i]);
+        s[i] = qr_fmaf(qf[i], qr_set1(-QOPS_EXPF_L2U), d[i]);
+        s[i] = qr_fmaf(qf[i], qr_set1(-QOPS_EXPF_L2L), s[i]);
+        u[i] = qr_set1(QOPS_EXPF_C0);
     }
-    qr_exp_parts(y, t, pm1);
-    for (int u = 0; u < QR_U; u++)
-        y[u] = qr_muld(t[u], qr_addd(qr_set1d(1.0), pm1[u]));
-    qr_narrow(y, e);
+    for (int k = 0; k < 5; k++)
+        for (int i = 0; i < QR_F; i++)
+            u[i] = qr_fmaf(u[i], s[i], qr_set1(coef[k]));
     const qr_vf one = qr_set1(1.0f);
-    for (int i = 0; i < QR_F; i++)
-        out[i] = qr_keep_nan(x[i], qr_divf(one, qr_addf(one, e[i])));
+    for (int i = 0; i < QR_F; i++) {
+        qr_vf e = qr_addf(one, qr_fmaf(qr_mulf(s[i], s[i]), u[i], s[i]));
+        qr_vi half = qr_srai(q[i], 1);
+        e = qr_mulf(qr_mulf(e, qr_pow2i(half)), qr_pow2i(qr_subi(q[i], half)));
+        e = qr_zero_lt(d[i], qr_set1(-104.0f), e);
+        e = qr_sel_lt(qr_set1(100.0f), d[i], qr_set1(INFINITY), e);
+        out[i] = qr_keep_nan(x[i], qr_divf(one, qr_addf(e, one)));
+    }
 }
 
 /* qops_rnn_tanh of QR_COLS floats */

@@ -842,20 +842,62 @@ def _zeros_state(b, h, xname, batch_axis, size):
                   value=b.nh.from_array(np.zeros(1, F32), "zero"))
 
 
-def _sigmoid_f32(b, h, x):
-    """qops' sigmoid (docs/semantics.md §21): f32(1 / f32(1 + f32(exp(-x)))), the exp in
-    float64 (ONNX Exp on doubles) and |x| clamped to 100."""
+def _fma_f32(b, h, a, x, c):
+    """f32(a * x + c) in float64 ONNX ops: a * x is exact in float64 and the sum is rounded to
+    float64 before float32, which differs from one fused rounding only where that float64 sum
+    lands exactly on a float32 midpoint the exact sum was not on (docs/onnx.md)."""
     D, F = b.onnx.TensorProto.DOUBLE, b.onnx.TensorProto.FLOAT
-    y = b.node("Neg", [b.node("Cast", [x], hint=h + "_d", to=D)], hint=h + "_neg")
-    y = b.node("Mul", [b.node("Sign", [y], hint=h + "_sign"),
-                       b.node("Min", [b.node("Abs", [y], hint=h + "_abs"),
-                                      b.const(h + "_c100", np.array(100.0))], hint=h + "_clamp")],
-               hint=h + "_y")
-    e = b.node("Cast", [b.node("Exp", [y], hint=h + "_exp")], hint=h + "_e", to=F)
+
+    def wide(v, name):
+        if isinstance(v, float):
+            return b.const(h + name, np.array(np.float32(v), np.float64))
+        return b.node("Cast", [v], hint=h + name, to=D)
+    p = b.node("Mul", [wide(a, "_a"), wide(x, "_x")], hint=h + "_p")
+    return b.node("Cast", [b.node("Add", [p, wide(c, "_c")], hint=h + "_s")], hint=h, to=F)
+
+
+def _exp_f32(b, h, d):
+    """qops' float32 exp (docs/semantics.md §21: SLEEF's expf u10, as PyTorch's vector kernels):
+    q = rint(d / ln2), s = d - q ln2 in two fmas, a degree-6 polynomial in fmas, times 2^q (one
+    rounding, a float64 product: 2^q from a table); 0 below -104, inf above 100."""
+    from qops._ref import rnn as ref
+    D = b.onnx.TensorProto.DOUBLE
+    F32c = lambda name, v: b.const(h + name, np.array(v, F32))  # noqa: E731
+    # q from d clamped to +-128 (NaN as 0): the table index stays in range; beyond +-104 the
+    # selects below decide, and a NaN d makes s NaN
+    safe = b.node("Where", [b.node("IsNaN", [d], hint=h + "_nan"), F32c("_zero", 0.0), d],
+                  hint=h + "_safe")
+    dc = b.node("Clip", [safe, F32c("_lo", -128.0), F32c("_hi", 128.0)], hint=h + "_dc")
+    qf = b.node("Round", [b.node("Mul", [dc, F32c("_rln2", ref._R_LN2)], hint=h + "_dl")],
+                hint=h + "_q")
+    s = _fma_f32(b, h + "_s1", qf, float(-ref._L2U), d)
+    s = _fma_f32(b, h + "_s2", qf, float(-ref._L2L), s)
+    u = _fma_f32(b, h + "_u1", float(ref._EXPF_COEF[0]), s, float(ref._EXPF_COEF[1]))
+    for k, coef in enumerate(ref._EXPF_COEF[2:]):
+        u = _fma_f32(b, h + f"_u{k + 2}", u, s, float(coef))
+    s2 = b.node("Mul", [s, s], hint=h + "_ss")
+    u = b.node("Add", [F32c("_one", 1.0), _fma_f32(b, h + "_u7", s2, u, s)], hint=h + "_e0")
+    idx = b.node("Cast", [b.node("Add", [qf, F32c("_off", 192.0)], hint=h + "_qo")],
+                 hint=h + "_qi", to=b.onnx.TensorProto.INT64)
+    table = b.const(h + "_pow2", np.ldexp(1.0, np.arange(-192, 193)).astype(np.float64))
+    p2 = b.node("Gather", [table, idx], hint=h + "_p2", axis=0)
+    e = b.node("Cast", [b.node("Mul", [b.node("Cast", [u], hint=h + "_ud", to=D), p2],
+                               hint=h + "_scaled")], hint=h + "_e1", to=b.onnx.TensorProto.FLOAT)
+    e = b.node("Where", [b.node("Less", [d, F32c("_m104", -104.0)], hint=h + "_under"),
+                         F32c("_z", 0.0), e], hint=h + "_e2")
+    return b.node("Where", [b.node("Less", [F32c("_c100", 100.0), d], hint=h + "_over"),
+                            F32c("_inf", np.inf), e], hint=h)
+
+
+def _sigmoid_f32(b, h, x):
+    """qops' sigmoid (docs/semantics.md §21, PyTorch's vector sigmoid):
+    f32(1 / f32(exp_f32(0 - x) + 1))."""
+    d = b.node("Sub", [b.const(h + "_zero", np.array(0.0, F32)), x], hint=h + "_neg")
+    e = _exp_f32(b, h + "_exp", d)
     one = b.const(h + "_one", np.array(1.0, F32))
     # Reciprocal, not Div(1, .): ORT's DivMulFusion turns Mul(a, Div(1, b)) into Div(a, b),
     # which rounds once instead of twice (measured: 19% of GRU cell outputs moved)
-    return b.node("Reciprocal", [b.node("Add", [one, e], hint=h + "_1pe")], hint=h)
+    return b.node("Reciprocal", [b.node("Add", [e, one], hint=h + "_1pe")], hint=h)
 
 
 def _tanh_f32(b, h, x):
