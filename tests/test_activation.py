@@ -194,3 +194,23 @@ def test_float_gelu_keeps_a_channels_last_layout():
             got = F.gelu(cl)
         assert got.strides == cl.strides
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gelu_is_pytorchs_vector_formula(torch, backend):
+    """The exact-form GELU is ATen's vectorized one bit for bit (docs/semantics.md §6.1): the
+    float GELU where oneDNN does not take PyTorch's (its own erf there, a tolerance in the
+    registry), and the quantized GELU, which never goes to oneDNN."""
+    torch.set_num_threads(1)
+    r = np.random.default_rng(61)
+    n = 1 << 18 if backend == "fast" else 1 << 14
+    x = np.concatenate([(r.standard_normal(n) * s).astype(np.float32) for s in (0.1, 1, 4)])
+    x[:12] = [np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 3e38, -3e38, 9.0, -9.0, 13.5, -13.5]
+    with torch.backends.mkldnn.flags(enabled=False), qops.backend(backend):
+        want = torch.nn.functional.gelu(torch.from_numpy(x)).numpy()
+        np.testing.assert_array_equal(F.gelu(x), want, strict=True)
+        for scale, zp in ((0.02, 128), (0.07, 30)):
+            tq = torch.quantize_per_tensor(torch.from_numpy(x[12:]), scale, zp, torch.quint8)
+            q = qops.quantize_per_tensor(x[12:], scale, zp, qops.quint8)
+            np.testing.assert_array_equal(F.gelu(q).int_repr(),
+                                          torch.nn.functional.gelu(tq).int_repr().numpy())

@@ -8,8 +8,8 @@
 # (qops/_show.py). The table lookup (lut.*) runs VBMI permutes where the avx512 build finds
 # VBMI on the CPU, else the build's tier (qops_lut.h); clamp_raw runs the AVX-512 shifted-line
 # kernel for 256+ bytes whose source and output lie a multiple of 4 bytes apart, else a loop
-# GCC vectorizes (qops_clamp.h). The float GELU (gelu_f32) is one GCC-vectorized loop in
-# float64 (qops_gelu.h), which also gives the quantized GELU's table its values.
+# GCC vectorizes (qops_clamp.h). The float GELU (gelu_f32) is one GCC-vectorized loop of
+# float32 FMAs (qops_gelu.h), which also gives the quantized GELU's table its values.
 from qops._fast._routes import Route, TRACE, trace_routes as _trace_routes
 
 import numpy as np
@@ -49,7 +49,7 @@ ROUTES = {r.name: r for r in [
     Route("lut.bytes", _LUT_TIER, "qops_lut.h"),
     Route("clamp.shifted", "qops_clamp_shifted (AVX-512 aligned lines)", "qops_clamp.h"),
     Route("clamp.loop", "qops_clamp_u8/_s8 loop (GCC-vectorized)", "qops_clamp.h"),
-    Route("gelu.f32", "qops_gelu_f32 loop (float64, GCC-vectorized)", "qops_gelu.h"),
+    Route("gelu.f32", "qops_gelu_f32 loop (float32 FMAs, GCC-vectorized)", "qops_gelu.h"),
 ]}
 
 

@@ -3,12 +3,13 @@
 Contract: uint8/int8 in, same dtype out, same shape. Integer-domain ops (clamp_raw) compare raw
 values; float-domain ops dequantize with D_vec (D_sc for sigmoid), compute in float32 and
 quantize with Q_vec: PyTorch's vector-body formula, used for every element (docs/semantics.md §0.2).
-Transcendentals are evaluated in float64 and rounded once to float32.
+GELU is PyTorch's vectorized float32 formula (its erf and SLEEF's expf, with FMAs); the other
+transcendentals are evaluated in float64 and rounded once to float32.
 """
 import numpy as np
 
 from qops._ref.quant import d_sc, d_vec, q_vec
-from qops._ref.rnn import tanh_f32
+from qops._ref.rnn import exp_f32, fma_f32, tanh_f32
 
 F32 = np.float32
 F64 = np.float64
@@ -64,23 +65,32 @@ def tanh_y(x):
     return np.tanh(x.astype(np.float64)).astype(F32)
 
 
-# erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z/2), z >= 0: the Chebyshev fit of Numerical
-# Recipes' erfcc (relative error below 1.2e-7); P's coefficients, degree 0 to 9
-_ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807,
-             -1.13520398, 1.48851587, -0.82215223, 0.17087277)
-# e^r's Taylor coefficients 1/k!, k = 0 to 8 (|r| <= ln2 / 2: relative error below 2.1e-10)
-_EXP8 = (1.0, 1.0, 0.5, 0.16666666666666666, 0.041666666666666664, 0.008333333333333333,
-         0.001388888888888889, 0.0001984126984126984, 2.48015873015873e-05)
+# erf by Abramowitz and Stegun 7.1.26 as PyTorch's vectorized erf computes it:
+# t = 1 / (1 + p |v|), erf(|v|) ~ 1 - (a1 t + a2 t^2 + ... + a5 t^5) exp(-v^2)
+_ERF_P = F32(0.3275911)
+_ERF_A = tuple(F32(a) for a in (1.061405429, -1.453152027, 1.421413741, -0.284496736,
+                                0.254829592))                  # a5 down to a1 (Horner)
+_SQRT1_2 = F32(0.7071067811865476)
 _GELU_BETA = F32(1.4142135623730951 * 1.1283791670955126 * 0.5)     # sqrt(2 / pi)
 
 
-def gelu_y(x, approximate="none"):
-    """GELU of float32 x (docs/semantics.md §6.1).
+def erf_f32(v):
+    """PyTorch's vectorized float32 erf: t = 1 / fma(p, |v|, 1), r = a1 + t (a2 + ...) by
+    fmas, e = exp_f32(-(v v)), erf = sign(v) fma(f32(-e t), r, 1)."""
+    v = np.asarray(v, F32)
+    t = (F32(1) / fma_f32(_ERF_P, np.abs(v), F32(1))).astype(F32)
+    r = fma_f32(_ERF_A[0], t, _ERF_A[1])
+    for a in _ERF_A[2:]:
+        r = fma_f32(r, t, a)
+    e = exp_f32(-(v * v))
+    y = fma_f32((-e * t).astype(F32), r, F32(1))
+    return np.where(np.signbit(v), -y, y).astype(F32)
 
-    "none": f32(x/2 E) in float64, E = erfc(z) for negative x (sign bit set), 2 - erfc(z)
-    otherwise, z = |x| / sqrt 2, erfc(z) = t exp(max(P(t) - z^2, -700)) from the fit above,
-    exp by Cody-Waite reduction and a degree-8 polynomial, both polynomials by Estrin's
-    scheme. "tanh": PyTorch's float32 steps, f32(f32(0.5 x) f32(1 +
+
+def gelu_y(x, approximate="none"):
+    """GELU of float32 x (docs/semantics.md §6.1), PyTorch's vectorized float32 formulas.
+
+    "none": f32(f32(0.5 x) f32(1 + erf_f32(f32(x / sqrt 2)))). "tanh": f32(f32(0.5 x) f32(1 +
     tanh(f32(sqrt(2/pi) f32(x + f32(0.044715 f32(x^3))))))), tanh in float64 rounded once.
     """
     x = np.asarray(x, dtype=F32)
@@ -93,26 +103,8 @@ def _gelu_y(x, approximate):
         x3 = x * x * x
         inner = _GELU_BETA * (x + F32(0.044715) * x3)
         return (F32(0.5) * x * (F32(1) + tanh_f32(inner))).astype(F32)
-    xd = x.astype(F64)
-    z = np.abs(xd) * F64(0.7071067811865476)
-    t = F64(1) / (F64(1) + F64(0.5) * z)
-    # P(t) of degree 9 and e^r of degree 8 by Estrin's scheme, grouped as the C twin
-    t2 = t * t
-    t4 = t2 * t2
-    a = [F64(lo) + F64(hi) * t for lo, hi in zip(_ERFC_FIT[::2], _ERFC_FIT[1::2])]
-    p = ((a[0] + a[1] * t2) + (a[2] + a[3] * t2) * t4) + a[4] * (t4 * t4)
-    y = np.maximum(p - z * z, F64(-700))        # (the C clamps on the bits: same values)
-    n = np.rint(y * F64(1.4426950408889634))   # e^y = 2^n e^r, Cody-Waite
-    r = (y - n * F64(0.6931471803691238)) - n * F64(1.90821492927058770002e-10)
-    r2 = r * r
-    r4 = r2 * r2
-    c = [F64(1) + r] + [F64(lo) + F64(hi) * r for lo, hi in zip(_EXP8[2:8:2], _EXP8[3:8:2])]
-    er = ((c[0] + c[1] * r2) + (c[2] + c[3] * r2) * r4) + F64(_EXP8[8]) * (r4 * r4)
-    # 2^n: n + 1023 lands in the low bits of 2^52 + n + 1023; shift it into the exponent
-    tn = ((n + F64(4503599627371519.0)).view(np.int64) << np.int64(52)).view(F64)
-    erfc_z = t * (tn * er)
-    e = np.where(np.signbit(xd), erfc_z, F64(2) - erfc_z)
-    return (F64(0.5) * xd * e).astype(F32)
+    half = (x * F32(0.5)).astype(F32)
+    return (half * (F32(1) + erf_f32((x * _SQRT1_2).astype(F32)))).astype(F32)
 
 
 # -- kernels ----------------------------------------------------------------------------------
