@@ -230,11 +230,12 @@ def _cl(raw, scale=0.1, zp=3):
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int32])
 def test_channels_last_max_pool_blocks_and_tails_equal_ref(dtype):
-    # channel counts around the 64-, 32- and 16-byte blocks and the byte tail, windows cut
-    # by padding and ceil mode, a dilation: the fast kernel (C order's values) vs the ref
+    # channel counts around the 64-, 32- and 16-byte blocks and the byte tail (AVX2), the
+    # masked last 64-byte block (AVX-512), windows cut by padding and ceil mode, a dilation:
+    # the fast kernel (C order's values) vs the ref
     r = u.rng(23)
     info = np.iinfo(dtype)
-    for c in (1, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 80, 97, 130):
+    for c in (1, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 80, 97, 130, 191, 480, 832):
         raw = r.integers(max(info.min, -5000), min(info.max, 5000) + 1,
                          size=(2, c, 9, 11)).astype(dtype)
         x = _cl(raw, zp=0)
@@ -242,8 +243,8 @@ def test_channels_last_max_pool_blocks_and_tails_equal_ref(dtype):
                    dict(kernel_size=3, stride=2, padding=0, ceil_mode=True),
                    dict(kernel_size=2, stride=2),
                    dict(kernel_size=3, stride=2, padding=1, dilation=2),
-                   # windows of 1, 3, 16 and 25 taps (the loops; 3x3 ones inside the
-                   # input take the AVX2 straight-line code)
+                   # windows of 1, 3, 16 and 25 taps (the loops; 2x2 and 3x3 ones inside
+                   # the input take straight-line code)
                    dict(kernel_size=1), dict(kernel_size=(1, 3), stride=1, padding=(0, 1)),
                    dict(kernel_size=4, stride=3, padding=2),
                    dict(kernel_size=5, stride=2, padding=2)):
