@@ -196,21 +196,47 @@ def test_float_gelu_keeps_a_channels_last_layout():
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_gelu_is_pytorchs_vector_formula(torch, backend):
-    """The exact-form GELU is ATen's vectorized one bit for bit (docs/semantics.md §6.1): the
-    float GELU where oneDNN does not take PyTorch's (its own erf there, a tolerance in the
-    registry), and the quantized GELU, which never goes to oneDNN."""
+def test_gelu_is_pytorchs_vector_formula(torch, backend, approximate):
+    """GELU is ATen's vectorized one bit for bit (docs/semantics.md §6.1): the float GELU
+    where oneDNN does not take PyTorch's exact form (its own erf there, a tolerance in the
+    registry) and the tanh form everywhere, and the quantized GELU, which never goes to
+    oneDNN."""
     torch.set_num_threads(1)
     r = np.random.default_rng(61)
     n = 1 << 18 if backend == "fast" else 1 << 14
     x = np.concatenate([(r.standard_normal(n) * s).astype(np.float32) for s in (0.1, 1, 4)])
     x[:12] = [np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 3e38, -3e38, 9.0, -9.0, 13.5, -13.5]
     with torch.backends.mkldnn.flags(enabled=False), qops.backend(backend):
-        want = torch.nn.functional.gelu(torch.from_numpy(x)).numpy()
-        np.testing.assert_array_equal(F.gelu(x), want, strict=True)
+        want = torch.nn.functional.gelu(torch.from_numpy(x), approximate=approximate).numpy()
+        np.testing.assert_array_equal(F.gelu(x, approximate=approximate), want, strict=True)
         for scale, zp in ((0.02, 128), (0.07, 30)):
             tq = torch.quantize_per_tensor(torch.from_numpy(x[12:]), scale, zp, torch.quint8)
             q = qops.quantize_per_tensor(x[12:], scale, zp, qops.quint8)
-            np.testing.assert_array_equal(F.gelu(q).int_repr(),
-                                          torch.nn.functional.gelu(tq).int_repr().numpy())
+            np.testing.assert_array_equal(
+                F.gelu(q, approximate=approximate).int_repr(),
+                torch.nn.functional.gelu(tq, approximate=approximate).int_repr().numpy())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", ["sigmoid", "tanh"])
+def test_sigmoid_tanh_are_pytorchs_vector_formulas(torch, backend, op):
+    """Quantized sigmoid and tanh equal PyTorch's with no tie left (its float parts are SLEEF's
+    expf and tanhf, which qops computes; 1 thread and a multiple of 64 values, so PyTorch
+    takes no scalar tail): every raw value of both 8-bit types at several input qparams."""
+    torch.set_num_threads(1)
+    for dtype, tdtype in ((qops.quint8, torch.quint8), (qops.qint8, torch.qint8)):
+        info = np.iinfo(dtype.storage)
+        raw = np.tile(np.arange(info.min, info.max + 1, dtype=dtype.storage), 4)
+        for scale, zp in ((0.003, 5), (0.0371, -20), (0.1, 100), (0.9, 0)):
+            zp = int(np.clip(zp, info.min, info.max))
+            q = qops.make_per_tensor_quantized_tensor(raw, scale, zp)
+            tq = torch._make_per_tensor_quantized_tensor(torch.from_numpy(raw), scale, zp)
+            assert tq.dtype == tdtype
+            with qops.backend(backend):
+                got = getattr(F, op)(q)
+            want = getattr(torch, op)(tq)
+            assert (got.q_scale(), got.q_zero_point()) == (want.q_scale(), want.q_zero_point())
+            np.testing.assert_array_equal(got.int_repr(), want.int_repr().numpy(),
+                                          err_msg=f"{op} {dtype} {scale} {zp}")

@@ -14,7 +14,7 @@ from qops._fast._routes import Route, TRACE, trace_routes as _trace_routes
 
 import numpy as np
 from cython.parallel cimport prange
-from libc.math cimport expm1, exp, tanh as c_tanh
+from libc.math cimport expm1
 from qops._fast._common cimport *
 
 cdef extern from "qops_lut.h" nogil:
@@ -27,6 +27,10 @@ cdef extern from "qops_lut.h" nogil:
 DEF GRAIN = 262144        # below this a second thread costs more than it saves (L2-resident data)
 DEF GELU_GRAIN = 16384    # float GELU values per thread (a second thread costs more below)
 DEF GELU_BLOCK = 4096     # values per chunk a thread takes
+
+cdef extern from "qops_sleef.h" nogil:
+    float qops_sigmoidf(float x)
+    float qops_tanhf(float x)
 
 cdef extern from "qops_gelu.h" nogil:
     float qops_gelu_erf(float x)
@@ -144,14 +148,12 @@ cdef inline float _f(int kind, float x, float xsc, float p) noexcept nogil:
         c = <float>expm1(<double>x)
         return c * p
     if kind == K_SIGMOID:
-        c = <float>exp(-<double>xsc)
-        c = one + c
-        return one / c
+        return qops_sigmoidf(xsc)
     if kind == K_GELU:
         return qops_gelu_erf(x)
     if kind == K_GELU_TANH:
         return qops_gelu_tanh(x)
-    return <float>c_tanh(<double>x)
+    return qops_tanhf(x)
 
 
 cdef void _build_table(uint8_t[::1] table, int kind, float scale, int32_t zp, float p,

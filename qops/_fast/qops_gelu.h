@@ -6,10 +6,10 @@
  * Exact form: 0.5 x (1 + erf(x / sqrt 2)) in float32 in PyTorch's order, erf by Abramowitz
  * and Stegun 7.1.26 as PyTorch's vectorized erf computes it: t = 1 / fma(p, |v|, 1),
  * r = a1 + t (a2 + t (a3 + t (a4 + t a5))) in fmas, erf(v) = sign(v) fma(-exp(-v^2) t, r, 1)
- * with SLEEF's expf (qops_expf.h). x = -inf gives NaN (-inf * 0), as PyTorch.
+ * with SLEEF's expf (qops_sleef.h). x = -inf gives NaN (-inf * 0), as PyTorch.
  *
  * Tanh form: PyTorch's float32 operations in its order, 0.5 x (1 + tanh(sqrt(2/pi)
- * (x + 0.044715 x^3))), tanh in float64 rounded once (qops_rnn_tanh). */
+ * fma(0.044715, x^3, x))), tanh SLEEF's tanhf (qops_sleef.h). */
 #ifndef QOPS_GELU_H
 #define QOPS_GELU_H
 
@@ -17,8 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#include "qops_exp64.h"
-#include "qops_expf.h"
+#include "qops_sleef.h"
 
 /* PyTorch's vectorized erf (see above) */
 static inline float qops_erff(float v) {
@@ -47,8 +46,9 @@ static inline float qops_gelu_tanh(float x) {
     /* sqrt(2 / pi) as PyTorch's kBeta: the double product, rounded to float */
     const float beta = (float)(1.4142135623730951 * 1.1283791670955126 * 0.5);
     const float x3 = x * x * x;
-    const float inner = beta * (x + 0.044715f * x3);
-    return 0.5f * x * (1.0f + qops_rnn_tanh(inner));
+    /* PyTorch's compiler fuses x + kappa x^3 into an fma (its bits only so) */
+    const float inner = beta * fmaf(0.044715f, x3, x);
+    return 0.5f * x * (1.0f + qops_tanhf(inner));
 }
 
 /* y[0:n] = gelu(x[0:n]); y may be x. */

@@ -1,6 +1,6 @@
 /* One step of the LSTM, GRU and Elman cells on float32 rows (see rnn.pyx, qops/_ref/rnn.py).
  * Every operation is rounded to float32 in PyTorch's order. The sigmoid is PyTorch's vector
- * sigmoid with SLEEF's float32 exp (qops_expf.h), which gives PyTorch's bits; tanh (MKL's in
+ * sigmoid with SLEEF's float32 exp (qops_sleef.h), which gives PyTorch's bits; tanh (MKL's in
  * PyTorch's x86 build, not reproducible) takes expm1 from qops' own float64
  * functions (Cody-Waite reduction, degree-11 Taylor polynomial, 2^n from the exponent bits)
  * made of IEEE +, -, *, /, rint and bit operations only, so that numpy evaluates the very same
@@ -18,11 +18,11 @@
 #include <string.h>
 #include "qops_common.h"
 #include "qops_exp64.h"
-#include "qops_expf.h"
+#include "qops_sleef.h"
 
 #define QOPS_RNN_CHUNK 256
 
-/* PyTorch's vector sigmoid, 1 / (exp(0 - x) + 1) with SLEEF's expf (qops_expf.h) */
+/* PyTorch's vector sigmoid, 1 / (exp(0 - x) + 1) with SLEEF's expf (qops_sleef.h) */
 static inline float qops_rnn_sigmoid(float x) {
     return qops_sigmoidf(x);
 }

@@ -3,13 +3,15 @@
 Contract: uint8/int8 in, same dtype out, same shape. Integer-domain ops (clamp_raw) compare raw
 values; float-domain ops dequantize with D_vec (D_sc for sigmoid), compute in float32 and
 quantize with Q_vec: PyTorch's vector-body formula, used for every element (docs/semantics.md §0.2).
-GELU is PyTorch's vectorized float32 formula (its erf and SLEEF's expf, with FMAs); the other
-transcendentals are evaluated in float64 and rounded once to float32.
+sigmoid, tanh and GELU are PyTorch's vectorized float32 formulas (SLEEF's expf and tanhf, its
+erf, with FMAs: qops/_ref/_vecmath.py); elu's expm1 is evaluated in float64 and rounded once
+to float32.
 """
 import numpy as np
 
+from qops._ref._vecmath import expf, fmaf, tanhf
 from qops._ref.quant import d_sc, d_vec, q_vec
-from qops._ref.rnn import exp_f32, fma_f32, tanh_f32
+from qops._ref.rnn import sigmoid_f32
 
 F32 = np.float32
 F64 = np.float64
@@ -54,15 +56,13 @@ def elu_y(x, alpha):
 
 
 def sigmoid_y(x):
-    """f32(1 / f32(1 + f32(exp(-x)))), exp in float64 rounded once."""
-    with np.errstate(over="ignore"):
-        e = np.exp(-x.astype(np.float64)).astype(F32)
-    return (F32(1) / (F32(1) + e)).astype(F32)
+    """PyTorch's vectorized sigmoid, f32(1 / f32(1 + expf(-x))) with SLEEF's expf."""
+    return sigmoid_f32(x)
 
 
 def tanh_y(x):
-    """f32(tanh(x)), tanh in float64 rounded once."""
-    return np.tanh(x.astype(np.float64)).astype(F32)
+    """PyTorch's vectorized tanh: SLEEF's tanhf (qops/_ref/_vecmath.py)."""
+    return tanhf(x)
 
 
 # erf by Abramowitz and Stegun 7.1.26 as PyTorch's vectorized erf computes it:
@@ -76,14 +76,14 @@ _GELU_BETA = F32(1.4142135623730951 * 1.1283791670955126 * 0.5)     # sqrt(2 / p
 
 def erf_f32(v):
     """PyTorch's vectorized float32 erf: t = 1 / fma(p, |v|, 1), r = a1 + t (a2 + ...) by
-    fmas, e = exp_f32(-(v v)), erf = sign(v) fma(f32(-e t), r, 1)."""
+    fmas, e = expf(-(v v)), erf = sign(v) fma(f32(-e t), r, 1)."""
     v = np.asarray(v, F32)
-    t = (F32(1) / fma_f32(_ERF_P, np.abs(v), F32(1))).astype(F32)
-    r = fma_f32(_ERF_A[0], t, _ERF_A[1])
+    t = (F32(1) / fmaf(_ERF_P, np.abs(v), F32(1))).astype(F32)
+    r = fmaf(_ERF_A[0], t, _ERF_A[1])
     for a in _ERF_A[2:]:
-        r = fma_f32(r, t, a)
-    e = exp_f32(-(v * v))
-    y = fma_f32((-e * t).astype(F32), r, F32(1))
+        r = fmaf(r, t, a)
+    e = expf(-(v * v))
+    y = fmaf((-e * t).astype(F32), r, F32(1))
     return np.where(np.signbit(v), -y, y).astype(F32)
 
 
@@ -91,7 +91,7 @@ def gelu_y(x, approximate="none"):
     """GELU of float32 x (docs/semantics.md §6.1), PyTorch's vectorized float32 formulas.
 
     "none": f32(f32(0.5 x) f32(1 + erf_f32(f32(x / sqrt 2)))). "tanh": f32(f32(0.5 x) f32(1 +
-    tanh(f32(sqrt(2/pi) f32(x + f32(0.044715 f32(x^3))))))), tanh in float64 rounded once.
+    tanhf(f32(sqrt(2/pi) fma(0.044715, f32(x^3), x))))), SLEEF's tanhf (_vecmath).
     """
     x = np.asarray(x, dtype=F32)
     with np.errstate(over="ignore", invalid="ignore"):     # infinities and NaN: IEEE results
@@ -100,9 +100,10 @@ def gelu_y(x, approximate="none"):
 
 def _gelu_y(x, approximate):
     if approximate == "tanh":
+        # PyTorch's compiler fuses x + kappa x^3 into an fma (measured: bit for bit only so)
         x3 = x * x * x
-        inner = _GELU_BETA * (x + F32(0.044715) * x3)
-        return (F32(0.5) * x * (F32(1) + tanh_f32(inner))).astype(F32)
+        inner = _GELU_BETA * fmaf(F32(0.044715), x3, x)
+        return (F32(0.5) * x * (F32(1) + tanhf(inner))).astype(F32)
     half = (x * F32(0.5)).astype(F32)
     return (half * (F32(1) + erf_f32((x * _SQRT1_2).astype(F32)))).astype(F32)
 

@@ -8,13 +8,14 @@ tanh (which PyTorch's x86 build takes from MKL, not reproducible) is computed in
 rounded once, with qops' own expm1 (`exp_parts`: IEEE +, -, *, /, rint and bit operations
 only, so numpy and the C twin give the same bits, and the C vectorizes):
 
-    sigmoid(x) = f32(1 / f32(exp_f32(0 - x) + 1))
+    sigmoid(x) = f32(1 / f32(expf(0 - x) + 1))          (expf: qops/_ref/_vecmath.py)
     tanh(x)    = f32(copysign(-q / (q + 2), x)),  q = expm1(-2 min(|x|, 20))   (float64)
 """
 import numpy as np
 
-__all__ = ["lstm_cell", "gru_cell", "rnn_cell", "exp_parts", "fma_f32", "exp_f32",
-           "sigmoid_f32", "tanh_f32",
+from qops._ref._vecmath import expf
+
+__all__ = ["lstm_cell", "gru_cell", "rnn_cell", "exp_parts", "sigmoid_f32", "tanh_f32",
            "pack_linear", "lstm_dynamic_layer", "gru_dynamic_layer"]
 
 F32 = np.float32
@@ -49,60 +50,11 @@ def _keep_nan(x, v):
     return np.where(np.isnan(x), x, v)
 
 
-def fma_f32(a, b, c):
-    """f32(a * b + c) rounded once, as a fused multiply-add: a*b is exact in float64 (24 + 24
-    bits); the float64 sum is rounded to odd (TwoSum's error tells which way), and a value
-    rounded to odd at 53 bits rounds to float32 as the exact sum would."""
-    p = np.asarray(a, F32).astype(F64) * np.asarray(b, F32).astype(F64)
-    c = np.asarray(c, F32).astype(F64)
-    s = p + c
-    v = s - p
-    err = (p - (s - v)) + (c - v)
-    bits = s.view(np.int64)
-    toward = np.where(np.signbit(err) == np.signbit(s), 1, -1).astype(np.int64)
-    bits = np.where((err != 0) & ((bits & 1) == 0), bits + toward, bits)
-    return bits.view(F64).astype(F32)
-
-
-# SLEEF's expf (u10): ln 2 split in two for the reduction, degree-6 polynomial coefficients
-_R_LN2 = F32(1.442695040888963407359924681001892137426645954152985934135449406931)
-_L2U = F32(0.693145751953125)
-_L2L = F32(1.428606765330187045e-06)
-_EXPF_COEF = tuple(F32(v) for v in (
-    0.000198527617612853646278381, 0.00139304355252534151077271, 0.00833336077630519866943359,
-    0.0416664853692054748535156, 0.166666671633720397949219, 0.5))
-
-
-def _pow2i(q):
-    # 2^q for int32 -126 <= q <= 127, written into the exponent field
-    return ((q + np.int32(127)) << np.int32(23)).astype(np.int32).view(F32)
-
-
-def exp_f32(d):
-    """PyTorch's vectorized float32 exp (SLEEF expf u10, FMA): q = rint(d / ln2),
-    s = d - q ln2 in two fmas, e^s by a degree-6 polynomial in fmas, times 2^q in two steps;
-    0 below -104, inf above 100."""
-    d = np.asarray(d, F32)
-    with np.errstate(invalid="ignore", over="ignore"):
-        # q is only used for -104 <= d <= 100 (|q| <= 151); clipped so the cast is defined
-        qf = np.clip(np.nan_to_num(np.rint(d * _R_LN2)), -256, 256).astype(F32)
-        q = qf.astype(np.int32)
-        s = fma_f32(qf, -_L2U, d)
-        s = fma_f32(qf, -_L2L, s)
-        u = np.full_like(s, _EXPF_COEF[0])
-        for coef in _EXPF_COEF[1:]:
-            u = fma_f32(u, s, coef)
-        u = F32(1) + fma_f32(s * s, u, s)
-        half = q >> 1
-        u = (u * _pow2i(half)) * _pow2i(q - half)
-        u = np.where(d < F32(-104), F32(0), u)
-        return np.where(F32(100) < d, F32(np.inf), u).astype(F32)
-
-
 def sigmoid_f32(x):
-    """PyTorch's vectorized float32 sigmoid: f32(1 / f32(exp_f32(0 - x) + 1)); NaN kept."""
+    """PyTorch's vectorized float32 sigmoid: f32(1 / f32(expf(0 - x) + 1)), SLEEF's expf
+    (qops/_ref/_vecmath.py); NaN kept."""
     x = np.asarray(x, F32)
-    e = exp_f32(F32(0) - x)
+    e = expf(F32(0) - x)
     with np.errstate(over="ignore", invalid="ignore"):
         return _keep_nan(x, (F32(1) / (e + F32(1))).astype(F32))
 

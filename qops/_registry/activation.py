@@ -325,9 +325,9 @@ _GELU_FLOAT_TOLERANCE = (
     "Abramowitz-Stegun with oneDNN's exp on AVX2 ones), and 1 + erf cancels for negative x, so "
     "either erf's error reaches the result times abs(x) / 2 (measured against oneDNN's AVX-512 "
     "GELU: 3.9e-7 abs(x) beyond 4 ulps, near x = -3; against its AVX2 one 1.6e-7 abs(x)); the "
-    "tanh form differs by PyTorch's float32 tanh (SLEEF, 1 ulp) from qops' float64 one rounded "
-    "once; NaN and infinities exactly, but above FLT_MAX / 2 on AVX-512 CPUs, where oneDNN's "
-    "GELU overflows (inf, NaN at +inf) and qops returns x, as ATen's formula")
+    "tanh form (ATen's only) is bit-exact (SLEEF's tanhf); NaN and infinities exactly, but "
+    "above FLT_MAX / 2 on AVX-512 CPUs, where oneDNN's GELU overflows (inf, NaN at +inf) and "
+    "qops returns x, as ATen's formula")
 
 
 _TIE_REASON = ("exact except +-1 at exact ties of y/out_scale: PyTorch quantizes the last "
@@ -339,6 +339,10 @@ _TIE_REASON = ("exact except +-1 at exact ties of y/out_scale: PyTorch quantizes
                "must stay in the tail")
 _TRANSCENDENTAL = (" qops evaluates {f} in float64 rounded once to float32, PyTorch in SLEEF "
                    "float32 (1 ulp), which again only matters at such ties.")
+# sigmoid, tanh and GELU: qops computes PyTorch's vector formula itself (SLEEF's expf and
+# tanhf, ATen's erf, with FMAs: qops/_ref/_vecmath.py), so only the tail's formula differs
+_VECMATH = (" The float function is PyTorch's vectorized float32 one bit for bit ({f}), so the "
+            "vector body gives PyTorch's values exactly.")
 
 
 def _bounds(r, q):
@@ -413,8 +417,8 @@ SPECS = [
                                                                                 "tanh"]))}),
            bench={"gelu_64_112": lambda: Case((_bench_q(),))}, torch=_torch_gelu,
            compare=tie_compare("gelu", _y_gelu),
-           tolerance=_TIE_REASON + " qops evaluates GELU in float64 rounded once (2.2 ulps), "
-           "PyTorch in float32 with its vectorized erf, which again only matters at such ties."),
+           tolerance=_TIE_REASON + _VECMATH.format(
+               f="Abramowitz-Stegun erf with SLEEF's expf; the tanh form with SLEEF's tanhf")),
     OpSpec("gelu_float", "activation", ("gelu_f32",), F.gelu, _gelu_float_cases,
            _gelu_float_strategy,
            bench={"gelu_f32_128x3072": lambda: Case((_float_input(u.rng(43), (128, 3072),
@@ -424,9 +428,9 @@ SPECS = [
            _unary_cases(10, scale_range=(0.01, 0.04)), _unary_strategy(),
            bench={"sigmoid_64_112": lambda: Case((_bench_q(),))}, torch=_torch_sigmoid,
            compare=tie_compare("sigmoid", _y_sigmoid),
-           tolerance=_TIE_REASON + _TRANSCENDENTAL.format(f="exp")),
+           tolerance=_TIE_REASON + _VECMATH.format(f="1 / (1 + expf(-x)), SLEEF's expf")),
     OpSpec("tanh", "activation", ("tanh",), F.tanh, _unary_cases(11, scale_range=(0.005, 0.015)),
            _unary_strategy(), bench={"tanh_64_112": lambda: Case((_bench_q(),))},
            torch=_torch_tanh, compare=tie_compare("tanh", _y_tanh),
-           tolerance=_TIE_REASON + _TRANSCENDENTAL.format(f="tanh")),
+           tolerance=_TIE_REASON + _VECMATH.format(f="SLEEF's tanhf")),
 ]

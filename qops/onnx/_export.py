@@ -856,11 +856,11 @@ def _fma_f32(b, h, a, x, c):
     return b.node("Cast", [b.node("Add", [p, wide(c, "_c")], hint=h + "_s")], hint=h, to=F)
 
 
-def _exp_f32(b, h, d):
+def _expf(b, h, d):
     """qops' float32 exp (docs/semantics.md §21: SLEEF's expf u10, as PyTorch's vector kernels):
     q = rint(d / ln2), s = d - q ln2 in two fmas, a degree-6 polynomial in fmas, times 2^q (one
     rounding, a float64 product: 2^q from a table); 0 below -104, inf above 100."""
-    from qops._ref import rnn as ref
+    from qops._ref import _vecmath as ref
     D = b.onnx.TensorProto.DOUBLE
     F32c = lambda name, v: b.const(h + name, np.array(v, F32))  # noqa: E731
     # q from d clamped to +-128 (NaN as 0): the table index stays in range; beyond +-104 the
@@ -868,12 +868,12 @@ def _exp_f32(b, h, d):
     safe = b.node("Where", [b.node("IsNaN", [d], hint=h + "_nan"), F32c("_zero", 0.0), d],
                   hint=h + "_safe")
     dc = b.node("Clip", [safe, F32c("_lo", -128.0), F32c("_hi", 128.0)], hint=h + "_dc")
-    qf = b.node("Round", [b.node("Mul", [dc, F32c("_rln2", ref._R_LN2)], hint=h + "_dl")],
+    qf = b.node("Round", [b.node("Mul", [dc, F32c("_rln2", ref.R_LN2)], hint=h + "_dl")],
                 hint=h + "_q")
-    s = _fma_f32(b, h + "_s1", qf, float(-ref._L2U), d)
-    s = _fma_f32(b, h + "_s2", qf, float(-ref._L2L), s)
-    u = _fma_f32(b, h + "_u1", float(ref._EXPF_COEF[0]), s, float(ref._EXPF_COEF[1]))
-    for k, coef in enumerate(ref._EXPF_COEF[2:]):
+    s = _fma_f32(b, h + "_s1", qf, float(-ref.L2U), d)
+    s = _fma_f32(b, h + "_s2", qf, float(-ref.L2L), s)
+    u = _fma_f32(b, h + "_u1", float(ref.EXPF_COEF[0]), s, float(ref.EXPF_COEF[1]))
+    for k, coef in enumerate(ref.EXPF_COEF[2:]):
         u = _fma_f32(b, h + f"_u{k + 2}", u, s, float(coef))
     s2 = b.node("Mul", [s, s], hint=h + "_ss")
     u = b.node("Add", [F32c("_one", 1.0), _fma_f32(b, h + "_u7", s2, u, s)], hint=h + "_e0")
@@ -891,9 +891,9 @@ def _exp_f32(b, h, d):
 
 def _sigmoid_f32(b, h, x):
     """qops' sigmoid (docs/semantics.md §21, PyTorch's vector sigmoid):
-    f32(1 / f32(exp_f32(0 - x) + 1))."""
+    f32(1 / f32(expf(0 - x) + 1))."""
     d = b.node("Sub", [b.const(h + "_zero", np.array(0.0, F32)), x], hint=h + "_neg")
-    e = _exp_f32(b, h + "_exp", d)
+    e = _expf(b, h + "_exp", d)
     one = b.const(h + "_one", np.array(1.0, F32))
     # Reciprocal, not Div(1, .): ORT's DivMulFusion turns Mul(a, Div(1, b)) into Div(a, b),
     # which rounds once instead of twice (measured: 19% of GRU cell outputs moved)
