@@ -10,6 +10,11 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include "qops_exp64.h"       /* qops_rnn_keep_nan */
+
+/* Always inlined: the loops that call them vectorize only so (GCC left qops_tanhf a call in
+ * activation.pyx, which has two callers, and the GELU loop scalar: 10x slower) */
+#define QOPS_SLEEF_INLINE static inline __attribute__((always_inline))
 
 #define QOPS_EXPF_R_LN2 1.442695040888963407359924681001892137426645954152985934135449406931f
 #define QOPS_EXPF_L2U 0.693145751953125f
@@ -22,7 +27,7 @@
 #define QOPS_EXPF_C5 0.5f
 
 /* 2^q for -126 <= q <= 127, in the exponent field */
-static inline float qops_expf_pow2i(int32_t q) {
+QOPS_SLEEF_INLINE float qops_expf_pow2i(int32_t q) {
     uint32_t u = (uint32_t)(q + 127) << 23;
     float f;
     memcpy(&f, &u, 4);
@@ -31,7 +36,7 @@ static inline float qops_expf_pow2i(int32_t q) {
 
 /* A float's bits as an int32 ordered as the floats are (NaN aside): integer compares and
  * selects, which GCC vectorizes where it keeps float comparisons as branches. */
-static inline int32_t qops_expf_key(float f) {
+QOPS_SLEEF_INLINE int32_t qops_expf_key(float f) {
     int32_t u;
     memcpy(&u, &f, 4);
     return u ^ ((u >> 31) & 0x7fffffff);
@@ -39,7 +44,7 @@ static inline int32_t qops_expf_key(float f) {
 
 /* e^d: q = rint(d / ln2), s = d - q ln2 (two fmas), e^s = 1 + s + s^2 P(s), times 2^q in two
  * steps; 0 below -104, inf above 100. NaN: unspecified (the sigmoid keeps its input's). */
-static inline float qops_expf(float d) {
+QOPS_SLEEF_INLINE float qops_expf(float d) {
     /* |d| <= 128 for q alone, so the cast is defined; beyond +-104 the selects decide */
     int32_t ud;
     memcpy(&ud, &d, 4);
@@ -71,16 +76,9 @@ static inline float qops_expf(float d) {
 }
 
 /* PyTorch's vector sigmoid: 1 / (exp(0 - x) + 1); NaN kept. */
-static inline float qops_sigmoidf(float x) {
-    float e = qops_expf(0.0f - x);
-    float s = 1.0f / (e + 1.0f);
-    int32_t ux, us;
-    memcpy(&ux, &x, 4);
-    memcpy(&us, &s, 4);
-    int32_t m = -(int32_t)((ux & 0x7fffffff) > 0x7f800000);
-    us = (ux & m) | (us & ~m);
-    memcpy(&s, &us, 4);
-    return s;
+QOPS_SLEEF_INLINE float qops_sigmoidf(float x) {
+    const float e = qops_expf(0.0f - x);
+    return qops_rnn_keep_nan(x, 1.0f / (e + 1.0f));
 }
 
 /* -- tanhf: double-float arithmetic, SLEEF's FMA forms (pairs hi, lo of floats) ---------- */
@@ -92,39 +90,39 @@ static inline float qops_sigmoidf(float x) {
 #define QOPS_EXPK2_C4 0.166666659414234244790680580464e+0f
 
 /* x + y, x double-float, y float */
-static inline void qops_df_add2_f(float *h, float *l, float y) {
+QOPS_SLEEF_INLINE void qops_df_add2_f(float *h, float *l, float y) {
     const float s = *h + y, v = s - *h;
     *l = ((*h - (s - v)) + (y - v)) + *l;
     *h = s;
 }
 
-static inline void qops_df_add2_ff(float *h, float *l, float yh, float yl) {
+QOPS_SLEEF_INLINE void qops_df_add2_ff(float *h, float *l, float yh, float yl) {
     const float s = *h + yh, v = s - *h;
     *l = ((*h - (s - v)) + (yh - v)) + (*l + yl);
     *h = s;
 }
 
 /* |x| >= |y| */
-static inline void qops_df_add_ff(float xh, float xl, float yh, float yl, float *h, float *l) {
+QOPS_SLEEF_INLINE void qops_df_add_ff(float xh, float xl, float yh, float yl, float *h, float *l) {
     const float s = xh + yh;
     *l = (((xh - s) + yh) + xl) + yl;
     *h = s;
 }
 
-static inline void qops_df_mul_f(float xh, float xl, float y, float *h, float *l) {
+QOPS_SLEEF_INLINE void qops_df_mul_f(float xh, float xl, float y, float *h, float *l) {
     const float s = xh * y;
     *l = fmaf(xl, y, fmaf(xh, y, -s));
     *h = s;
 }
 
-static inline void qops_df_mul_ff(float xh, float xl, float yh, float yl, float *h, float *l) {
+QOPS_SLEEF_INLINE void qops_df_mul_ff(float xh, float xl, float yh, float yl, float *h, float *l) {
     const float s = xh * yh;
     *l = fmaf(xh, yl, fmaf(xl, yh, fmaf(xh, yh, -s)));
     *h = s;
 }
 
 /* e^a as a double-float for 0 <= a <= 9 (SLEEF's expk2f of (a, 0)) */
-static inline void qops_expk2(float a, float *h, float *l) {
+QOPS_SLEEF_INLINE void qops_expk2(float a, float *h, float *l) {
     const float qf = nearbyintf(a * QOPS_EXPF_R_LN2);
     const int32_t q = (int32_t)qf;
     float sh = a, sl = 0.0f;
@@ -156,7 +154,7 @@ static inline void qops_expk2(float a, float *h, float *l) {
 
 /* tanh(x): d = e^|x| as a double-float, (d - 1/d) / (d + 1/d) in double-float, rounded to
  * float; 1 beyond |x| = 8.664339742; x's sign; NaN kept. */
-static inline float qops_tanhf(float x) {
+QOPS_SLEEF_INLINE float qops_tanhf(float x) {
     int32_t ux, ua;
     memcpy(&ux, &x, 4);
     ua = ux & 0x7fffffff;
@@ -182,11 +180,8 @@ static inline float qops_tanhf(float x) {
     memcpy(&uy, &y, 4);
     uy = (uy & ~one) | (0x3f800000 & one);
     uy ^= ux & (int32_t)0x80000000;
-    /* NaN kept */
-    const int32_t m = -(int32_t)((ux & 0x7fffffff) > 0x7f800000);
-    uy = (ux & m) | (uy & ~m);
     memcpy(&y, &uy, 4);
-    return y;
+    return qops_rnn_keep_nan(x, y);
 }
 
 #endif
