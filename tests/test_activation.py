@@ -220,11 +220,12 @@ def test_gelu_is_pytorchs_vector_formula(torch, backend, approximate):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("op", ["sigmoid", "tanh"])
+@pytest.mark.parametrize("op", ["sigmoid", "tanh", "elu"])
 def test_sigmoid_tanh_are_pytorchs_vector_formulas(torch, backend, op):
-    """Quantized sigmoid and tanh equal PyTorch's with no tie left (its float parts are SLEEF's
-    expf and tanhf, which qops computes; 1 thread and a multiple of 64 values, so PyTorch
-    takes no scalar tail): every raw value of both 8-bit types at several input qparams."""
+    """Quantized sigmoid, tanh and elu equal PyTorch's with no tie left (their float parts are
+    SLEEF's expf, tanhf and expm1f, which qops computes; 1 thread and a multiple of 64 values,
+    so PyTorch takes no scalar tail): every raw value of both 8-bit types at several input
+    qparams."""
     torch.set_num_threads(1)
     for dtype, tdtype in ((qops.quint8, torch.quint8), (qops.qint8, torch.qint8)):
         info = np.iinfo(dtype.storage)
@@ -234,9 +235,15 @@ def test_sigmoid_tanh_are_pytorchs_vector_formulas(torch, backend, op):
             q = qops.make_per_tensor_quantized_tensor(raw, scale, zp)
             tq = torch._make_per_tensor_quantized_tensor(torch.from_numpy(raw), scale, zp)
             assert tq.dtype == tdtype
-            with qops.backend(backend):
-                got = getattr(F, op)(q)
-            want = getattr(torch, op)(tq)
+            if op == "elu":
+                out = (0.08, 7 if dtype is qops.qint8 else 100, 0.37)
+                with qops.backend(backend):
+                    got = F.elu(q, *out)
+                want = torch.ao.nn.quantized.functional.elu(tq, *out)
+            else:
+                with qops.backend(backend):
+                    got = getattr(F, op)(q)
+                want = getattr(torch, op)(tq)
             assert (got.q_scale(), got.q_zero_point()) == (want.q_scale(), want.q_zero_point())
             np.testing.assert_array_equal(got.int_repr(), want.int_repr().numpy(),
                                           err_msg=f"{op} {dtype} {scale} {zp}")

@@ -14,7 +14,6 @@ from qops._fast._routes import Route, TRACE, trace_routes as _trace_routes
 
 import numpy as np
 from cython.parallel cimport prange
-from libc.math cimport expm1
 from qops._fast._common cimport *
 
 cdef extern from "qops_lut.h" nogil:
@@ -31,6 +30,7 @@ DEF GELU_BLOCK = 4096     # values per chunk a thread takes
 cdef extern from "qops_sleef.h" nogil:
     float qops_sigmoidf(float x)
     float qops_tanhf(float x)
+    float qops_expm1f(float x)
 
 cdef extern from "qops_gelu.h" nogil:
     float qops_gelu_erf(float x)
@@ -145,7 +145,7 @@ cdef inline float _f(int kind, float x, float xsc, float p) noexcept nogil:
     if kind == K_ELU:
         if x > zero:
             return x
-        c = <float>expm1(<double>x)
+        c = qops_expm1f(x)
         return c * p
     if kind == K_SIGMOID:
         return qops_sigmoidf(xsc)

@@ -121,7 +121,8 @@ QOPS_SLEEF_INLINE void qops_df_mul_ff(float xh, float xl, float yh, float yl, fl
     *h = s;
 }
 
-/* e^a as a double-float for 0 <= a <= 9 (SLEEF's expk2f of (a, 0)) */
+/* e^a as a double-float (SLEEF's expk2f of (a, 0)) for -20 <= a <= 100: callers clamp, and
+ * select their results where 2^q leaves float32's range */
 QOPS_SLEEF_INLINE void qops_expk2(float a, float *h, float *l) {
     const float qf = nearbyintf(a * QOPS_EXPF_R_LN2);
     const int32_t q = (int32_t)qf;
@@ -150,6 +151,23 @@ QOPS_SLEEF_INLINE void qops_expk2(float a, float *h, float *l) {
     const float p1 = qops_expf_pow2i(half), p2 = qops_expf_pow2i(q - half);
     *h = (s * p1) * p2;
     *l = (lo * p1) * p2;
+}
+
+/* e^a - 1: the double-float e^a minus 1, rounded to float; inf above 88.7228317, -1 below
+ * -16.6355323, -0 at -0, NaN kept. (Quantized elu's table: scalar code is enough.) */
+QOPS_SLEEF_INLINE float qops_expm1f(float a) {
+    if (a != a)
+        return a;
+    if (a > 88.72283172607421875f)
+        return INFINITY;
+    if (a < -16.635532333438687426013570f)
+        return -1.0f;
+    if (a == 0.0f)
+        return a;                       /* +-0: SLEEF's -0 select, and +0 as its sum gives */
+    float dh, dl;
+    qops_expk2(a, &dh, &dl);
+    qops_df_add2_f(&dh, &dl, -1.0f);
+    return dh + dl;
 }
 
 /* tanh(x): d = e^|x| as a double-float, (d - 1/d) / (d + 1/d) in double-float, rounded to

@@ -1,6 +1,6 @@
-"""PyTorch's vectorized float32 exp and tanh: SLEEF's expf and tanhf (u10) as ATen's AVX2 and
-AVX-512 builds compile them, with fused multiply-adds (docs/semantics.md §21, §6). Shared by
-the rnn and activation references; the C twin is qops/_fast/qops_sleef.h.
+"""PyTorch's vectorized float32 exp, expm1 and tanh: SLEEF's expf, expm1f and tanhf (u10) as
+ATen's AVX2 and AVX-512 builds compile them, with fused multiply-adds (docs/semantics.md §21,
+§6). Shared by the rnn and activation references; the C twin is qops/_fast/qops_sleef.h.
 
 Each fused multiply-add is one rounding (`fmaf`, the quant family's exact fma); every other
 operation is a float32 IEEE operation in SLEEF's order. Double-float ("df") values are pairs
@@ -10,7 +10,7 @@ import numpy as np
 
 from qops._ref.quant import fma_f32 as fmaf
 
-__all__ = ["fmaf", "expf", "tanhf"]
+__all__ = ["fmaf", "expf", "expm1f", "tanhf"]
 
 F32 = np.float32
 F64 = np.float64
@@ -115,8 +115,9 @@ def _div(nh, nl, dh, dl):
 
 
 def _expk2(a):
-    """e^a as a double-float, for 0 <= a <= 9 (SLEEF's expk2f of (a, 0))."""
-    qf, q = _rint_q(a * R_LN2, 64)
+    """e^a as a double-float (SLEEF's expk2f of (a, 0)), for -20 <= a <= 100: callers clamp,
+    and select their results where 2^q leaves float32's range."""
+    qf, q = _rint_q(a * R_LN2, 256)
     sh, sl = _add2_f(a, F32(0), qf * -L2U)
     sh, sl = _add2_f(sh, sl, qf * -L2L)
     u = np.full_like(sh, _EXPK2_COEF[0])
@@ -128,6 +129,19 @@ def _expk2(a):
     s = F32(1) + th
     tl = ((F32(1) - s) + th) + tl
     return _ldexp2(s, q), _ldexp2(tl, q)
+
+
+def expm1f(a):
+    """e^a - 1: the double-float e^a minus 1, rounded to float; inf above 88.7228317,
+    -1 below -16.6355323, -0 at -0."""
+    a = np.asarray(a, F32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        dh, dl = _add2_f(*_expk2(np.clip(a, F32(-20), F32(100))), F32(-1))
+        x = (dh + dl).astype(F32)
+        x = np.where(a > F32(88.72283172607421875), F32(np.inf), x)
+        x = np.where(a < F32(-16.635532333438687426013570), F32(-1), x)
+        x = np.where((a == 0) & np.signbit(a), F32(-0.0), x)
+        return np.where(np.isnan(a), a, x).astype(F32)
 
 
 def tanhf(x):

@@ -3,13 +3,12 @@
 Contract: uint8/int8 in, same dtype out, same shape. Integer-domain ops (clamp_raw) compare raw
 values; float-domain ops dequantize with D_vec (D_sc for sigmoid), compute in float32 and
 quantize with Q_vec: PyTorch's vector-body formula, used for every element (docs/semantics.md §0.2).
-sigmoid, tanh and GELU are PyTorch's vectorized float32 formulas (SLEEF's expf and tanhf, its
-erf, with FMAs: qops/_ref/_vecmath.py); elu's expm1 is evaluated in float64 and rounded once
-to float32.
+elu, sigmoid, tanh and GELU are PyTorch's vectorized float32 formulas (SLEEF's expm1f, expf
+and tanhf, its erf, with FMAs: qops/_ref/_vecmath.py).
 """
 import numpy as np
 
-from qops._ref._vecmath import expf, fmaf, tanhf
+from qops._ref._vecmath import expf, expm1f, fmaf, tanhf
 from qops._ref.quant import d_sc, d_vec, q_vec
 from qops._ref.rnn import sigmoid_f32
 
@@ -50,8 +49,8 @@ def hardswish_y(x):
 
 
 def elu_y(x, alpha):
-    """x if x > 0 else f32(f32(expm1(x)) * alpha), expm1 in float64 rounded once."""
-    em1 = np.expm1(np.minimum(x, F32(0)).astype(np.float64)).astype(F32)
+    """x if x > 0 else f32(expm1f(x) * alpha), SLEEF's expm1f (_vecmath)."""
+    em1 = expm1f(np.minimum(x, F32(0)))
     return np.where(x > 0, x, em1 * F32(alpha)).astype(F32)
 
 

@@ -337,9 +337,7 @@ _TIE_REASON = ("exact except +-1 at exact ties of y/out_scale: PyTorch quantizes
                "(docs/semantics.md §0.2), so PyTorch's tail may differ by 1 where y/out_scale "
                "is within float32 noise of a half-integer; the differences are counted and "
                "must stay in the tail")
-_TRANSCENDENTAL = (" qops evaluates {f} in float64 rounded once to float32, PyTorch in SLEEF "
-                   "float32 (1 ulp), which again only matters at such ties.")
-# sigmoid, tanh and GELU: qops computes PyTorch's vector formula itself (SLEEF's expf and
+# elu, sigmoid, tanh and GELU: qops computes PyTorch's vector formula itself (SLEEF's expf and
 # tanhf, ATen's erf, with FMAs: qops/_ref/_vecmath.py), so only the tail's formula differs
 _VECMATH = (" The float function is PyTorch's vectorized float32 one bit for bit ({f}), so the "
             "vector body gives PyTorch's values exactly.")
@@ -394,7 +392,7 @@ SPECS = [
            _unary_strategy(_elu_args),
            bench={"elu_64_112": lambda: Case((_bench_q(), 0.05, 128, 1.0))}, torch=_torch_elu,
            compare=tie_compare("elu", _y_elu),
-           tolerance=_TIE_REASON + _TRANSCENDENTAL.format(f="expm1")),
+           tolerance=_TIE_REASON + _VECMATH.format(f="alpha expm1f(x), SLEEF's expm1f")),
     OpSpec("leaky_relu", "activation", ("leaky_relu",), F.leaky_relu,
            _unary_cases(7, _leaky_args, _leaky_kwargs), _unary_strategy(_leaky_args, _leaky_kwargs),
            bench={"leaky_relu_64_112": lambda: Case((_bench_q(), 0.01))}, torch=_torch_leaky,
