@@ -433,7 +433,9 @@ def test_threaded_tiles_equal_ref():
     wd = _w(r, 50, 700, zp=3)
     with qops.backend("ref"):
         want = F.linear(x, w, b, 2.0, 128)._int, F.linear_relu_dynamic(xf, wd, b[:50])
-    for threads in (1, 2):
+    # (150 columns: a last panel of 22 on AVX-512 builds, whose tiles weigh less in the
+    # threads' split of the work; 3 threads leave runs that start and end inside a panel)
+    for threads in (1, 2, 3):
         with qops.backend("fast"), qops.threads(threads):
             got = F.linear(x, w, b, 2.0, 128)._int, F.linear_relu_dynamic(xf, wd, b[:50])
         np.testing.assert_array_equal(got[0], want[0])
