@@ -572,6 +572,16 @@ static inline __attribute__((always_inline)) double qops_lnf_sum(const float *x,
                 }
                 a[k] = _mm256_add_pd(a[k], v);
             }
+        if (n16 == n) {
+            /* qops_lnf_lanes in the registers (the lanes through memory cost a store-forward
+             * stall a pass): h = 8 adds lanes l + 8, vectors k and k + 2; h = 4 the two
+             * results; h = 2 and 1 their halves */
+            const __m256d s4 = _mm256_add_pd(_mm256_add_pd(a[0], a[2]),
+                                             _mm256_add_pd(a[1], a[3]));
+            const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4),
+                                          _mm256_extractf128_pd(s4, 1));
+            return _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+        }
         for (int k = 0; k < 4; k++)
             _mm256_storeu_pd(acc + 4 * k, a[k]);
 #else
