@@ -359,8 +359,7 @@ static void NAME(const T *const *rows, T *restrict out, const qpc_mrow *g) {    
 /* AVX-512, 8-bit: a pixel's channels in 64-byte blocks, the last partial block masked (no
  * 32-, 16- and 1-byte tails: 480 channels are 7.5 blocks), and the 2x2 and 3x3 windows that
  * lie inside the input as straight-line loads (the rows-then-taps loops cost a branch and an
- * address step per load there: a 2x2/2 pool of 832 channels on 14x14 took 2.2 us, the loads
- * alone need 0.5). */
+ * address step per load there, more than the loads themselves on small pools). */
 #define QPC_MAX_ROW_AVX512(NAME, T, LO, MAXZ)                                                  \
 static void NAME(const T *const *rows, T *restrict out, const qpc_mrow *g) {                  \
     const ptrdiff_t C = g->C, step = g->dW * C, cfull = C & ~(ptrdiff_t)63;                   \

@@ -43,7 +43,7 @@ QOPS_SLEEF_INLINE float qops_gelu_erf(float x) {
 }
 
 /* (always inlined, as qops_sleef.h's functions: activation.pyx's table builder calls it too,
- * and GCC then kept it a call in the GELU loop, which ran scalar, 10x slower) */
+ * and GCC then kept it a call in the GELU loop, which then ran scalar) */
 QOPS_SLEEF_INLINE float qops_gelu_tanh(float x) {
     /* sqrt(2 / pi) as PyTorch's kBeta: the double product, rounded to float */
     const float beta = (float)(1.4142135623730951 * 1.1283791670955126 * 0.5);
@@ -55,11 +55,11 @@ QOPS_SLEEF_INLINE float qops_gelu_tanh(float x) {
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
-/* qops_gelu_erf on 16 lanes with intrinsics: the same operations, lane for lane, in ~45
- * instructions where GCC's vectorized loop of the scalar function took ~60 (qops_expf's
+/* qops_gelu_erf on 16 lanes with intrinsics: the same operations, lane for lane, in fewer
+ * instructions than GCC's vectorized loop of the scalar function (qops_expf's
  * magnitude clamp and its selects on the bits, which an exp argument -(v^2) <= 0 does not
  * need: out of range the conversion gives INT_MIN and the select at -104 decides, as in
- * SLEEF; a NaN stays NaN through s). Measured 1.14x on 128 x 3072 values. */
+ * SLEEF; a NaN stays NaN through s). */
 static inline __m512 qops_gelu_erf16(__m512 x) {
     const __m512 one = _mm512_set1_ps(1.0f);
     const __m512i sign = _mm512_set1_epi32((int)0x80000000);

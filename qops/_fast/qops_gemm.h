@@ -1653,30 +1653,20 @@ static void qg_corder_rows(const qg_corder *src, ptrdiff_t K, uint8_t *buf, ptrd
     }
 }
 
-/* All tiles of rows [0, M) over nthreads threads: row blocks x column panels, static (with
- * src, A is unread: each thread transposes its tiles' rows from src first). */
-/* Thread tid's run [*t0, *t1) of panel-major tiles (tile t: panel t / nmb) holding an equal
- * share of the work, a tile's work its panel's width in 16-column steps: with a partial last
- * panel, equal tile counts gave one thread most of it (N = 80 on 64-column panels: 64 + 16,
- * one thread 4/5 of the columns; a 1x1 64->80 conv on 73x73 ran 1.23x faster on 2 threads
- * than on 1). */
-static inline void qg_split_cost(const qops_gemm_b *B, ptrdiff_t P, ptrdiff_t nmb, ptrdiff_t tid,
-                                 ptrdiff_t nt, ptrdiff_t *t0, ptrdiff_t *t1) {
-    const ptrdiff_t last = (B->N - (P - 1) * QG_NR + 15) / 16, full = QG_NR / 16;
-    const ptrdiff_t total = nmb * ((P - 1) * full + last);
-    const ptrdiff_t lo = total * tid / nt, hi = total * (tid + 1) / nt;
-    ptrdiff_t cum = 0, t = 0, ntiles = P * nmb;
-    *t0 = *t1 = ntiles;
-    for (; t < ntiles; t++) {
-        if (*t0 == ntiles && cum >= lo) *t0 = t;
-        if (cum >= hi) {
-            *t1 = t;
-            break;
-        }
-        cum += t / nmb == P - 1 ? last : full;
-    }
+/* The first panel-major tile (tile t: panel t / nmb) by which `work` units of work are done,
+ * a tile's work its panel's width in 16-column steps (`full` for whole panels, `last` for the
+ * last one): the threads' runs then hold equal shares of the work, not of the tiles, which
+ * gave one thread most of the columns where the last panel is partial (N = 80 on 64-column
+ * panels: 64 + 16). */
+static inline ptrdiff_t qg_tile_at(ptrdiff_t work, ptrdiff_t P, ptrdiff_t nmb, ptrdiff_t full,
+                                   ptrdiff_t last) {
+    const ptrdiff_t nfull = (P - 1) * nmb;
+    if (work <= nfull * full) return (work + full - 1) / full;
+    return nfull + (work - nfull * full + last - 1) / last;
 }
 
+/* All tiles of rows [0, M) over nthreads threads: row blocks x column panels, static (with
+ * src, A is unread: each thread transposes its tiles' rows from src first). */
 static void qg_tiles_src(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a_zp,
                          const qops_gemm_b *B, const qops_gemm_out *out, int nthreads,
                          const qg_apk *ap, const qg_corder *src) {
@@ -1703,7 +1693,12 @@ static void qg_tiles_src(const uint8_t *A, ptrdiff_t lda, ptrdiff_t M, int32_t a
         const ptrdiff_t tid = 0, nt = 1;
 #endif
         ptrdiff_t t0 = ntiles * tid / nt, t1 = ntiles * (tid + 1) / nt;
-        if (!sweep && B->N % QG_NR) qg_split_cost(B, P, nmb, tid, nt, &t0, &t1);
+        if (!sweep && B->N % QG_NR) {
+            const ptrdiff_t full = QG_NR / 16, last = (B->N - (P - 1) * QG_NR + 15) / 16;
+            const ptrdiff_t total = nmb * ((P - 1) * full + last);
+            t0 = qg_tile_at(total * tid / nt, P, nmb, full, last);
+            t1 = qg_tile_at(total * (tid + 1) / nt, P, nmb, full, last);
+        }
         const uint8_t *At = A;
         if (src) {
             /* the rows this thread's tiles read, transposed into its buffer */

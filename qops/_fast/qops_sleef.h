@@ -13,7 +13,7 @@
 #include "qops_exp64.h"       /* qops_rnn_keep_nan */
 
 /* Always inlined: the loops that call them vectorize only so (GCC left qops_tanhf a call in
- * activation.pyx, which has two callers, and the GELU loop scalar: 10x slower) */
+ * activation.pyx, which has two callers, and the GELU loop scalar) */
 #define QOPS_SLEEF_INLINE static inline __attribute__((always_inline))
 
 #define QOPS_EXPF_R_LN2 1.442695040888963407359924681001892137426645954152985934135449406931f
