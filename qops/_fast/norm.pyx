@@ -36,8 +36,12 @@ cdef extern from "qops_norm.h":
                        float hi, uint8_t* table) nogil
     void qops_lnf_row(const float *x, float *y, Py_ssize_t n, const float *w, const float *b,
                       double eps) nogil
+    void qops_lnf_rows_f64(const float *x, float *y, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n,
+                           const double *wd, const double *bd, double eps, double *xd) nogil
     enum:
         QOPS_NORM_TIER
+        QOPS_LNF_F64
+        QOPS_LNF_R
 
 cdef extern from "qops_lut.h" nogil:
     void qops_lut_apply(const uint8_t *src, uint8_t *dst, Py_ssize_t n, const uint8_t *table)
@@ -45,6 +49,7 @@ cdef extern from "qops_lut.h" nogil:
 
 DEF GRAIN = 16384         # elements per thread below which a second thread costs more than it gives
 DEF LUT_MIN = 512         # a 256-entry table pays for itself on rows at least this long
+DEF LNF_F64_MAX = 16384   # float layer norm rows kept in float64 up to this long (<= 512 KB a thread)
 
 LUT_VECTORIZED = bool(qops_lut_vectorized())   # runs the CPU check once, outside any prange
 
@@ -67,6 +72,7 @@ ROUTES = {r.name: r for r in [
     Route("batch_norm_cl.cl", f"qops_bn_cl ({_TIER})", "qops_norm.h"),
     Route("layer_norm.rows", f"_stats + qops_ln_row ({_TIER})", "qops_norm.h"),
     Route("layer_norm_f32.rows", "qops_lnf_row (float64 sums in 16 lanes: AVX2 vectors, or a plain loop)", "qops_norm.h"),
+    Route("layer_norm_f32.f64rows", "qops_lnf_rows_f64 (each row converted to float64 once, weight and bias as float64; AVX2 and AVX-512)", "qops_norm.h"),
     Route("group_norm.lut", "per-group tables (qops_gn_table), qops_lut_vbmi", "qops_norm.h"),
     Route("group_norm.rows", f"_stats + qops_gn_row ({_TIER})", "qops_norm.h"),
     Route("group_norm_cl.cl", f"qops_norm_sums_cols + qops_gn_cl ({_TIER})", "qops_norm.h"),
@@ -74,6 +80,8 @@ ROUTES = {r.name: r for r in [
 
 
 def _built_here(name):
+    if name == "layer_norm_f32.f64rows":
+        return bool(QOPS_LNF_F64)
     return LUT_VECTORIZED if name.endswith(".lut") else True
 
 
@@ -85,6 +93,7 @@ cdef object R_BN_ROWS = ROUTES["batch_norm.rows"]
 cdef object R_BN_CL = ROUTES["batch_norm_cl.cl"]
 cdef object R_LN_ROWS = ROUTES["layer_norm.rows"]
 cdef object R_LNF_ROWS = ROUTES["layer_norm_f32.rows"]
+cdef object R_LNF_F64 = ROUTES["layer_norm_f32.f64rows"]
 cdef object R_GN_LUT = ROUTES["group_norm.lut"]
 cdef object R_GN_ROWS = ROUTES["group_norm.rows"]
 cdef object R_GN_CL = ROUTES["group_norm_cl.cl"]
@@ -111,7 +120,8 @@ cdef object _plan(int op, Py_ssize_t size, Py_ssize_t nb, Py_ssize_t length):
     elif op == OP_LN:
         route = R_LN_ROWS
     elif op == OP_LNF:
-        route = R_LNF_ROWS
+        # float64 copies of a row and of the weights: a few cache lines beside the row
+        route = R_LNF_F64 if QOPS_LNF_F64 and length <= LNF_F64_MAX else R_LNF_ROWS
     elif op == OP_BN_CL:
         route = R_BN_CL
     else:
@@ -130,6 +140,8 @@ def plan(op, x, *args):
            "group_norm": OP_GN, "group_norm_cl": OP_GN_CL, "layer_norm_f32": OP_LNF}
     if op not in ops:
         raise ValueError(f"plan: unknown norm op {op!r}")
+    if op == "layer_norm_f32":
+        return _plan(OP_LNF, x.size, x.shape[0], x.shape[1])
     return _plan(ops[op], x.size, x.shape[0], x.shape[2] if x.ndim == 3 else 0)
 
 
@@ -284,7 +296,8 @@ def layer_norm_f32(x, weight, bias, eps):
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = qops_empty(np, x.shape, np.float32)
     cdef Py_ssize_t m = x.shape[0], n = x.shape[1], row
-    if _plan(OP_LNF, x.size, 0, 0) is R_EMPTY:
+    route = _plan(OP_LNF, x.size, m, n)
+    if route is R_EMPTY:
         return out
     w = None if weight is None else np.ascontiguousarray(weight, np.float32)
     b = None if bias is None else np.ascontiguousarray(bias, np.float32)
@@ -293,8 +306,29 @@ def layer_norm_f32(x, weight, bias, eps):
     cdef const float *wp = NULL if w is None else <const float *>qops_ptr(w)
     cdef const float *bp = NULL if b is None else <const float *>qops_ptr(b)
     cdef double e = eps
+    cdef int nt = qops_threads_for(m * n, GRAIN), t
+    cdef Py_ssize_t ld, j
+    cdef char *raw
+    cdef double *blk
+    if route is R_LNF_F64:
+        nt = max(1, min(nt, m))
+        # one 64-byte aligned block (a 64-byte load off a line reads two): the weight and the
+        # bias as float64, each absent one as its exact identity (* 1.0, + -0.0), then
+        # QOPS_LNF_R rows of scratch a thread
+        ld = (n + 7) // 8 * 8
+        buf = np.empty((2 + QOPS_LNF_R * nt) * ld * 8 + 64, np.uint8)
+        raw = <char *>qops_ptr(buf, True)
+        blk = <double *>(raw + (64 - (<size_t>raw) % 64) % 64)
+        with nogil:
+            for j in range(n):
+                blk[j] = 1.0 if wp == NULL else <double>wp[j]
+                blk[ld + j] = -0.0 if bp == NULL else <double>bp[j]
+            for t in prange(nt, schedule="static", num_threads=nt):
+                qops_lnf_rows_f64(xp, op, m * t // nt, m * (t + 1) // nt, n, blk, blk + ld, e,
+                                  blk + (2 + QOPS_LNF_R * t) * ld)
+        return out
     with nogil:
-        for row in prange(m, schedule="static", num_threads=qops_threads_for(m * n, GRAIN)):
+        for row in prange(m, schedule="static", num_threads=nt):
             qops_lnf_row(xp + row * n, op + row * n, n, wp, bp, e)
     return out
 

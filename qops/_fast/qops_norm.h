@@ -625,4 +625,168 @@ static inline void qops_lnf_row(const float *x, float *y, ptrdiff_t n, const flo
     }
 }
 
+/* -- the float layer norm with the row kept in float64 (layer_norm_f32.f64rows) -------------
+ * The same additions and formula as qops_lnf_row, but each row is converted to float64 once
+ * (into the caller's scratch xd, n doubles) and the weight and bias come as float64 arrays
+ * (wd = 1.0 and bd = -0.0 where absent: x * 1.0 and x + -0.0 give x exactly, signed zeros
+ * included), so the three passes convert each value once instead of three times and the
+ * output pass converts only its result: on AVX-512 the conversions, not the arithmetic, had
+ * filled the shuffle port. The 16 lanes are QOPS_LNF_NV vectors of QOPS_LNF_W doubles
+ * (2 zmm on AVX-512, 4 ymm on AVX2), lane l in vector l / W. */
+#if defined(__AVX2__)
+#define QOPS_LNF_F64 1
+#if defined(__AVX512F__)
+#define QOPS_LNF_W 8
+typedef __m512d qops_lnf_vd;
+#define qops_lnf_zero() _mm512_setzero_pd()
+#define qops_lnf_cvt(p) _mm512_cvtps_pd(_mm256_loadu_ps(p))
+#define qops_lnf_ld(p) _mm512_loadu_pd(p)
+#define qops_lnf_st(p, v) _mm512_storeu_pd((p), (v))
+#define qops_lnf_stf(p, v) _mm256_storeu_ps((p), _mm512_cvtpd_ps(v))
+#else
+#define QOPS_LNF_W 4
+typedef __m256d qops_lnf_vd;
+#define qops_lnf_zero() _mm256_setzero_pd()
+#define qops_lnf_cvt(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
+#define qops_lnf_ld(p) _mm256_loadu_pd(p)
+#define qops_lnf_st(p, v) _mm256_storeu_pd((p), (v))
+#define qops_lnf_stf(p, v) _mm_storeu_ps((p), _mm256_cvtpd_ps(v))
+#endif
+#define QOPS_LNF_NV (16 / QOPS_LNF_W)
+/* rows at once: their 16-lane sums take R * NV registers (8 of 32 zmm, 8 of 16 ymm) */
+#define QOPS_LNF_R (QOPS_LNF_W == 8 ? 4 : 2)
+
+/* qops_lnf_lanes on the lanes held in registers: h = 8, 4, 2, 1 */
+static inline __attribute__((always_inline)) double qops_lnf_fold(const qops_lnf_vd *a) {
+#if QOPS_LNF_W == 8
+    const __m512d s8 = _mm512_add_pd(a[0], a[1]);
+    const __m256d s4 = _mm256_add_pd(_mm512_castpd512_pd256(s8), _mm512_extractf64x4_pd(s8, 1));
+#else
+    const __m256d s4 = _mm256_add_pd(_mm256_add_pd(a[0], a[2]), _mm256_add_pd(a[1], a[3]));
+#endif
+    const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+}
+
+/* the same with a last partial block (nt < 16 values at t) added lane by lane in memory */
+static inline double qops_lnf_fold_tail(const qops_lnf_vd *a, const double *t, ptrdiff_t nt,
+                                        double centre, int sq) {
+    double acc[16];
+    for (int k = 0; k < QOPS_LNF_NV; k++)
+        memcpy(acc + QOPS_LNF_W * k, &a[k], sizeof a[k]);
+    for (ptrdiff_t l = 0; l < nt; l++) {
+        const double d = sq ? t[l] - centre : t[l];
+        acc[l] = acc[l] + (sq ? d * d : d);
+    }
+    return qops_lnf_lanes(acc);
+}
+
+/* The sums of R rows at once (1 or QOPS_LNF_R, a constant at each call): their additions
+ * interleaved, each row's own in its order. One row's chains are as long as the row (an
+ * addition's latency each 16 values), and a short row's are mostly its lanes' fold and the
+ * divisions after it; R rows' overlap. */
+
+/* out[i] = the sum of row i of x (n values, rows n apart) in qops_lnf_sum's order (the first
+ * 16 values start the lanes); the rows stored to xd (rows n apart) as float64 on the way */
+static inline __attribute__((always_inline)) void
+qops_lnf_sum_keep(const int R, const float *x, ptrdiff_t n, double *xd, double *out) {
+    const ptrdiff_t n16 = n - n % 16;
+    qops_lnf_vd a[QOPS_LNF_R][QOPS_LNF_NV];
+    for (int i = 0; i < R; i++)
+        for (int k = 0; k < QOPS_LNF_NV; k++)
+            a[i][k] = qops_lnf_zero();
+    if (n16 > 0) {
+        for (int i = 0; i < R; i++)
+            for (int k = 0; k < QOPS_LNF_NV; k++) {
+                a[i][k] = qops_lnf_cvt(x + i * n + QOPS_LNF_W * k);
+                qops_lnf_st(xd + i * n + QOPS_LNF_W * k, a[i][k]);
+            }
+        for (ptrdiff_t j = 16; j < n16; j += 16)
+            for (int i = 0; i < R; i++)
+                for (int k = 0; k < QOPS_LNF_NV; k++) {
+                    const qops_lnf_vd v = qops_lnf_cvt(x + i * n + j + QOPS_LNF_W * k);
+                    qops_lnf_st(xd + i * n + j + QOPS_LNF_W * k, v);
+                    a[i][k] = a[i][k] + v;
+                }
+    }
+    for (int i = 0; i < R; i++) {
+        if (n16 == n) {
+            out[i] = qops_lnf_fold(a[i]);
+            continue;
+        }
+        for (ptrdiff_t j = n16; j < n; j++)
+            xd[i * n + j] = (double)x[i * n + j];
+        out[i] = qops_lnf_fold_tail(a[i], xd + i * n + n16, n - n16, 0.0, 0);
+    }
+}
+
+/* out[i] = the sum of (row i of xd - c[i])^2 in the same order */
+static inline __attribute__((always_inline)) void
+qops_lnf_sq_kept(const int R, const double *xd, ptrdiff_t n, const double *c, double *out) {
+    const ptrdiff_t n16 = n - n % 16;
+    qops_lnf_vd a[QOPS_LNF_R][QOPS_LNF_NV];
+    for (int i = 0; i < R; i++)
+        for (int k = 0; k < QOPS_LNF_NV; k++)
+            a[i][k] = qops_lnf_zero();
+    if (n16 > 0) {
+        for (int i = 0; i < R; i++)
+            for (int k = 0; k < QOPS_LNF_NV; k++) {
+                const qops_lnf_vd d = qops_lnf_ld(xd + i * n + QOPS_LNF_W * k) - c[i];
+                a[i][k] = d * d;
+            }
+        for (ptrdiff_t j = 16; j < n16; j += 16)
+            for (int i = 0; i < R; i++)
+                for (int k = 0; k < QOPS_LNF_NV; k++) {
+                    const qops_lnf_vd d = qops_lnf_ld(xd + i * n + j + QOPS_LNF_W * k) - c[i];
+                    a[i][k] = a[i][k] + d * d;
+                }
+    }
+    for (int i = 0; i < R; i++)
+        out[i] = n16 == n ? qops_lnf_fold(a[i])
+                          : qops_lnf_fold_tail(a[i], xd + i * n + n16, n - n16, c[i], 1);
+}
+
+/* R rows of y (n apart) from their float64 copies in xd: y = f32(((x - mean) * r) * w + b) */
+static inline __attribute__((always_inline)) void
+qops_lnf_out(const int R, const float *x, float *y, ptrdiff_t n, const double *wd,
+             const double *bd, double eps, double *xd) {
+    double mean[QOPS_LNF_R], var[QOPS_LNF_R];
+    qops_lnf_sum_keep(R, x, n, xd, mean);
+    for (int i = 0; i < R; i++)
+        mean[i] = mean[i] / (double)n;
+    qops_lnf_sq_kept(R, xd, n, mean, var);
+    for (int i = 0; i < R; i++) {
+        const double rs = 1.0 / sqrt(var[i] / (double)n + eps);
+        const double *xr = xd + i * n;
+        float *yr = y + i * n;
+        ptrdiff_t j = 0;
+        for (; j + QOPS_LNF_W <= n; j += QOPS_LNF_W) {
+            const qops_lnf_vd v = ((qops_lnf_ld(xr + j) - mean[i]) * rs) * qops_lnf_ld(wd + j)
+                                  + qops_lnf_ld(bd + j);
+            qops_lnf_stf(yr + j, v);
+        }
+        for (; j < n; j++)
+            yr[j] = (float)((((xr[j] - mean[i]) * rs) * wd[j]) + bd[j]);
+    }
+}
+
+/* rows [r0, r1) of x (n values each), QOPS_LNF_R at a time: qops_lnf_row's result, bit for
+ * bit; xd: QOPS_LNF_R n doubles of scratch */
+static void qops_lnf_rows_f64(const float *x, float *y, ptrdiff_t r0, ptrdiff_t r1, ptrdiff_t n,
+                              const double *wd, const double *bd, double eps, double *xd) {
+    ptrdiff_t r = r0;
+    for (; r + QOPS_LNF_R <= r1; r += QOPS_LNF_R)
+        qops_lnf_out(QOPS_LNF_R, x + r * n, y + r * n, n, wd, bd, eps, xd);
+    for (; r < r1; r++)
+        qops_lnf_out(1, x + r * n, y + r * n, n, wd, bd, eps, xd);
+}
+#else
+#define QOPS_LNF_F64 0
+#define QOPS_LNF_R 1
+static void qops_lnf_rows_f64(const float *x, float *y, ptrdiff_t r0, ptrdiff_t r1, ptrdiff_t n,
+                              const double *wd, const double *bd, double eps, double *xd) {
+    (void)x; (void)y; (void)r0; (void)r1; (void)n; (void)wd; (void)bd; (void)eps; (void)xd;
+}
+#endif
+
 #endif  /* QOPS_NORM_H */

@@ -122,7 +122,12 @@ def real(v, argname):
                          f"float") from None
 
 
+_F32_DTYPE = np.dtype(np.float32)
+
+
 def float_array(x, argname="input"):
+    if type(x) is np.ndarray and x.dtype is _F32_DTYPE:
+        return x
     if isinstance(x, QTensor):
         raise TypeError(f"{argname} must be a float array, not a QTensor")
     a = np.asarray(x)

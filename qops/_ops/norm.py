@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["batch_norm", "batch_norm_relu", "layer_norm", "group_norm", "instance_norm"]
 
 F32 = np.float32
+_F32_DTYPE = np.dtype(np.float32)
 _DTYPES = ("quint8", "qint8")
 
 
@@ -38,6 +39,9 @@ def _param(v: Optional[npt.ArrayLike], argname: str,
     """An optional float parameter as a contiguous float32 array of `shape` (None stays None)."""
     if v is None:
         return None
+    if type(v) is np.ndarray and v.dtype is _F32_DTYPE and v.shape == shape \
+            and v.flags.c_contiguous:
+        return v                        # the usual call: a module's own float32 parameter
     if isinstance(v, QTensor):
         raise TypeError(f"{argname} must be a float array, not a QTensor")
     a = np.asarray(v)
@@ -159,6 +163,9 @@ def batch_norm_relu(input: QTensor, running_mean: npt.ArrayLike, running_var: np
 
 
 def _normalized_shape(normalized_shape, shape):
+    if type(normalized_shape) is int and normalized_shape > 0 and shape \
+            and shape[-1] == normalized_shape:
+        return (normalized_shape,)      # the usual call, valid as it stands
     if isinstance(normalized_shape, (numbers.Integral, np.integer)) and \
             not isinstance(normalized_shape, bool):
         normalized_shape = (int(normalized_shape),)
@@ -183,7 +190,8 @@ def _layer_norm_float(input, normalized_shape, weight, bias, eps, output_scale,
     ns = _normalized_shape(normalized_shape, x.shape)
     weight = _param(weight, "weight", ns)
     bias = _param(bias, "bias", ns)
-    eps = _check.real(eps, "eps")
+    if type(eps) is not float:
+        eps = _check.real(eps, "eps")
     if not math.isfinite(eps) or eps < 0.0:
         raise ValueError(f"eps must be finite and >= 0; got {eps!r}")
     # (math.prod of Python ints: np.prod costs microseconds a call, and a transformer calls

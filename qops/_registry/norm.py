@@ -403,6 +403,9 @@ def _lnf_cases():
         out.append(_lnf_case(r, (3, n), 1, "wb", "n"))
     for affine in ("none", "w", "b", "wb"):
         out.append(_lnf_case(r, (2, 5, 24), 1, affine, "affine"))
+    # enough for two threads, each with whole groups of rows and a remainder
+    out.append(_lnf_case(r, (37, 1000), 1, "wb", "threads"))
+    out.append(_lnf_case(r, (67, 500), 1, "none", "threads"))
     out.append(_lnf_case(r, (2, 3, 4, 5), 2, "wb", "two-dims"))
     out.append(_lnf_case(r, (2, 3, 4, 5), 3, "none", "three-dims"))
     out.append(_lnf_case(r, (4, 40), 1, "wb", "offset", offset=1000.0, spread=0.01))
@@ -410,6 +413,16 @@ def _lnf_cases():
     out.append(_lnf_case(r, (2, 33), 1, "wb", "wide", spread=1e4))
     c = _lnf_case(r, (3, 17), 1, "wb", "constant-rows")
     c.args[0][:] = 2.5
+    out.append(c)
+    # x - mean = +0 times weights of both signs, no bias: +0 and -0 outputs (the float64
+    # rows route adds -0.0 for an absent bias, which keeps both)
+    for n in (17, 32):
+        c = _lnf_case(r, (3, n), 1, "w", "constant-rows-signed-zeros")
+        c.args[0][:] = -1.25
+        c.args[2][::2] = -c.args[2][::2]
+        out.append(c)
+    c = _lnf_case(r, (5, 48), 1, "wb", "non-finite")
+    c.args[0][0, 3], c.args[0][1, 40], c.args[0][2, 7] = np.inf, -np.inf, np.nan
     out.append(c)
     t = _lnf_case(r, (6, 33), 1, "w", "transposed")
     xt = np.asarray(t.args[0]).T.copy().T                   # (6, 33), column-major
@@ -458,16 +471,23 @@ def compare_lnf(case, ours, theirs):
     r = 1 / np.sqrt(v.var(axis=1, keepdims=True) + eps)
     wa = np.ones(v.shape[1]) if w is None else np.abs(np.asarray(w, np.float64).reshape(-1))
     ba = np.zeros(v.shape[1]) if b is None else np.abs(np.asarray(b, np.float64).reshape(-1))
-    tol = (2e-6 * (np.abs(v) + np.abs(mean)) * r * wa
+    # PyTorch's float32 mean is off by up to ~log2(n) float32 ulps of the row's mean |x|,
+    # which shows where x is close to the mean (measured 7e-9 on a row of 500 values)
+    tol = (2e-6 * (np.abs(v) + np.abs(mean) + np.abs(v).mean(axis=1, keepdims=True)) * r * wa
            + 4 * np.spacing(np.abs(t.reshape(v.shape)).astype(np.float32)) + 1e-7 * ba)
-    err = np.abs(a.reshape(v.shape) - t.reshape(v.shape))
-    assert (err <= tol).all(), (
-        f"layer_norm_float {case.label} (k={k}): {int((err > tol).sum())} values past the "
-        f"tolerance; worst {err.max():.3g}")
+    a, t = a.reshape(v.shape), t.reshape(v.shape)
+    with np.errstate(invalid="ignore"):
+        err = np.abs(a - t)
+        # rows with an inf or NaN: NaN where PyTorch has NaN
+        ok = (err <= tol) | (np.isnan(a) & np.isnan(t))
+    assert ok.all(), (
+        f"layer_norm_float {case.label} (k={k}): {int((~ok).sum())} values past the "
+        f"tolerance; worst {err[~ok].max() if (~ok).any() else 0:.3g}")
 
 
 _LNF_TOLERANCE = (
-    "2e-6 (abs(x) + abs(mean)) r abs(w) + 4 float32 ulps of PyTorch's value + 1e-7 abs(b): "
+    "2e-6 (abs(x) + abs(mean) + the row's mean abs(x)) r abs(w) + 4 float32 ulps of PyTorch's "
+    "value + 1e-7 abs(b): "
     "PyTorch computes mean and variance in float32 (Welford) and y = (x * r + (-mean * r)) * w "
     "+ b in float32, which cancels where abs(mean) >> std; qops computes the statistics in "
     "float64 and ((x - mean) * r) * w + b in float64, rounded once")
@@ -488,7 +508,9 @@ SPECS = [
                      "there, Q_vec in qops)"),
     OpSpec("layer_norm_float", "norm", ("layer_norm_f32",), F.layer_norm, _lnf_cases,
            _lnf_strategy,
-           bench={"f32_128x768": lambda: _lnf_case(u.rng(41), (128, 768), 1, "wb", "bench")},
+           bench={"f32_128x768": lambda: _lnf_case(u.rng(41), (128, 768), 1, "wb", "bench"),
+                  # Swin-T's first stage: many short rows
+                  "f32_3136x96": lambda: _lnf_case(u.rng(42), (3136, 96), 1, "wb", "bench")},
            torch=_torch_lnf, compare=compare_lnf, tolerance=_LNF_TOLERANCE),
     OpSpec("group_norm", "norm", ("group_norm", "group_norm_cl"), F.group_norm, _gn_cases,
            _gn_strategy,
