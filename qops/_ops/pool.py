@@ -464,6 +464,11 @@ def _adaptive(nsp, input, output_size, kind, return_indices=False):
             # fast path rounds f32(f32(sum) / f32(n)), not the pool's product with a chained
             # reciprocal (issue 19 #6). On channels-last memory PyTorch's mean averages the
             # dequantized floats instead: qops keeps the exact raw formula there.
+            if xcl is None:
+                # mean's own call on C-order memory, without its checks and layout search
+                nc, n = x5.shape[0] * x5.shape[1], spatial[0] * spatial[1] * spatial[2]
+                out = _config.impl("reduce").mean_dims(x5.reshape(nc, n, 1))
+                return _wrap(input, back(out.reshape(x5.shape[:2] + (1, 1, 1))))
             from qops._ops.reduce import mean
             return mean(input, dim=(-3, -2, -1), keepdim=True)
         if xcl is not None:
