@@ -28,6 +28,8 @@ cdef extern from "qops_gemm.h" nogil:
                         int8_t *packed, int32_t *wsum)
     void qops_gemm_pack_ex(const int8_t *W, Py_ssize_t ldw, Py_ssize_t N, Py_ssize_t K,
                            int8_t *packed, int32_t *wsum, int reorder)
+    void qops_gemm_pack_t(const uint8_t *B, Py_ssize_t ldb, Py_ssize_t N, Py_ssize_t K,
+                          uint8_t flip, uint8_t *tmp, int8_t *packed, int32_t *wsum)
     Py_ssize_t qops_gemm_packed_paired(const int8_t *data, Py_ssize_t N, Py_ssize_t K)
     void qops_gemm(const uint8_t *A, Py_ssize_t lda, Py_ssize_t M, int32_t a_zp,
                    const qops_gemm_b *B, const qops_gemm_out *out)

@@ -471,11 +471,12 @@ def matmul(a, b, a_zero_point, b_zero_point, scale_product, inv_scale, zero_poin
     x = np.ascontiguousarray(a.view(np.uint8))
     if sgn:
         x = x ^ np.uint8(0x80)
-    wt = np.ascontiguousarray(b.transpose(0, 2, 1)).view(np.uint8)
-    if not sgn:
-        wt = wt ^ np.uint8(0x80)
-    wt = wt.view(np.int8)
     wzp = np.full(N, w_zp, np.int32)
+    if route is RM_CHUNK:
+        wt = np.ascontiguousarray(b.transpose(0, 2, 1)).view(np.uint8)
+        if not sgn:
+            wt = wt ^ np.uint8(0x80)
+        wt = wt.view(np.int8)
     cdef const int64_t[:, ::1] acc64
     cdef const uint8_t *xp = <const uint8_t *>qops_ptr(x)
     if route is RM_CHUNK:
@@ -489,21 +490,38 @@ def matmul(a, b, a_zero_point, b_zero_point, scale_product, inv_scale, zero_poin
     cdef int32_t *accp = <int32_t *>qops_ptr(acc, True)
     if K == 0:
         acc[...] = 0
-    # each entry's b^T packed (the pair analysis would cost more than the product gains)
-    packs = [_pack(wt[i], wzp, False) for i in range(nb)] if K > 0 else []
     cdef qops_gemm_b *bs = NULL
     cdef qops_gemm_out o
-    cdef PackedWeight p
     cdef int nt
+    cdef Py_ssize_t pstride = 0
+    cdef const uint8_t *bp = NULL
+    cdef uint8_t *tmpp = NULL
+    cdef char *bufp = NULL
+    cdef int32_t *sump = NULL
+    cdef uint8_t flip = 0 if sgn else 0x80
+    if K > 0:
+        # each entry's b^T packed by the task that multiplies it (one aligned block; the pair
+        # analysis would cost more than the product gains), transposed through its thread's
+        # tmp rows (one product: before it, by the calling thread)
+        nt = qops_threads_for(nb * M * N * K, GRAIN) if nb > 1 else 1
+        pstride = (qops_gemm_packed_size(N, K) + 63) // 64 * 64
+        bufs = np.empty(nb * pstride + 64, np.uint8)
+        bufp = <char *>qops_ptr(bufs, True)
+        bufp += (64 - (<size_t>bufp) % 64) % 64
+        sums = np.empty((nb, N), np.int32)
+        sump = <int32_t *>qops_ptr(sums, True)
+        bc = np.ascontiguousarray(b).view(np.uint8)
+        bp = <const uint8_t *>qops_ptr(bc)
+        tmps = np.empty((max(nt, 1), N * K), np.uint8)
+        tmpp = <uint8_t *>qops_ptr(tmps, True)
     if K > 0:
         bs = <qops_gemm_b *>malloc(nb * sizeof(qops_gemm_b))
         if bs == NULL:
             raise MemoryError()
         for i in range(nb):
-            p = packs[i]
-            bs[i].data = <const int8_t *>qops_ptr(p.chunks[0][2])
-            bs[i].wsum = <const int32_t *>qops_ptr(p.chunks[0][3])
-            bs[i].wzp = <const int32_t *>qops_ptr(p.wzp) if p.wzp is not None else NULL
+            bs[i].data = <const int8_t *>(bufp + i * pstride)
+            bs[i].wsum = sump + i * N
+            bs[i].wzp = <const int32_t *>qops_ptr(wzp) if w_zp != 0 else NULL
             bs[i].N, bs[i].K = N, K
     o.kind, o.bias, o.mult, o.out_zp, o.relu, o.ldc = QOPS_GEMM_I32, NULL, NULL, 0, 0, N
     try:
@@ -511,14 +529,19 @@ def matmul(a, b, a_zero_point, b_zero_point, scale_product, inv_scale, zero_poin
             if nb == 1:
                 # one product: its row blocks and panels over the threads
                 if K > 0:
+                    qops_gemm_pack_t(bp, N, N, K, flip, tmpp, <int8_t *>bufp, sump)
                     o.out = accp
                     qops_gemm_mt(xp, K, M, x_zp, &bs[0], &o,
                                  qops_threads_for(M * N * K, GRAIN))
                 _finish_mm(accp, NULL, M, N, P, inv, zpf, qmin, qmax, sgn, op)
             else:
-                # many: one entry a task (the product, then its output stage)
+                # many: one entry a task (its packing, the product, then its output stage)
                 nt = qops_threads_for(nb * M * N * max(K, 1), GRAIN)
                 for i in prange(nb, schedule="dynamic", num_threads=nt if nt < nb else nb):
+                    if K > 0:
+                        qops_gemm_pack_t(bp + i * K * N, N, N, K, flip,
+                                         tmpp + threadid() * N * K,
+                                         <int8_t *>(bufp + i * pstride), sump + i * N)
                     _mm_entry(xp + i * M * K, K, M, x_zp, bs + i if K > 0 else NULL,
                               accp + i * M * N, P, inv, zpf, qmin, qmax, sgn, op + i * M * N,
                               N)

@@ -444,6 +444,17 @@ static void qops_gemm_pack(const int8_t *W, ptrdiff_t ldw, ptrdiff_t N, ptrdiff_
     qops_gemm_pack_ex(W, ldw, N, K, packed, wsum, 1);
 }
 
+/* qops_gemm_pack_ex (no reordering) of W = B^T, B being K rows of N bytes (ldb apart), each
+ * byte xor `flip` (0x80: a uint8 operand as int8, less 128), through tmp (N x K bytes): a
+ * matmul's second operand packed by the task that multiplies it. */
+static void qops_gemm_pack_t(const uint8_t *B, ptrdiff_t ldb, ptrdiff_t N, ptrdiff_t K,
+                             uint8_t flip, uint8_t *tmp, int8_t *packed, int32_t *wsum) {
+    qops_transpose8_block(B, ldb, tmp, K, 0, K, 0, N);
+    if (flip)
+        for (ptrdiff_t i = 0; i < N * K; i++) tmp[i] ^= flip;
+    qops_gemm_pack_ex((const int8_t *)tmp, K, N, K, packed, wsum, 0);
+}
+
 /* The depth the packed weight is padded to (with zero weights): A rows this long, whose
  * bytes past K hold a_zp, are read in place (AVX2: no repacking copy) and add nothing. */
 static inline ptrdiff_t qops_gemm_kpad(ptrdiff_t K) { return qg_groups(K) * QG_KG; }

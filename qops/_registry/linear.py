@@ -245,6 +245,19 @@ def _matmul_cases():
     cases.append(_matmul_case(r, (5, 20), (20, 6), "quint8", out=(1e-4, 128)))   # saturates
     cases.append(_matmul_case(r, (5, 20), (20, 6), "qint8", out=(50.0, -128)))
     cases.append(_matmul_case(r, (2, 5, 20), (2, 20, 6), "qint8", out=(3.0, 127)))
+    # batches big enough for two threads, each task packing its own entry: zero points near
+    # the middle and output qparams spanning the product's range
+    for a_shape, b_shape, dt, layout in (((5, 37, 70), (5, 70, 45), qops.quint8, "c"),
+                                         ((7, 33, 81), (7, 81, 29), qops.qint8, "t")):
+        mid = (dt.qmin + dt.qmax + 1) // 2
+        a = u.random_qtensor(r, a_shape, dt, 0.05, mid + 3, layout)
+        b = u.random_qtensor(r, b_shape, dt, 0.02, mid - 5, layout)
+        prod = np.matmul(a.dequantize(), b.dequantize())
+        lo, hi = float(prod.min()), float(prod.max())
+        scale = (hi - lo) / 250.0
+        zp = int(np.clip(round(dt.qmin + 2 - lo / scale), dt.qmin, dt.qmax))
+        cases.append(Case((a, b, scale, zp), label=f"{a_shape}@{b_shape}-{dt}-{layout}-"
+                          "two-threads"))
     return cases
 
 
