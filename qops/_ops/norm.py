@@ -249,8 +249,8 @@ def layer_norm(input: Union[QTensor, npt.ArrayLike], normalized_shape: Union[int
     scale, zp = _out_qparams(1.0 if output_scale is None else output_scale,
                              0 if output_zero_point is None else output_zero_point,
                              input.dtype)
-    n = int(np.prod(ns, dtype=np.int64))
-    m = int(np.prod(input.shape[:input.ndim - len(ns)], dtype=np.int64))
+    n = math.prod(ns)
+    m = math.prod(input.shape[:input.ndim - len(ns)])
     out_shape = tuple(input.shape)
     if m * n == 0:
         return QTensor._make(np.empty(out_shape, input._int.dtype), input.dtype, scale, zp)
