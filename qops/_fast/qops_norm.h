@@ -686,64 +686,45 @@ static inline double qops_lnf_fold_tail(const qops_lnf_vd *a, const double *t, p
  * addition's latency each 16 values), and a short row's are mostly its lanes' fold and the
  * divisions after it; R rows' overlap. */
 
-/* out[i] = the sum of row i of x (n values, rows n apart) in qops_lnf_sum's order (the first
- * 16 values start the lanes); the rows stored to xd (rows n apart) as float64 on the way */
+/* One vector of a pass's values at offset o: sq == 0, x converted (and stored to xd);
+ * sq == 1, (xd - c)^2 */
+static inline __attribute__((always_inline)) qops_lnf_vd
+qops_lnf_val(const int sq, const float *x, double *xd, ptrdiff_t o, double c) {
+    if (sq) {
+        const qops_lnf_vd d = qops_lnf_ld(xd + o) - c;
+        return d * d;
+    }
+    const qops_lnf_vd v = qops_lnf_cvt(x + o);
+    qops_lnf_st(xd + o, v);
+    return v;
+}
+
+/* out[i] = the sum of the values of row i (rows n apart) in qops_lnf_sum's order (the first
+ * 16 values start the lanes): sq == 0, of x, stored to xd as float64 on the way; sq == 1,
+ * of (xd - c[i])^2 */
 static inline __attribute__((always_inline)) void
-qops_lnf_sum_keep(const int R, const float *x, ptrdiff_t n, double *xd, double *out) {
+qops_lnf_sums(const int R, const int sq, const float *x, double *xd, ptrdiff_t n,
+              const double *c, double *out) {
     const ptrdiff_t n16 = n - n % 16;
     qops_lnf_vd a[QOPS_LNF_R][QOPS_LNF_NV];
     for (int i = 0; i < R; i++)
         for (int k = 0; k < QOPS_LNF_NV; k++)
-            a[i][k] = qops_lnf_zero();
-    if (n16 > 0) {
+            a[i][k] = n16 > 0 ? qops_lnf_val(sq, x, xd, i * n + QOPS_LNF_W * k, c[i])
+                              : qops_lnf_zero();
+    for (ptrdiff_t j = 16; j < n16; j += 16)
         for (int i = 0; i < R; i++)
-            for (int k = 0; k < QOPS_LNF_NV; k++) {
-                a[i][k] = qops_lnf_cvt(x + i * n + QOPS_LNF_W * k);
-                qops_lnf_st(xd + i * n + QOPS_LNF_W * k, a[i][k]);
-            }
-        for (ptrdiff_t j = 16; j < n16; j += 16)
-            for (int i = 0; i < R; i++)
-                for (int k = 0; k < QOPS_LNF_NV; k++) {
-                    const qops_lnf_vd v = qops_lnf_cvt(x + i * n + j + QOPS_LNF_W * k);
-                    qops_lnf_st(xd + i * n + j + QOPS_LNF_W * k, v);
-                    a[i][k] = a[i][k] + v;
-                }
-    }
+            for (int k = 0; k < QOPS_LNF_NV; k++)
+                a[i][k] = a[i][k] + qops_lnf_val(sq, x, xd, i * n + j + QOPS_LNF_W * k, c[i]);
     for (int i = 0; i < R; i++) {
         if (n16 == n) {
             out[i] = qops_lnf_fold(a[i]);
             continue;
         }
-        for (ptrdiff_t j = n16; j < n; j++)
-            xd[i * n + j] = (double)x[i * n + j];
-        out[i] = qops_lnf_fold_tail(a[i], xd + i * n + n16, n - n16, 0.0, 0);
+        if (!sq)
+            for (ptrdiff_t j = n16; j < n; j++)
+                xd[i * n + j] = (double)x[i * n + j];
+        out[i] = qops_lnf_fold_tail(a[i], xd + i * n + n16, n - n16, c[i], sq);
     }
-}
-
-/* out[i] = the sum of (row i of xd - c[i])^2 in the same order */
-static inline __attribute__((always_inline)) void
-qops_lnf_sq_kept(const int R, const double *xd, ptrdiff_t n, const double *c, double *out) {
-    const ptrdiff_t n16 = n - n % 16;
-    qops_lnf_vd a[QOPS_LNF_R][QOPS_LNF_NV];
-    for (int i = 0; i < R; i++)
-        for (int k = 0; k < QOPS_LNF_NV; k++)
-            a[i][k] = qops_lnf_zero();
-    if (n16 > 0) {
-        for (int i = 0; i < R; i++)
-            for (int k = 0; k < QOPS_LNF_NV; k++) {
-                const qops_lnf_vd d = qops_lnf_ld(xd + i * n + QOPS_LNF_W * k) - c[i];
-                a[i][k] = d * d;
-            }
-        for (ptrdiff_t j = 16; j < n16; j += 16)
-            for (int i = 0; i < R; i++)
-                for (int k = 0; k < QOPS_LNF_NV; k++) {
-                    const qops_lnf_vd d = qops_lnf_ld(xd + i * n + j + QOPS_LNF_W * k) - c[i];
-                    a[i][k] = a[i][k] + d * d;
-                }
-    }
-    for (int i = 0; i < R; i++)
-        out[i] = n16 == n ? qops_lnf_fold(a[i])
-                          : qops_lnf_fold_tail(a[i], xd + i * n + n16, n - n16, c[i], 1);
 }
 
 /* R rows of y (n apart) from their float64 copies in xd: y = f32(((x - mean) * r) * w + b) */
@@ -751,10 +732,11 @@ static inline __attribute__((always_inline)) void
 qops_lnf_out(const int R, const float *x, float *y, ptrdiff_t n, const double *wd,
              const double *bd, double eps, double *xd) {
     double mean[QOPS_LNF_R], var[QOPS_LNF_R];
-    qops_lnf_sum_keep(R, x, n, xd, mean);
+    const double zero[QOPS_LNF_R] = {0.0};
+    qops_lnf_sums(R, 0, x, xd, n, zero, mean);
     for (int i = 0; i < R; i++)
         mean[i] = mean[i] / (double)n;
-    qops_lnf_sq_kept(R, xd, n, mean, var);
+    qops_lnf_sums(R, 1, x, xd, n, mean, var);
     for (int i = 0; i < R; i++) {
         const double rs = 1.0 / sqrt(var[i] / (double)n + eps);
         const double *xr = xd + i * n;
