@@ -36,12 +36,11 @@ cdef extern from "qops_norm.h":
                        float hi, uint8_t* table) nogil
     void qops_lnf_row(const float *x, float *y, Py_ssize_t n, const float *w, const float *b,
                       double eps) nogil
-    void qops_lnf_rows_f64(const float *x, float *y, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n,
-                           const double *wd, const double *bd, double eps, double *xd) nogil
+    void qops_lnf_rows_own(const float *x, float *y, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n,
+                           const float *w, const float *b, double eps) nogil
     enum:
         QOPS_NORM_TIER
         QOPS_LNF_F64
-        QOPS_LNF_R
 
 cdef extern from "qops_lut.h" nogil:
     void qops_lut_apply(const uint8_t *src, uint8_t *dst, Py_ssize_t n, const uint8_t *table)
@@ -307,25 +306,11 @@ def layer_norm_f32(x, weight, bias, eps):
     cdef const float *bp = NULL if b is None else <const float *>qops_ptr(b)
     cdef double e = eps
     cdef int nt = qops_threads_for(m * n, GRAIN), t
-    cdef Py_ssize_t ld, j
-    cdef char *raw
-    cdef double *blk
     if route is R_LNF_F64:
         nt = max(1, min(nt, m))
-        # one 64-byte aligned block (a 64-byte load off a line reads two): the weight and the
-        # bias as float64, each absent one as its exact identity (* 1.0, + -0.0), then
-        # QOPS_LNF_R rows of scratch a thread
-        ld = (n + 7) // 8 * 8
-        buf = np.empty((2 + QOPS_LNF_R * nt) * ld * 8 + 64, np.uint8)
-        raw = <char *>qops_ptr(buf, True)
-        blk = <double *>(raw + (64 - (<size_t>raw) % 64) % 64)
         with nogil:
-            for j in range(n):
-                blk[j] = 1.0 if wp == NULL else <double>wp[j]
-                blk[ld + j] = -0.0 if bp == NULL else <double>bp[j]
             for t in prange(nt, schedule="static", num_threads=nt):
-                qops_lnf_rows_f64(xp, op, m * t // nt, m * (t + 1) // nt, n, blk, blk + ld, e,
-                                  blk + (2 + QOPS_LNF_R * t) * ld)
+                qops_lnf_rows_own(xp, op, m * t // nt, m * (t + 1) // nt, n, wp, bp, e)
         return out
     with nogil:
         for row in prange(m, schedule="static", num_threads=nt):

@@ -165,7 +165,11 @@ def batch_norm_relu(input: QTensor, running_mean: npt.ArrayLike, running_var: np
 def _normalized_shape(normalized_shape, shape):
     if type(normalized_shape) is int and normalized_shape > 0 and shape \
             and shape[-1] == normalized_shape:
-        return (normalized_shape,)      # the usual call, valid as it stands
+        return (normalized_shape,)      # the usual calls, valid as they stand
+    if type(normalized_shape) is tuple and len(normalized_shape) == 1 and shape \
+            and type(normalized_shape[0]) is int and normalized_shape[0] > 0 \
+            and shape[-1] == normalized_shape[0]:
+        return normalized_shape
     if isinstance(normalized_shape, (numbers.Integral, np.integer)) and \
             not isinstance(normalized_shape, bool):
         normalized_shape = (int(normalized_shape),)

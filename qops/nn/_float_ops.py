@@ -24,7 +24,12 @@ def _tuple(v, n):
     return (int(v),) * n
 
 
+_F32_DTYPE = np.dtype(np.float32)
+
+
 def as_f32(x, argname="input"):
+    if type(x) is np.ndarray and x.dtype is _F32_DTYPE:
+        return x                        # the usual call: a float layer's float32 input
     from qops._qtensor import QTensor
     if isinstance(x, QTensor):
         raise TypeError(f"{argname} is a QTensor; this float layer needs a float array "
