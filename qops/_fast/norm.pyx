@@ -71,7 +71,7 @@ ROUTES = {r.name: r for r in [
     Route("batch_norm_cl.cl", f"qops_bn_cl ({_TIER})", "qops_norm.h"),
     Route("layer_norm.rows", f"_stats + qops_ln_row ({_TIER})", "qops_norm.h"),
     Route("layer_norm_f32.rows", "qops_lnf_row (float64 sums in 16 lanes: AVX2 vectors, or a plain loop)", "qops_norm.h"),
-    Route("layer_norm_f32.f64rows", "qops_lnf_rows_f64 (each row converted to float64 once, weight and bias as float64; AVX2 and AVX-512)", "qops_norm.h"),
+    Route("layer_norm_f32.f64rows", "qops_lnf_rows_own (each row converted to float64 once, weight and bias as float64, in each thread's own block; AVX2 and AVX-512)", "qops_norm.h"),
     Route("group_norm.lut", "per-group tables (qops_gn_table), qops_lut_vbmi", "qops_norm.h"),
     Route("group_norm.rows", f"_stats + qops_gn_row ({_TIER})", "qops_norm.h"),
     Route("group_norm_cl.cl", f"qops_norm_sums_cols + qops_gn_cl ({_TIER})", "qops_norm.h"),
@@ -119,7 +119,8 @@ cdef object _plan(int op, Py_ssize_t size, Py_ssize_t nb, Py_ssize_t length):
     elif op == OP_LN:
         route = R_LN_ROWS
     elif op == OP_LNF:
-        # float64 copies of a row and of the weights: a few cache lines beside the row
+        # each thread's block holds float64 weights and QOPS_LNF_R rows: longer rows go
+        # without one
         route = R_LNF_F64 if QOPS_LNF_F64 and length <= LNF_F64_MAX else R_LNF_ROWS
     elif op == OP_BN_CL:
         route = R_BN_CL

@@ -628,7 +628,7 @@ static inline void qops_lnf_row(const float *x, float *y, ptrdiff_t n, const flo
 
 /* -- the float layer norm with the row kept in float64 (layer_norm_f32.f64rows) -------------
  * The same additions and formula as qops_lnf_row, but each row is converted to float64 once
- * (into the caller's scratch xd, n doubles) and the weight and bias come as float64 arrays
+ * (into a scratch row, xd) and the weight and bias come as float64 arrays
  * (wd = 1.0 and bd = -0.0 where absent: x * 1.0 and x + -0.0 give x exactly, signed zeros
  * included), so the three passes convert each value once instead of three times and the
  * output pass converts only its result: on AVX-512 the conversions, not the arithmetic, had
