@@ -545,6 +545,15 @@ def adaptive_avg_pool3d(input: QTensor, output_size: OutputSize) -> QTensor:
     input : QTensor (N, C, D, H, W) or (C, D, H, W), quint8 or qint8
     output_size : int or 3-tuple (None keeps that input size), each >= 1
     """
+    if type(output_size) is int and output_size == 1 and type(input) is QTensor:
+        # the usual call (a global pool of a C-order batch), checked here at once: the mean
+        # kernel _adaptive would call, without its checks and size arithmetic
+        q = input._int
+        if q.ndim == 5 and input._axis is None and input._dtype in _8BIT \
+                and q.flags.c_contiguous and q.size and q[0, 0].size <= _MAX_WINDOW:
+            n, c = q.shape[:2]
+            out = _config.impl("reduce").mean_dims(q.reshape(n * c, q.size // (n * c), 1))
+            return _wrap(input, out.reshape(n, c, 1, 1, 1))
     return _adaptive(3, input, output_size, "avg")
 
 

@@ -422,6 +422,11 @@ def _adaptive_cases(nsp, dtypes, seed, indices=False):
         for j, d in enumerate(dtypes):
             kw = dict(output_size=o if (i + j) % 2 else 1)
             cases.append(Case((_q(r, shape, d, "cl"),), kw, label=f"{shape}-{kw}-{d.name}-cl"))
+    if nsp == 3 and not indices:
+        # adaptive_avg_pool3d's direct call: C-order batches to output size 1, both types
+        for d in dtypes:
+            cases.append(Case((_q(r, (3, 5, 2, 3, 7), d, "c"),), dict(output_size=1),
+                              label=f"(3, 5, 2, 3, 7)-1-{d.name}-c"))
     return cases
 
 
