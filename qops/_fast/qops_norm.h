@@ -543,6 +543,20 @@ static inline double qops_lnf_lanes(double *acc) {
     return acc[0];
 }
 
+#if defined(__AVX2__)
+/* qops_lnf_lanes on lanes 0-3 of the fold (h = 8 and 4 done): h = 2, then 1 */
+static inline __attribute__((always_inline)) double qops_lnf_fold_s4(__m256d s4) {
+    const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+}
+
+/* qops_lnf_lanes in registers, the 16 lanes as four vectors of 4 (lane l in vector l / 4):
+ * h = 8 adds vectors k and k + 2, h = 4 the two results */
+static inline __attribute__((always_inline)) double qops_lnf_fold4(const __m256d *a) {
+    return qops_lnf_fold_s4(_mm256_add_pd(_mm256_add_pd(a[0], a[2]), _mm256_add_pd(a[1], a[3])));
+}
+#endif
+
 /* sum of x (centre unused) or, with `sq`, of (x - centre)^2, in the lane order above; `sq` is
  * a constant at each call (always inlined). The AVX2 body holds the 16 lanes in four vectors
  * of 4 doubles (lane l in vector l / 4, element l % 4): the same additions, lane for lane. */
@@ -573,16 +587,8 @@ static inline __attribute__((always_inline)) double qops_lnf_sum(const float *x,
                 }
                 a[k] = _mm256_add_pd(a[k], v);
             }
-        if (n16 == n) {
-            /* qops_lnf_lanes in the registers (the lanes through memory cost a store-forward
-             * stall a pass): h = 8 adds lanes l + 8, vectors k and k + 2; h = 4 the two
-             * results; h = 2 and 1 their halves */
-            const __m256d s4 = _mm256_add_pd(_mm256_add_pd(a[0], a[2]),
-                                             _mm256_add_pd(a[1], a[3]));
-            const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4),
-                                          _mm256_extractf128_pd(s4, 1));
-            return _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
-        }
+        if (n16 == n)       /* the lanes through memory cost a store-forward stall a pass */
+            return qops_lnf_fold4(a);
         for (int k = 0; k < 4; k++)
             _mm256_storeu_pd(acc + 4 * k, a[k]);
 #else
@@ -661,12 +667,11 @@ typedef __m256d qops_lnf_vd;
 static inline __attribute__((always_inline)) double qops_lnf_fold(const qops_lnf_vd *a) {
 #if QOPS_LNF_W == 8
     const __m512d s8 = _mm512_add_pd(a[0], a[1]);
-    const __m256d s4 = _mm256_add_pd(_mm512_castpd512_pd256(s8), _mm512_extractf64x4_pd(s8, 1));
+    return qops_lnf_fold_s4(_mm256_add_pd(_mm512_castpd512_pd256(s8),
+                                          _mm512_extractf64x4_pd(s8, 1)));
 #else
-    const __m256d s4 = _mm256_add_pd(_mm256_add_pd(a[0], a[2]), _mm256_add_pd(a[1], a[3]));
+    return qops_lnf_fold4(a);
 #endif
-    const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
-    return _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
 }
 
 /* the same with a last partial block (nt < 16 values at t) added lane by lane in memory */
@@ -681,11 +686,6 @@ static inline double qops_lnf_fold_tail(const qops_lnf_vd *a, const double *t, p
     }
     return qops_lnf_lanes(acc);
 }
-
-/* The sums of R rows at once (1 or QOPS_LNF_R, a constant at each call): their additions
- * interleaved, each row's own in its order. One row's chains are as long as the row (an
- * addition's latency each 16 values), and a short row's are mostly its lanes' fold and the
- * divisions after it; R rows' overlap. */
 
 /* One vector of a pass's values at offset o: sq == 0, x converted (and stored to xd);
  * sq == 1, (xd - c)^2 */
@@ -702,7 +702,10 @@ qops_lnf_val(const int sq, const float *x, double *xd, ptrdiff_t o, double c) {
 
 /* out[i] = the sum of the values of row i (rows n apart) in qops_lnf_sum's order (the first
  * 16 values start the lanes): sq == 0, of x, stored to xd as float64 on the way; sq == 1,
- * of (xd - c[i])^2 */
+ * of (xd - c[i])^2. R rows (1 or QOPS_LNF_R, a constant at each call) at once, their
+ * additions interleaved, each row's own in its order: one row's chains are as long as the
+ * row (an addition's latency each 16 values), and a short row's are mostly its lanes' fold
+ * and the divisions after it; R rows' overlap. */
 static inline __attribute__((always_inline)) void
 qops_lnf_sums(const int R, const int sq, const float *x, double *xd, ptrdiff_t n,
               const double *c, double *out) {
@@ -767,7 +770,7 @@ static void qops_lnf_rows_f64(const float *x, float *y, ptrdiff_t r0, ptrdiff_t 
 /* Rows [r0, r1) with the weight, bias and scratch rows in one block this thread allocates:
  * from its own malloc arena, so the block, and its cache lines, stay with this thread's core
  * from call to call (a block the calling thread filled for both had the other core fetch
- * it every call: 2 threads gained 1.3-1.5x, not 2x). Without memory, qops_lnf_row's rows. */
+ * it on every call). Without memory, qops_lnf_row's rows. */
 static void qops_lnf_rows_own(const float *x, float *y, ptrdiff_t r0, ptrdiff_t r1, ptrdiff_t n,
                               const float *w, const float *b, double eps) {
     const ptrdiff_t ld = (n + 7) / 8 * 8;

@@ -122,11 +122,12 @@ def real(v, argname):
                          f"float") from None
 
 
-_F32_DTYPE = np.dtype(np.float32)
+#: float32's dtype object: `a.dtype is F32_DTYPE` is the cheap test for a native float32 array
+F32_DTYPE = np.dtype(np.float32)
 
 
 def float_array(x, argname="input"):
-    if type(x) is np.ndarray and x.dtype is _F32_DTYPE:
+    if type(x) is np.ndarray and x.dtype is F32_DTYPE:
         return x
     if isinstance(x, QTensor):
         raise TypeError(f"{argname} must be a float array, not a QTensor")

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 __all__ = ["batch_norm", "batch_norm_relu", "layer_norm", "group_norm", "instance_norm"]
 
 F32 = np.float32
-_F32_DTYPE = np.dtype(np.float32)
 _DTYPES = ("quint8", "qint8")
 
 
@@ -39,7 +38,7 @@ def _param(v: Optional[npt.ArrayLike], argname: str,
     """An optional float parameter as a contiguous float32 array of `shape` (None stays None)."""
     if v is None:
         return None
-    if type(v) is np.ndarray and v.dtype is _F32_DTYPE and v.shape == shape \
+    if type(v) is np.ndarray and v.dtype is _check.F32_DTYPE and v.shape == shape \
             and v.flags.c_contiguous:
         return v                        # the usual call: a module's own float32 parameter
     if isinstance(v, QTensor):

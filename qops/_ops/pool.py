@@ -464,11 +464,6 @@ def _adaptive(nsp, input, output_size, kind, return_indices=False):
             # fast path rounds f32(f32(sum) / f32(n)), not the pool's product with a chained
             # reciprocal (issue 19 #6). On channels-last memory PyTorch's mean averages the
             # dequantized floats instead: qops keeps the exact raw formula there.
-            if xcl is None:
-                # mean's own call on C-order memory, without its checks and layout search
-                nc, n = x5.shape[0] * x5.shape[1], spatial[0] * spatial[1] * spatial[2]
-                out = _config.impl("reduce").mean_dims(x5.reshape(nc, n, 1))
-                return _wrap(input, back(out.reshape(x5.shape[:2] + (1, 1, 1))))
             from qops._ops.reduce import mean
             return mean(input, dim=(-3, -2, -1), keepdim=True)
         if xcl is not None:
@@ -546,8 +541,8 @@ def adaptive_avg_pool3d(input: QTensor, output_size: OutputSize) -> QTensor:
     output_size : int or 3-tuple (None keeps that input size), each >= 1
     """
     if type(output_size) is int and output_size == 1 and type(input) is QTensor:
-        # the usual call (a global pool of a C-order batch), checked here at once: the mean
-        # kernel _adaptive would call, without its checks and size arithmetic
+        # the usual call (a global pool of a C-order batch), checked here at once: the
+        # kernel mean() would call (below), without its checks and memory-order search
         q = input._int
         if q.ndim == 5 and input._axis is None and input._dtype in _8BIT \
                 and q.flags.c_contiguous and q.size and q[0, 0].size <= _MAX_WINDOW:

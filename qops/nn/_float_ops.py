@@ -10,6 +10,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from qops import _blas
+from qops._ops._check import F32_DTYPE
 
 F32 = np.float32
 
@@ -24,11 +25,8 @@ def _tuple(v, n):
     return (int(v),) * n
 
 
-_F32_DTYPE = np.dtype(np.float32)
-
-
 def as_f32(x, argname="input"):
-    if type(x) is np.ndarray and x.dtype is _F32_DTYPE:
+    if type(x) is np.ndarray and x.dtype is F32_DTYPE:
         return x                        # the usual call: a float layer's float32 input
     from qops._qtensor import QTensor
     if isinstance(x, QTensor):
